@@ -1,0 +1,45 @@
+//! xfwd's workflows, run as `cargo xtask COMMAND` (see `cargo xtask --help`).
+//!
+//! One module per command, each with its own clap options and entry function; failures carry
+//! the command that failed as context.
+
+mod exec;
+mod lab;
+mod setup;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+/// Workflows for developing and running xfwd.
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Install the Debian packages the build and tests need, and mount bpffs (as root).
+    Setup(setup::Options),
+    /// Manage the virtual lab: network namespaces src ─ fwd ─ dst joined by veth pairs.
+    Lab(lab::Options),
+    /// Run setup, every test, clippy and rustfmt; print a summary.
+    Test(test::Options),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Setup(options) => setup::run(&options),
+        Command::Lab(options) => lab::run(&options),
+        Command::Test(options) => test::run(&options),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! `cargo xtask test`: setup, every test, clippy and rustfmt, then a summary.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+
+use crate::exec::{describe, exec};
+
+/// Options of `cargo xtask test`.
+#[derive(Debug, clap::Args)]
+pub struct Options {
+    /// Arguments passed on to `cargo test` after `--` (for example a test name filter).
+    #[arg(last = true)]
+    test_args: Vec<String>,
+}
+
+/// Runs every step, even after a failure, and fails if any step failed.
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut results: Vec<(String, Duration, anyhow::Result<()>)> = Vec::new();
+    let mut step = |name: String, f: &mut dyn FnMut() -> anyhow::Result<()>| {
+        let start = Instant::now();
+        let result = f();
+        if let Err(e) = &result {
+            eprintln!("error: {e:#}");
+        }
+        results.push((name, start.elapsed(), result));
+    };
+
+    step("setup".into(), &mut || {
+        crate::setup::run(&crate::setup::Options {})
+    });
+    let mut cargo_steps = [
+        {
+            let mut c = Command::new(&cargo);
+            c.args(["test", "--workspace", "--locked"]);
+            if !options.test_args.is_empty() {
+                c.arg("--").args(&options.test_args);
+            }
+            c
+        },
+        {
+            let mut c = Command::new(&cargo);
+            c.args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--locked",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            c
+        },
+        {
+            let mut c = Command::new(&cargo);
+            c.args(["fmt", "--all", "--", "--check"]);
+            c
+        },
+    ];
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        eprintln!("CI=true: a privileged test that cannot run fails instead of skipping");
+    }
+    for command in &mut cargo_steps {
+        step(describe(command), &mut || exec(command));
+    }
+
+    eprintln!("\nsummary:");
+    let mut failed = 0;
+    for (name, elapsed, result) in &results {
+        let verdict = if result.is_ok() { "ok" } else { "FAILED" };
+        failed += usize::from(result.is_err());
+        eprintln!("  {verdict:<6} {:>6.1}s  {name}", elapsed.as_secs_f64());
+    }
+    if failed > 0 {
+        bail!("{failed} of {} steps failed", results.len());
+    }
+    eprintln!("all {} steps passed", results.len());
+    Ok(())
+}
