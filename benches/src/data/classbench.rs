@@ -40,7 +40,7 @@ impl RuleSet {
     }
 
     /// The number of rules in the set.
-    pub fn len(self) -> usize {
+    pub fn rule_count(self) -> usize {
         match self {
             RuleSet::Acl10k => 9_826,
             RuleSet::Fw10k => 9_388,
@@ -52,11 +52,11 @@ impl RuleSet {
     ///
     /// # Errors
     /// [`Error::Io`] when the file cannot be read, [`Error::Parse`] on a bad line or a rule count
-    /// other than [`len`](Self::len).
+    /// other than [`rule_count`](Self::rule_count).
     pub fn load(self) -> Result<Vec<Rule>, Error> {
         let file = self.file_name();
         let rules = parse_rules(&read_xz(file)?, file)?;
-        expect_count(file, rules.len(), self.len())?;
+        expect_count(file, rules.len(), self.rule_count())?;
         Ok(rules)
     }
 }
@@ -76,21 +76,21 @@ pub struct Rule {
     pub proto: u8,
     /// Protocol mask: `0xff` for an exact protocol, `0` for any.
     pub proto_mask: u8,
-    /// TCP flags value, compared under `flags_mask`.
+    /// TCP flags value, to compare under `flags_mask` (the trace has no flags to compare).
     pub flags: u16,
     /// TCP flags mask: `0` for any.
     pub flags_mask: u16,
 }
 
 impl Rule {
-    /// Whether the rule matches a packet header.
+    /// Whether the rule's 5-tuple matches a packet header (flags are not compared: the trace
+    /// does not carry TCP flags, see [`TraceHeader::flags`]).
     pub fn matches(&self, header: &TraceHeader) -> bool {
         self.src.contains(header.src)
             && self.dst.contains(header.dst)
             && self.src_ports.contains(&header.src_port)
             && self.dst_ports.contains(&header.dst_port)
             && header.proto & self.proto_mask == self.proto & self.proto_mask
-            && header.flags & u32::from(self.flags_mask) == u32::from(self.flags & self.flags_mask)
     }
 }
 
@@ -107,7 +107,8 @@ pub struct TraceHeader {
     pub dst_port: u16,
     /// IP protocol.
     pub proto: u8,
-    /// TCP flags (the low 16 bits carry what the rules' flag masks test).
+    /// The sixth field, kept as it is. Its values (mostly 0, 0x02001000 and 0xffffffff) do not
+    /// follow the rules' flag masks, so it is no TCP flags field and [`Rule::matches`] ignores it.
     pub flags: u32,
     /// Index (from 0) of the rule the header was generated from; it matches that rule, and an
     /// earlier rule may match it too.
@@ -285,10 +286,7 @@ mod tests {
             rule: 0,
         };
         assert!(rule.matches(&header));
-        assert!(!rule.matches(&TraceHeader {
-            flags: 0x0200_0000,
-            ..header
-        }));
+        assert!(rule.matches(&TraceHeader { flags: 0, ..header }));
         assert!(!rule.matches(&TraceHeader {
             proto: 17,
             ..header

@@ -54,10 +54,7 @@ impl<A: PrefixAddr> Prefix<A> {
     fn mask(len: u8) -> u128 {
         let width = u32::from(A::BITS);
         let all = u128::MAX >> (128 - width);
-        match len {
-            0 => 0,
-            _ => all & !(all >> len),
-        }
+        all & !all.checked_shr(len.into()).unwrap_or(0)
     }
 
     /// Whether `addr` lies inside this prefix.

@@ -55,20 +55,15 @@ impl<A: PrefixAddr> RouteTable<A> {
     }
 
     /// The number of routes the file holds (as its README documents).
-    pub fn len(&self) -> usize {
+    pub fn route_count(&self) -> usize {
         self.len
-    }
-
-    /// Whether the table is empty (none of the shipped ones is).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 
     /// Decompresses and parses the whole table, in file order.
     ///
     /// # Errors
     /// [`Error::Io`] when the file cannot be read or decompressed, [`Error::Parse`] on a bad line
-    /// or when the number of routes differs from [`len`](Self::len).
+    /// or when the number of routes differs from [`route_count`](Self::route_count).
     pub fn load(&self) -> Result<Vec<Route<A>>, Error> {
         let routes = parse(&read_xz(self.file)?, self.file)?;
         if routes.len() != self.len {

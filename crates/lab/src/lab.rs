@@ -175,22 +175,13 @@ impl Lab {
 
         for (end, peer) in LINKS {
             // Run inside the first end's namespace, so the host's namespace never sees either end.
-            node(end.role).ip([
-                "link",
-                "add",
+            node(end.role).add_veth(
                 end.name,
-                "address",
-                &end.mac_string(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                peer.name,
-                "address",
-                &peer.mac_string(),
-                "netns",
+                end.mac,
                 node(peer.role).name(),
-            ])?;
+                peer.name,
+                peer.mac,
+            )?;
         }
         for (end, peer) in LINKS {
             for iface in [end, peer] {

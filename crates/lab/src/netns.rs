@@ -7,6 +7,7 @@ use nix::sched::{CloneFlags, setns};
 
 use crate::LabError;
 use crate::command::ip;
+use crate::topology::format_mac;
 
 /// Where `ip netns` keeps its named namespaces.
 pub const NETNS_DIR: &str = "/run/netns";
@@ -141,6 +142,39 @@ impl Netns {
             .into_iter()
             .map(str::to_owned)
             .chain(args))
+    }
+
+    /// Creates a veth pair: `name` (with MAC `mac`) in this namespace, its peer `peer_name`
+    /// (with `peer_mac`) in the namespace `peer_netns`. Neither end ever appears in the
+    /// namespace of the calling process. Both ends stay down.
+    ///
+    /// # Errors
+    /// The failing `ip link add`.
+    pub fn add_veth(
+        &self,
+        name: &str,
+        mac: [u8; 6],
+        peer_netns: &str,
+        peer_name: &str,
+        peer_mac: [u8; 6],
+    ) -> Result<(), LabError> {
+        self.ip([
+            "link",
+            "add",
+            name,
+            "address",
+            &format_mac(mac),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            peer_name,
+            "address",
+            &format_mac(peer_mac),
+            "netns",
+            peer_netns,
+        ])
+        .map(drop)
     }
 
     /// Runs `f` on a thread inside this namespace; see [`run_in`].

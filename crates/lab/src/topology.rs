@@ -72,12 +72,17 @@ impl Interface {
     /// assert_eq!(xfwd_lab::topology::SRC0.mac_string(), "02:58:46:00:00:01");
     /// ```
     pub fn mac_string(&self) -> String {
-        let m = self.mac;
-        format!(
-            "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-            m[0], m[1], m[2], m[3], m[4], m[5]
-        )
+        format_mac(self.mac)
     }
+}
+
+/// A MAC address as `ip` writes it: six lower-case hex pairs joined by colons.
+///
+/// ```
+/// assert_eq!(xfwd_lab::topology::format_mac([2, 0, 0xab, 0, 0, 1]), "02:00:ab:00:00:01");
+/// ```
+pub fn format_mac(mac: [u8; 6]) -> String {
+    mac.map(|byte| format!("{byte:02x}")).join(":")
 }
 
 const fn mac(last: u8) -> [u8; 6] {
