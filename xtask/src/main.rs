@@ -43,3 +43,27 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        use clap::Parser;
+        for bad in [
+            &["xtask", "lab"][..],
+            &["xtask", "lab", "up", "--extra-prefixes", "-1"],
+            &["xtask", "lab", "up", "--extra-ipv4-len", "300"],
+            &["xtask", "nosuch"],
+        ] {
+            assert!(super::Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        assert!(super::Cli::try_parse_from(["xtask", "lab", "--prefix", "x", "status"]).is_ok());
+    }
+}

@@ -92,26 +92,59 @@ fn missing_packages() -> anyhow::Result<Vec<&'static str>> {
         .output()
         .context("setup: cannot run dpkg-query (is this Debian?)")?;
     // dpkg-query exits 1 when some package is unknown; its stdout still lists the known ones.
-    let listing = String::from_utf8_lossy(&output.stdout);
+    Ok(not_installed(PACKAGES, &String::from_utf8_lossy(&output.stdout)))
+}
+
+/// The `wanted` packages that a `dpkg-query` listing of `${Package} ${db:Status-Abbrev}` lines
+/// does not show as installed (`ii`).
+fn not_installed(wanted: &[&'static str], listing: &str) -> Vec<&'static str> {
     let installed: Vec<&str> = listing
         .lines()
         .filter_map(|line| line.split_once(' '))
         .filter(|(_, status)| status.starts_with("ii"))
         .map(|(name, _)| name.split(':').next().unwrap_or(name))
         .collect();
-    Ok(PACKAGES
+    wanted
         .iter()
         .copied()
         .filter(|package| !installed.contains(package))
-        .collect())
+        .collect()
 }
 
 /// Whether a bpf filesystem is mounted at [`BPFFS`].
 fn bpffs_mounted() -> anyhow::Result<bool> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").context("setup: reading mounts")?;
-    Ok(mounts.lines().any(|line| {
+    Ok(has_bpffs(&mounts))
+}
+
+/// Whether a `/proc/self/mounts` listing has a bpf filesystem at [`BPFFS`].
+fn has_bpffs(mounts: &str) -> bool {
+    mounts.lines().any(|line| {
         let mut fields = line.split_whitespace();
         let (_, target, fstype) = (fields.next(), fields.next(), fields.next());
         target == Some(BPFFS) && fstype == Some("bpf")
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_dpkg_status() {
+        // Installed, removed with its config kept, unknown to dpkg (absent), multi-arch name.
+        let listing = "clang ii \nm4 rc \nlibelf-dev:amd64 ii \n";
+        let wanted = ["clang", "m4", "libelf-dev", "libpcap-dev"];
+        assert_eq!(not_installed(&wanted, listing), ["m4", "libpcap-dev"]);
+        assert_eq!(not_installed(&wanted, ""), wanted);
+    }
+
+    #[test]
+    fn finds_bpffs() {
+        let without = "sysfs /sys sysfs rw 0 0\nproc /proc proc rw 0 0\n";
+        assert!(!has_bpffs(without));
+        assert!(has_bpffs(&format!("{without}bpf /sys/fs/bpf bpf rw,relatime 0 0\n")));
+        // bpffs elsewhere, or something else at the path, does not count.
+        assert!(!has_bpffs("bpf /mnt/bpf bpf rw 0 0\ntmpfs /sys/fs/bpf tmpfs rw 0 0\n"));
+    }
 }

@@ -63,7 +63,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         eprintln!("CI=true: a privileged test that cannot run fails instead of skipping");
     }
     for command in &mut cargo_steps {
-        step(describe(command), &mut || exec(command));
+        // `cargo test ...` rather than the toolchain's full path, for the summary.
+        let label = describe(command).replacen(&cargo, "cargo", 1);
+        step(label, &mut || exec(command));
     }
 
     eprintln!("\nsummary:");
