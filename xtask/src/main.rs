@@ -3,6 +3,7 @@
 //! One module per command, each with its own clap options and entry function; failures carry
 //! the command that failed as context.
 
+mod bench;
 mod exec;
 mod lab;
 mod setup;
@@ -26,6 +27,8 @@ enum Command {
     Lab(lab::Options),
     /// Run setup, every test, clippy and rustfmt; print a summary.
     Test(test::Options),
+    /// Run a criterion benchmark of benches/ and write its report with plots to docs/benchmarks/.
+    Bench(bench::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -34,6 +37,7 @@ fn main() -> std::process::ExitCode {
         Command::Setup(options) => setup::run(&options),
         Command::Lab(options) => lab::run(&options),
         Command::Test(options) => test::run(&options),
+        Command::Bench(options) => bench::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
