@@ -1,0 +1,131 @@
+//! Adaptive bypass: stop using the cache when it does not pay, and notice when it would again.
+
+use crate::config::BypassConfig;
+
+/// Whether the cache is in use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Every lookup uses the cache.
+    On,
+    /// Only probes use the cache.
+    Off,
+}
+
+/// The bypass state machine of one cache.
+#[derive(Clone, Debug)]
+pub(crate) struct Bypass {
+    config: BypassConfig,
+    mode: Mode,
+    /// Lookups (on) or probes (off) counted in the current window.
+    seen: u32,
+    /// Hits among them.
+    hits: u32,
+    /// Lookups skipped since the last probe (off).
+    skipped: u32,
+}
+
+impl Bypass {
+    pub(crate) fn new(config: BypassConfig) -> Self {
+        Bypass {
+            config,
+            mode: Mode::On,
+            seen: 0,
+            hits: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Whether this lookup may use the cache (always while on; one in `probe_every` while off).
+    #[inline]
+    pub(crate) fn admit(&mut self) -> bool {
+        match self.mode {
+            Mode::On => true,
+            Mode::Off => {
+                self.skipped += 1;
+                if self.skipped >= self.config.probe_every {
+                    self.skipped = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
+    }
+
+    /// Records the outcome of an admitted lookup and switches mode at the end of a window.
+    #[inline]
+    pub(crate) fn record(&mut self, hit: bool) {
+        self.seen += 1;
+        self.hits += u32::from(hit);
+        let (window, threshold) = match self.mode {
+            Mode::On => (self.config.window, self.config.enter_below_permille),
+            Mode::Off => (self.config.probe_window, self.config.resume_at_permille),
+        };
+        if self.seen < window {
+            return;
+        }
+        // Compare hits / window with threshold / 1000 without division.
+        let meets = u64::from(self.hits) * 1000 >= u64::from(threshold) * u64::from(window);
+        self.mode = match (self.mode, meets) {
+            (Mode::On, false) => Mode::Off,
+            (Mode::Off, true) => Mode::On,
+            (mode, _) => mode,
+        };
+        self.seen = 0;
+        self.hits = 0;
+        self.skipped = 0;
+    }
+
+    /// Whether the cache is bypassed now.
+    pub(crate) fn is_off(&self) -> bool {
+        self.mode == Mode::Off
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> BypassConfig {
+        BypassConfig {
+            window: 10,
+            enter_below_permille: 300,
+            resume_at_permille: 500,
+            probe_every: 4,
+            probe_window: 5,
+        }
+    }
+
+    #[test]
+    fn turns_off_below_threshold_and_back_on() {
+        let mut b = Bypass::new(small());
+        // 3 hits in 10: exactly the threshold, stays on.
+        for i in 0..10 {
+            assert!(b.admit());
+            b.record(i < 3);
+        }
+        assert!(!b.is_off());
+        // 2 hits in 10: off.
+        for i in 0..10 {
+            assert!(b.admit());
+            b.record(i < 2);
+        }
+        assert!(b.is_off());
+        // Off: one lookup in 4 is admitted.
+        let admitted: Vec<bool> = (0..8).map(|_| b.admit()).collect();
+        assert_eq!(
+            admitted,
+            [false, false, false, true, false, false, false, true]
+        );
+        // Probes: 2 of 5 hit (< 500 per mille), stays off; then 3 of 5, back on.
+        for hit in [true, true, false, false, false] {
+            b.record(hit);
+        }
+        assert!(b.is_off());
+        for hit in [true, true, true, false, false] {
+            b.record(hit);
+        }
+        assert!(!b.is_off());
+        assert!(b.admit());
+    }
+}

@@ -1,0 +1,284 @@
+//! The cache itself: fixed buckets of `ways` slots, keyed hashing, LRU within a bucket.
+
+use std::hash::BuildHasher;
+
+use foldhash::SharedSeed;
+use foldhash::quality::SeedableRandomState;
+
+use crate::bypass::Bypass;
+use crate::config::{Config, ConfigError};
+use crate::decision::Cacheable;
+use crate::generation::Snapshot;
+use crate::key::FlowKey;
+
+/// What a [`DstCache::lookup`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "a miss must be resolved by a full lookup and should be inserted"]
+pub enum Lookup<V> {
+    /// A valid entry: use the decision (per-packet checks such as the source still apply).
+    Hit(V),
+    /// No valid entry: do the full lookup, then [`DstCache::insert`] the result with the token.
+    Miss(MissToken),
+    /// The cache is not in use (custom rules, or adaptive bypass): do the full lookup and do
+    /// not insert.
+    Bypass,
+}
+
+/// Remembers where a missed key belongs and under which generation it was looked up, so that
+/// [`DstCache::insert`] neither hashes again nor stores a result under a newer generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MissToken {
+    key: FlowKey,
+    bucket: usize,
+    generation: u64,
+}
+
+impl MissToken {
+    /// The key that missed.
+    pub fn key(&self) -> &FlowKey {
+        &self.key
+    }
+}
+
+/// What the cache has done, since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Lookups that found a valid entry.
+    pub hits: u64,
+    /// Lookups that used the cache and found no valid entry (including `stale` ones).
+    pub misses: u64,
+    /// Misses that found the key with an old generation or past its expiry, and cleared it.
+    pub stale: u64,
+    /// Inserts that displaced a valid entry of another key (the bucket was full).
+    pub evictions: u64,
+    /// Lookups answered [`Lookup::Bypass`] by the adaptive bypass.
+    pub bypassed: u64,
+    /// Lookups answered [`Lookup::Bypass`] because custom rules disable caching.
+    pub disabled: u64,
+    /// Inserts refused: the decision is not cacheable or already expired.
+    pub uncacheable: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry<V> {
+    key: FlowKey,
+    value: V,
+    generation: u64,
+    /// The `now` at and after which the entry is expired.
+    expires: u64,
+    /// When the entry was last inserted or hit, on the cache's own clock (LRU order).
+    used: u64,
+}
+
+impl<V> Entry<V> {
+    fn is_valid(&self, generation: u64, now: u64) -> bool {
+        self.generation == generation && now < self.expires
+    }
+}
+
+/// A per-queue input route cache: a fixed array of buckets of `ways` entries each.
+///
+/// Owned by one run loop (`&mut self` everywhere: no atomics, no locks). Entries are found by
+/// a keyed hash of the [`FlowKey`] with a random per-cache key, so a sender cannot aim at one
+/// bucket. An entry is valid while it belongs to the current [`Snapshot`]'s generation and its
+/// expiry (on the caller's monotonic clock `now`, in any unit) lies ahead; an invalid entry is
+/// cleared when a lookup meets it. A full bucket evicts its least recently used entry.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use dst_cache::{Config, Decision, DstCache, FlowKey, Generation, Lookup};
+///
+/// let generation = Generation::new();
+/// let mut cache = DstCache::new(Config::default())?;
+/// let key = FlowKey::v4(Ipv4Addr::new(198, 51, 100, 7), 0, 1);
+/// let decision = Decision::unicast(2, None, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+/// let now = 0;
+///
+/// let snapshot = generation.snapshot(); // once per batch
+/// match cache.lookup(&key, snapshot, now) {
+///     Lookup::Miss(token) => cache.insert(token, decision, now, u64::MAX),
+///     other => panic!("a new cache cannot hit: {other:?}"),
+/// }
+/// assert_eq!(cache.lookup(&key, snapshot, now), Lookup::Hit(decision));
+///
+/// generation.bump(); // a route changed
+/// assert!(matches!(cache.lookup(&key, generation.snapshot(), now), Lookup::Miss(_)));
+/// assert_eq!(cache.counters().stale, 1);
+/// # Ok::<(), dst_cache::ConfigError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct DstCache<V> {
+    slots: Box<[Option<Entry<V>>]>,
+    ways: usize,
+    bucket_mask: usize,
+    hasher: SeedableRandomState,
+    clock: u64,
+    bypass: Option<Bypass>,
+    counters: Counters,
+    config: Config,
+}
+
+impl<V: Cacheable> DstCache<V> {
+    /// An empty cache.
+    ///
+    /// # Errors
+    /// [`ConfigError`] when the configuration is out of range.
+    pub fn new(config: Config) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let hasher = match config.seed {
+            Some(seed) => SeedableRandomState::with_seed(seed, SharedSeed::global_fixed()),
+            None => SeedableRandomState::random(),
+        };
+        Ok(DstCache {
+            slots: vec![None; config.entries].into_boxed_slice(),
+            ways: config.ways,
+            bucket_mask: config.entries / config.ways - 1,
+            hasher,
+            clock: 0,
+            bypass: config.bypass.map(Bypass::new),
+            counters: Counters::default(),
+            config,
+        })
+    }
+
+    /// Looks `key` up under `snapshot` at time `now`.
+    ///
+    /// A hit refreshes the entry's LRU position. An entry of `key` that is stale (older
+    /// generation, or expired) is cleared and the lookup misses.
+    #[inline]
+    pub fn lookup(&mut self, key: &FlowKey, snapshot: Snapshot, now: u64) -> Lookup<V> {
+        if !snapshot.enabled {
+            self.counters.disabled += 1;
+            return Lookup::Bypass;
+        }
+        if let Some(bypass) = &mut self.bypass {
+            if !bypass.admit() {
+                self.counters.bypassed += 1;
+                return Lookup::Bypass;
+            }
+        }
+        let bucket = self.bucket_of(key);
+        let start = bucket * self.ways;
+        let mut found = None;
+        for slot in &mut self.slots[start..start + self.ways] {
+            match slot {
+                Some(entry) if entry.key == *key => {
+                    if entry.is_valid(snapshot.generation, now) {
+                        self.clock += 1;
+                        entry.used = self.clock;
+                        found = Some(entry.value);
+                    } else {
+                        *slot = None;
+                        self.counters.stale += 1;
+                    }
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if let Some(bypass) = &mut self.bypass {
+            bypass.record(found.is_some());
+        }
+        match found {
+            Some(value) => {
+                self.counters.hits += 1;
+                Lookup::Hit(value)
+            }
+            None => {
+                self.counters.misses += 1;
+                Lookup::Miss(MissToken {
+                    key: *key,
+                    bucket,
+                    generation: snapshot.generation,
+                })
+            }
+        }
+    }
+
+    /// Stores the decision for a missed key, valid until `expires` (use `u64::MAX` for no
+    /// expiry) under the generation the miss was looked up in.
+    ///
+    /// Decisions that are not [cacheable](Cacheable) or already expired are refused (counted in
+    /// `uncacheable`). The entry takes the key's own slot if it is there, else an empty or
+    /// stale slot, else evicts the bucket's least recently used entry.
+    #[inline]
+    pub fn insert(&mut self, token: MissToken, value: V, now: u64, expires: u64) {
+        if !value.is_cacheable() || expires <= now {
+            self.counters.uncacheable += 1;
+            return;
+        }
+        let start = token.bucket * self.ways;
+        let bucket = &mut self.slots[start..start + self.ways];
+        let same_key = bucket
+            .iter()
+            .position(|slot| slot.as_ref().is_some_and(|e| e.key == token.key));
+        let free = || {
+            bucket.iter().position(|slot| match slot {
+                None => true,
+                Some(entry) => !entry.is_valid(token.generation, now),
+            })
+        };
+        let index = match same_key.or_else(free) {
+            Some(index) => index,
+            None => {
+                self.counters.evictions += 1;
+                bucket
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, slot)| slot.as_ref().map_or(0, |e| e.used))
+                    .map_or(0, |(index, _)| index)
+            }
+        };
+        self.clock += 1;
+        bucket[index] = Some(Entry {
+            key: token.key,
+            value,
+            generation: token.generation,
+            expires,
+            used: self.clock,
+        });
+    }
+}
+
+impl<V> DstCache<V> {
+    /// The bucket `key` maps to under this cache's hash key (for diagnostics and tests).
+    #[inline]
+    pub fn bucket_of(&self, key: &FlowKey) -> usize {
+        (self.hasher.hash_one(key) as usize) & self.bucket_mask
+    }
+
+    /// The number of buckets.
+    pub fn buckets(&self) -> usize {
+        self.bucket_mask + 1
+    }
+
+    /// The configuration the cache was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// Whether the adaptive bypass currently keeps the cache out of use.
+    pub fn is_bypassing(&self) -> bool {
+        self.bypass.as_ref().is_some_and(Bypass::is_off)
+    }
+
+    /// The number of occupied slots (valid or not yet found stale).
+    pub fn occupied(&self) -> usize {
+        self.slots.iter().filter(|slot| slot.is_some()).count()
+    }
+
+    /// Empties the cache (counters and bypass state stay).
+    pub fn clear(&mut self) {
+        self.slots.iter_mut().for_each(|slot| *slot = None);
+    }
+
+    /// Bytes of memory the cache holds (its slots and the cache itself).
+    pub fn memory_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots) + std::mem::size_of::<Self>()
+    }
+}
