@@ -14,7 +14,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use foldhash::SharedSeed;
-use foldhash::fast::FoldHasher;
+use foldhash::quality::FoldHasher;
 
 /// One object of the multimap. The newest object of each key is a member of its bucket's hash
 /// chain (through `next`); older objects of the same key hang off it through `dup`.

@@ -688,3 +688,69 @@ impl<K, V> std::fmt::Debug for RhlTable<K, V> {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Small cases that exercise every unsafe path; sized to run under Miri.
+    use super::*;
+
+    fn small() -> RhlTable<u32, u32> {
+        RhlTable::with_params(Params {
+            min_size: 4,
+            seed: SeedMode::Deterministic(3),
+            ..Params::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn duplicates_migration_and_removal() {
+        let t = small();
+        for k in 0..40 {
+            t.insert(k, k).unwrap();
+            t.insert(k % 5, 100 + k).unwrap();
+        }
+        let g = epoch::pin();
+        assert_eq!(t.len(), 40);
+        assert_eq!(t.objects(), 80);
+        assert_eq!(t.get_all(&3, &g).count(), 9);
+        assert_eq!(t.get(&3, &g), Some(&138));
+        // Middle, head and tail of a duplicate list.
+        assert!(t.remove(&3, |v| *v == 118));
+        assert!(t.remove(&3, |v| *v == 138));
+        assert!(t.remove(&3, |v| *v == 3));
+        assert!(!t.remove(&3, |v| *v == 3));
+        assert_eq!(
+            t.get_all(&3, &g).copied().collect::<Vec<_>>(),
+            [133, 128, 123, 113, 108, 103]
+        );
+        for k in 5..40 {
+            assert_eq!(t.remove_all(&k), 1);
+        }
+        assert_eq!(t.len(), 5);
+        assert!(t.stats().rehashes.shrinks > 0);
+        drop(g);
+    }
+
+    #[test]
+    fn readers_during_resizes() {
+        let t = std::sync::Arc::new(small());
+        t.insert(1_000, 7).unwrap();
+        let reader = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let g = epoch::pin();
+                    assert_eq!(t.get(&1_000, &g), Some(&7));
+                }
+            })
+        };
+        for k in 0..30 {
+            t.insert(k, k).unwrap();
+        }
+        for k in 0..30 {
+            t.remove_all(&k);
+        }
+        reader.join().unwrap();
+    }
+}
