@@ -104,6 +104,8 @@ impl Engines {
             e.papaya.pin().insert(a.to_bits(), ifindex);
             e.dashmap.insert(a.to_bits(), ifindex);
         }
+        // As the netlink mirror does after its initial dump: no rehash left half done.
+        e.addr_table.finish_rehash();
         let mut e = e;
         e.hashbrown = addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect();
         e

@@ -26,8 +26,9 @@
 //!
 //! A rehash hangs the new table off the old one (`future`). Inserts go to the newest table;
 //! lookups search the old table, then the new; every write first migrates the bucket its key
-//! hashes to in the old table plus [`MIGRATE_BATCH`] more, so writer operations only ever edit
-//! the newest table. Migration relinks nodes in place, tail first: a node is published in the
+//! hashes to in the old table plus a share of the rest (a rehash completes within
+//! [`MIGRATE_WRITES`] writes, or at once with [`RhlTable::finish_rehash`]), so writer operations
+//! only ever edit the newest table. Migration relinks nodes in place, tail first: a node is published in the
 //! new table before it is unlinked from the old, and every chain ends in a *nulls marker* naming
 //! its bucket, so a reader that followed a moved node into the new table notices the foreign
 //! end marker and restarts its bucket (as the kernel's `rht_for_each_rcu` loop does). When the
@@ -63,7 +64,7 @@
 //!
 //! [`len`]: RhlTable::len
 //! [`ELASTICITY`]: rhltable::ELASTICITY
-//! [`MIGRATE_BATCH`]: rhltable::MIGRATE_BATCH
+//! [`MIGRATE_WRITES`]: rhltable::MIGRATE_WRITES
 #![warn(missing_docs)]
 
 pub mod addr;

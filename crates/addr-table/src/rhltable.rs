@@ -16,10 +16,15 @@ use crate::seed::{SeedMode, SeedSource};
 /// impossible by chance, so it means the keys were chosen against this table's seed.
 pub const ELASTICITY: usize = 16;
 
-/// Buckets migrated per write while a rehash is in progress. A grow doubles the table at 75%
-/// load, and the next grow needs another `0.75 * old_size` new keys, so any batch of 2 or more
-/// finishes a migration before the next one is due; 4 leaves room for removals and shrinks.
+/// Fewest buckets migrated per write while a rehash is in progress.
 pub const MIGRATE_BATCH: usize = 4;
+
+/// A rehash completes within this many writes: each write migrates
+/// `max(MIGRATE_BATCH, old_size / MIGRATE_WRITES)` buckets. The kernel finishes a rehash in a
+/// worker right away; without a thread of our own, a slow pace would leave the table
+/// mid-migration when writes stop (readers then hash twice and probe two tables), so the pace
+/// is bounded in writes, not in buckets. [`RhlTable::finish_rehash`] completes it at once.
+pub const MIGRATE_WRITES: usize = 64;
 
 /// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`).
 pub const MIN_SIZE_FLOOR: usize = 4;
@@ -508,7 +513,7 @@ where
     /// Advances a rehash in progress, then returns the table that holds `key` from now on (its
     /// old bucket, if any, is migrated first, so the writer only ever edits the newest table).
     fn prepare<'g>(&self, w: &mut WriterState, guard: &'g Guard, key: &K) -> &'g BucketTable<K, V> {
-        self.migrate_step(w, guard, MIGRATE_BATCH);
+        self.migrate_step(w, guard, 0);
         // SAFETY: under the writer lock, with `guard` pinned: retired tables outlive it.
         let cur = unsafe { &*self.tbl.load(Ordering::Relaxed) };
         let fut = cur.future.load(Ordering::Relaxed);
@@ -557,8 +562,8 @@ where
         }
     }
 
-    /// Migrates up to `batch` buckets; when the old table is empty, the future table becomes
-    /// the current one and the old one is retired.
+    /// Migrates up to `batch` buckets (at least one write's share); when the old table is
+    /// empty, the future table becomes the current one and the old one is retired.
     fn migrate_step(&self, w: &mut WriterState, guard: &Guard, batch: usize) {
         let cur_ptr = self.tbl.load(Ordering::Relaxed);
         // SAFETY: under the writer lock, with `guard` pinned.
@@ -569,6 +574,7 @@ where
         }
         // SAFETY: as above.
         let fut = unsafe { &*fut_ptr };
+        let batch = batch.max(MIGRATE_BATCH).max(cur.size() / MIGRATE_WRITES);
         let end = w.cursor.saturating_add(batch).min(cur.size());
         for index in w.cursor..end {
             // SAFETY: under the writer lock; `fut` is `cur`'s future table.
@@ -603,7 +609,7 @@ where
         let fut = BucketTable::alloc(size, w.seeds.next_seed());
         cur.future.store(fut, Ordering::Release);
         w.cursor = 0;
-        self.migrate_step(w, guard, MIGRATE_BATCH);
+        self.migrate_step(w, guard, 0);
     }
 
     /// The size of the newest table. Caller holds the writer lock.

@@ -270,3 +270,36 @@ fn a_guard_of_another_collector_is_refused() {
     let guard = handle.pin();
     let _ = table.get(&1, &guard);
 }
+
+/// A rehash completes within `MIGRATE_WRITES` writes of any kind, so a table does not stay
+/// half migrated (readers probing two tables) long after a burst of updates.
+#[test]
+fn a_rehash_completes_within_a_bounded_number_of_writes() {
+    use addr_table::rhltable::MIGRATE_WRITES;
+    let table: RhlTable<u32, u32> = RhlTable::new();
+    for k in 0..768 {
+        table.insert(k, 0).unwrap();
+    }
+    table.finish_rehash();
+    assert_eq!(table.stats().size, 1024);
+    table.insert(768, 0).unwrap();
+    assert_eq!(table.stats().migrating_from, Some(1024));
+    let mut writes = 1;
+    while table.stats().migrating_from.is_some() {
+        // Duplicates and removals of absent keys are writes too.
+        if writes % 2 == 0 {
+            table.insert(writes, 1).unwrap();
+        } else {
+            assert!(!table.remove(&1_000_000, |_| true));
+        }
+        writes += 1;
+        assert!(
+            writes as usize <= MIGRATE_WRITES,
+            "still migrating after {writes} writes"
+        );
+    }
+    let guard = epoch::pin();
+    for k in 0..769 {
+        assert!(table.contains_key(&k, &guard));
+    }
+}

@@ -485,6 +485,14 @@ impl AddrTable {
         }
     }
 
+    /// Completes any rehash in progress in both address hashes (a control thread calls this
+    /// when a burst of updates ends, e.g. after a dump, so readers search one table).
+    pub fn finish_rehash(&self) {
+        let _w = self.lock();
+        self.v4.local.finish_rehash();
+        self.v6.local.finish_rehash();
+    }
+
     /// The earliest instant at which a [`sweep`](Self::sweep) would change something.
     pub fn next_deadline(&self) -> Option<Instant> {
         let _w = self.lock();
