@@ -1,0 +1,409 @@
+//! addr-table benchmarks (issue 4, seed 000): local address lookup (`dev_find`) latency vs
+//! address count, read throughput while a writer churns, and the memory of an empty table.
+//! Method and peers: `addr-table.md` beside this file.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use addr_table::{AddrTable, FixedTable, IfAddr, NetnsId, RhlTable};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+
+/// Counts live heap bytes, for the empty-table memory report (lookups never allocate, so the
+/// counting does not touch the timed loops).
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: forwards every call to the system allocator unchanged; only counts sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(
+            new_size as isize - layout.size() as isize,
+            Ordering::Relaxed,
+        );
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Address counts of the seed post's tables, plus 10k and 100k.
+const COUNTS: [usize; 9] = [20, 100, 500, 700, 1_000, 2_000, 5_000, 10_000, 100_000];
+/// Lookups per iteration.
+const BATCH: usize = 1024;
+/// Addresses per interface (ifindex 2, 3, ...): a host with many addresses over several links.
+const PER_IF: usize = 256;
+
+/// `n` addresses from 198.18.0.0/15 (the benchmarking block), consecutive as an operator would
+/// number them, and the interface of each.
+fn addresses(n: usize) -> Vec<(Ipv4Addr, u32)> {
+    (0..n)
+        .map(|i| {
+            (
+                Ipv4Addr::from_bits(0xc612_0000 + i as u32),
+                2 + (i / PER_IF) as u32,
+            )
+        })
+        .collect()
+}
+
+/// A fixed pseudo-random permutation of `0..n` (xorshift; no dependency), so every lookup
+/// pass visits every address once in an order the prefetcher cannot follow.
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+/// The engines, each answering "which interface holds this local address".
+struct Engines {
+    addr_table: AddrTable,
+    fixed: FixedTable<Ipv4Addr, u32>,
+    hashbrown: hashbrown::HashMap<u32, u32>,
+    papaya: papaya::HashMap<u32, u32>,
+    dashmap: dashmap::DashMap<u32, u32>,
+}
+
+impl Engines {
+    fn build(addrs: &[(Ipv4Addr, u32)]) -> Self {
+        let e = Engines {
+            addr_table: AddrTable::new(NetnsId(1)),
+            fixed: FixedTable::new(0x2545_f491),
+            hashbrown: hashbrown::HashMap::new(),
+            papaya: papaya::HashMap::new(),
+            dashmap: dashmap::DashMap::new(),
+        };
+        for &(a, ifindex) in addrs {
+            e.addr_table
+                .add(IfAddr::new(a, 32, ifindex))
+                .expect("fresh address");
+            e.fixed.insert(a, ifindex);
+            e.papaya.pin().insert(a.to_bits(), ifindex);
+            e.dashmap.insert(a.to_bits(), ifindex);
+        }
+        // As the netlink mirror does after its initial dump: no rehash left half done.
+        e.addr_table.finish_rehash();
+        let mut e = e;
+        e.hashbrown = addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect();
+        e
+    }
+
+    /// Sum of the answers over `queries` (0 for a miss), per engine.
+    fn checksums(&self, queries: &[Ipv4Addr]) -> [u64; 5] {
+        let g = crossbeam_epoch::pin();
+        let p = self.papaya.pin();
+        let sum = |f: &dyn Fn(Ipv4Addr) -> Option<u32>| {
+            queries.iter().map(|&q| u64::from(f(q).unwrap_or(0))).sum()
+        };
+        [
+            sum(&|q| self.addr_table.dev_find(q, None, &g)),
+            sum(&|q| self.fixed.get(&q, &g).copied()),
+            sum(&|q| self.hashbrown.get(&q.to_bits()).copied()),
+            sum(&|q| p.get(&q.to_bits()).copied()),
+            sum(&|q| self.dashmap.get(&q.to_bits()).map(|r| *r)),
+        ]
+    }
+}
+
+/// Runs `BATCH` lookups per iteration, continuing through `queries` across iterations.
+macro_rules! lookup_loop {
+    ($b:expr, $queries:expr, |$q:ident| $lookup:expr) => {{
+        let queries = $queries;
+        let mut pos = 0;
+        $b.iter(|| {
+            let mut sum = 0u64;
+            for _ in 0..BATCH {
+                let $q = queries[pos];
+                pos += 1;
+                if pos == queries.len() {
+                    pos = 0;
+                }
+                sum += u64::from(black_box($lookup).unwrap_or(0));
+            }
+            sum
+        })
+    }};
+}
+
+fn lookup(c: &mut Criterion) {
+    let mut group = c.benchmark_group("addr-table/lookup");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1));
+    for n in COUNTS {
+        let addrs = addresses(n);
+        let e = Engines::build(&addrs);
+        let queries: Vec<Ipv4Addr> = shuffled(n).into_iter().map(|i| addrs[i].0).collect();
+        let sums = e.checksums(&queries);
+        let want: u64 = addrs.iter().map(|&(_, i)| u64::from(i)).sum();
+        assert_eq!(sums, [want; 5], "engines disagree at {n} addresses");
+
+        group.bench_with_input(BenchmarkId::new("addr-table", n), &queries, |b, queries| {
+            let g = crossbeam_epoch::pin();
+            lookup_loop!(b, queries, |q| e.addr_table.dev_find(q, None, &g))
+        });
+        group.bench_with_input(BenchmarkId::new("fixed-256", n), &queries, |b, queries| {
+            let g = crossbeam_epoch::pin();
+            lookup_loop!(b, queries, |q| e.fixed.get(&q, &g).copied())
+        });
+        group.bench_with_input(BenchmarkId::new("hashbrown", n), &queries, |b, queries| {
+            lookup_loop!(b, queries, |q| e.hashbrown.get(&q.to_bits()).copied())
+        });
+        group.bench_with_input(BenchmarkId::new("papaya", n), &queries, |b, queries| {
+            let p = e.papaya.pin();
+            lookup_loop!(b, queries, |q| p.get(&q.to_bits()).copied())
+        });
+        group.bench_with_input(BenchmarkId::new("dashmap", n), &queries, |b, queries| {
+            lookup_loop!(b, queries, |q| e.dashmap.get(&q.to_bits()).map(|r| *r))
+        });
+    }
+    group.finish();
+}
+
+/// A reader's batch of lookups, returning the sum of the answers.
+type ReadFn = Arc<dyn Fn(&[Ipv4Addr]) -> u64 + Send + Sync>;
+/// A writer's add (`true`) or remove of one address on one interface.
+type WriteFn = Arc<dyn Fn(Ipv4Addr, u32, bool) + Send + Sync>;
+
+/// A writer that adds and removes `churn` addresses in a loop until told to stop.
+fn churn_writer(
+    stop: Arc<AtomicBool>,
+    churn: Vec<(Ipv4Addr, u32)>,
+    op: impl Fn(Ipv4Addr, u32, bool) + Send + 'static,
+) -> thread::JoinHandle<u64> {
+    thread::spawn(move || {
+        let mut ops = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for &(a, i) in &churn {
+                op(a, i, true);
+            }
+            for &(a, i) in &churn {
+                op(a, i, false);
+            }
+            ops += 2 * churn.len() as u64;
+        }
+        ops
+    })
+}
+
+/// Two reader threads run `iters` batches each while the writer churns; returns the time
+/// until both are done.
+fn contended_run(iters: u64, queries: Arc<Vec<Ipv4Addr>>, read: ReadFn) -> Duration {
+    let start = Arc::new(Barrier::new(3));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (queries, read, start) = (queries.clone(), read.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut sum = 0;
+                let len = queries.len();
+                for it in 0..iters as usize {
+                    let from = (it * BATCH + r * len / 2) % len;
+                    let chunk = &queries[from..(from + BATCH).min(len)];
+                    sum += read(chunk);
+                }
+                black_box(sum)
+            })
+        })
+        .collect();
+    start.wait();
+    let t0 = Instant::now();
+    for r in readers {
+        r.join().expect("reader");
+    }
+    t0.elapsed()
+}
+
+fn contended(c: &mut Criterion) {
+    let mut group = c.benchmark_group("addr-table/contended");
+    group.throughput(Throughput::Elements(2 * BATCH as u64));
+    group
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    for n in [1_000, 10_000] {
+        let addrs = addresses(n);
+        // The writer adds and removes 64 other addresses on their own interface.
+        let churn: Vec<(Ipv4Addr, u32)> = (0..64)
+            .map(|i| (Ipv4Addr::from_bits(0xcb00_7100 + i), 1))
+            .collect();
+        let e = Arc::new(Engines::build(&addrs));
+        let mut queries: Vec<Ipv4Addr> = shuffled(n).into_iter().map(|i| addrs[i].0).collect();
+        while queries.len() < 2 * BATCH {
+            queries.extend_from_within(..);
+        }
+        let queries = Arc::new(queries);
+
+        let mut run = |name: &str, read: ReadFn, op: WriteFn| {
+            group.bench_function(BenchmarkId::new(name, n), |b| {
+                b.iter_custom(|iters| {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let op = op.clone();
+                    let writer =
+                        churn_writer(stop.clone(), churn.clone(), move |a, i, add| op(a, i, add));
+                    let took = contended_run(iters, queries.clone(), read.clone());
+                    stop.store(true, Ordering::Relaxed);
+                    black_box(writer.join().expect("writer"));
+                    took
+                })
+            });
+        };
+        let e1 = e.clone();
+        let e2 = e.clone();
+        run(
+            "addr-table",
+            Arc::new(move |qs| {
+                let g = crossbeam_epoch::pin();
+                qs.iter()
+                    .map(|&q| u64::from(e1.addr_table.dev_find(q, None, &g).unwrap_or(0)))
+                    .sum()
+            }),
+            Arc::new(move |a, i, add| {
+                if add {
+                    let _ = e2.addr_table.add(IfAddr::new(a, 32, i));
+                } else {
+                    let _ = e2.addr_table.remove(a, 32, i);
+                }
+            }),
+        );
+        let e1 = e.clone();
+        let e2 = e.clone();
+        run(
+            "fixed-256",
+            Arc::new(move |qs| {
+                let g = crossbeam_epoch::pin();
+                qs.iter()
+                    .map(|&q| u64::from(e1.fixed.get(&q, &g).copied().unwrap_or(0)))
+                    .sum()
+            }),
+            Arc::new(move |a, i, add| {
+                if add {
+                    e2.fixed.insert(a, i);
+                } else {
+                    e2.fixed.remove(&a, |v| *v == i);
+                }
+            }),
+        );
+        let e1 = e.clone();
+        let e2 = e.clone();
+        run(
+            "papaya",
+            Arc::new(move |qs| {
+                let p = e1.papaya.pin();
+                qs.iter()
+                    .map(|&q| u64::from(p.get(&q.to_bits()).copied().unwrap_or(0)))
+                    .sum()
+            }),
+            Arc::new(move |a, i, add| {
+                let p = e2.papaya.pin();
+                if add {
+                    p.insert(a.to_bits(), i);
+                } else {
+                    p.remove(&a.to_bits());
+                }
+            }),
+        );
+        let e1 = e.clone();
+        let e2 = e.clone();
+        run(
+            "dashmap",
+            Arc::new(move |qs| {
+                qs.iter()
+                    .map(|&q| u64::from(e1.dashmap.get(&q.to_bits()).map_or(0, |r| *r)))
+                    .sum()
+            }),
+            Arc::new(move |a, i, add| {
+                if add {
+                    e2.dashmap.insert(a.to_bits(), i);
+                } else {
+                    e2.dashmap.remove(&a.to_bits());
+                }
+            }),
+        );
+    }
+    group.finish();
+}
+
+/// Heap bytes plus the struct itself, for a value built by `make`.
+fn footprint<T>(make: impl FnOnce() -> T) -> usize {
+    let before = LIVE.load(Ordering::Relaxed);
+    let value = make();
+    let heap = LIVE.load(Ordering::Relaxed) - before;
+    let total = heap as usize + std::mem::size_of_val(&value);
+    drop(value);
+    total
+}
+
+/// Memory of an empty per-namespace table (printed and written beside criterion's data), and
+/// the time to create and drop one (a namespace's setup cost).
+fn empty_netns(c: &mut Criterion) {
+    let rows = [
+        (
+            "addr-table (IPv4 hash only)",
+            footprint(RhlTable::<u32, u64>::new),
+        ),
+        (
+            "addr-table (AddrTable: IPv4 + IPv6)",
+            footprint(|| AddrTable::new(NetnsId(1))),
+        ),
+        (
+            "fixed-256",
+            footprint(|| FixedTable::<Ipv4Addr, u32>::new(1)),
+        ),
+        ("hashbrown", footprint(hashbrown::HashMap::<u32, u32>::new)),
+        ("papaya", footprint(papaya::HashMap::<u32, u32>::new)),
+        ("dashmap", footprint(dashmap::DashMap::<u32, u32>::new)),
+    ];
+    let mut report = String::from("| table | bytes of an empty table |\n|---|---|\n");
+    for (name, bytes) in rows {
+        report.push_str(&format!("| {name} | {bytes} |\n"));
+    }
+    println!("addr-table/memory:\n{report}");
+    let dir = std::env::var_os("CRITERION_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("addr-table-memory.md"), &report);
+    }
+
+    let mut group = c.benchmark_group("addr-table/netns-new");
+    group
+        .sample_size(30)
+        .warm_up_time(Duration::from_millis(200))
+        .measurement_time(Duration::from_secs(1));
+    group.bench_function(BenchmarkId::new("addr-table", "empty"), |b| {
+        b.iter(|| black_box(RhlTable::<u32, u64>::new()))
+    });
+    group.bench_function(BenchmarkId::new("fixed-256", "empty"), |b| {
+        b.iter(|| black_box(FixedTable::<Ipv4Addr, u32>::new(1)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, lookup, contended, empty_netns);
+criterion_main!(benches);

@@ -1,0 +1,575 @@
+//! [`AddrTable`]: one network namespace's local addresses, IPv4 and IPv6.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use super::AddrError;
+use super::entry::{IfAddr, NetnsId};
+use super::family::{Family, Removal};
+use super::flags::IfaFlags;
+use crate::rhltable::{Params, RhlTable, check_guard};
+
+/// What the address hash holds per address: enough to answer `dev_find` without touching the
+/// interface lists.
+#[derive(Debug)]
+pub struct LocalAddr {
+    ifindex: u32,
+    prefix_len: u8,
+    /// Updated in place (DAD completion, deprecation) without relinking the object.
+    flags: AtomicU32,
+}
+
+impl LocalAddr {
+    /// The interface holding the address.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The prefix length it was added with.
+    pub fn prefix_len(&self) -> u8 {
+        self.prefix_len
+    }
+
+    /// Its current flags.
+    pub fn flags(&self) -> IfaFlags {
+        IfaFlags(self.flags.load(Ordering::Acquire))
+    }
+}
+
+/// One interface's addresses in kernel order.
+#[derive(Debug)]
+struct DevAddrs<A> {
+    ifindex: u32,
+    addrs: Arc<[IfAddr<A>]>,
+}
+
+/// Every interface's list, sorted by ifindex; replaced whole on each change (copy on write,
+/// sharing the lists of the interfaces that did not change).
+#[derive(Debug)]
+struct DevList<A> {
+    devs: Vec<DevAddrs<A>>,
+}
+
+impl<A> DevList<A> {
+    fn get(&self, ifindex: u32) -> &[IfAddr<A>] {
+        match self.devs.binary_search_by_key(&ifindex, |d| d.ifindex) {
+            Ok(i) => &self.devs[i].addrs,
+            Err(_) => &[],
+        }
+    }
+}
+
+/// One family's half of an [`AddrTable`]: the address hash ([`RhlTable`]) for `dev_find` and
+/// the per-interface lists for iteration, source selection and lifetimes.
+#[derive(Debug)]
+pub struct FamilyTable<A: Family> {
+    local: RhlTable<A::Key, LocalAddr>,
+    devs: Atomic<DevList<A>>,
+}
+
+impl<A: Family> FamilyTable<A> {
+    fn new(params: Params) -> Result<Self, AddrError> {
+        Ok(FamilyTable {
+            local: RhlTable::with_params(params)?,
+            devs: Atomic::new(DevList { devs: Vec::new() }),
+        })
+    }
+
+    /// The interface lists, as of now.
+    fn dev_list<'g>(&'g self, guard: &'g Guard) -> &'g DevList<A> {
+        check_guard(guard);
+        let list = self.devs.load(Ordering::Acquire, guard);
+        // SAFETY: `devs` is never null (set in `new`, only ever swapped for another list); a
+        // replaced list is retired through the default collector, which `guard` pins, so it
+        // outlives `'g`.
+        unsafe { list.deref() }
+    }
+
+    /// The address hash (for benchmarks and diagnostics).
+    pub fn hash(&self) -> &RhlTable<A::Key, LocalAddr> {
+        &self.local
+    }
+
+    /// Replaces `ifindex`'s list with `addrs` (removing the interface when empty). Writer only.
+    fn publish(&self, ifindex: u32, addrs: Vec<IfAddr<A>>, guard: &Guard) {
+        let cur = self.dev_list(guard);
+        let mut devs: Vec<DevAddrs<A>> = cur
+            .devs
+            .iter()
+            .map(|d| DevAddrs {
+                ifindex: d.ifindex,
+                addrs: d.addrs.clone(),
+            })
+            .collect();
+        match devs.binary_search_by_key(&ifindex, |d| d.ifindex) {
+            Ok(i) if addrs.is_empty() => {
+                devs.remove(i);
+            }
+            Ok(i) => devs[i].addrs = addrs.into(),
+            Err(_) if addrs.is_empty() => {}
+            Err(i) => devs.insert(
+                i,
+                DevAddrs {
+                    ifindex,
+                    addrs: addrs.into(),
+                },
+            ),
+        }
+        let old = self
+            .devs
+            .swap(Owned::new(DevList { devs }), Ordering::AcqRel, guard);
+        // SAFETY: `old` is no longer reachable from `devs`; readers that loaded it pinned
+        // before this swap, and the default collector frees it after they unpin.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    fn hash_remove(&self, a: &IfAddr<A>) {
+        let removed = self.local.remove(&a.addr.key(), |l| {
+            l.ifindex == a.ifindex && l.prefix_len == a.prefix_len
+        });
+        debug_assert!(removed, "hash and lists agree");
+    }
+
+    fn hash_set_flags(&self, a: &IfAddr<A>, guard: &Guard) {
+        if let Some(l) = self
+            .local
+            .get_all(&a.addr.key(), guard)
+            .find(|l| l.ifindex == a.ifindex && l.prefix_len == a.prefix_len)
+        {
+            l.flags.store(a.flags.0, Ordering::Release);
+        }
+    }
+
+    fn add(&self, mut entry: IfAddr<A>) -> Result<IfAddr<A>, AddrError> {
+        if entry.prefix_len > A::MAX_PREFIX_LEN {
+            return Err(AddrError::PrefixLen {
+                prefix_len: entry.prefix_len,
+                max: A::MAX_PREFIX_LEN,
+            });
+        }
+        if entry.ifindex == 0 {
+            return Err(AddrError::ZeroIfindex);
+        }
+        let guard = &epoch::pin();
+        let mut list = self.dev_list(guard).get(entry.ifindex).to_vec();
+        let slot = A::place(&list, &mut entry)?;
+        self.local.insert(
+            entry.addr.key(),
+            LocalAddr {
+                ifindex: entry.ifindex,
+                prefix_len: entry.prefix_len,
+                flags: AtomicU32::new(entry.flags.0),
+            },
+        )?;
+        list.insert(slot, entry);
+        self.publish(entry.ifindex, list, guard);
+        Ok(entry)
+    }
+
+    fn remove(
+        &self,
+        addr: A,
+        prefix_len: u8,
+        ifindex: u32,
+        promote: bool,
+    ) -> Result<Removal<A>, AddrError> {
+        let guard = &epoch::pin();
+        let mut list = self.dev_list(guard).get(ifindex).to_vec();
+        let index = list
+            .iter()
+            .position(|x| x.addr == addr && x.prefix_len == prefix_len)
+            .ok_or(AddrError::NotFound)?;
+        let removal = A::remove_at(&mut list, index, promote);
+        self.publish(ifindex, list, guard);
+        for a in &removal.removed {
+            self.hash_remove(a);
+        }
+        if let Some(p) = &removal.promoted {
+            self.hash_set_flags(p, guard);
+        }
+        Ok(removal)
+    }
+
+    fn update(
+        &self,
+        addr: A,
+        prefix_len: u8,
+        ifindex: u32,
+        change: impl FnOnce(&mut IfAddr<A>),
+    ) -> Result<IfAddr<A>, AddrError> {
+        let guard = &epoch::pin();
+        let mut list = self.dev_list(guard).get(ifindex).to_vec();
+        let x = list
+            .iter_mut()
+            .find(|x| x.addr == addr && x.prefix_len == prefix_len)
+            .ok_or(AddrError::NotFound)?;
+        let secondary = x.flags.contains(IfaFlags::SECONDARY);
+        let (addr0, plen0, if0) = (x.addr, x.prefix_len, x.ifindex);
+        change(x);
+        // Identity and the computed IPv4 SECONDARY bit are not the caller's to change.
+        (x.addr, x.prefix_len, x.ifindex) = (addr0, plen0, if0);
+        if A::MAX_PREFIX_LEN == 32 {
+            x.flags = if secondary {
+                x.flags.with(IfaFlags::SECONDARY)
+            } else {
+                x.flags.without(IfaFlags::SECONDARY)
+            };
+        }
+        let updated = *x;
+        self.publish(ifindex, list, guard);
+        self.hash_set_flags(&updated, guard);
+        Ok(updated)
+    }
+
+    fn remove_interface(&self, ifindex: u32) -> Vec<IfAddr<A>> {
+        let guard = &epoch::pin();
+        let list = self.dev_list(guard).get(ifindex).to_vec();
+        self.publish(ifindex, Vec::new(), guard);
+        for a in &list {
+            self.hash_remove(a);
+        }
+        list
+    }
+
+    fn sweep(&self, now: Instant, promote: bool) -> FamilySweep<A> {
+        let mut out = FamilySweep {
+            expired: Vec::new(),
+            promoted: Vec::new(),
+            deprecated: Vec::new(),
+        };
+        // Walk the interface lists (never the hash), as the kernel's check_lifetime does.
+        loop {
+            let guard = &epoch::pin();
+            let due = self
+                .dev_list(guard)
+                .devs
+                .iter()
+                .flat_map(|d| d.addrs.iter())
+                .find(|a| a.valid_until.is_some_and(|t| t <= now))
+                .copied();
+            let Some(a) = due else { break };
+            if let Ok(r) = self.remove(a.addr, a.prefix_len, a.ifindex, promote) {
+                out.expired.extend(r.removed);
+                out.promoted.extend(r.promoted);
+            }
+        }
+        let guard = &epoch::pin();
+        let stale: Vec<IfAddr<A>> = self
+            .dev_list(guard)
+            .devs
+            .iter()
+            .flat_map(|d| d.addrs.iter())
+            .filter(|a| {
+                a.preferred_until.is_some_and(|t| t <= now)
+                    && !a.flags.contains(IfaFlags::DEPRECATED)
+            })
+            .copied()
+            .collect();
+        for a in stale {
+            if let Ok(u) = self.update(a.addr, a.prefix_len, a.ifindex, |x| {
+                x.flags = x.flags.with(IfaFlags::DEPRECATED);
+            }) {
+                out.deprecated.push(u);
+            }
+        }
+        out
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let guard = &epoch::pin();
+        self.dev_list(guard)
+            .devs
+            .iter()
+            .flat_map(|d| d.addrs.iter())
+            .flat_map(|a| {
+                let preferred = a
+                    .preferred_until
+                    .filter(|_| !a.flags.contains(IfaFlags::DEPRECATED));
+                [a.valid_until, preferred]
+            })
+            .flatten()
+            .min()
+    }
+
+    fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
+        self.local
+            .get_all(&addr.key(), guard)
+            .find(|l| {
+                ifindex.is_none_or(|i| i == l.ifindex)
+                    && A::answers(IfaFlags(l.flags.load(Ordering::Acquire)))
+            })
+            .map(|l| l.ifindex)
+    }
+}
+
+impl<A: Family> Drop for FamilyTable<A> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader can hold the current list; retired ones are owned by
+        // the collector.
+        drop(unsafe {
+            self.devs
+                .load(Ordering::Relaxed, epoch::unprotected())
+                .into_owned()
+        });
+    }
+}
+
+/// What a [`sweep`](AddrTable::sweep) did to one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FamilySweep<A> {
+    /// Addresses whose valid lifetime ran out, removed (with IPv4 secondaries that went with
+    /// an expired primary).
+    pub expired: Vec<IfAddr<A>>,
+    /// IPv4 secondaries promoted in place of an expired primary.
+    pub promoted: Vec<IfAddr<A>>,
+    /// Addresses whose preferred lifetime ran out, now flagged `DEPRECATED`.
+    pub deprecated: Vec<IfAddr<A>>,
+}
+
+/// What a [`sweep`](AddrTable::sweep) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    /// IPv4 changes.
+    pub v4: FamilySweep<Ipv4Addr>,
+    /// IPv6 changes.
+    pub v6: FamilySweep<Ipv6Addr>,
+}
+
+/// How an [`AddrTable`] behaves where the kernel has a sysctl.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AddrConfig {
+    /// `net.ipv4.conf.*.promote_secondaries`: when an IPv4 primary goes, promote the first
+    /// secondary of its subnet instead of removing them all. Kernel default: off (many
+    /// distributions turn it on; mirror the namespace's sysctl).
+    pub promote_secondaries: bool,
+    /// Sizing of both address hashes (default: 32 buckets, as the seed post).
+    pub params: Params,
+}
+
+/// The local addresses of one network namespace, IPv4 and IPv6: the user-space counterpart of
+/// the kernel's per-namespace `inet_addr_lst` / `inet6_addr_lst` (as rhltables) and of each
+/// device's address list.
+///
+/// Readers pass a `&Guard` and never lock; one writer at a time (an internal mutex). Writes
+/// take effect in the hash and the interface lists one after the other, so a reader racing a
+/// write may see the address in one and not yet in the other, as in the kernel.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use addr_table::{AddrTable, IfAddr, NetnsId};
+///
+/// let table = AddrTable::new(NetnsId(1));
+/// table.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
+/// let guard = crossbeam_epoch::pin();
+/// assert_eq!(table.dev_find(Ipv4Addr::new(192, 0, 2, 1), None, &guard), Some(2));
+/// assert!(table.is_local("192.0.2.1".parse().unwrap(), &guard));
+/// # Ok::<(), addr_table::AddrError>(())
+/// ```
+#[derive(Debug)]
+pub struct AddrTable {
+    netns: NetnsId,
+    config: AddrConfig,
+    pub(crate) v4: FamilyTable<Ipv4Addr>,
+    pub(crate) v6: FamilyTable<Ipv6Addr>,
+    writer: Mutex<()>,
+}
+
+impl AddrTable {
+    /// An empty table for `netns` with the default [`AddrConfig`].
+    pub fn new(netns: NetnsId) -> Self {
+        // The default parameters are valid.
+        Self::with_config(netns, AddrConfig::default()).unwrap_or_else(|_| unreachable!())
+    }
+
+    /// An empty table for `netns` with `config`.
+    ///
+    /// # Errors
+    /// [`AddrError::Params`] when `config.params` is invalid.
+    pub fn with_config(netns: NetnsId, config: AddrConfig) -> Result<Self, AddrError> {
+        Ok(AddrTable {
+            netns,
+            config,
+            v4: FamilyTable::new(config.params)?,
+            v6: FamilyTable::new(config.params)?,
+            writer: Mutex::new(()),
+        })
+    }
+
+    /// The namespace this table belongs to.
+    pub fn netns(&self) -> NetnsId {
+        self.netns
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AddrConfig {
+        &self.config
+    }
+
+    /// One family's half (for its address hash's statistics).
+    pub fn family<A: Family>(&self) -> &FamilyTable<A> {
+        A::of(self)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    // ---- writers -------------------------------------------------------------------------
+
+    /// Adds an address (`RTM_NEWADDR`); returns it as stored (IPv4: `SECONDARY` computed).
+    ///
+    /// # Errors
+    /// [`AddrError::PrefixLen`], [`AddrError::ZeroIfindex`], [`AddrError::Exists`] (IPv4: same
+    /// address and prefix on the interface; IPv6: same address on the interface),
+    /// [`AddrError::ScopeMismatch`] (IPv4: a secondary whose scope differs from its
+    /// primary's), [`AddrError::TableFull`].
+    pub fn add<A: Family>(&self, entry: IfAddr<A>) -> Result<IfAddr<A>, AddrError> {
+        let _w = self.lock();
+        A::of(self).add(entry)
+    }
+
+    /// Removes an address (`RTM_DELADDR`). Removing an IPv4 primary promotes the first
+    /// secondary of its subnet or removes them all, per
+    /// [`promote_secondaries`](AddrConfig::promote_secondaries).
+    ///
+    /// # Errors
+    /// [`AddrError::NotFound`].
+    pub fn remove<A: Family>(
+        &self,
+        addr: A,
+        prefix_len: u8,
+        ifindex: u32,
+    ) -> Result<Removal<A>, AddrError> {
+        let _w = self.lock();
+        A::of(self).remove(addr, prefix_len, ifindex, self.config.promote_secondaries)
+    }
+
+    /// Changes an address in place (`RTM_NEWADDR` with `NLM_F_REPLACE`, DAD completion):
+    /// `change` may edit scope, flags, lifetimes and label; the address, prefix, interface and
+    /// the IPv4 `SECONDARY` bit stay. Returns the address as stored.
+    ///
+    /// # Errors
+    /// [`AddrError::NotFound`].
+    pub fn update<A: Family>(
+        &self,
+        addr: A,
+        prefix_len: u8,
+        ifindex: u32,
+        change: impl FnOnce(&mut IfAddr<A>),
+    ) -> Result<IfAddr<A>, AddrError> {
+        let _w = self.lock();
+        A::of(self).update(addr, prefix_len, ifindex, change)
+    }
+
+    /// Removes every address of an interface (the interface went away); returns them.
+    pub fn remove_interface(&self, ifindex: u32) -> (Vec<IfAddr<Ipv4Addr>>, Vec<IfAddr<Ipv6Addr>>) {
+        let _w = self.lock();
+        (
+            self.v4.remove_interface(ifindex),
+            self.v6.remove_interface(ifindex),
+        )
+    }
+
+    /// Applies lifetimes as of `now` (the kernel's `check_lifetime`, sans IO): removes the
+    /// addresses whose valid lifetime ran out and flags `DEPRECATED` those whose preferred
+    /// lifetime did; returns what changed. Call it at [`next_deadline`](Self::next_deadline).
+    pub fn sweep(&self, now: Instant) -> Sweep {
+        let _w = self.lock();
+        Sweep {
+            v4: self.v4.sweep(now, self.config.promote_secondaries),
+            v6: self.v6.sweep(now, false),
+        }
+    }
+
+    /// Completes any rehash in progress in both address hashes (a control thread calls this
+    /// when a burst of updates ends, e.g. after a dump, so readers search one table).
+    pub fn finish_rehash(&self) {
+        let _w = self.lock();
+        self.v4.local.finish_rehash();
+        self.v6.local.finish_rehash();
+    }
+
+    /// The earliest instant at which a [`sweep`](Self::sweep) would change something.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let _w = self.lock();
+        [self.v4.next_deadline(), self.v6.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    // ---- readers -------------------------------------------------------------------------
+
+    /// Which interface holds the local address `addr` (the kernel's `__ip_dev_find`; for
+    /// IPv6, `ipv6_chk_addr`): the newest holder, or with `Some(ifindex)` that interface only.
+    /// IPv6 addresses that are tentative (and not optimistic) or failed DAD do not count.
+    ///
+    /// Unlike the kernel, there is no fallback to the local routing table: that is the FIB's.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()`.
+    #[inline]
+    pub fn dev_find<A: Family>(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
+        A::of(self).dev_find(addr, ifindex, guard)
+    }
+
+    /// [`dev_find`](Self::dev_find) for either family.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()`.
+    #[inline]
+    pub fn dev_find_ip(&self, addr: IpAddr, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
+        match addr {
+            IpAddr::V4(a) => self.dev_find(a, ifindex, guard),
+            IpAddr::V6(a) => self.dev_find(a, ifindex, guard),
+        }
+    }
+
+    /// Whether `addr` is a local address of this namespace.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()`.
+    #[inline]
+    pub fn is_local(&self, addr: IpAddr, guard: &Guard) -> bool {
+        self.dev_find_ip(addr, None, guard).is_some()
+    }
+
+    /// An interface's addresses in kernel order: IPv4 primaries (narrow scope first, then in
+    /// insertion order) followed by secondaries in insertion order; IPv6 by scope, widest
+    /// first, newest first within a scope.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()`.
+    pub fn addrs<'g, A: Family>(&'g self, ifindex: u32, guard: &'g Guard) -> &'g [IfAddr<A>] {
+        A::of(self).dev_list(guard).get(ifindex)
+    }
+
+    /// Every interface with addresses of family `A`, by ascending ifindex, with its list.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()`.
+    pub fn interfaces<'g, A: Family>(
+        &'g self,
+        guard: &'g Guard,
+    ) -> impl Iterator<Item = (u32, &'g [IfAddr<A>])> + 'g {
+        A::of(self)
+            .dev_list(guard)
+            .devs
+            .iter()
+            .map(|d| (d.ifindex, &d.addrs[..]))
+    }
+
+    /// Number of distinct local addresses of family `A`.
+    pub fn len<A: Family>(&self) -> usize {
+        A::of(self).local.len()
+    }
+
+    /// Whether the namespace has no address of either family.
+    pub fn is_empty(&self) -> bool {
+        self.v4.local.is_empty() && self.v6.local.is_empty()
+    }
+}

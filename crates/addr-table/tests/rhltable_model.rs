@@ -1,0 +1,305 @@
+//! Differential tests of `RhlTable` (and the `FixedTable` baseline) against a
+//! `HashMap<K, Vec<V>>` model, duplicates and resize boundaries included.
+
+use std::collections::HashMap;
+
+use addr_table::{FixedTable, Params, RhlTable, SeedMode};
+use crossbeam_epoch as epoch;
+use proptest::prelude::*;
+
+/// The model: each key's objects, newest first.
+#[derive(Default, Debug)]
+struct Model(HashMap<u32, Vec<u32>>);
+
+impl Model {
+    fn insert(&mut self, k: u32, v: u32) {
+        self.0.entry(k).or_default().insert(0, v);
+    }
+    fn remove(&mut self, k: u32, v: u32) -> bool {
+        let Some(list) = self.0.get_mut(&k) else {
+            return false;
+        };
+        let Some(pos) = list.iter().position(|x| *x == v) else {
+            return false;
+        };
+        list.remove(pos);
+        if list.is_empty() {
+            self.0.remove(&k);
+        }
+        true
+    }
+    fn remove_all(&mut self, k: u32) -> usize {
+        self.0.remove(&k).map_or(0, |l| l.len())
+    }
+    fn objects(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u32, u32),
+    Remove(u32, u32),
+    RemoveAll(u32),
+    Finish,
+}
+
+fn op(keys: u32) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..keys, 0..4u32).prop_map(|(k, v)| Op::Insert(k, v)),
+        4 => (0..keys, 0..4u32).prop_map(|(k, v)| Op::Remove(k, v)),
+        1 => (0..keys).prop_map(Op::RemoveAll),
+        1 => Just(Op::Finish),
+    ]
+}
+
+fn small_params(seed: u64) -> Params {
+    Params {
+        min_size: 4,
+        seed: SeedMode::Deterministic(seed),
+        ..Params::default()
+    }
+}
+
+/// Checks every key's objects, the counts and the load-factor invariant.
+fn check(table: &RhlTable<u32, u32>, fixed: &FixedTable<u32, u32>, model: &Model, keys: u32) {
+    let guard = epoch::pin();
+    for k in 0..keys {
+        let want: &[u32] = model.0.get(&k).map_or(&[], |l| l.as_slice());
+        let got: Vec<u32> = table.get_all(&k, &guard).copied().collect();
+        assert_eq!(got, want, "rhltable key {k}");
+        assert_eq!(table.get(&k, &guard), want.first(), "rhltable get {k}");
+        assert_eq!(table.contains_key(&k, &guard), !want.is_empty());
+        let got: Vec<u32> = fixed.get_all(&k, &guard).copied().collect();
+        assert_eq!(got, want, "fixed key {k}");
+    }
+    assert_eq!(table.len(), model.0.len());
+    assert_eq!(table.objects(), model.objects());
+    assert_eq!(fixed.len(), model.objects());
+    let stats = table.stats();
+    assert_eq!(
+        (stats.keys, stats.objects),
+        (model.0.len(), model.objects())
+    );
+    // The newest table is never above 75% load, and never below 30% unless at min_size.
+    let min = table.params().min_size;
+    assert!(stats.size >= min);
+    assert!(stats.keys * 4 <= stats.size * 3, "{stats:?}");
+    assert!(
+        stats.size == min || stats.keys * 10 >= stats.size * 3,
+        "{stats:?}"
+    );
+    assert_eq!(stats.rehashes.reseeds, 0, "no chain of 17 by chance");
+}
+
+fn run(ops: &[Op], keys: u32, seed: u64) {
+    let table = RhlTable::with_params(small_params(seed)).unwrap();
+    let fixed = FixedTable::new(0x5eed);
+    let mut model = Model::default();
+    for op in ops {
+        match *op {
+            Op::Insert(k, v) => {
+                table.insert(k, v).unwrap();
+                fixed.insert(k, v);
+                model.insert(k, v);
+            }
+            Op::Remove(k, v) => {
+                let want = model.remove(k, v);
+                assert_eq!(table.remove(&k, |x| *x == v), want, "remove {k} {v}");
+                assert_eq!(fixed.remove(&k, |x| *x == v), want);
+            }
+            Op::RemoveAll(k) => {
+                let want = model.remove_all(k);
+                assert_eq!(table.remove_all(&k), want);
+                while fixed.remove(&k, |_| true) {}
+            }
+            Op::Finish => table.finish_rehash(),
+        }
+        check(&table, &fixed, &model, keys);
+    }
+    // Everything the table holds, walked under the writer lock, is the model.
+    let mut seen: HashMap<u32, Vec<u32>> = HashMap::new();
+    table.for_each(|k, v| seen.entry(*k).or_default().push(*v));
+    assert_eq!(seen, model.0);
+}
+
+proptest! {
+    /// Few keys, many duplicates: lists of objects per key, removal from the middle.
+    #[test]
+    fn matches_model_with_duplicates(ops in proptest::collection::vec(op(12), 1..200), seed: u64) {
+        run(&ops, 12, seed);
+    }
+
+    /// Enough keys to grow from 4 buckets to 256 and shrink back, across migrations.
+    #[test]
+    fn matches_model_across_resizes(ops in proptest::collection::vec(op(160), 1..600), seed: u64) {
+        run(&ops, 160, seed);
+    }
+}
+
+/// Grows 0 → n keys then removes them, checking the model after every step: every grow and
+/// shrink boundary from 4 buckets up to 1024 is crossed in both directions.
+#[test]
+fn every_resize_boundary_up_and_down() {
+    let n = 700u32;
+    let table = RhlTable::with_params(small_params(1)).unwrap();
+    let fixed = FixedTable::new(1);
+    let mut model = Model::default();
+    for k in 0..n {
+        table.insert(k, k * 3).unwrap();
+        fixed.insert(k, k * 3);
+        model.insert(k, k * 3);
+        if k % 7 == 0 {
+            check(&table, &fixed, &model, n);
+        }
+    }
+    check(&table, &fixed, &model, n);
+    let grown = table.stats();
+    assert_eq!(grown.size, 1024);
+    assert_eq!(grown.rehashes.grows, 8, "4 → 8 → ... → 1024");
+    for k in 0..n {
+        assert!(table.remove(&k, |v| *v == k * 3));
+        assert!(fixed.remove(&k, |v| *v == k * 3));
+        model.remove(k, k * 3);
+        if k % 7 == 0 {
+            check(&table, &fixed, &model, n);
+        }
+    }
+    check(&table, &fixed, &model, n);
+    let shrunk = table.stats();
+    assert_eq!(shrunk.size, 4);
+    assert!(shrunk.rehashes.shrinks >= 3, "{shrunk:?}");
+}
+
+/// The exact thresholds with the default 32 buckets: grow when the 25th key arrives
+/// (25 > 0.75 * 32), shrink from 64 when fewer than 19.2 keys remain (19 * 10 < 64 * 3).
+#[test]
+fn thresholds_of_the_default_table() {
+    let table: RhlTable<u32, ()> = RhlTable::new();
+    for k in 0..24 {
+        table.insert(k, ()).unwrap();
+    }
+    let s = table.stats();
+    assert_eq!((s.size, s.migrating_from), (32, None));
+    // Duplicates do not count towards the load.
+    for _ in 0..100 {
+        table.insert(0, ()).unwrap();
+    }
+    assert_eq!(table.stats().size, 32);
+    table.insert(24, ()).unwrap();
+    let s = table.stats();
+    assert_eq!((s.size, s.migrating_from), (64, Some(32)));
+    table.finish_rehash();
+    assert_eq!(table.stats().migrating_from, None);
+    for k in (20..25).rev() {
+        assert_eq!(table.remove_all(&k), 1);
+    }
+    assert_eq!(table.stats().size, 64, "20 keys: 20 * 10 >= 64 * 3");
+    assert_eq!(table.remove_all(&19), 1);
+    assert_eq!(
+        table.stats().size,
+        32,
+        "19 keys: shrink to max(32, roundup(28))"
+    );
+    // Never below min_size.
+    for k in 0..19 {
+        table.remove_all(&k);
+    }
+    assert_eq!(table.stats().size, 32);
+    assert!(table.is_empty());
+    assert_eq!(table.objects(), 0);
+}
+
+#[test]
+fn bad_params_are_typed_errors() {
+    use addr_table::ParamsError;
+    let p = |min_size, max_size| Params {
+        min_size,
+        max_size,
+        ..Params::default()
+    };
+    assert_eq!(
+        RhlTable::<u32, ()>::with_params(p(3, 64)).unwrap_err(),
+        ParamsError::MinSize(3)
+    );
+    assert_eq!(
+        RhlTable::<u32, ()>::with_params(p(2, 64)).unwrap_err(),
+        ParamsError::MinSize(2)
+    );
+    assert_eq!(
+        RhlTable::<u32, ()>::with_params(p(32, 48)).unwrap_err(),
+        ParamsError::MaxSize(48)
+    );
+    assert_eq!(
+        RhlTable::<u32, ()>::with_params(p(64, 32)).unwrap_err(),
+        ParamsError::MaxBelowMin {
+            min_size: 64,
+            max_size: 32
+        }
+    );
+}
+
+#[test]
+fn table_full_at_twice_max_size() {
+    use addr_table::InsertError;
+    let table = RhlTable::with_params(Params {
+        min_size: 4,
+        max_size: 8,
+        ..Params::default()
+    })
+    .unwrap();
+    for k in 0..16u32 {
+        table.insert(k, k).unwrap();
+    }
+    assert_eq!(
+        table.insert(16, 0),
+        Err(InsertError::TableFull { max_elems: 16 })
+    );
+    // A duplicate of an existing key is still accepted.
+    table.insert(3, 33).unwrap();
+    assert_eq!(table.len(), 16);
+    assert_eq!(table.stats().size, 8);
+}
+
+#[test]
+#[should_panic(expected = "default collector")]
+fn a_guard_of_another_collector_is_refused() {
+    let table: RhlTable<u32, u32> = RhlTable::new();
+    let collector = epoch::Collector::new();
+    let handle = collector.register();
+    let guard = handle.pin();
+    let _ = table.get(&1, &guard);
+}
+
+/// A rehash completes within `MIGRATE_WRITES` writes of any kind, so a table does not stay
+/// half migrated (readers probing two tables) long after a burst of updates.
+#[test]
+fn a_rehash_completes_within_a_bounded_number_of_writes() {
+    use addr_table::rhltable::MIGRATE_WRITES;
+    let table: RhlTable<u32, u32> = RhlTable::new();
+    for k in 0..768 {
+        table.insert(k, 0).unwrap();
+    }
+    table.finish_rehash();
+    assert_eq!(table.stats().size, 1024);
+    table.insert(768, 0).unwrap();
+    assert_eq!(table.stats().migrating_from, Some(1024));
+    let mut writes = 1;
+    while table.stats().migrating_from.is_some() {
+        // Duplicates and removals of absent keys are writes too.
+        if writes % 2 == 0 {
+            table.insert(writes, 1).unwrap();
+        } else {
+            assert!(!table.remove(&1_000_000, |_| true));
+        }
+        writes += 1;
+        assert!(
+            writes as usize <= MIGRATE_WRITES,
+            "still migrating after {writes} writes"
+        );
+    }
+    let guard = epoch::pin();
+    for k in 0..769 {
+        assert!(table.contains_key(&k, &guard));
+    }
+}
