@@ -92,7 +92,10 @@ fn missing_packages() -> anyhow::Result<Vec<&'static str>> {
         .output()
         .context("setup: cannot run dpkg-query (is this Debian?)")?;
     // dpkg-query exits 1 when some package is unknown; its stdout still lists the known ones.
-    Ok(not_installed(PACKAGES, &String::from_utf8_lossy(&output.stdout)))
+    Ok(not_installed(
+        PACKAGES,
+        &String::from_utf8_lossy(&output.stdout),
+    ))
 }
 
 /// The `wanted` packages that a `dpkg-query` listing of `${Package} ${db:Status-Abbrev}` lines
@@ -143,8 +146,12 @@ mod tests {
     fn finds_bpffs() {
         let without = "sysfs /sys sysfs rw 0 0\nproc /proc proc rw 0 0\n";
         assert!(!has_bpffs(without));
-        assert!(has_bpffs(&format!("{without}bpf /sys/fs/bpf bpf rw,relatime 0 0\n")));
+        assert!(has_bpffs(&format!(
+            "{without}bpf /sys/fs/bpf bpf rw,relatime 0 0\n"
+        )));
         // bpffs elsewhere, or something else at the path, does not count.
-        assert!(!has_bpffs("bpf /mnt/bpf bpf rw 0 0\ntmpfs /sys/fs/bpf tmpfs rw 0 0\n"));
+        assert!(!has_bpffs(
+            "bpf /mnt/bpf bpf rw 0 0\ntmpfs /sys/fs/bpf tmpfs rw 0 0\n"
+        ));
     }
 }
