@@ -492,14 +492,14 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 self.replace_in(slot, boxed(fresh, guard), guard);
                 retire(old, guard);
                 if new_slen < old_slen {
-                    pull_suffix(&path, guard);
+                    pull_suffix(&path, old_slen, guard);
                 }
             }
             (Some(old), true) => {
                 self.replace_in(slot, Shared::null(), guard);
                 retire(old, guard);
                 self.leaves.fetch_sub(1, Ordering::Relaxed);
-                self.rebalance(&path, true, guard);
+                self.rebalance(&path, Some(old.slen()), guard);
             }
             (None, false) => {
                 // `fib_insert_node`: an empty slot takes the leaf; an occupied one (a node whose
@@ -527,7 +527,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                         path.push((tn_ref, 0));
                     }
                 }
-                self.rebalance(&path, false, guard);
+                self.rebalance(&path, None, guard);
             }
         }
         Ok(())
@@ -555,13 +555,21 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// Resizes every tnode of `path` bottom up (`trie_rebalance`), recomputing suffix lengths
-    /// that may have dropped (`pull` says the deepest one may have).
-    fn rebalance<'g>(&self, path: &[(&'g Node<K, V>, usize)], mut pull: bool, guard: &'g Guard) {
+    /// that may have dropped: `lowered` is the former suffix length of the deepest node's child
+    /// that changed, when it may have shrunk.
+    fn rebalance<'g>(
+        &self,
+        path: &[(&'g Node<K, V>, usize)],
+        mut lowered: Option<u8>,
+        guard: &'g Guard,
+    ) {
         for depth in (0..path.len()).rev() {
             let tn = path[depth].0;
-            if pull {
-                let before = tn.slen();
-                pull = tn.update_suffix(guard) < before;
+            // What the parent last saw of this node.
+            let before = tn.slen();
+            // Only a node whose suffix length came from the shrunken child can drop.
+            if lowered.is_some_and(|old| before == old && old > tn.pos) {
+                tn.update_suffix(guard);
             }
             let slot = match depth.checked_sub(1) {
                 Some(up) => Slot {
@@ -573,14 +581,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                     index: 0,
                 },
             };
-            let before = tn.slen();
             self.resize(slot, guard);
-            if self
-                .load_slot(slot, guard)
-                .is_none_or(|n| n.slen() < before)
-            {
-                pull = true;
-            }
+            let after = self.load_slot(slot, guard).map(|n| n.slen());
+            lowered = after.is_none_or(|after| after < before).then_some(before);
         }
     }
 
@@ -864,11 +867,11 @@ fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
     }
 }
 
-/// Recomputes suffix lengths bottom up while they drop (`node_pull_suffix`).
-fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], guard: &Guard) {
+/// Recomputes suffix lengths bottom up after a leaf's dropped from `old` (`node_pull_suffix`):
+/// only nodes whose value was `old` can change, and the walk stops at the first that keeps it.
+fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Guard) {
     for (tn, _) in path.iter().rev() {
-        let before = tn.slen();
-        if tn.update_suffix(guard) >= before {
+        if tn.slen() != old || old == tn.pos || tn.update_suffix(guard) == old {
             break;
         }
     }
