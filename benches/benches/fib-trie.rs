@@ -1,0 +1,480 @@
+//! fib-trie beside its peers: longest-prefix-match lookups on real full tables (single and
+//! batched), full-table build time, single insert/delete latency on a full table, and lookups
+//! while a writer applies updates. See `fib-trie.md` beside this file for the method.
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use crossbeam_epoch as epoch;
+use fib_trie::{LcTrie, Match, ReferenceLpm, TrieKey};
+use ip_network::{Ipv4Network, Ipv6Network};
+use ip_network_table::IpNetworkTable;
+use ipnet::{Ipv4Net, Ipv6Net};
+use iptrie::map::{LCTrieMap, RTrieMap};
+use iptrie::{Ipv4Prefix, Ipv6Prefix};
+use prefix_trie::PrefixMap;
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use xfwd_benches::data::routes::{self, Route};
+
+/// Lookups per iteration.
+const KEYS: usize = 4096;
+
+/// One address family's plumbing for the peers.
+trait Family: TrieKey {
+    type Net: Copy;
+    fn random(rng: &mut StdRng) -> Self;
+}
+
+impl Family for u32 {
+    type Net = Ipv4Net;
+    fn random(rng: &mut StdRng) -> u32 {
+        rng.random()
+    }
+}
+
+impl Family for u128 {
+    type Net = Ipv6Net;
+    fn random(rng: &mut StdRng) -> u128 {
+        // Global unicast 2000::/3: uniform IPv6 keys would almost never match.
+        (rng.random::<u128>() >> 3) | (1 << 125)
+    }
+}
+
+/// The answer of one lookup folded into a checksum: value and prefix length (0, 0 for none).
+fn fold(sum: u64, value: u32, plen: u8) -> u64 {
+    sum.wrapping_mul(31)
+        .wrapping_add((u64::from(value) << 8) | u64::from(plen))
+}
+
+/// Every engine built over one table, all holding the origin ASN as value.
+struct Engines<K: Family> {
+    ours: LcTrie<K, u32>,
+    reference: ReferenceLpm<K, u32>,
+    prefix_trie: PrefixMap<K::Net, u32>,
+    ip_network_table: IpNetworkTable<u32>,
+    iptrie: Peer<K>,
+}
+
+enum Peer<K: Family> {
+    V4(LCTrieMap<Ipv4Prefix, u32>),
+    V6(LCTrieMap<Ipv6Prefix, u32>),
+    #[allow(dead_code, reason = "ties the key type")]
+    Never(std::marker::PhantomData<K>),
+}
+
+fn prefixes<A: xfwd_benches::data::PrefixAddr, K: TrieKey>(
+    table: &[Route<A>],
+    key: impl Fn(A) -> K,
+) -> Vec<(K, u8, u32)> {
+    table
+        .iter()
+        .map(|r| (key(r.prefix.addr), r.prefix.len, r.origin_asn))
+        .collect()
+}
+
+fn build_ours<K: TrieKey>(p: &[(K, u8, u32)]) -> LcTrie<K, u32> {
+    let t = LcTrie::new();
+    for &(k, l, v) in p {
+        t.insert(k, l, v).expect("canonical prefix");
+    }
+    t
+}
+
+fn build_reference<K: TrieKey>(p: &[(K, u8, u32)]) -> ReferenceLpm<K, u32> {
+    let mut t = ReferenceLpm::new();
+    for &(k, l, v) in p {
+        t.insert(k, l, v).expect("canonical prefix");
+    }
+    t
+}
+
+fn build_v4(p: &[(u32, u8, u32)]) -> Engines<u32> {
+    let mut prefix_trie = PrefixMap::new();
+    let mut ip_network_table = IpNetworkTable::new();
+    let mut rtrie = RTrieMap::with_root(0);
+    for &(k, l, v) in p {
+        let a = Ipv4Addr::from(k);
+        prefix_trie.insert(Ipv4Net::new(a, l).expect("valid"), v);
+        ip_network_table.insert(Ipv4Network::new(a, l).expect("valid"), v);
+        rtrie.insert(Ipv4Prefix::new(a, l).expect("valid"), v);
+    }
+    Engines {
+        ours: build_ours(p),
+        reference: build_reference(p),
+        prefix_trie,
+        ip_network_table,
+        iptrie: Peer::V4(rtrie.compress()),
+    }
+}
+
+fn build_v6(p: &[(u128, u8, u32)]) -> Engines<u128> {
+    let mut prefix_trie = PrefixMap::new();
+    let mut ip_network_table = IpNetworkTable::new();
+    let mut rtrie = RTrieMap::with_root(0);
+    for &(k, l, v) in p {
+        let a = Ipv6Addr::from(k);
+        prefix_trie.insert(Ipv6Net::new(a, l).expect("valid"), v);
+        ip_network_table.insert(Ipv6Network::new(a, l).expect("valid"), v);
+        rtrie.insert(Ipv6Prefix::new(a, l).expect("valid"), v);
+    }
+    Engines {
+        ours: build_ours(p),
+        reference: build_reference(p),
+        prefix_trie,
+        ip_network_table,
+        iptrie: Peer::V6(rtrie.compress()),
+    }
+}
+
+/// The peers' lookups of one key, as (value, plen).
+trait Lookups {
+    fn prefix_trie(&self, key: Self::Key) -> (u32, u8);
+    fn ip_network_table(&self, key: Self::Key) -> (u32, u8);
+    fn iptrie(&self, key: Self::Key) -> (u32, u8);
+    type Key;
+}
+
+impl Lookups for Engines<u32> {
+    type Key = u32;
+    fn prefix_trie(&self, key: u32) -> (u32, u8) {
+        let net = Ipv4Net::new(Ipv4Addr::from(key), 32).expect("host");
+        self.prefix_trie
+            .get_lpm(&net)
+            .map_or((0, 0), |(p, v)| (*v, p.prefix_len()))
+    }
+    fn ip_network_table(&self, key: u32) -> (u32, u8) {
+        self.ip_network_table
+            .longest_match_ipv4(Ipv4Addr::from(key))
+            .map_or((0, 0), |(n, v)| (*v, n.netmask()))
+    }
+    fn iptrie(&self, key: u32) -> (u32, u8) {
+        let Peer::V4(t) = &self.iptrie else {
+            unreachable!()
+        };
+        let (p, v) = t.lookup(&Ipv4Addr::from(key));
+        (*v, iptrie::IpPrefix::len(p))
+    }
+}
+
+impl Lookups for Engines<u128> {
+    type Key = u128;
+    fn prefix_trie(&self, key: u128) -> (u32, u8) {
+        let net = Ipv6Net::new(Ipv6Addr::from(key), 128).expect("host");
+        self.prefix_trie
+            .get_lpm(&net)
+            .map_or((0, 0), |(p, v)| (*v, p.prefix_len()))
+    }
+    fn ip_network_table(&self, key: u128) -> (u32, u8) {
+        self.ip_network_table
+            .longest_match_ipv6(Ipv6Addr::from(key))
+            .map_or((0, 0), |(n, v)| (*v, n.netmask()))
+    }
+    fn iptrie(&self, key: u128) -> (u32, u8) {
+        let Peer::V6(t) = &self.iptrie else {
+            unreachable!()
+        };
+        let (p, v) = t.lookup(&Ipv6Addr::from(key));
+        (*v, iptrie::IpPrefix::len(p))
+    }
+}
+
+fn ours_of(m: Option<Match<'_, impl Copy, u32>>) -> (u32, u8) {
+    m.map_or((0, 0), |m| (*m.value, m.plen))
+}
+
+/// The checksums of every engine over `keys`, which must all agree.
+fn checksums<K: Family>(e: &Engines<K>, keys: &[K]) -> Vec<(&'static str, u64)>
+where
+    Engines<K>: Lookups<Key = K>,
+{
+    let guard = &epoch::pin();
+    let sum = |f: &dyn Fn(K) -> (u32, u8)| {
+        keys.iter().fold(0, |s, &k| {
+            let (v, l) = f(k);
+            fold(s, v, l)
+        })
+    };
+    let mut batched = vec![None; keys.len()];
+    e.ours.lookup_batch(keys, &mut batched, guard, |_| true);
+    vec![
+        (
+            "fib-trie",
+            sum(&|k| ours_of(e.ours.lookup(k, guard, |_| true))),
+        ),
+        (
+            "fib-trie-batched",
+            batched.iter().fold(0, |s, m| {
+                let (v, l) = ours_of(*m);
+                fold(s, v, l)
+            }),
+        ),
+        (
+            "reference",
+            sum(&|k| {
+                e.reference
+                    .lookup(k, |_| true)
+                    .map_or((0, 0), |(_, l, v)| (*v, l))
+            }),
+        ),
+        ("prefix-trie", sum(&|k| e.prefix_trie(k))),
+        ("ip_network_table", sum(&|k| e.ip_network_table(k))),
+        ("iptrie", sum(&|k| e.iptrie(k))),
+    ]
+}
+
+fn lookup_group<K: Family>(c: &mut Criterion, group: &str, table: &str, e: &Engines<K>, keys: &[K])
+where
+    Engines<K>: Lookups<Key = K>,
+{
+    let sums = checksums(e, keys);
+    for (name, sum) in &sums {
+        assert_eq!(
+            *sum, sums[0].1,
+            "{name} disagrees with fib-trie on {table} ({group})"
+        );
+    }
+    let mut g = c.benchmark_group(format!("fib-trie/{group}"));
+    g.throughput(Throughput::Elements(keys.len() as u64));
+    g.sample_size(30)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    g.bench_function(BenchmarkId::new("fib-trie", table), |b| {
+        b.iter(|| {
+            let guard = epoch::pin();
+            keys.iter().fold(0, |s, &k| {
+                let (v, l) = ours_of(e.ours.lookup(k, &guard, |_| true));
+                fold(s, v, l)
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("fib-trie-batched", table), |b| {
+        b.iter(|| {
+            let guard = epoch::pin();
+            keys.chunks(fib_trie::BATCH).fold(0, |s, chunk| {
+                let mut out = [None; fib_trie::BATCH];
+                e.ours.lookup_batch(chunk, &mut out, &guard, |_| true);
+                out[..chunk.len()].iter().fold(s, |s, m| {
+                    let (v, l) = ours_of(*m);
+                    fold(s, v, l)
+                })
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("prefix-trie", table), |b| {
+        b.iter(|| {
+            keys.iter().fold(0, |s, &k| {
+                let (v, l) = e.prefix_trie(k);
+                fold(s, v, l)
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("ip_network_table", table), |b| {
+        b.iter(|| {
+            keys.iter().fold(0, |s, &k| {
+                let (v, l) = e.ip_network_table(k);
+                fold(s, v, l)
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("iptrie", table), |b| {
+        b.iter(|| {
+            keys.iter().fold(0, |s, &k| {
+                let (v, l) = e.iptrie(k);
+                fold(s, v, l)
+            })
+        });
+    });
+    g.bench_function(BenchmarkId::new("reference", table), |b| {
+        b.iter(|| {
+            keys.iter().fold(0, |s, &k| {
+                let (v, l) = e
+                    .reference
+                    .lookup(k, |_| true)
+                    .map_or((0, 0), |(_, l, v)| (*v, l));
+                fold(s, v, l)
+            })
+        });
+    });
+    g.finish();
+}
+
+/// `KEYS` uniform keys and `KEYS` keys inside announced prefixes.
+fn keys<K: Family>(p: &[(K, u8, u32)], seed: u64) -> (Vec<K>, Vec<K>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let uniform = (0..KEYS).map(|_| K::random(&mut rng)).collect();
+    let announced = (0..KEYS)
+        .map(|_| {
+            let (k, l, _) = p[rng.random_range(0..p.len())];
+            k | (K::random(&mut rng) & !K::prefix_mask(l))
+        })
+        .collect();
+    (uniform, announced)
+}
+
+fn report<K: TrieKey>(table: &str, t: &LcTrie<K, u32>) {
+    let s = t.stats(&epoch::pin());
+    eprintln!(
+        "fib-trie shape on {table}: {} bytes ({:.1} MiB)\n{s}",
+        s.bytes,
+        s.bytes as f64 / 1048576.0
+    );
+}
+
+fn lookups(c: &mut Criterion) {
+    let v4 = prefixes(&routes::BGP_FULL_V4.load().expect("bgp-full-v4"), u32::from);
+    let e = build_v4(&v4);
+    report("bgp-full-v4", &e.ours);
+    let (uniform, announced) = keys(&v4, 1);
+    lookup_group(c, "lookup-uniform", "bgp-full-v4", &e, &uniform);
+    lookup_group(c, "lookup-announced", "bgp-full-v4", &e, &announced);
+    drop(e);
+
+    let dfz = prefixes(&routes::DFZ_V4.load().expect("dfz-v4"), u32::from);
+    let e = build_v4(&dfz);
+    report("dfz-v4", &e.ours);
+    let (uniform, announced) = keys(&dfz, 2);
+    lookup_group(c, "lookup-uniform", "dfz-v4", &e, &uniform);
+    lookup_group(c, "lookup-announced", "dfz-v4", &e, &announced);
+    drop(e);
+
+    let v6 = prefixes(
+        &routes::BGP_FULL_V6.load().expect("bgp-full-v6"),
+        u128::from,
+    );
+    let e = build_v6(&v6);
+    report("bgp-full-v6", &e.ours);
+    let (uniform, announced) = keys(&v6, 3);
+    lookup_group(c, "lookup-uniform", "bgp-full-v6", &e, &uniform);
+    lookup_group(c, "lookup-announced", "bgp-full-v6", &e, &announced);
+}
+
+/// Full-table build time (bgp-full-v4), each engine from the same prefix list.
+fn build(c: &mut Criterion) {
+    let v4 = prefixes(&routes::BGP_FULL_V4.load().expect("bgp-full-v4"), u32::from);
+    let mut g = c.benchmark_group("fib-trie/build");
+    g.sample_size(10)
+        .warm_up_time(Duration::from_millis(100))
+        .measurement_time(Duration::from_secs(8));
+    g.throughput(Throughput::Elements(v4.len() as u64));
+    g.bench_function(BenchmarkId::new("fib-trie", "bgp-full-v4"), |b| {
+        b.iter(|| build_ours(&v4))
+    });
+    g.bench_function(BenchmarkId::new("prefix-trie", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            let mut t = PrefixMap::new();
+            for &(k, l, v) in &v4 {
+                t.insert(Ipv4Net::new(Ipv4Addr::from(k), l).expect("valid"), v);
+            }
+            t
+        });
+    });
+    g.bench_function(BenchmarkId::new("ip_network_table", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            let mut t = IpNetworkTable::new();
+            for &(k, l, v) in &v4 {
+                t.insert(Ipv4Network::new(Ipv4Addr::from(k), l).expect("valid"), v);
+            }
+            t
+        });
+    });
+    g.bench_function(BenchmarkId::new("iptrie", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            let mut t = RTrieMap::with_root(0);
+            for &(k, l, v) in &v4 {
+                t.insert(Ipv4Prefix::new(Ipv4Addr::from(k), l).expect("valid"), v);
+            }
+            t.compress()
+        });
+    });
+    g.bench_function(BenchmarkId::new("reference", "bgp-full-v4"), |b| {
+        b.iter(|| build_reference(&v4))
+    });
+    g.finish();
+}
+
+/// One insert plus one delete of a /24 absent from the full bgp-full-v4 table.
+fn update(c: &mut Criterion) {
+    let v4 = prefixes(&routes::BGP_FULL_V4.load().expect("bgp-full-v4"), u32::from);
+    let e = build_v4(&v4);
+    let mut rng = StdRng::seed_from_u64(4);
+    let fresh: Vec<u32> = std::iter::repeat_with(|| rng.random::<u32>() & 0xffff_ff00)
+        .filter(|k| e.ours.get(*k, &epoch::pin()).is_none())
+        .take(1024)
+        .collect();
+    let Engines {
+        ours,
+        mut prefix_trie,
+        mut ip_network_table,
+        ..
+    } = e;
+    let mut g = c.benchmark_group("fib-trie/update");
+    g.sample_size(30).measurement_time(Duration::from_secs(2));
+    g.throughput(Throughput::Elements(2));
+    let mut i = 0;
+    g.bench_function(BenchmarkId::new("fib-trie", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            i = (i + 1) % fresh.len();
+            ours.insert(fresh[i], 24, 1).expect("valid");
+            ours.remove(fresh[i], 24).expect("valid")
+        });
+    });
+    g.bench_function(BenchmarkId::new("prefix-trie", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            i = (i + 1) % fresh.len();
+            let net = Ipv4Net::new(Ipv4Addr::from(fresh[i]), 24).expect("valid");
+            prefix_trie.insert(net, 1);
+            prefix_trie.remove(&net)
+        });
+    });
+    g.bench_function(BenchmarkId::new("ip_network_table", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            i = (i + 1) % fresh.len();
+            let net = Ipv4Network::new(Ipv4Addr::from(fresh[i]), 24).expect("valid");
+            ip_network_table.insert(net, 1);
+            ip_network_table.remove(net)
+        });
+    });
+    g.finish();
+
+    // Lookups while another thread inserts and deletes /24s as fast as it can.
+    let ours = Arc::new(ours);
+    let (_, announced) = keys(&v4, 5);
+    let mut g = c.benchmark_group("fib-trie/lookup-while-updating");
+    g.sample_size(30).measurement_time(Duration::from_secs(2));
+    g.throughput(Throughput::Elements(KEYS as u64));
+    let run = |b: &mut criterion::Bencher<'_>| {
+        b.iter(|| {
+            let guard = epoch::pin();
+            announced.iter().fold(0, |s, &k| {
+                let (v, l) = ours_of(ours.lookup(k, &guard, |_| true));
+                fold(s, v, l)
+            })
+        });
+    };
+    g.bench_function(BenchmarkId::new("fib-trie", "idle"), run);
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (ours, stop, fresh) = (Arc::clone(&ours), Arc::clone(&stop), fresh.clone());
+        std::thread::spawn(move || {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let k = fresh[n % fresh.len()];
+                ours.insert(k, 24, 1).expect("valid");
+                ours.remove(k, 24).expect("valid");
+                n += 1;
+            }
+            n
+        })
+    };
+    g.bench_function(BenchmarkId::new("fib-trie", "writer-running"), run);
+    stop.store(true, Ordering::Relaxed);
+    let updates = writer.join().expect("writer");
+    eprintln!("fib-trie/lookup-while-updating: the writer made {updates} insert+delete pairs");
+    g.finish();
+}
+
+criterion_group!(benches, lookups, build, update);
+criterion_main!(benches);

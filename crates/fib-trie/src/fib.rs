@@ -1,0 +1,421 @@
+//! Many tables and the policy rules that choose among them (`fib_rules`, `fib_lookup`).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use crate::key::TrieKey;
+use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
+use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
+
+/// What a matching rule does (`FR_ACT_*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RuleAction {
+    /// Look the flow up in this table; on no match (or a throw route) continue with the next rule.
+    Lookup(u32),
+    /// Jump to the first rule of this priority (which must be larger than the rule's own).
+    Goto(u32),
+    /// Do nothing, continue with the next rule.
+    Nop,
+    /// Fail with [`LookupError::Blackhole`].
+    Blackhole,
+    /// Fail with [`LookupError::NoRoute`] (`ENETUNREACH`).
+    Unreachable,
+    /// Fail with [`LookupError::Prohibit`].
+    Prohibit,
+}
+
+/// A policy routing rule (`fib_rule`): selectors, all of which must match, and an action.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FibRule<K> {
+    /// The rule's priority (`pref`): rules are tried in ascending order.
+    pub priority: u32,
+    /// Source prefix (`from`), or any.
+    pub src: Option<(K, u8)>,
+    /// Destination prefix (`to`), or any.
+    pub dst: Option<(K, u8)>,
+    /// Input interface index, 0 for any.
+    pub iif: u32,
+    /// Output interface index, 0 for any.
+    pub oif: u32,
+    /// TOS to match, 0 for any.
+    pub tos: u8,
+    /// Firewall mark to match under `fwmask`.
+    pub fwmark: u32,
+    /// Mask of the mark bits compared (0: mark not compared).
+    pub fwmask: u32,
+    /// Match the flows the selectors do *not* match (`not`).
+    pub invert: bool,
+    /// What to do on a match.
+    pub action: RuleAction,
+}
+
+impl<K: TrieKey> FibRule<K> {
+    /// A rule of this priority that matches everything and does `action`.
+    pub fn new(priority: u32, action: RuleAction) -> Self {
+        FibRule {
+            priority,
+            src: None,
+            dst: None,
+            iif: 0,
+            oif: 0,
+            tos: 0,
+            fwmark: 0,
+            fwmask: 0,
+            invert: false,
+            action,
+        }
+    }
+
+    /// Whether the rule's selectors match `flow` (`fib_rule_match`).
+    pub fn matches(&self, flow: &Flow<K>) -> bool {
+        let in_prefix = |p: Option<(K, u8)>, addr: K| {
+            p.is_none_or(|(k, l)| (addr ^ k) & K::prefix_mask(l) == K::ZERO)
+        };
+        let hit = (self.iif == 0 || self.iif == flow.iif)
+            && (self.oif == 0 || self.oif == flow.oif)
+            && (self.fwmark ^ flow.mark) & self.fwmask == 0
+            && (self.tos == 0 || self.tos == flow.tos)
+            && in_prefix(self.src, flow.src)
+            && in_prefix(self.dst, flow.dst);
+        hit != self.invert
+    }
+}
+
+/// Why a rule change was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuleError {
+    /// An identical rule exists (`EEXIST`).
+    #[error("rule exists")]
+    Exists,
+    /// No such rule to delete (`ENOENT`).
+    #[error("no such rule")]
+    NotFound,
+    /// A goto that does not jump forward (`EINVAL`).
+    #[error("goto {target} from priority {priority} must jump forward")]
+    BadGoto {
+        /// The rule's priority.
+        priority: u32,
+        /// The goto target.
+        target: u32,
+    },
+    /// A selector prefix that is not canonical.
+    #[error(transparent)]
+    Prefix(#[from] crate::trie::PrefixError),
+}
+
+/// The read-mostly state readers walk: the tables by id and the rules, in priority order.
+/// Replaced as a whole (copy-on-write) when a table is created or a rule changes.
+struct Snapshot<K: TrieKey> {
+    tables: HashMap<u32, Arc<FibTable<K>>>,
+    rules: Vec<FibRule<K>>,
+    /// For each rule, the index of its goto target (the first rule of that priority), if any.
+    goto_index: Vec<Option<usize>>,
+    /// Whether rules other than the three defaults were ever configured (the kernel's
+    /// `fib_has_custom_rules`): until then local and main answer as one merged trie.
+    custom_rules: bool,
+}
+
+impl<K: TrieKey> Snapshot<K> {
+    fn with_rules(
+        tables: HashMap<u32, Arc<FibTable<K>>>,
+        rules: Vec<FibRule<K>>,
+        custom_rules: bool,
+    ) -> Self {
+        let goto_index = rules
+            .iter()
+            .map(|r| match r.action {
+                RuleAction::Goto(target) => rules.iter().position(|t| t.priority == target),
+                _ => None,
+            })
+            .collect();
+        Snapshot {
+            tables,
+            rules,
+            goto_index,
+            custom_rules,
+        }
+    }
+}
+
+/// The forwarding information base of one network namespace and address family: tables by id
+/// and policy rules, all readable without locks.
+///
+/// With only the default rules (0: lookup local, 32766: lookup main, 32767: lookup default),
+/// a lookup answers as the kernel does with its merged local+main trie: the longest prefix of
+/// either table, local first among equals, then the default table. Once a rule is added or
+/// deleted, rules are evaluated in order, each table on its own.
+///
+/// ```
+/// use fib_trie::{Fib, FibRule, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction};
+///
+/// let fib = Fib::<u32>::new();
+/// fib.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
+/// fib.insert(&Route::unicast(0, 0, 100, vec![NextHop::new(Some(0x0a00_0002), 3)]), InsertFlags::ADD)?;
+/// // Marked packets use table 100.
+/// let mut rule = FibRule::new(100, RuleAction::Lookup(100));
+/// (rule.fwmark, rule.fwmask) = (7, 0xff);
+/// fib.add_rule(rule).unwrap();
+///
+/// let guard = crossbeam_epoch::pin();
+/// let plain = fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap();
+/// assert_eq!(plain.table(), 254);
+/// let marked = fib.lookup(&Flow { mark: 7, ..Flow::to(0x0808_0808) }, &guard).unwrap();
+/// assert_eq!(marked.table(), 100);
+/// # Ok::<(), fib_trie::RouteError>(())
+/// ```
+pub struct Fib<K: TrieKey> {
+    snapshot: Atomic<Snapshot<K>>,
+    writer: Mutex<()>,
+}
+
+impl<K: TrieKey> std::fmt::Debug for Fib<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fib").finish_non_exhaustive()
+    }
+}
+
+impl<K: TrieKey> Default for Fib<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: TrieKey> Fib<K> {
+    /// The default rules as the kernel installs them.
+    pub fn default_rules() -> Vec<FibRule<K>> {
+        vec![
+            FibRule::new(0, RuleAction::Lookup(ids::LOCAL)),
+            FibRule::new(32766, RuleAction::Lookup(ids::MAIN)),
+            FibRule::new(32767, RuleAction::Lookup(ids::DEFAULT)),
+        ]
+    }
+
+    /// A FIB with the local, main and default tables and the default rules.
+    pub fn new() -> Self {
+        let tables = [ids::LOCAL, ids::MAIN, ids::DEFAULT]
+            .into_iter()
+            .map(|id| (id, Arc::new(FibTable::new(id))))
+            .collect();
+        Fib {
+            snapshot: Atomic::new(Snapshot::with_rules(tables, Self::default_rules(), false)),
+            writer: Mutex::new(()),
+        }
+    }
+
+    fn load<'g>(&self, guard: &'g Guard) -> &'g Snapshot<K> {
+        let ptr = self.snapshot.load(Ordering::Acquire, guard);
+        // SAFETY: `snapshot` is never null (set in `new`, only ever replaced by another
+        // snapshot), and a replaced snapshot is retired with `defer_destroy`, so it lives at
+        // least as long as `guard` is pinned.
+        unsafe { ptr.deref() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes a new snapshot and retires the old one. Writer only.
+    fn publish(&self, new: Snapshot<K>, guard: &Guard) {
+        let old = self.snapshot.swap(Owned::new(new), Ordering::AcqRel, guard);
+        // SAFETY: `old` was just unlinked by the swap and is retired once; readers that loaded
+        // it are pinned, so it is freed after they unpin.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// The table with this id, if it exists.
+    pub fn table<'g>(&self, id: u32, guard: &'g Guard) -> Option<&'g FibTable<K>> {
+        self.load(guard).tables.get(&id).map(|t| &**t)
+    }
+
+    /// The ids of all tables, ascending.
+    pub fn table_ids(&self) -> Vec<u32> {
+        let guard = &epoch::pin();
+        let mut ids: Vec<u32> = self.load(guard).tables.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The rules, in evaluation order.
+    pub fn rules<'g>(&self, guard: &'g Guard) -> &'g [FibRule<K>] {
+        &self.load(guard).rules
+    }
+
+    /// Whether rules were changed from the defaults (local and main are then looked up apart).
+    pub fn has_custom_rules(&self) -> bool {
+        self.load(&epoch::pin()).custom_rules
+    }
+
+    /// The table `id`, created (empty) if missing (`fib_new_table`).
+    pub fn table_or_create(&self, id: u32) -> Arc<FibTable<K>> {
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+        let snap = self.load(guard);
+        if let Some(t) = snap.tables.get(&id) {
+            return Arc::clone(t);
+        }
+        let table = Arc::new(FibTable::new(id));
+        let mut tables = snap.tables.clone();
+        tables.insert(id, Arc::clone(&table));
+        self.publish(
+            Snapshot::with_rules(tables, snap.rules.clone(), snap.custom_rules),
+            guard,
+        );
+        table
+    }
+
+    /// Adds a route to its table (created if missing); see [`FibTable::insert`].
+    ///
+    /// # Errors
+    /// As [`FibTable::insert`].
+    pub fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
+        route.validate()?;
+        self.table_or_create(route.table).insert(route, flags)
+    }
+
+    /// Deletes a route; see [`FibTable::delete`].
+    ///
+    /// # Errors
+    /// [`RouteError::NotFound`] when the table or the route does not exist.
+    pub fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
+        let guard = &epoch::pin();
+        let table = self
+            .table(selector.table, guard)
+            .ok_or(RouteError::NotFound)?;
+        table.delete(selector)
+    }
+
+    /// Adds a rule after the rules of equal or lower priority.
+    ///
+    /// # Errors
+    /// [`RuleError::Exists`] for a duplicate, [`RuleError::BadGoto`] for a goto that does not
+    /// jump forward, a prefix error for a non-canonical selector.
+    pub fn add_rule(&self, rule: FibRule<K>) -> Result<(), RuleError> {
+        for (k, l) in [rule.src, rule.dst].into_iter().flatten() {
+            crate::trie::check_prefix(k, l)?;
+        }
+        if let RuleAction::Goto(target) = rule.action {
+            if target <= rule.priority {
+                return Err(RuleError::BadGoto {
+                    priority: rule.priority,
+                    target,
+                });
+            }
+        }
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+        let snap = self.load(guard);
+        if snap.rules.contains(&rule) {
+            return Err(RuleError::Exists);
+        }
+        let mut rules = snap.rules.clone();
+        let at = rules.partition_point(|r| r.priority <= rule.priority);
+        rules.insert(at, rule);
+        self.publish(
+            Snapshot::with_rules(snap.tables.clone(), rules, true),
+            guard,
+        );
+        Ok(())
+    }
+
+    /// Deletes the first rule equal to `rule`.
+    ///
+    /// # Errors
+    /// [`RuleError::NotFound`] when there is none.
+    pub fn delete_rule(&self, rule: &FibRule<K>) -> Result<(), RuleError> {
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+        let snap = self.load(guard);
+        let at = snap
+            .rules
+            .iter()
+            .position(|r| r == rule)
+            .ok_or(RuleError::NotFound)?;
+        let mut rules = snap.rules.clone();
+        rules.remove(at);
+        self.publish(
+            Snapshot::with_rules(snap.tables.clone(), rules, true),
+            guard,
+        );
+        Ok(())
+    }
+
+    /// Routes `flow` (`fib_lookup`): rules in order, or the merged local+main fast path while
+    /// the rules are the defaults.
+    ///
+    /// # Errors
+    /// The [`LookupError`] of a reject route or rule, or [`LookupError::NoRoute`].
+    pub fn lookup<'g>(
+        &self,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Result<FibResult<'g, K>, LookupError> {
+        let snap = self.load(guard);
+        if !snap.custom_rules {
+            let raw = |id| snap.tables.get(&id).and_then(|t| t.lookup_raw(flow, guard));
+            // Longest prefix of either table; local first among equals (its alias sorts first
+            // in the kernel's merged trie).
+            let merged = match (raw(ids::LOCAL), raw(ids::MAIN)) {
+                (Some(l), Some(m)) => Some(if m.plen > l.plen { m } else { l }),
+                (l, m) => l.or(m),
+            };
+            let answer = match classify(merged) {
+                TableLookup::Continue => snap
+                    .tables
+                    .get(&ids::DEFAULT)
+                    .map_or(TableLookup::Continue, |t| t.lookup(flow, guard)),
+                answer => answer,
+            };
+            return finish(answer);
+        }
+        let mut i = 0;
+        while let Some(rule) = snap.rules.get(i) {
+            if !rule.matches(flow) {
+                i += 1;
+                continue;
+            }
+            let answer = match rule.action {
+                RuleAction::Goto(_) => {
+                    // An unresolved goto is skipped, like the kernel's.
+                    i = snap.goto_index[i].unwrap_or(i + 1);
+                    continue;
+                }
+                RuleAction::Nop => TableLookup::Continue,
+                RuleAction::Blackhole => return Err(LookupError::Blackhole),
+                RuleAction::Unreachable => return Err(LookupError::NoRoute),
+                RuleAction::Prohibit => return Err(LookupError::Prohibit),
+                RuleAction::Lookup(id) => snap
+                    .tables
+                    .get(&id)
+                    .map_or(TableLookup::Continue, |t| t.lookup(flow, guard)),
+            };
+            if !matches!(answer, TableLookup::Continue) {
+                return finish(answer);
+            }
+            i += 1;
+        }
+        Err(LookupError::NoRoute)
+    }
+}
+
+fn finish<K>(answer: TableLookup<'_, K>) -> Result<FibResult<'_, K>, LookupError> {
+    match answer {
+        TableLookup::Found(r) => Ok(r),
+        TableLookup::Reject(e, _) => Err(e),
+        TableLookup::Continue => Err(LookupError::NoRoute),
+    }
+}
+
+impl<K: TrieKey> Drop for Fib<K> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self` means no reader holds this snapshot through `self` any more
+        // (readers borrow `self` for as long as their result lives), and it is freed once.
+        unsafe {
+            let guard = epoch::unprotected();
+            let ptr = self.snapshot.load(Ordering::Relaxed, guard);
+            drop(ptr.into_owned());
+        }
+    }
+}

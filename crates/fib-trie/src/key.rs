@@ -1,0 +1,119 @@
+//! The key of the trie: an unsigned integer as wide as the address (`u32` for IPv4, `u128` for
+//! IPv6), with the few bit operations the trie needs.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::ops::{BitAnd, BitOr, BitXor, Not};
+
+mod private {
+    pub trait Sealed {}
+    impl Sealed for u32 {}
+    impl Sealed for u128 {}
+}
+
+/// An address as an unsigned integer, most significant bit first: `u32` (IPv4) or `u128` (IPv6).
+///
+/// Bit `i` is the bit of value `2^i`; a prefix of length `plen` fixes the top `plen` bits, so its
+/// *suffix length* (`slen`, in the kernel's words) is `BITS - plen`.
+pub trait TrieKey:
+    Copy
+    + Eq
+    + Ord
+    + Hash
+    + Debug
+    + Default
+    + Send
+    + Sync
+    + 'static
+    + BitXor<Output = Self>
+    + BitAnd<Output = Self>
+    + BitOr<Output = Self>
+    + Not<Output = Self>
+    + private::Sealed
+{
+    /// The key width in bits: 32 or 128.
+    const BITS: u8;
+    /// The all-zero key.
+    const ZERO: Self;
+
+    /// `self >> n`, and zero when `n >= BITS` (where the primitive shift would overflow).
+    fn shr(self, n: u8) -> Self;
+    /// `self << n`, and zero when `n >= BITS`.
+    fn shl(self, n: u8) -> Self;
+    /// The low bits as a `usize` (truncating): a child index once shifted and range-checked.
+    fn low_usize(self) -> usize;
+    /// A key from a child index.
+    fn from_usize(index: usize) -> Self;
+    /// The index of the highest set bit (the kernel's `__fls`); `None` for zero.
+    fn highest_bit(self) -> Option<u8>;
+    /// Two's complement negation, wrapping (`-x`, used for "this bit and every bit above").
+    fn wrapping_neg(self) -> Self;
+
+    /// The mask of a prefix of length `plen` (its top `plen` bits set); `plen` is capped at `BITS`.
+    fn prefix_mask(plen: u8) -> Self {
+        let slen = Self::BITS.saturating_sub(plen);
+        (!Self::ZERO).shl(slen)
+    }
+}
+
+macro_rules! impl_trie_key {
+    ($t:ty) => {
+        impl TrieKey for $t {
+            const BITS: u8 = <$t>::BITS as u8;
+            const ZERO: Self = 0;
+
+            #[inline(always)]
+            fn shr(self, n: u8) -> Self {
+                self.checked_shr(u32::from(n)).unwrap_or(0)
+            }
+            #[inline(always)]
+            fn shl(self, n: u8) -> Self {
+                self.checked_shl(u32::from(n)).unwrap_or(0)
+            }
+            #[inline(always)]
+            fn low_usize(self) -> usize {
+                self as usize
+            }
+            #[inline(always)]
+            fn from_usize(index: usize) -> Self {
+                index as $t
+            }
+            #[inline(always)]
+            fn highest_bit(self) -> Option<u8> {
+                (self != 0).then(|| (<$t>::BITS - 1 - self.leading_zeros()) as u8)
+            }
+            #[inline(always)]
+            fn wrapping_neg(self) -> Self {
+                <$t>::wrapping_neg(self)
+            }
+        }
+    };
+}
+
+impl_trie_key!(u32);
+impl_trie_key!(u128);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shifts_saturate_at_the_width() {
+        assert_eq!(TrieKey::shr(0xffff_ffff_u32, 32), 0);
+        assert_eq!(TrieKey::shr(0x8000_0000_u32, 31), 1);
+        assert_eq!(TrieKey::shl(1_u128, 128), 0);
+        assert_eq!(TrieKey::shl(1_u128, 127), 1 << 127);
+    }
+
+    #[test]
+    fn masks_and_fls() {
+        assert_eq!(u32::prefix_mask(0), 0);
+        assert_eq!(u32::prefix_mask(8), 0xff00_0000);
+        assert_eq!(u32::prefix_mask(32), u32::MAX);
+        assert_eq!(u128::prefix_mask(128), u128::MAX);
+        assert_eq!(u128::prefix_mask(1), 1 << 127);
+        assert_eq!(0_u32.highest_bit(), None);
+        assert_eq!(1_u32.highest_bit(), Some(0));
+        assert_eq!(u128::MAX.highest_bit(), Some(127));
+    }
+}

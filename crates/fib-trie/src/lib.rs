@@ -1,0 +1,80 @@
+//! A user-space rendering of Linux's `fib_trie` (net/ipv4/fib_trie.c after Alexander Duyck's
+//! 2014-15 rework): a level-compressed trie for longest-prefix match, generic over the key
+//! width (`u32` for IPv4, `u128` for IPv6, where the kernel itself uses `fib6` instead), with
+//! route aliases, many tables, policy rules, and readers that never lock.
+//!
+//! # Layers
+//! - [`LcTrie<K, V>`]: the trie. One node type (the kernel's `key_vector`: `key`, `pos`,
+//!   `bits`, `slen`); a leaf (`bits == 0`) holds the [`Alias`]es of one prefix address sorted by
+//!   suffix length, longest prefix first. Tnodes inflate when `50 * (nonempty + full) >= 50 *
+//!   2^bits` (30 at the root), halve when `100 * nonempty < 25 * 2^bits` (15 at the root),
+//!   collapse below two children, with at most [`MAX_WORK`] steps per resize.
+//!   Lookup descends while the key matches, remembering tnodes with `slen > pos`; on a miss it
+//!   strips the lowest set bit of the child index (climbing when it reaches zero) and
+//!   searches the sibling subtree through child 0 for a shorter prefix, skipping any subtree
+//!   whose `slen == pos`.
+//! - [`FibTable`]: one routing table: a trie of [`FibAlias`]es (table, tos, type, shared
+//!   [`RouteInfo`]) with the kernel's insert flags ([`InsertFlags`]: create, excl, replace,
+//!   append), delete by [`RouteSelector`], and lookups that honour tos, scope, route type and
+//!   dead next hops.
+//! - [`Fib`]: tables by id plus [`FibRule`]s. With only the default rules it answers as the
+//!   kernel's merged local+main trie; otherwise it walks the rules in order.
+//!
+//! # Concurrency (epochs stand in for RCU)
+//! Readers pin a `crossbeam_epoch::Guard` (once per batch of packets) and pass it to
+//! [`LcTrie::lookup`], [`FibTable::lookup`] or [`Fib::lookup`]; results borrow from the guard.
+//! Writers are serialized by a mutex per trie (another for the FIB's rules and table map) and
+//! never modify what a reader may be reading except through atomics:
+//! - a leaf is immutable: changing its aliases publishes a new leaf with one pointer store;
+//! - a new branch is built completely before the pointer store that links it;
+//! - inflate and halve build the replacement tnode (and split or paired children) off to the
+//!   side and link it with one store; the nodes they replace are retired with `defer_destroy`
+//!   and freed once every reader pinned before has unpinned;
+//! - suffix lengths are raised before a prefix becomes visible and lowered after it is gone,
+//!   so a reader may see a value too large (an extra backtrack), never too small.
+//!
+//! So a lookup racing a change answers as if it ran wholly before or wholly after it.
+//!
+//! # Example
+//! ```
+//! use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteType};
+//!
+//! let fib = Fib::<u32>::new();
+//! let gw = u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1));
+//! fib.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw), 2)]), InsertFlags::ADD)?;
+//! fib.insert(&Route::reject(0x0a00_0000, 8, 254, RouteType::Unreachable), InsertFlags::ADD)?;
+//!
+//! let guard = crossbeam_epoch::pin(); // once per batch
+//! let hop = fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap();
+//! assert_eq!(hop.alias.info.nexthops[hop.nh_sel].gateway, Some(gw));
+//! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
+//! # Ok::<(), fib_trie::RouteError>(())
+//! ```
+mod fib;
+mod key;
+mod node;
+mod reference;
+mod route;
+mod stats;
+mod table;
+mod trie;
+
+pub use fib::{Fib, FibRule, RuleAction, RuleError};
+pub use key::TrieKey;
+pub use node::Alias;
+pub use reference::ReferenceLpm;
+pub use route::{
+    FibAlias, InsertFlags, NextHop, NextHopFlags, Route, RouteError, RouteInfo, RouteSelector,
+    RouteType, Scope,
+};
+pub use stats::TrieStats;
+pub use table::{FibResult, FibTable, Flow, LookupError, TableLookup, ids};
+pub use trie::{
+    BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,
+    LcTrie, MAX_WORK, Match, PrefixError, check_prefix,
+};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,431 @@
+//! One routing table (`fib_table`): an LC-trie whose leaves hold [`FibAlias`]es, with the
+//! kernel's insert/delete semantics and the lookup's tos, scope, type and next-hop checks.
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::Guard;
+
+use crate::key::TrieKey;
+use crate::node::Alias;
+use crate::route::{
+    FibAlias, InsertFlags, Route, RouteError, RouteInfo, RouteSelector, RouteType, Scope,
+};
+use crate::trie::{LcTrie, check_prefix};
+
+/// The well-known table ids.
+pub mod ids {
+    /// `RT_TABLE_LOCAL`: local and broadcast addresses.
+    pub const LOCAL: u32 = 255;
+    /// `RT_TABLE_MAIN`: the routes `ip route` shows.
+    pub const MAIN: u32 = 254;
+    /// `RT_TABLE_DEFAULT`: consulted last by the default rules.
+    pub const DEFAULT: u32 = 253;
+}
+
+/// What a lookup is for: the destination and the fields routes and rules select on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flow<K> {
+    /// The destination address.
+    pub dst: K,
+    /// The source address (rules only).
+    pub src: K,
+    /// The TOS/DSCP of the packet.
+    pub tos: u8,
+    /// The input interface index (rules only; 0 for locally generated).
+    pub iif: u32,
+    /// The output interface index, 0 for any: next hops must use it when set.
+    pub oif: u32,
+    /// The firewall mark (rules only).
+    pub mark: u32,
+    /// The narrowest scope acceptable: routes of a smaller scope value are skipped.
+    pub scope: Scope,
+}
+
+impl<K: TrieKey> Flow<K> {
+    /// A flow to `dst` with every other field zero.
+    pub fn to(dst: K) -> Self {
+        Flow {
+            dst,
+            ..Flow::default()
+        }
+    }
+}
+
+/// A route a lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FibResult<'g, K> {
+    /// The matched prefix's network address.
+    pub prefix: K,
+    /// The matched prefix length.
+    pub plen: u8,
+    /// The route (table, tos, type, shared info).
+    pub alias: &'g FibAlias<K>,
+    /// The index of the first usable next hop (`nh_sel`); 0 for routes without next hops.
+    pub nh_sel: usize,
+}
+
+impl<K: TrieKey> FibResult<'_, K> {
+    /// The route type.
+    pub fn route_type(&self) -> RouteType {
+        self.alias.route_type
+    }
+
+    /// The table the route came from.
+    pub fn table(&self) -> u32 {
+        self.alias.table
+    }
+
+    /// Picks a next hop of a multipath route by flow hash, in proportion to the weights of the
+    /// live next hops (`fib_select_multipath`); the selected one for single-path routes.
+    pub fn select_path(&self, hash: u32) -> Option<&crate::route::NextHop<K>> {
+        let hops = &self.alias.info.nexthops;
+        let total: u64 = hops
+            .iter()
+            .filter(|h| h.is_alive())
+            .map(|h| u64::from(h.weight))
+            .sum();
+        if total == 0 {
+            return None;
+        }
+        let mut point = (u64::from(hash) * total) >> 32;
+        for h in hops.iter().filter(|h| h.is_alive()) {
+            if point < u64::from(h.weight) {
+                return Some(h);
+            }
+            point -= u64::from(h.weight);
+        }
+        None
+    }
+}
+
+/// Why a lookup produced no forwarding result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// No route (or an `unreachable` rule): `ENETUNREACH`.
+    #[error("network unreachable")]
+    NoRoute,
+    /// A `blackhole` route or rule: `EINVAL`.
+    #[error("blackhole")]
+    Blackhole,
+    /// An `unreachable` route: `EHOSTUNREACH`.
+    #[error("host unreachable")]
+    Unreachable,
+    /// A `prohibit` route or rule: `EACCES`.
+    #[error("prohibited")]
+    Prohibit,
+}
+
+impl LookupError {
+    /// The errno the kernel's lookup returns.
+    pub fn errno(self) -> i32 {
+        match self {
+            LookupError::NoRoute => 101,     // ENETUNREACH
+            LookupError::Blackhole => 22,    // EINVAL
+            LookupError::Unreachable => 113, // EHOSTUNREACH
+            LookupError::Prohibit => 13,     // EACCES
+        }
+    }
+}
+
+/// A table's answer: a route, a reject, or "not here" (no match or a `throw` route, the
+/// kernel's `EAGAIN`), after which rules continue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableLookup<'g, K> {
+    /// A usable route.
+    Found(FibResult<'g, K>),
+    /// A reject route matched.
+    Reject(LookupError, FibResult<'g, K>),
+    /// Nothing matched, or a throw route did.
+    Continue,
+}
+
+/// One routing table: the LC-trie plus the writer's interning of shared route information.
+///
+/// ```
+/// use fib_trie::{FibTable, Flow, InsertFlags, NextHop, Route, TableLookup};
+///
+/// let main = FibTable::<u32>::new(254);
+/// main.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
+/// let guard = crossbeam_epoch::pin();
+/// let TableLookup::Found(r) = main.lookup(&Flow::to(0x0808_0808), &guard) else { panic!() };
+/// assert_eq!(r.plen, 0);
+/// # Ok::<(), fib_trie::RouteError>(())
+/// ```
+pub struct FibTable<K: TrieKey> {
+    id: u32,
+    trie: LcTrie<K, FibAlias<K>>,
+    infos: Mutex<Infos<K>>,
+}
+
+/// The writer's interning of [`RouteInfo`]s (the kernel's `fib_info_hash`).
+struct Infos<K> {
+    /// Every info in use, once.
+    set: HashSet<Arc<RouteInfo<K>>>,
+    /// Infos of deleted routes: dropped from `set` once nothing but `set` and this list holds
+    /// them (retired leaves keep a reference until the epoch frees them).
+    dying: Vec<Arc<RouteInfo<K>>>,
+}
+
+impl<K: TrieKey> Infos<K> {
+    fn intern(&mut self, info: &RouteInfo<K>) -> Arc<RouteInfo<K>> {
+        if let Some(shared) = self.set.get(info) {
+            return Arc::clone(shared);
+        }
+        let shared = Arc::new(info.clone());
+        self.set.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// Forgets `info` if only the set and `holders` other references hold it.
+    fn release(&mut self, info: &Arc<RouteInfo<K>>, holders: usize) {
+        if Arc::strong_count(info) <= 1 + holders {
+            self.set.remove(info);
+        }
+    }
+
+    fn sweep(&mut self) {
+        let Infos { set, dying } = self;
+        dying.retain(|i| {
+            let dead = Arc::strong_count(i) <= 2;
+            if dead {
+                set.remove(i);
+            }
+            !dead
+        });
+    }
+}
+
+impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FibTable")
+            .field("id", &self.id)
+            .field("trie", &self.trie)
+            .finish()
+    }
+}
+
+impl<K: TrieKey> FibTable<K> {
+    /// An empty table with this id.
+    pub fn new(id: u32) -> Self {
+        FibTable {
+            id,
+            trie: LcTrie::new(),
+            infos: Mutex::new(Infos {
+                set: HashSet::new(),
+                dying: Vec::new(),
+            }),
+        }
+    }
+
+    /// The table id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The trie (for statistics and plain prefix lookups).
+    pub fn trie(&self) -> &LcTrie<K, FibAlias<K>> {
+        &self.trie
+    }
+
+    /// The number of routes.
+    pub fn route_count(&self) -> usize {
+        self.trie.alias_count()
+    }
+
+    /// The number of distinct prefix addresses (leaves).
+    pub fn prefix_count(&self) -> usize {
+        self.trie.leaf_count()
+    }
+
+    /// The number of distinct shared route infos.
+    pub fn info_count(&self) -> usize {
+        let mut infos = self.lock_infos();
+        infos.sweep();
+        infos.set.len()
+    }
+
+    fn lock_infos(&self) -> std::sync::MutexGuard<'_, Infos<K>> {
+        self.infos.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a route (`fib_table_insert`). Within a prefix, routes are ordered by tos
+    /// (descending), then metric (ascending); `flags` decide what happens to existing routes of
+    /// the same prefix, tos and metric (see [`InsertFlags`]).
+    ///
+    /// # Errors
+    /// [`RouteError::Exists`] (excl, or an identical route), [`RouteError::NotFound`] (nothing
+    /// to replace without `create`), or a validation error; the table is then unchanged.
+    pub fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
+        let slen = route.validate()?;
+        let mut infos = self.lock_infos();
+        infos.sweep();
+        let info = infos.intern(&route.info);
+        let new = FibAlias {
+            table: self.id,
+            tos: route.tos,
+            route_type: route.route_type,
+            info: Arc::clone(&info),
+        };
+        let (tos, prio) = (route.tos, route.info.priority);
+        let result = self.trie.modify(route.prefix, |old| {
+            let start = old.partition_point(|a| a.slen < slen);
+            let end = old.partition_point(|a| a.slen <= slen);
+            let section = &old[start..end];
+            // `fib_find_alias`: the first route that sorts at or after the new one.
+            let first = section.iter().position(|a| {
+                a.value.tos < tos || (a.value.tos == tos && a.value.info.priority >= prio)
+            });
+            let mut at = first.map_or(end, |i| start + i);
+            if let Some(i) = first
+                .filter(|&i| section[i].value.tos == tos && section[i].value.info.priority == prio)
+            {
+                if flags.excl {
+                    return Err(RouteError::Exists);
+                }
+                let group_len = section[i..]
+                    .iter()
+                    .take_while(|a| a.value.tos == tos && a.value.info.priority == prio)
+                    .count();
+                let group = &section[i..i + group_len];
+                let identical = group.iter().position(|a| {
+                    a.value.route_type == new.route_type && Arc::ptr_eq(&a.value.info, &new.info)
+                });
+                if flags.replace {
+                    return match identical {
+                        Some(0) => Ok(None),
+                        Some(_) => Err(RouteError::Exists),
+                        None => {
+                            let mut list = old.to_vec();
+                            list[start + i].value = FibAlias { tos, ..new.clone() };
+                            Ok(Some(list))
+                        }
+                    };
+                }
+                if identical.is_some() {
+                    return Err(RouteError::Exists);
+                }
+                if flags.append {
+                    at = start + i + group_len;
+                }
+            }
+            if !flags.create {
+                return Err(RouteError::NotFound);
+            }
+            let mut list = Vec::with_capacity(old.len() + 1);
+            list.extend_from_slice(&old[..at]);
+            list.push(Alias {
+                slen,
+                value: new.clone(),
+            });
+            list.extend_from_slice(&old[at..]);
+            Ok(Some(list))
+        });
+        drop(new);
+        // A refused route leaves its info unused: `info` is the only other reference.
+        infos.release(&info, 1);
+        drop(infos);
+        result
+    }
+
+    /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.
+    ///
+    /// # Errors
+    /// [`RouteError::NotFound`] when no route matches; a prefix error for a bad prefix.
+    pub fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
+        let slen = check_prefix(selector.prefix, selector.plen)?;
+        let mut infos = self.lock_infos();
+        let mut removed = None;
+        self.trie.modify(selector.prefix, |old| {
+            let i = old
+                .iter()
+                .position(|a| {
+                    a.slen == slen && a.value.tos == selector.tos && selector.matches(&a.value)
+                })
+                .ok_or(RouteError::NotFound)?;
+            let mut list = old.to_vec();
+            removed = Some(list.remove(i).value);
+            Ok::<_, RouteError>(Some(list))
+        })?;
+        let removed = removed.ok_or(RouteError::NotFound)?;
+        infos.sweep();
+        infos.dying.push(Arc::clone(&removed.info));
+        Ok(removed)
+    }
+
+    /// Looks `flow` up in this table alone (`fib_table_lookup`): the longest prefix with a route
+    /// whose tos is 0 or the flow's, whose scope is at least the flow's, and, for types with next
+    /// hops, with a live next hop (on `flow.oif` if set). Reject types answer at once.
+    pub fn lookup<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
+        classify(self.lookup_raw(flow, guard))
+    }
+
+    /// The first route [`lookup`](Self::lookup) accepts, before its type is interpreted.
+    pub(crate) fn lookup_raw<'g>(
+        &self,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Option<FibResult<'g, K>> {
+        let mut nh_sel = 0;
+        let found = self
+            .trie
+            .lookup(flow.dst, guard, |a| accept(a, flow, &mut nh_sel));
+        found.map(|m| FibResult {
+            prefix: m.key,
+            plen: m.plen,
+            alias: m.value,
+            nh_sel,
+        })
+    }
+
+    /// Every route in key order, and within a prefix address longest prefix first, in table
+    /// order (like `ip route show table N`, which sorts the same way).
+    pub fn dump<'g>(&self, guard: &'g Guard) -> Vec<(K, u8, &'g FibAlias<K>)> {
+        let mut out = Vec::with_capacity(self.route_count());
+        self.trie.for_each(guard, |key, aliases| {
+            out.extend(aliases.iter().map(|a| (key, K::BITS - a.slen, &a.value)));
+        });
+        out
+    }
+}
+
+/// Whether a lookup may take `alias` for `flow`; sets `nh_sel` to the first usable next hop.
+#[inline]
+pub(crate) fn accept<K: TrieKey>(alias: &FibAlias<K>, flow: &Flow<K>, nh_sel: &mut usize) -> bool {
+    if alias.tos != 0 && alias.tos != flow.tos {
+        return false;
+    }
+    let info = &alias.info;
+    if info.scope < flow.scope {
+        return false;
+    }
+    if !alias.route_type.has_next_hops() {
+        *nh_sel = 0;
+        return true;
+    }
+    match info
+        .nexthops
+        .iter()
+        .position(|h| h.is_alive() && (flow.oif == 0 || h.ifindex == flow.oif))
+    {
+        Some(i) => {
+            *nh_sel = i;
+            true
+        }
+        None => false,
+    }
+}
+
+pub(crate) fn classify<K>(found: Option<FibResult<'_, K>>) -> TableLookup<'_, K> {
+    let Some(r) = found else {
+        return TableLookup::Continue;
+    };
+    match r.alias.route_type {
+        RouteType::Throw => TableLookup::Continue,
+        RouteType::Blackhole => TableLookup::Reject(LookupError::Blackhole, r),
+        RouteType::Unreachable => TableLookup::Reject(LookupError::Unreachable, r),
+        RouteType::Prohibit => TableLookup::Reject(LookupError::Prohibit, r),
+        _ => TableLookup::Found(r),
+    }
+}

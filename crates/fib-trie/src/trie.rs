@@ -1,0 +1,946 @@
+//! The LC-trie itself: lock-free lookup with suffix-length backtracking, and the single writer's
+//! insert/remove with the kernel's resize (inflate, halve, collapse).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
+
+use crate::key::TrieKey;
+use crate::node::{Alias, Node, boxed, load};
+
+/// Inflate a non-root tnode when `50 * (nonempty + full) >= INFLATE_THRESHOLD * 2^bits`.
+///
+/// This is the LC-trie paper's rule restated: after doubling, a full child contributes two
+/// children and every other non-empty child one, and the doubled node (of `2^(bits+1)` slots)
+/// should be at least half used: `100 * (nonempty + full) >= 50 * 2 * 2^bits`.
+pub const INFLATE_THRESHOLD: usize = 50;
+/// The inflate threshold of the root tnode, lower so the root grows wider (fewer levels).
+pub const INFLATE_THRESHOLD_ROOT: usize = 30;
+/// Halve a non-root tnode when `100 * nonempty < HALVE_THRESHOLD * 2^bits` (and `bits > 1`).
+pub const HALVE_THRESHOLD: usize = 25;
+/// The halve threshold of the root tnode.
+pub const HALVE_THRESHOLD_ROOT: usize = 15;
+/// The most inflate or halve steps one resize of one tnode performs (the kernel's `MAX_WORK`).
+pub const MAX_WORK: usize = 10;
+
+/// Room for the backtrack points of one lookup: a path holds at most one tnode per key bit.
+const MAX_DEPTH: usize = 128;
+
+/// A prefix found by a lookup: the leaf key, the prefix length and the accepted alias value.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Match<'g, K, V> {
+    /// The prefix's network address (the leaf's key).
+    pub key: K,
+    /// The prefix length.
+    pub plen: u8,
+    /// The value of the first alias the lookup accepted.
+    pub value: &'g V,
+}
+
+impl<K: Copy, V> Clone for Match<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: Copy, V> Copy for Match<'_, K, V> {}
+
+/// What a lookup does next (the kernel's lookup is three loops joined by `goto`s).
+enum Step<'g, K, V> {
+    /// In "prefix match" mode: check this node and keep descending through child 0.
+    Check(&'g Node<K, V>),
+    /// Try the aliases of this leaf.
+    Leaf(&'g Node<K, V>),
+    /// Strip the lowest set bit of the deepest backtrack point's child index, or climb.
+    Backtrack,
+}
+
+/// The backtrack points of one lookup: the tnodes passed with `slen > pos` and the child index
+/// taken at each. A fixed array, so a lookup never allocates.
+struct Backtrack<'g, K, V> {
+    points: [(Option<&'g Node<K, V>>, usize); MAX_DEPTH],
+    len: usize,
+}
+
+impl<'g, K, V> Backtrack<'g, K, V> {
+    #[inline(always)]
+    fn new() -> Self {
+        Backtrack {
+            points: [(None, 0); MAX_DEPTH],
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, node: &'g Node<K, V>, index: usize) {
+        // A path has at most one tnode per key bit, so this never fills up.
+        if let Some(slot) = self.points.get_mut(self.len) {
+            *slot = (Some(node), index);
+            self.len += 1;
+        }
+    }
+
+    /// Strips one bit at the deepest point that still has one, climbing past exhausted ones,
+    /// and returns the tnode and the new child index; `None` when the path is exhausted.
+    #[inline(always)]
+    fn next(&mut self) -> Option<(&'g Node<K, V>, usize)> {
+        while self.len > 0 {
+            let (node, index) = &mut self.points[self.len - 1];
+            if *index == 0 {
+                self.len -= 1;
+                continue;
+            }
+            *index &= *index - 1;
+            return node.map(|n| (n, *index));
+        }
+        None
+    }
+}
+
+/// A Linux fib_trie-style level-compressed trie mapping prefixes of `K` to alias lists of `V`.
+///
+/// Readers call [`lookup`](Self::lookup) under a pinned `crossbeam_epoch::Guard` and never lock;
+/// writers ([`modify`](Self::modify)) are serialized by an internal mutex and publish every
+/// change with one atomic pointer store per changed subtree.
+///
+/// ```
+/// use fib_trie::{Alias, LcTrie};
+///
+/// let trie = LcTrie::<u32, &str>::new();
+/// trie.insert(0x0a00_0000, 8, "ten")?;
+/// trie.insert(0x0a01_0000, 16, "ten-one")?;
+/// let guard = crossbeam_epoch::pin();
+/// let m = trie.lookup(0x0a01_0203, &guard, |_| true).unwrap();
+/// assert_eq!((m.plen, *m.value), (16, "ten-one"));
+/// assert_eq!(*trie.lookup(0x0a02_0000, &guard, |_| true).unwrap().value, "ten");
+/// # Ok::<(), fib_trie::PrefixError>(())
+/// ```
+pub struct LcTrie<K: TrieKey, V> {
+    root: Atomic<Node<K, V>>,
+    writer: Mutex<()>,
+    leaves: AtomicUsize,
+    aliases: AtomicUsize,
+}
+
+/// Why a prefix was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PrefixError {
+    /// The prefix length exceeds the address width.
+    #[error("prefix length {plen} exceeds {bits} bits")]
+    TooLong {
+        /// The length given.
+        plen: u8,
+        /// The address width.
+        bits: u8,
+    },
+    /// The address has bits set past the prefix length (it is not the network address).
+    #[error("address has host bits set past /{plen}")]
+    HostBits {
+        /// The length given.
+        plen: u8,
+    },
+}
+
+/// Checks that `key/plen` is a canonical prefix and returns its suffix length.
+pub fn check_prefix<K: TrieKey>(key: K, plen: u8) -> Result<u8, PrefixError> {
+    if plen > K::BITS {
+        return Err(PrefixError::TooLong {
+            plen,
+            bits: K::BITS,
+        });
+    }
+    if key & !K::prefix_mask(plen) != K::ZERO {
+        return Err(PrefixError::HostBits { plen });
+    }
+    Ok(K::BITS - plen)
+}
+
+impl<K: TrieKey, V> Default for LcTrie<K, V> {
+    fn default() -> Self {
+        LcTrie {
+            root: Atomic::null(),
+            writer: Mutex::new(()),
+            leaves: AtomicUsize::new(0),
+            aliases: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl<K: TrieKey, V> std::fmt::Debug for LcTrie<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LcTrie")
+            .field("leaves", &self.leaf_count())
+            .field("aliases", &self.alias_count())
+            .finish()
+    }
+}
+
+/// Where a node hangs: the root, or child `index` of a tnode.
+struct Slot<'g, K, V> {
+    parent: Option<&'g Node<K, V>>,
+    index: usize,
+}
+
+impl<K, V> Clone for Slot<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K, V> Copy for Slot<'_, K, V> {}
+
+impl<K: TrieKey, V> LcTrie<K, V> {
+    /// The number of leaves (distinct prefix addresses).
+    pub fn leaf_count(&self) -> usize {
+        self.leaves.load(Ordering::Relaxed)
+    }
+
+    /// The number of aliases (prefix entries) over all leaves.
+    pub fn alias_count(&self) -> usize {
+        self.aliases.load(Ordering::Relaxed)
+    }
+
+    /// Whether the trie holds no prefix.
+    pub fn is_empty(&self) -> bool {
+        self.leaf_count() == 0
+    }
+}
+
+impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
+    /// An empty trie.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+        load(&self.root, guard)
+    }
+
+    /// Longest-prefix match (`fib_table_lookup`): the longest prefix covering `key` that has an
+    /// alias `accept` takes; aliases of one leaf are offered longest prefix first, in list order.
+    ///
+    /// Never locks, never allocates. `accept` may be called on aliases that turn out not to be the
+    /// answer only if it returned `false` for them.
+    #[inline]
+    pub fn lookup<'g, F>(&self, key: K, guard: &'g Guard, mut accept: F) -> Option<Match<'g, K, V>>
+    where
+        F: FnMut(&'g V) -> bool,
+    {
+        let mut stack = Backtrack::new();
+        let mut node = load(&self.root, guard)?;
+
+        // Step 1: descend while the key matches exactly, recording the tnodes whose subtree holds
+        // a prefix shorter than the bits they consume (`slen > pos`) as backtrack points.
+        let mut step = loop {
+            let index = (key ^ node.key).shr(node.pos);
+            if index.shr(node.bits) != K::ZERO {
+                break Step::Check(node);
+            }
+            if node.is_leaf() {
+                break Step::Leaf(node);
+            }
+            let index = index.low_usize();
+            if node.slen() > node.pos {
+                stack.push(node, index);
+            }
+            match node.child(index, guard) {
+                Some(child) => node = child,
+                None => break Step::Backtrack,
+            }
+        };
+
+        // Step 2: leaves and backtracking.
+        loop {
+            step = match step {
+                Step::Check(n) => {
+                    // Bits that differ at or above the node key's lowest set bit cannot be
+                    // covered by anything below; a subtree with slen == pos holds no prefix
+                    // short enough for a key we reached by stripping a bit.
+                    let prefix_mismatch = (key ^ n.key) & (n.key | n.key.wrapping_neg());
+                    if prefix_mismatch != K::ZERO || n.slen() == n.pos {
+                        Step::Backtrack
+                    } else if n.is_leaf() {
+                        Step::Leaf(n)
+                    } else {
+                        match n.child(0, guard) {
+                            Some(c) => Step::Check(c),
+                            None => Step::Backtrack,
+                        }
+                    }
+                }
+                Step::Leaf(n) => {
+                    let diff = key ^ n.key;
+                    for alias in n.aliases() {
+                        if diff.shr(alias.slen) != K::ZERO {
+                            continue;
+                        }
+                        if accept(&alias.value) {
+                            return Some(Match {
+                                key: n.key,
+                                plen: K::BITS - alias.slen,
+                                value: &alias.value,
+                            });
+                        }
+                    }
+                    Step::Backtrack
+                }
+                Step::Backtrack => loop {
+                    let (tn, index) = stack.next()?;
+                    if let Some(c) = tn.child(index, guard) {
+                        break Step::Check(c);
+                    }
+                },
+            };
+        }
+    }
+
+    /// Looks up `keys.len()` keys, writing each answer into `out` (which must be as long):
+    /// the same answers as [`lookup`](Self::lookup), computed in groups of [`BATCH`] whose
+    /// descents run in lock step, prefetching every group member's next node before any of them
+    /// is read, so the cache misses of independent lookups overlap.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn lookup_batch<'g, F>(
+        &self,
+        keys: &[K],
+        out: &mut [Option<Match<'g, K, V>>],
+        guard: &'g Guard,
+        mut accept: F,
+    ) where
+        F: FnMut(&'g V) -> bool,
+    {
+        assert!(out.len() >= keys.len(), "output shorter than input");
+        let Some(root) = load(&self.root, guard) else {
+            out.iter_mut().for_each(|o| *o = None);
+            return;
+        };
+        for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            // Warm the cache: walk every key's exact-match path in lock step, in half steps:
+            // read a node and prefetch the child slot its index selects; read the slot and
+            // prefetch the child. Each round issues one independent miss per key.
+            let mut at: [Warm<'g, K, V>; BATCH] = [Warm::Done; BATCH];
+            at.iter_mut()
+                .take(keys.len())
+                .for_each(|a| *a = Warm::Node(root));
+            let mut active = true;
+            while active {
+                active = false;
+                for (state, &key) in at.iter_mut().zip(keys) {
+                    *state = match *state {
+                        Warm::Done => continue,
+                        Warm::Node(n) => {
+                            let index = (key ^ n.key).shr(n.pos);
+                            if n.is_leaf() || index.shr(n.bits) != K::ZERO {
+                                Warm::Done
+                            } else {
+                                let slot = &n.children()[index.low_usize()];
+                                prefetch(slot);
+                                Warm::Slot(slot)
+                            }
+                        }
+                        Warm::Slot(slot) => match load(slot, guard) {
+                            Some(c) => {
+                                prefetch(c);
+                                Warm::Node(c)
+                            }
+                            None => Warm::Done,
+                        },
+                    };
+                    active = true;
+                }
+            }
+            for (o, &key) in out.iter_mut().zip(keys) {
+                *o = self.lookup(key, guard, &mut accept);
+            }
+        }
+    }
+
+    /// Calls `f` with every leaf key and its aliases, in ascending key order.
+    pub fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(K, &'g [Alias<V>])) {
+        fn walk<'g, K: TrieKey, V>(
+            n: &'g Node<K, V>,
+            guard: &'g Guard,
+            f: &mut impl FnMut(K, &'g [Alias<V>]),
+        ) {
+            if n.is_leaf() {
+                f(n.key, n.aliases());
+            } else {
+                for slot in n.children() {
+                    if let Some(c) = load(slot, guard) {
+                        walk(c, guard, f);
+                    }
+                }
+            }
+        }
+        if let Some(root) = self.root(guard) {
+            walk(root, guard, &mut f);
+        }
+    }
+
+    /// The aliases of the leaf with exactly this key (`fib_find_node`), if any.
+    pub fn get<'g>(&self, key: K, guard: &'g Guard) -> Option<&'g [Alias<V>]> {
+        let mut n = self.root(guard)?;
+        loop {
+            let index = (key ^ n.key).shr(n.pos);
+            if index.shr(n.bits) != K::ZERO {
+                return None;
+            }
+            if n.is_leaf() {
+                return Some(n.aliases());
+            }
+            n = n.child(index.low_usize(), guard)?;
+        }
+    }
+
+    /// Adds one alias (`plen`, `value`) at `key`, after the aliases of the same length already
+    /// there. A convenience over [`modify`](Self::modify).
+    ///
+    /// # Errors
+    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
+    pub fn insert(&self, key: K, plen: u8, value: V) -> Result<(), PrefixError>
+    where
+        V: Clone,
+    {
+        let slen = check_prefix(key, plen)?;
+        self.modify(key, |old| {
+            let mut new = old.to_vec();
+            let at = new.partition_point(|a| a.slen <= slen);
+            new.insert(at, Alias { slen, value });
+            Ok::<_, PrefixError>(Some(new))
+        })
+    }
+
+    /// Removes every alias of `key/plen` and returns how many there were.
+    ///
+    /// # Errors
+    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
+    pub fn remove(&self, key: K, plen: u8) -> Result<usize, PrefixError>
+    where
+        V: Clone,
+    {
+        let slen = check_prefix(key, plen)?;
+        let mut removed = 0;
+        self.modify(key, |old| {
+            removed = old.iter().filter(|a| a.slen == slen).count();
+            Ok::<_, PrefixError>(
+                (removed > 0).then(|| old.iter().filter(|a| a.slen != slen).cloned().collect()),
+            )
+        })?;
+        Ok(removed)
+    }
+
+    /// The writer's one entry point: finds the leaf of `key`, lets `change` compute its new alias
+    /// list from the current one (empty when there is no leaf), and publishes the result.
+    ///
+    /// `change` returns `Ok(None)` for "no change", `Ok(Some(list))` for the new list (an empty
+    /// list removes the leaf), or an error that is passed through with nothing changed. The list
+    /// is stably sorted by `slen`; every alias must satisfy `key`'s low `slen` bits being zero,
+    /// and `key` must be a canonical prefix of every alias (aliases that do not are dropped).
+    ///
+    /// Writers are serialized; readers continue meanwhile and see the old or the new leaf.
+    ///
+    /// # Errors
+    /// Whatever `change` returns.
+    pub fn modify<E>(
+        &self,
+        key: K,
+        change: impl FnOnce(&[Alias<V>]) -> Result<Option<Vec<Alias<V>>>, E>,
+    ) -> Result<(), E> {
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+
+        // Find the leaf (or the place for it), recording the path of tnodes.
+        let mut path: Vec<(&Node<K, V>, usize)> = Vec::new();
+        let mut found = self.root(guard);
+        while let Some(n) = found {
+            let index = (key ^ n.key).shr(n.pos);
+            if index.shr(n.bits) != K::ZERO || n.is_leaf() {
+                break;
+            }
+            let index = index.low_usize();
+            path.push((n, index));
+            found = n.child(index, guard);
+        }
+        let leaf = found.filter(|n| n.is_leaf() && n.key == key);
+        let Some(mut new) = change(leaf.map_or(&[], |l| l.aliases()))? else {
+            return Ok(());
+        };
+        new.retain(|a| a.slen <= K::BITS && key & !K::prefix_mask(K::BITS - a.slen) == K::ZERO);
+        new.sort_by_key(|a| a.slen);
+        let slot = match path.last() {
+            Some(&(parent, index)) => Slot {
+                parent: Some(parent),
+                index,
+            },
+            None => Slot {
+                parent: None,
+                index: 0,
+            },
+        };
+        let old_aliases = leaf.map_or(0, |l| l.aliases().len());
+        self.aliases.fetch_add(new.len(), Ordering::Relaxed);
+        self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
+
+        match (leaf, new.is_empty()) {
+            (None, true) => {}
+            (Some(old), false) => {
+                // Replace the leaf: raise suffixes first, lower them after (readers may see a
+                // suffix length that is too large, never one too small).
+                let fresh = Node::new_leaf(key, new);
+                let (old_slen, new_slen) = (old.slen(), fresh.slen());
+                push_suffix(&path, new_slen);
+                self.replace_in(slot, boxed(fresh, guard), guard);
+                retire(old, guard);
+                if new_slen < old_slen {
+                    pull_suffix(&path, old_slen, guard);
+                }
+            }
+            (Some(old), true) => {
+                self.replace_in(slot, Shared::null(), guard);
+                retire(old, guard);
+                self.leaves.fetch_sub(1, Ordering::Relaxed);
+                self.rebalance(&path, Some(old.slen()), guard);
+            }
+            (None, false) => {
+                // `fib_insert_node`: an empty slot takes the leaf; an occupied one (a node whose
+                // key differs above its pos + bits) gets a binary tnode at the highest differing
+                // bit, holding both.
+                let fresh = boxed(Node::new_leaf(key, new), guard);
+                // SAFETY: `fresh` was just allocated and is not shared yet.
+                let leaf_slen = unsafe { fresh.deref() }.slen();
+                push_suffix(&path, leaf_slen);
+                self.leaves.fetch_add(1, Ordering::Relaxed);
+                match found {
+                    None => self.replace_in(slot, fresh, guard),
+                    Some(other) => {
+                        let pos = (key ^ other.key).highest_bit().unwrap_or(0);
+                        let tn = boxed(Node::new_tnode(key, pos, 1), guard);
+                        // SAFETY: `tn` was just allocated and is not shared yet.
+                        let tn_ref = unsafe { tn.deref() };
+                        tn_ref.put_child(
+                            tn_ref.index_of(other.key),
+                            Shared::from(other as *const _),
+                            guard,
+                        );
+                        tn_ref.put_child(tn_ref.index_of(key), fresh, guard);
+                        self.replace_in(slot, tn, guard);
+                        path.push((tn_ref, 0));
+                    }
+                }
+                self.rebalance(&path, None, guard);
+            }
+        }
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.writer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Publishes `node` in `slot` (`put_child_root`).
+    fn replace_in(&self, slot: Slot<'_, K, V>, node: Shared<'_, Node<K, V>>, guard: &Guard) {
+        match slot.parent {
+            Some(parent) => parent.put_child(slot.index, node, guard),
+            None => self.root.store(node, Ordering::Release),
+        }
+    }
+
+    fn load_slot<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+        match slot.parent {
+            Some(parent) => parent.child(slot.index, guard),
+            None => self.root(guard),
+        }
+    }
+
+    /// Resizes every tnode of `path` bottom up (`trie_rebalance`), recomputing suffix lengths
+    /// that may have dropped: `lowered` is the former suffix length of the deepest node's child
+    /// that changed, when it may have shrunk.
+    fn rebalance<'g>(
+        &self,
+        path: &[(&'g Node<K, V>, usize)],
+        mut lowered: Option<u8>,
+        guard: &'g Guard,
+    ) {
+        for depth in (0..path.len()).rev() {
+            let tn = path[depth].0;
+            // What the parent last saw of this node.
+            let before = tn.slen();
+            // Only a node whose suffix length came from the shrunken child can drop.
+            if lowered.is_some_and(|old| before == old && old > tn.pos) {
+                tn.update_suffix(guard);
+            }
+            let slot = match depth.checked_sub(1) {
+                Some(up) => Slot {
+                    parent: Some(path[up].0),
+                    index: path[up].1,
+                },
+                None => Slot {
+                    parent: None,
+                    index: 0,
+                },
+            };
+            self.resize(slot, guard);
+            let after = self.load_slot(slot, guard).map(|n| n.slen());
+            lowered = after.is_none_or(|after| after < before).then_some(before);
+        }
+    }
+
+    /// The kernel's `resize`: inflate while worthwhile, else halve while worthwhile, then
+    /// collapse a node left with fewer than two children. At most [`MAX_WORK`] steps.
+    fn resize<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) {
+        let is_root = slot.parent.is_none();
+        let Some(mut tn) = self.load_slot(slot, guard).filter(|n| !n.is_leaf()) else {
+            return;
+        };
+        let mut work = MAX_WORK;
+        while work > 0 && should_inflate(tn, is_root) {
+            tn = self.inflate(slot, tn, guard);
+            work -= 1;
+        }
+        if work != MAX_WORK {
+            // The kernel stops here; an inflate that dissolved a lone full child can leave a
+            // single child behind, so we also collapse (keeping "every tnode has two children").
+            if should_collapse(tn) {
+                self.collapse(slot, tn, guard);
+            }
+            return;
+        }
+        while work > 0 && should_halve(tn, is_root) {
+            tn = self.halve(slot, tn, guard);
+            work -= 1;
+        }
+        if should_collapse(tn) {
+            self.collapse(slot, tn, guard);
+        }
+    }
+
+    /// Doubles `old`'s children: it consumes one more bit, downwards. Full children are split
+    /// in two (or dissolved when binary); the others move to the half their next bit selects.
+    fn inflate<'g>(
+        &self,
+        slot: Slot<'g, K, V>,
+        old: &'g Node<K, V>,
+        guard: &'g Guard,
+    ) -> &'g Node<K, V> {
+        let new = boxed(Node::new_tnode(old.key, old.pos - 1, old.bits + 1), guard);
+        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
+        let tn = unsafe { new.deref() };
+        let mut retired = vec![old];
+        for i in 0..old.children().len() {
+            let Some(inode) = old.child(i, guard) else {
+                continue;
+            };
+            if !old.is_full_child(Some(inode)) {
+                tn.put_child(tn.index_of(inode.key), shared(inode), guard);
+                continue;
+            }
+            retired.push(inode);
+            if inode.bits == 1 {
+                tn.put_child(2 * i, shared_opt(inode.child(0, guard)), guard);
+                tn.put_child(2 * i + 1, shared_opt(inode.child(1, guard)), guard);
+                continue;
+            }
+            // Split in two: node0 takes the children whose index has the top bit clear, node1
+            // the others; their keys differ exactly in that bit (`tn.pos`).
+            let half = inode.children().len() / 2;
+            let node0 = boxed(Node::new_tnode(inode.key, inode.pos, inode.bits - 1), guard);
+            let bit = K::from_usize(1).shl(tn.pos);
+            let node1 = boxed(
+                Node::new_tnode(inode.key | bit, inode.pos, inode.bits - 1),
+                guard,
+            );
+            // SAFETY: both were just allocated and are not shared yet.
+            let (n0, n1) = unsafe { (node0.deref(), node1.deref()) };
+            for j in 0..half {
+                n0.put_child(j, shared_opt(inode.child(j, guard)), guard);
+                n1.put_child(j, shared_opt(inode.child(half + j, guard)), guard);
+            }
+            tn.put_child(2 * i, node0, guard);
+            tn.put_child(2 * i + 1, node1, guard);
+        }
+        self.replace(slot, new, tn, &retired, guard)
+    }
+
+    /// Halves `old`'s children: it consumes one bit less. Pairs of non-empty siblings get a new
+    /// binary tnode; a lone sibling moves up.
+    fn halve<'g>(
+        &self,
+        slot: Slot<'g, K, V>,
+        old: &'g Node<K, V>,
+        guard: &'g Guard,
+    ) -> &'g Node<K, V> {
+        let new = boxed(Node::new_tnode(old.key, old.pos + 1, old.bits - 1), guard);
+        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
+        let tn = unsafe { new.deref() };
+        for i in (0..old.children().len()).step_by(2) {
+            match (old.child(i, guard), old.child(i + 1, guard)) {
+                (None, None) => {}
+                (Some(one), None) | (None, Some(one)) => tn.put_child(i / 2, shared(one), guard),
+                (Some(n0), Some(n1)) => {
+                    let pair = boxed(Node::new_tnode(n0.key, old.pos, 1), guard);
+                    // SAFETY: `pair` was just allocated and is not shared yet.
+                    let p = unsafe { pair.deref() };
+                    p.put_child(0, shared(n0), guard);
+                    p.put_child(1, shared(n1), guard);
+                    tn.put_child(i / 2, pair, guard);
+                }
+            }
+        }
+        self.replace(slot, new, tn, &[old], guard)
+    }
+
+    /// Publishes a rebuilt tnode, retires the nodes it replaces, then resizes its full children
+    /// (which may be new) and recomputes its suffix length (the kernel's `replace`).
+    fn replace<'g>(
+        &self,
+        slot: Slot<'g, K, V>,
+        new: Shared<'g, Node<K, V>>,
+        tn: &'g Node<K, V>,
+        retired: &[&'g Node<K, V>],
+        guard: &'g Guard,
+    ) -> &'g Node<K, V> {
+        self.replace_in(slot, new, guard);
+        for &old in retired {
+            retire(old, guard);
+        }
+        for i in (0..tn.children().len()).rev() {
+            if tn.is_full_child(tn.child(i, guard)) {
+                self.resize(
+                    Slot {
+                        parent: Some(tn),
+                        index: i,
+                    },
+                    guard,
+                );
+            }
+        }
+        tn.update_suffix(guard);
+        tn
+    }
+
+    /// Replaces a tnode with fewer than two children by its only child (or nothing).
+    fn collapse<'g>(&self, slot: Slot<'g, K, V>, old: &'g Node<K, V>, guard: &'g Guard) {
+        let only = (0..old.children().len()).find_map(|i| old.child(i, guard));
+        self.replace_in(slot, shared_opt(only), guard);
+        retire(old, guard);
+    }
+
+    /// Checks the structural invariants (for tests): child placement, counters, exact suffix
+    /// lengths, the alias order, and that no node is left that a resize would change.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let guard = &epoch::pin();
+        let Some(root) = self.root(guard) else {
+            return if self.leaf_count() == 0 {
+                Ok(())
+            } else {
+                Err("empty trie with leaves".into())
+            };
+        };
+        let mut leaves = 0;
+        let mut aliases = 0;
+        check_node(root, None, guard, &mut leaves, &mut aliases)?;
+        if leaves != self.leaf_count() || aliases != self.alias_count() {
+            return Err(format!(
+                "counted {leaves} leaves {aliases} aliases, recorded {} {}",
+                self.leaf_count(),
+                self.alias_count()
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn check_node<K: TrieKey, V>(
+    n: &Node<K, V>,
+    parent: Option<&Node<K, V>>,
+    guard: &Guard,
+    leaves: &mut usize,
+    aliases: &mut usize,
+) -> Result<(), String> {
+    if let Some(p) = parent {
+        if n.pos + n.bits > p.pos {
+            return Err(format!(
+                "node {:?}/{} below parent pos {}",
+                n.key, n.pos, p.pos
+            ));
+        }
+        let mask = K::prefix_mask(K::BITS - (p.pos + p.bits));
+        if n.key & mask != p.key {
+            return Err(format!(
+                "node key {:?} outside parent key {:?}",
+                n.key, p.key
+            ));
+        }
+    }
+    if n.is_leaf() {
+        let list = n.aliases();
+        if list.is_empty() {
+            return Err(format!("empty leaf {:?}", n.key));
+        }
+        if !list.windows(2).all(|w| w[0].slen <= w[1].slen) {
+            return Err(format!("unsorted aliases at {:?}", n.key));
+        }
+        if n.slen() != list[list.len() - 1].slen {
+            return Err(format!("leaf {:?} slen {} wrong", n.key, n.slen()));
+        }
+        *leaves += 1;
+        *aliases += list.len();
+        return Ok(());
+    }
+    let mut empty = 0;
+    let mut full = 0;
+    let mut slen = n.pos;
+    for (i, slot) in n.children().iter().enumerate() {
+        match load(slot, guard) {
+            None => empty += 1,
+            Some(c) => {
+                if n.index_of(c.key) != i {
+                    return Err(format!("child {:?} at wrong index {i}", c.key));
+                }
+                full += usize::from(n.is_full_child(Some(c)));
+                slen = slen.max(c.slen());
+                check_node(c, Some(n), guard, leaves, aliases)?;
+            }
+        }
+    }
+    if empty != n.empty_children() || full != n.full_children() {
+        return Err(format!(
+            "counters of tnode {:?}/{}/{} wrong",
+            n.key, n.pos, n.bits
+        ));
+    }
+    if slen != n.slen() {
+        return Err(format!(
+            "tnode {:?}/{} slen {} should be {slen}",
+            n.key,
+            n.pos,
+            n.slen()
+        ));
+    }
+    if should_collapse(n) {
+        return Err(format!("tnode {:?}/{} should have collapsed", n.key, n.pos));
+    }
+    Ok(())
+}
+
+/// The number of keys [`LcTrie::lookup_batch`] walks in lock step.
+pub const BATCH: usize = 16;
+
+fn should_inflate<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+    let len = tn.children().len();
+    let threshold = len
+        * if is_root {
+            INFLATE_THRESHOLD_ROOT
+        } else {
+            INFLATE_THRESHOLD
+        };
+    let used = len - tn.empty_children() + tn.full_children();
+    used > 1 && tn.pos > 0 && 50 * used >= threshold
+}
+
+fn should_halve<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+    let len = tn.children().len();
+    let threshold = len
+        * if is_root {
+            HALVE_THRESHOLD_ROOT
+        } else {
+            HALVE_THRESHOLD
+        };
+    let used = len - tn.empty_children();
+    used > 1 && tn.bits > 1 && 100 * used < threshold
+}
+
+fn should_collapse<K: TrieKey, V>(tn: &Node<K, V>) -> bool {
+    tn.children().len() - tn.empty_children() < 2
+}
+
+/// Raises the suffix length of every tnode on `path` to at least `slen` (`node_push_suffix`).
+fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
+    for (tn, _) in path.iter().rev() {
+        if tn.slen() >= slen {
+            break;
+        }
+        tn.slen.store(slen, Ordering::Relaxed);
+    }
+}
+
+/// Recomputes suffix lengths bottom up after a leaf's dropped from `old` (`node_pull_suffix`):
+/// only nodes whose value was `old` can change, and the walk stops at the first that keeps it.
+fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Guard) {
+    for (tn, _) in path.iter().rev() {
+        if tn.slen() != old || old == tn.pos || tn.update_suffix(guard) == old {
+            break;
+        }
+    }
+}
+
+fn shared<'g, K, V>(node: &'g Node<K, V>) -> Shared<'g, Node<K, V>> {
+    Shared::from(node as *const Node<K, V>)
+}
+
+fn shared_opt<'g, K, V>(node: Option<&'g Node<K, V>>) -> Shared<'g, Node<K, V>> {
+    node.map_or(Shared::null(), shared)
+}
+
+/// Hands an unlinked node to the epoch collector; its children (if any) are not freed with it.
+fn retire<K, V>(node: &Node<K, V>, guard: &Guard) {
+    let ptr = shared(node);
+    // SAFETY: the writer has just unlinked `node` from the trie (no slot points to it any more),
+    // and it is retired exactly once; readers that still hold it are pinned, so the collector
+    // frees it only after they unpin. Dropping a node drops its own child array (atomic
+    // pointers, which free nothing) and its aliases, never other nodes.
+    unsafe { guard.defer_destroy(ptr) };
+}
+
+/// Where one key of a [`LcTrie::lookup_batch`] group is in its cache-warming walk.
+enum Warm<'g, K, V> {
+    Node(&'g Node<K, V>),
+    Slot(&'g Atomic<Node<K, V>>),
+    Done,
+}
+
+impl<K, V> Clone for Warm<'_, K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K, V> Copy for Warm<'_, K, V> {}
+
+/// Asks the CPU to start loading `*item` into L1 (a hint: no effect on semantics).
+#[inline(always)]
+fn prefetch<T>(item: &T) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and SSE
+        // (which provides it) is part of the x86_64 baseline.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(item).cast::<i8>()) };
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = item;
+}
+
+impl<K: TrieKey, V> Drop for LcTrie<K, V> {
+    fn drop(&mut self) {
+        fn free<K: TrieKey, V>(ptr: Shared<'_, Node<K, V>>) {
+            // SAFETY: `drop` has exclusive access to the trie (`&mut self`), so no reader or
+            // writer can reach these nodes; every node is reachable through exactly one slot,
+            // so each is freed exactly once. Retired nodes were unlinked and are the collector's.
+            let guard = unsafe { epoch::unprotected() };
+            if ptr.is_null() {
+                return;
+            }
+            // SAFETY: as above: exclusively ours, non-null.
+            let owned = unsafe { ptr.into_owned() };
+            for slot in owned.children() {
+                free(slot.load(Ordering::Relaxed, guard));
+            }
+        }
+        // SAFETY: exclusive access, see `free`.
+        let guard = unsafe { epoch::unprotected() };
+        free(self.root.load(Ordering::Relaxed, guard));
+    }
+}

@@ -1,0 +1,114 @@
+//! Readers race one writer: addresses covered only by stable routes must always resolve to
+//! the same route, while volatile routes elsewhere come and go and the trie resizes under them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_epoch as epoch;
+use fib_trie::LcTrie;
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+/// Stable routes: 10.S.0.0/16 for S in 0..64, value S.
+fn stable_key(s: u32) -> u32 {
+    0x0a00_0000 | (s << 16)
+}
+
+/// Volatile routes live in 11.0.0.0/8 (never covering a stable probe), and at /24s and /32s
+/// inside the stable /16s' upper halves (probes stay in the lower halves).
+fn volatile(rng: &mut StdRng) -> (u32, u8) {
+    if rng.random_bool(0.5) {
+        let plen = rng.random_range(8..=32u8);
+        (
+            (0x0b00_0000 | rng.random_range(0..0x0100_0000u32)) & u32::prefix_mask_of(plen),
+            plen,
+        )
+    } else {
+        let s = rng.random_range(0..64u32);
+        let plen = if rng.random_bool(0.5) { 24 } else { 32 };
+        let low = 0x8000 | rng.random_range(0..0x8000u32);
+        ((stable_key(s) | low) & u32::prefix_mask_of(plen), plen)
+    }
+}
+
+trait Mask {
+    fn prefix_mask_of(plen: u8) -> u32;
+}
+impl Mask for u32 {
+    fn prefix_mask_of(plen: u8) -> u32 {
+        <u32 as fib_trie::TrieKey>::prefix_mask(plen)
+    }
+}
+
+fn stress<const READERS: usize>(duration: Duration) {
+    let trie = Arc::new(LcTrie::<u32, u32>::new());
+    for s in 0..64 {
+        trie.insert(stable_key(s), 16, s).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (trie, stop, lookups) =
+                (Arc::clone(&trie), Arc::clone(&stop), Arc::clone(&lookups));
+            thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(r as u64);
+                let mut n = 0;
+                let mut keys = [0u32; 16];
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = epoch::pin();
+                    for k in &mut keys {
+                        let s = rng.random_range(0..64u32);
+                        *k = stable_key(s) | rng.random_range(0..0x8000u32);
+                    }
+                    for &k in &keys {
+                        let m = trie
+                            .lookup(k, &guard, |_| true)
+                            .expect("stable route vanished");
+                        assert_eq!(
+                            (m.key, m.plen, *m.value),
+                            (k & 0xffff_0000, 16, (k >> 16) & 0xff),
+                            "key {k:#x}"
+                        );
+                    }
+                    let mut out = [None; 16];
+                    trie.lookup_batch(&keys, &mut out, &guard, |_| true);
+                    for (k, m) in keys.iter().zip(&out) {
+                        assert_eq!(m.map(|m| *m.value), Some((k >> 16) & 0xff));
+                    }
+                    n += 32;
+                }
+                lookups.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(99);
+    let mut live: Vec<(u32, u8)> = Vec::new();
+    let started = Instant::now();
+    let mut writes = 0;
+    while started.elapsed() < duration {
+        if live.len() < 3000 && (live.is_empty() || rng.random_bool(0.6)) {
+            let (k, l) = volatile(&mut rng);
+            trie.insert(k, l, u32::MAX).unwrap();
+            live.push((k, l));
+        } else {
+            let i = rng.random_range(0..live.len());
+            let (k, l) = live.swap_remove(i);
+            trie.remove(k, l).unwrap();
+        }
+        writes += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("reader failed");
+    }
+    trie.check_invariants().unwrap();
+    assert!(writes > 1000, "writer made {writes} changes");
+    assert!(lookups.load(Ordering::Relaxed) > 1000);
+}
+
+#[test]
+fn readers_see_stable_routes_while_a_writer_churns() {
+    stress::<2>(Duration::from_millis(1500));
+}

@@ -1,0 +1,547 @@
+//! Route semantics of `FibTable` and `Fib`: insert flags, delete matching, lookup selectors,
+//! rules; and a differential test of table lookups against a linear scan.
+
+use crossbeam_epoch as epoch;
+use fib_trie::{
+    Fib, FibRule, FibTable, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, Route,
+    RouteError, RouteSelector, RouteType, RuleAction, Scope, TableLookup, ids,
+};
+use proptest::prelude::*;
+
+const NET: u32 = 0x0a00_0000; // 10.0.0.0
+
+fn via(gw: u32, ifindex: u32) -> Vec<NextHop<u32>> {
+    vec![NextHop::new(Some(gw), ifindex)]
+}
+
+fn found<'g>(
+    t: &FibTable<u32>,
+    flow: Flow<u32>,
+    g: &'g epoch::Guard,
+) -> Option<fib_trie::FibResult<'g, u32>> {
+    match t.lookup(&flow, g) {
+        TableLookup::Found(r) => Some(r),
+        _ => None,
+    }
+}
+
+#[test]
+fn add_is_exclusive_prepend_and_append_order() {
+    let t = FibTable::<u32>::new(254);
+    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+        .unwrap();
+    assert_eq!(
+        t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::ADD),
+        Err(RouteError::Exists)
+    );
+    // The very same route again is refused even without excl.
+    assert_eq!(
+        t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::APPEND),
+        Err(RouteError::Exists)
+    );
+    t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
+        .unwrap();
+    t.insert(
+        &Route::unicast(NET, 8, 254, via(3, 3)),
+        InsertFlags::PREPEND,
+    )
+    .unwrap();
+    let g = &epoch::pin();
+    let order: Vec<u32> = t
+        .dump(g)
+        .iter()
+        .map(|(_, _, a)| a.info.nexthops[0].ifindex)
+        .collect();
+    assert_eq!(order, [3, 1, 2]);
+    assert_eq!(
+        found(&t, Flow::to(NET + 5), g).unwrap().alias.info.nexthops[0].ifindex,
+        3
+    );
+    assert_eq!(t.route_count(), 3);
+    assert_eq!(t.prefix_count(), 1);
+}
+
+#[test]
+fn replace_change_and_metric_order() {
+    let t = FibTable::<u32>::new(254);
+    assert_eq!(
+        t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::CHANGE),
+        Err(RouteError::NotFound)
+    );
+    t.insert(
+        &Route::unicast(NET, 8, 254, via(1, 1)).with_priority(100),
+        InsertFlags::REPLACE,
+    )
+    .unwrap();
+    t.insert(
+        &Route::unicast(NET, 8, 254, via(2, 2)).with_priority(10),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let g = &epoch::pin();
+    // Lower metric first.
+    assert_eq!(found(&t, Flow::to(NET), g).unwrap().alias.info.priority, 10);
+    t.insert(
+        &Route::unicast(NET, 8, 254, via(9, 9)).with_priority(100),
+        InsertFlags::REPLACE,
+    )
+    .unwrap();
+    let hops: Vec<u32> = t
+        .dump(g)
+        .iter()
+        .map(|(_, _, a)| a.info.nexthops[0].ifindex)
+        .collect();
+    assert_eq!(hops, [2, 9]);
+    // Replacing with an identical route is a no-op.
+    t.insert(
+        &Route::unicast(NET, 8, 254, via(9, 9)).with_priority(100),
+        InsertFlags::REPLACE,
+    )
+    .unwrap();
+    assert_eq!(t.route_count(), 2);
+    // A type change replaces too.
+    t.insert(
+        &Route::reject(NET, 8, 254, RouteType::Blackhole).with_priority(10),
+        InsertFlags::REPLACE,
+    )
+    .unwrap();
+    assert_eq!(
+        t.lookup(&Flow::to(NET), g),
+        TableLookup::Reject(
+            LookupError::Blackhole,
+            match t.lookup(&Flow::to(NET), g) {
+                TableLookup::Reject(_, r) => r,
+                _ => unreachable!(),
+            }
+        )
+    );
+}
+
+#[test]
+fn delete_matches_given_fields_only() {
+    let t = FibTable::<u32>::new(254);
+    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+        .unwrap();
+    t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
+        .unwrap();
+    let mut sel = RouteSelector::new(NET, 8, 254);
+    sel.nexthops = Some(via(2, 2));
+    assert_eq!(t.delete(&sel).unwrap().info.nexthops[0].ifindex, 2);
+    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    sel.nexthops = None;
+    sel.route_type = Some(RouteType::Blackhole);
+    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    sel.route_type = None;
+    sel.tos = 4;
+    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    sel.tos = 0;
+    assert!(t.delete(&sel).is_ok());
+    assert_eq!(t.route_count(), 0);
+    assert_eq!(t.prefix_count(), 0);
+    assert!(matches!(
+        t.delete(&RouteSelector::new(NET | 1, 8, 254)),
+        Err(RouteError::Prefix(_))
+    ));
+}
+
+#[test]
+fn lookup_honours_tos_scope_dead_hops_and_oif() {
+    let t = FibTable::<u32>::new(254);
+    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+        .unwrap();
+    t.insert(
+        &Route::unicast(NET, 16, 254, via(2, 2)).with_tos(0x10),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let mut dead = Route::unicast(NET, 24, 254, via(3, 3));
+    dead.info.nexthops[0].flags = NextHopFlags::DEAD;
+    t.insert(&dead, InsertFlags::ADD).unwrap();
+    let mut link = Route::unicast(NET, 20, 254, vec![NextHop::new(None, 4)]);
+    link.info.scope = Scope::LINK;
+    t.insert(&link, InsertFlags::ADD).unwrap();
+    let g = &epoch::pin();
+    let plen = |flow: Flow<u32>| found(&t, flow, g).map(|r| r.plen);
+    assert_eq!(plen(Flow::to(NET + 1)), Some(20)); // /24 is dead, /20 link-scope ok
+    assert_eq!(
+        plen(Flow {
+            scope: Scope::HOST,
+            ..Flow::to(NET + 1)
+        }),
+        None
+    );
+    assert_eq!(
+        plen(Flow {
+            scope: Scope::SITE,
+            ..Flow::to(NET + 1)
+        }),
+        Some(20)
+    );
+    assert_eq!(
+        plen(Flow {
+            oif: 2,
+            ..Flow::to(NET + 1)
+        }),
+        None
+    ); // /16 needs tos 0x10
+    assert_eq!(
+        plen(Flow {
+            oif: 2,
+            tos: 0x10,
+            ..Flow::to(NET + 1)
+        }),
+        Some(16)
+    );
+    assert_eq!(
+        plen(Flow {
+            oif: 1,
+            tos: 0x10,
+            ..Flow::to(NET + 1)
+        }),
+        Some(8)
+    );
+    assert_eq!(plen(Flow::to(0x0b00_0000)), None);
+}
+
+#[test]
+fn multipath_weights_and_shared_info() {
+    let t = FibTable::<u32>::new(254);
+    let mut hops = vec![NextHop::new(Some(1), 1), NextHop::new(Some(2), 2)];
+    hops[1].weight = 3;
+    t.insert(&Route::unicast(NET, 8, 254, hops.clone()), InsertFlags::ADD)
+        .unwrap();
+    t.insert(&Route::unicast(NET, 16, 254, hops), InsertFlags::ADD)
+        .unwrap();
+    assert_eq!(t.info_count(), 1, "equal route infos are shared");
+    let g = &epoch::pin();
+    let r = found(&t, Flow::to(NET), g).unwrap();
+    let picks: Vec<u32> = (0..4u32)
+        .map(|q| r.select_path(q << 30).unwrap().ifindex)
+        .collect();
+    assert_eq!(picks, [1, 2, 2, 2]);
+    assert_eq!(
+        t.insert(&Route::unicast(NET, 8, 254, vec![]), InsertFlags::ADD),
+        Err(RouteError::MissingNextHop(RouteType::Unicast))
+    );
+    assert_eq!(
+        t.insert(
+            &Route {
+                info: Route::unicast(0, 0, 254, via(1, 1)).info,
+                ..Route::reject(0, 0, 254, RouteType::Throw)
+            },
+            InsertFlags::ADD
+        ),
+        Err(RouteError::UnexpectedNextHop(RouteType::Throw))
+    );
+}
+
+#[test]
+fn default_rules_merge_local_and_main() {
+    let fib = Fib::<u32>::new();
+    let g = &epoch::pin();
+    assert_eq!(fib.lookup(&Flow::to(NET), g), Err(LookupError::NoRoute));
+    let mut local = Route::unicast(NET, 8, ids::LOCAL, via(0, 1));
+    local.route_type = RouteType::Local;
+    fib.insert(&local, InsertFlags::ADD).unwrap();
+    fib.insert(
+        &Route::unicast(NET, 16, ids::MAIN, via(5, 5)),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    fib.insert(
+        &Route::unicast(0, 0, ids::DEFAULT, via(7, 7)),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    // Merged: the longer main /16 wins over the local /8.
+    assert_eq!(fib.lookup(&Flow::to(NET), g).unwrap().table(), ids::MAIN);
+    assert_eq!(
+        fib.lookup(&Flow::to(NET | 0x0001_0000), g).unwrap().table(),
+        ids::LOCAL
+    );
+    assert_eq!(
+        fib.lookup(&Flow::to(0x0b00_0000), g).unwrap().table(),
+        ids::DEFAULT
+    );
+    // Equal length: local first.
+    let mut local16 = Route::unicast(NET, 16, ids::LOCAL, via(0, 1));
+    local16.route_type = RouteType::Local;
+    fib.insert(&local16, InsertFlags::ADD).unwrap();
+    assert_eq!(fib.lookup(&Flow::to(NET), g).unwrap().table(), ids::LOCAL);
+    // Any rule change ends the merge: now local answers first whatever the length.
+    fib.delete(&RouteSelector::new(NET, 16, ids::LOCAL))
+        .unwrap();
+    fib.add_rule(FibRule::new(40000, RuleAction::Nop)).unwrap();
+    assert!(fib.has_custom_rules());
+    let g = &epoch::pin();
+    assert_eq!(fib.lookup(&Flow::to(NET), g).unwrap().table(), ids::LOCAL);
+}
+
+#[test]
+fn rules_select_goto_throw_and_reject() {
+    let fib = Fib::<u32>::new();
+    fib.insert(
+        &Route::unicast(0, 0, ids::MAIN, via(1, 1)),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    fib.insert(
+        &Route::reject(NET, 8, 10, RouteType::Throw),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    fib.insert(&Route::unicast(0, 0, 10, via(2, 2)), InsertFlags::ADD)
+        .unwrap();
+    fib.insert(
+        &Route::reject(0x0b00_0000, 8, 10, RouteType::Prohibit),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let mut from = FibRule::new(100, RuleAction::Lookup(10));
+    from.src = Some((0xc0a8_0000, 16));
+    fib.add_rule(from.clone()).unwrap();
+    assert_eq!(fib.add_rule(from.clone()), Err(RuleError::Exists));
+    let g = &epoch::pin();
+    let flow = |src, dst| Flow {
+        src,
+        ..Flow::to(dst)
+    };
+    assert_eq!(
+        fib.lookup(&flow(0xc0a8_0101, 0x0808_0808), g)
+            .unwrap()
+            .table(),
+        10
+    );
+    // Throw: table 10 gives up on 10/8, main answers.
+    assert_eq!(
+        fib.lookup(&flow(0xc0a8_0101, NET + 1), g).unwrap().table(),
+        ids::MAIN
+    );
+    assert_eq!(
+        fib.lookup(&flow(0xc0a8_0101, 0x0b00_0001), g),
+        Err(LookupError::Prohibit)
+    );
+    assert_eq!(
+        fib.lookup(&flow(0x0100_0000, 0x0b00_0001), g)
+            .unwrap()
+            .table(),
+        ids::MAIN
+    );
+    // Goto skips over a blackhole rule.
+    let mut jump = FibRule::new(50, RuleAction::Goto(200));
+    jump.iif = 3;
+    fib.add_rule(jump).unwrap();
+    fib.add_rule(FibRule::new(150, RuleAction::Blackhole))
+        .unwrap();
+    assert_eq!(
+        fib.add_rule(FibRule::new(300, RuleAction::Goto(300))),
+        Err(fib_trie::RuleError::BadGoto {
+            priority: 300,
+            target: 300
+        })
+    );
+    let g = &epoch::pin();
+    assert_eq!(
+        fib.lookup(&Flow::to(0x0808_0808), g),
+        Err(LookupError::Blackhole)
+    );
+    // Goto 200 has no target rule yet: skipped, so the blackhole still applies.
+    assert_eq!(
+        fib.lookup(
+            &Flow {
+                iif: 3,
+                ..Flow::to(1)
+            },
+            g
+        ),
+        Err(LookupError::Blackhole)
+    );
+    let mut marked = FibRule::new(200, RuleAction::Lookup(ids::MAIN));
+    (marked.fwmark, marked.fwmask, marked.invert) = (1, 1, true);
+    fib.add_rule(marked.clone()).unwrap();
+    let g = &epoch::pin();
+    assert_eq!(
+        fib.lookup(
+            &Flow {
+                iif: 3,
+                ..Flow::to(1)
+            },
+            g
+        )
+        .unwrap()
+        .table(),
+        ids::MAIN
+    );
+    // `not fwmark 1`: a marked flow does not match, falls to local/main rules after 150? No:
+    // the goto lands on rule 200 which does not match, so evaluation continues after it.
+    assert_eq!(
+        fib.lookup(
+            &Flow {
+                iif: 3,
+                mark: 1,
+                ..Flow::to(1)
+            },
+            g
+        )
+        .unwrap()
+        .table(),
+        ids::MAIN
+    );
+    fib.add_rule(FibRule::new(250, RuleAction::Unreachable))
+        .unwrap();
+    let g = &epoch::pin();
+    assert_eq!(
+        fib.lookup(
+            &Flow {
+                iif: 3,
+                mark: 1,
+                ..Flow::to(1)
+            },
+            g
+        ),
+        Err(LookupError::NoRoute)
+    );
+    fib.delete_rule(&marked).unwrap();
+    assert_eq!(fib.delete_rule(&marked), Err(RuleError::NotFound));
+}
+
+use fib_trie::RuleError;
+
+/// A route as the linear-scan oracle keeps it.
+#[derive(Clone, Debug)]
+struct Flat {
+    route: Route<u32>,
+}
+
+fn route_strategy() -> impl Strategy<Value = Route<u32>> {
+    let prefix = (
+        prop::sample::select(vec![
+            0u32,
+            0x0a00_0000,
+            0x0a0a_0000,
+            0xc0a8_0100,
+            0xffff_ff00,
+        ]),
+        any::<u32>(),
+        0u8..=32,
+    )
+        .prop_map(|(base, noise, plen)| {
+            (
+                (base ^ (noise & 0x0001_0f0f)) & u32::prefix_mask(plen),
+                plen,
+            )
+        });
+    let kind = prop::sample::select(vec![
+        RouteType::Unicast,
+        RouteType::Unicast,
+        RouteType::Local,
+        RouteType::Broadcast,
+        RouteType::Anycast,
+        RouteType::Multicast,
+        RouteType::Blackhole,
+        RouteType::Unreachable,
+        RouteType::Prohibit,
+        RouteType::Throw,
+    ]);
+    (
+        prefix,
+        kind,
+        prop::sample::select(vec![0u8, 0x10, 0x20]),
+        0u32..4,
+        1u32..4,
+        any::<bool>(),
+        prop::sample::select(vec![0u8, 200, 253]),
+    )
+        .prop_map(|((p, l), kind, tos, prio, ifindex, dead, scope)| {
+            let mut r = if kind.has_next_hops() {
+                let mut hop = NextHop::new(Some(ifindex), ifindex);
+                if dead {
+                    hop.flags = NextHopFlags::DEAD;
+                }
+                let mut r = Route::unicast(p, l, 254, vec![hop]);
+                r.route_type = kind;
+                r
+            } else {
+                Route::reject(p, l, 254, kind)
+            };
+            r.tos = tos;
+            r.info.priority = prio;
+            r.info.scope = Scope(scope);
+            r
+        })
+}
+
+use fib_trie::TrieKey;
+
+/// The oracle: among routes covering `dst` that the lookup may take, the longest prefix, then
+/// tos descending, then metric ascending (routes are added with ADD, so keys are unique).
+fn oracle(routes: &[Flat], flow: &Flow<u32>) -> Option<(u32, u8, RouteType, u32)> {
+    routes
+        .iter()
+        .map(|f| &f.route)
+        .filter(|r| (flow.dst ^ r.prefix) & u32::prefix_mask(r.plen) == 0)
+        .filter(|r| r.tos == 0 || r.tos == flow.tos)
+        .filter(|r| r.info.scope >= flow.scope)
+        .filter(|r| {
+            !r.route_type.has_next_hops()
+                || r.info
+                    .nexthops
+                    .iter()
+                    .any(|h| h.is_alive() && (flow.oif == 0 || h.ifindex == flow.oif))
+        })
+        .min_by_key(|r| {
+            (
+                std::cmp::Reverse(r.plen),
+                std::cmp::Reverse(r.tos),
+                r.info.priority,
+            )
+        })
+        .map(|r| (r.prefix, r.plen, r.route_type, r.info.priority))
+}
+
+proptest! {
+    #[test]
+    fn table_lookup_matches_linear_scan(
+        routes in prop::collection::vec(route_strategy(), 1..80),
+        deletes in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
+        flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10, 0x20]), 0u32..4, prop::sample::select(vec![0u8, 200, 254])), 1..40),
+    ) {
+        let t = FibTable::<u32>::new(254);
+        let mut flat: Vec<Flat> = Vec::new();
+        for r in routes {
+            let key_taken = flat.iter().any(|f| f.route.prefix == r.prefix && f.route.plen == r.plen && f.route.tos == r.tos && f.route.info.priority == r.info.priority);
+            let res = t.insert(&r, InsertFlags::ADD);
+            prop_assert_eq!(res.is_err(), key_taken);
+            if !key_taken {
+                flat.push(Flat { route: r });
+            }
+        }
+        for d in deletes {
+            if flat.is_empty() { break; }
+            let f = flat.remove(d.index(flat.len()));
+            prop_assert!(t.delete(&RouteSelector::exact(&f.route)).is_ok());
+            prop_assert_eq!(t.delete(&RouteSelector::exact(&f.route)), Err(RouteError::NotFound));
+        }
+        prop_assert_eq!(t.route_count(), flat.len());
+        t.trie().check_invariants().unwrap();
+        let g = &epoch::pin();
+        let probes = flows.iter().map(|&(d, tos, oif, scope)| (d, tos, oif, scope))
+            .chain(flat.iter().map(|f| (f.route.prefix, f.route.tos, 0, 0)));
+        for (dst, tos, oif, scope) in probes {
+            let flow = Flow { tos, oif, scope: Scope(scope), ..Flow::to(dst) };
+            let got = match t.lookup(&flow, g) {
+                TableLookup::Found(r) | TableLookup::Reject(_, r) => Some((r.prefix, r.plen, r.route_type(), r.alias.info.priority)),
+                TableLookup::Continue => None,
+            };
+            let want = oracle(&flat, &flow);
+            // A throw answers "continue": compare what it hides.
+            let got_cmp = got.filter(|g| g.2 != RouteType::Throw);
+            let want_cmp = want.filter(|w| w.2 != RouteType::Throw);
+            prop_assert_eq!(got_cmp, want_cmp, "flow {:?}", flow);
+        }
+        // The dump is ordered by key, and holds every route once.
+        let dump = t.dump(g);
+        prop_assert!(dump.windows(2).all(|w| w[0].0 <= w[1].0));
+        prop_assert_eq!(dump.len(), flat.len());
+    }
+}

@@ -1,0 +1,89 @@
+//! The fib-trie LC-trie on the real tables of `benches/data` (full BGP v4 and v6, the v4 DFZ):
+//! every lookup of random addresses (uniform, and inside announced prefixes) equals the
+//! per-length hash-map reference, single and batched; then half the table is deleted and
+//! checked again. 200k addresses per table in debug builds, 1M with optimizations.
+
+use crossbeam_epoch as epoch;
+use fib_trie::{LcTrie, ReferenceLpm, TrieKey};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use xfwd_benches::data::PrefixAddr;
+use xfwd_benches::data::routes::{self, Route};
+
+const ADDRESSES: usize = if cfg!(debug_assertions) {
+    200_000
+} else {
+    1_000_000
+};
+
+fn check<A: PrefixAddr, K: TrieKey>(
+    table: &[Route<A>],
+    to_key: impl Fn(A) -> K,
+    random: impl Fn(&mut StdRng) -> K,
+) {
+    let trie = LcTrie::<K, u32>::new();
+    let mut reference = ReferenceLpm::<K, u32>::new();
+    let mut prefixes = Vec::with_capacity(table.len());
+    for r in table {
+        let key = to_key(r.prefix.addr);
+        trie.insert(key, r.prefix.len, r.origin_asn).unwrap();
+        reference.insert(key, r.prefix.len, r.origin_asn).unwrap();
+        prefixes.push((key, r.prefix.len));
+    }
+    assert_eq!(trie.alias_count(), table.len());
+    trie.check_invariants().unwrap();
+
+    let mut rng = StdRng::seed_from_u64(0xf1b);
+    let keys: Vec<K> = (0..ADDRESSES)
+        .map(|i| {
+            if i % 2 == 0 {
+                random(&mut rng)
+            } else {
+                // Inside an announced prefix: its network address with random host bits.
+                let (k, plen) = prefixes[rng.random_range(0..prefixes.len())];
+                k | (random(&mut rng) & !K::prefix_mask(plen))
+            }
+        })
+        .collect();
+    compare(&trie, &reference, &keys);
+
+    // Delete every other prefix, compare again.
+    for &(k, plen) in prefixes.iter().step_by(2) {
+        assert_eq!(trie.remove(k, plen).unwrap(), 1);
+        reference.remove(k, plen).unwrap();
+    }
+    trie.check_invariants().unwrap();
+    compare(&trie, &reference, &keys[..keys.len() / 4]);
+}
+
+fn compare<K: TrieKey>(trie: &LcTrie<K, u32>, reference: &ReferenceLpm<K, u32>, keys: &[K]) {
+    let guard = &epoch::pin();
+    let mut batch = vec![None; keys.len()];
+    trie.lookup_batch(keys, &mut batch, guard, |_| true);
+    for (key, batched) in keys.iter().zip(&batch) {
+        let got = trie.lookup(*key, guard, |_| true);
+        let want = reference.lookup(*key, |_| true);
+        assert_eq!(got.map(|m| (m.key, m.plen, m.value)), want, "key {key:?}");
+        assert_eq!(*batched, got, "batched, key {key:?}");
+    }
+}
+
+#[test]
+fn bgp_full_v4() {
+    let table = routes::BGP_FULL_V4.load().unwrap();
+    check(&table, u32::from, |rng: &mut StdRng| rng.random::<u32>());
+}
+
+#[test]
+fn dfz_v4() {
+    let table = routes::DFZ_V4.load().unwrap();
+    check(&table, u32::from, |rng: &mut StdRng| rng.random::<u32>());
+}
+
+#[test]
+fn bgp_full_v6() {
+    let table = routes::BGP_FULL_V6.load().unwrap();
+    // Uniform IPv6 addresses almost never hit a route: draw them from 2000::/3 instead.
+    check(&table, u128::from, |rng: &mut StdRng| {
+        (rng.random::<u128>() >> 3) | (1 << 125)
+    });
+}
