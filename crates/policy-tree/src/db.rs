@@ -48,9 +48,17 @@ impl Drop for BinSlot {
 }
 
 /// The bins that exist, by key. Replaced as a whole when a bin appears or disappears.
-#[derive(Clone)]
 struct BinTable {
     map: HashMap<BinKey, Arc<BinSlot>, FixedState>,
+    /// Whether any bin holds sub policies (most databases have none: lookups skip the probe).
+    has_sub: bool,
+}
+
+impl BinTable {
+    fn new(map: HashMap<BinKey, Arc<BinSlot>, FixedState>) -> BinTable {
+        let has_sub = map.keys().any(|k| k.ptype == PolicyType::Sub);
+        BinTable { map, has_sub }
+    }
 }
 
 /// Everything a reader sees, replaced as a whole on a rebuild (hthresh change, flush).
@@ -97,7 +105,7 @@ impl Root {
         let root = Root {
             hthresh,
             exact,
-            bins: Atomic::new(BinTable { map }),
+            bins: Atomic::new(BinTable::new(map)),
         };
         (root, counts)
     }
@@ -378,7 +386,10 @@ impl PolicyDb {
         mut best: Option<&'g Policy>,
         guard: &'g Guard,
     ) -> Option<&'g Policy> {
-        let Some(bins) = bins.filter(|b| !b.map.is_empty()) else {
+        let Some(bins) = bins.filter(|b| match ptype {
+            PolicyType::Main => !b.map.is_empty(),
+            PolicyType::Sub => b.has_sub,
+        }) else {
             return best;
         };
         let key = BinKey {
@@ -495,21 +506,21 @@ impl PolicyDb {
             Some(_) => {
                 // The bin is empty: prune it. Readers of the old table still see its last
                 // version until they unpin.
-                let mut table = bins.clone();
-                table.map.remove(&key);
-                w.counts.bins = table.map.len();
-                publish(&root.bins, Some(table), &guard);
+                let mut map = bins.map.clone();
+                map.remove(&key);
+                w.counts.bins = map.len();
+                publish(&root.bins, Some(BinTable::new(map)), &guard);
             }
             None => {
-                let mut table = bins.clone();
-                table.map.insert(
+                let mut map = bins.map.clone();
+                map.insert(
                     key,
                     Arc::new(BinSlot {
                         bin: Atomic::new(bin),
                     }),
                 );
-                w.counts.bins = table.map.len();
-                publish(&root.bins, Some(table), &guard);
+                w.counts.bins = map.len();
+                publish(&root.bins, Some(BinTable::new(map)), &guard);
             }
         }
     }

@@ -5,6 +5,7 @@
 //! bucket. Growing publishes a new bucket array with new chains.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_epoch::{Atomic, Guard};
 use foldhash::fast::FixedState;
@@ -51,6 +52,8 @@ pub(crate) struct ExactTable {
     bits: [(u8, u8); 2],
     hasher: FixedState,
     buckets: Atomic<Buckets>,
+    /// The number of policies (written by the writer only): a lookup skips an empty table.
+    count: AtomicUsize,
 }
 
 impl Drop for ExactTable {
@@ -67,6 +70,7 @@ impl ExactTable {
             bits: [hthresh.bits(dir, Family::V4), hthresh.bits(dir, Family::V6)],
             hasher: FixedState::with_seed(seed),
             buckets: Atomic::new(Buckets::new(MIN_BUCKETS)),
+            count: AtomicUsize::new(0),
         }
     }
 
@@ -89,6 +93,11 @@ impl ExactTable {
         guard: &'g Guard,
     ) -> [Option<&'g Policy>; 2] {
         let mut found = [None, None];
+        // Relaxed: a stale count only means a lookup that is not ordered after a concurrent
+        // change, which either answer satisfies.
+        if self.count.load(Ordering::Relaxed) == 0 {
+            return found;
+        }
         let Some(buckets) = load(&self.buckets, guard) else {
             return found;
         };
@@ -167,10 +176,18 @@ impl ExactTable {
         if let Some(a) = add {
             policies = list::with(&policies, *a);
         }
+        let delta = usize::from(add.is_some()).wrapping_sub(usize::from(remove.is_some()));
+        let count = self.count.load(Ordering::Relaxed).wrapping_add(delta);
+        // Counted up before an add is published and down after a removal is, so a reader that
+        // sees a policy's chain also sees a non-zero count.
+        if add.is_some() {
+            self.count.store(count, Ordering::Release);
+        }
         let chain = (!policies.is_empty()).then(|| Chain {
             policies: policies.into(),
         });
         publish(slot, chain, guard);
+        self.count.store(count, Ordering::Release);
         true
     }
 

@@ -5,7 +5,8 @@
 //! `xfrm_gen_index`, `xfrm_policy_bysel_ctx`, `xfrm_policy_byid`); the lookup structures only
 //! store what it admitted.
 
-use std::collections::HashMap;
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
 
 use crate::Error;
 use crate::policy::{Direction, Policy, PolicySpec, PolicyType, SelectorKey};
@@ -23,8 +24,8 @@ pub(crate) struct Admitted {
 /// Policies by index and by identity, plus the counters that number them.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    by_index: HashMap<u32, Policy>,
-    by_key: HashMap<SelectorKey, u32>,
+    by_index: HashMap<u32, Policy, RandomState>,
+    by_key: HashMap<SelectorKey, u32, RandomState>,
     /// The next insertion position.
     next_pos: u64,
     /// The kernel's `idx_generator`: advances by 8, the direction goes in the low bits.
