@@ -93,3 +93,8 @@ pub use error::Error;
 pub use linear::LinearDb;
 pub use policy::{Action, Direction, HThresh, Policy, PolicySpec, PolicyType, TemplateId};
 pub use selector::{Flow, PortMatch, Selector};
+
+/// The README's example, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
