@@ -1,0 +1,535 @@
+//! [`PolicyDb`]: the published structure (exact hashes and inexact bins) and its writer.
+
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crossbeam_epoch::{Atomic, Guard};
+use foldhash::fast::{FixedState, RandomState};
+use hashbrown::HashMap;
+
+use crate::Error;
+use crate::addr::Family;
+use crate::bin::{Bin, BinShape};
+use crate::epoch::{load, publish, take};
+use crate::exact::ExactTable;
+use crate::policy::{Direction, HThresh, Policy, PolicySpec, PolicyType};
+use crate::registry::{Admitted, Registry};
+use crate::selector::{Flow, Selector};
+
+/// What selects an inexact bin: the kernel's `xfrm_pol_inexact_key` (without the netns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct BinKey {
+    dir: Direction,
+    ptype: PolicyType,
+    family: Family,
+    if_id: u32,
+}
+
+impl BinKey {
+    fn of(policy: &Policy) -> BinKey {
+        BinKey {
+            dir: policy.dir,
+            ptype: policy.ptype,
+            family: policy.selector.family(),
+            if_id: policy.if_id,
+        }
+    }
+}
+
+/// The published pointer to one bin's current version; shared by successive bin tables.
+struct BinSlot {
+    bin: Atomic<Bin>,
+}
+
+impl Drop for BinSlot {
+    fn drop(&mut self) {
+        drop(take(&mut self.bin));
+    }
+}
+
+/// The bins that exist, by key. Replaced as a whole when a bin appears or disappears.
+struct BinTable {
+    map: HashMap<BinKey, Arc<BinSlot>, FixedState>,
+    /// Whether any bin holds sub policies (most databases have none: lookups skip the probe).
+    has_sub: bool,
+}
+
+impl BinTable {
+    fn new(map: HashMap<BinKey, Arc<BinSlot>, FixedState>) -> BinTable {
+        let has_sub = map.keys().any(|k| k.ptype == PolicyType::Sub);
+        BinTable { map, has_sub }
+    }
+}
+
+/// Everything a reader sees, replaced as a whole on a rebuild (hthresh change, flush).
+struct Root {
+    hthresh: HThresh,
+    exact: [ExactTable; 3],
+    bins: Atomic<BinTable>,
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        drop(take(&mut self.bins));
+    }
+}
+
+impl Root {
+    /// A root holding `policies` (any order), built before anyone can see it.
+    fn build(hthresh: HThresh, seed: u64, policies: &[Policy], guard: &Guard) -> (Root, Counts) {
+        let exact = Direction::ALL.map(|dir| ExactTable::new(dir, &hthresh, seed));
+        let mut counts = Counts::default();
+        let mut bins: std::collections::HashMap<BinKey, Bin> = std::collections::HashMap::new();
+        for policy in policies {
+            if hthresh.is_exact(policy.dir, &policy.selector) {
+                let table = &exact[policy.dir.slot()];
+                table.change(None, Some(policy), guard);
+                counts.exact[policy.dir.slot()] += 1;
+                table.maybe_grow(counts.exact[policy.dir.slot()], guard);
+            } else {
+                let bin = bins.entry(BinKey::of(policy)).or_insert_with(Bin::new);
+                *bin = bin.with(*policy);
+                counts.inexact += 1;
+            }
+        }
+        let mut map = HashMap::with_hasher(FixedState::with_seed(seed));
+        for (key, bin) in bins {
+            map.insert(
+                key,
+                Arc::new(BinSlot {
+                    bin: Atomic::new(bin),
+                }),
+            );
+        }
+        counts.bins = map.len();
+        let root = Root {
+            hthresh,
+            exact,
+            bins: Atomic::new(BinTable::new(map)),
+        };
+        (root, counts)
+    }
+}
+
+/// How many policies sit where.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Policies in the exact hash, per direction (in, out, fwd).
+    pub exact: [usize; 3],
+    /// Policies in inexact bins.
+    pub inexact: usize,
+    /// Inexact bins.
+    pub bins: usize,
+}
+
+/// The writer's state, behind the writer lock.
+struct Writer {
+    registry: Registry,
+    counts: Counts,
+    seed: u64,
+}
+
+/// The security policy database: exact hashes per direction under [`HThresh`], inexact bins
+/// with destination and source search trees, lock-free lookups.
+///
+/// All methods take `&self`: share the database in an `Arc` between the control thread and the
+/// run loops. Lookups run under a caller's [`Guard`] and never lock, allocate or block; changes
+/// take an internal writer lock (one writer at a time) and publish with atomic pointer swaps.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use policy_tree::{Action, Direction, Flow, PolicyDb, PolicySpec, Selector, TemplateId};
+///
+/// let db = PolicyDb::new();
+/// let tunnel = Selector::new("10.0.1.0/24".parse()?, "10.0.2.0/24".parse()?)?;
+/// db.add(PolicySpec::new(tunnel, Direction::Out).priority(100).action(Action::Ipsec(TemplateId(1))))?;
+/// let plain = Selector::new("0.0.0.0/0".parse()?, "10.0.2.240/28".parse()?)?;
+/// db.add(PolicySpec::new(plain, Direction::Out).priority(10))?;
+///
+/// let guard = crossbeam_epoch::pin();
+/// let to_tunnel = Flow::v4(Ipv4Addr::new(10, 0, 1, 2), Ipv4Addr::new(10, 0, 2, 2));
+/// let to_plain = Flow::v4(Ipv4Addr::new(10, 0, 1, 2), Ipv4Addr::new(10, 0, 2, 254));
+/// assert_eq!(db.lookup(&to_tunnel, Direction::Out, &guard).unwrap().action, Action::Ipsec(TemplateId(1)));
+/// assert_eq!(db.lookup(&to_plain, Direction::Out, &guard).unwrap().action, Action::Allow);
+/// assert!(db.lookup(&to_plain, Direction::In, &guard).is_none());
+/// # Ok::<(), policy_tree::Error>(())
+/// ```
+pub struct PolicyDb {
+    root: Atomic<Root>,
+    writer: Mutex<Writer>,
+}
+
+impl Default for PolicyDb {
+    fn default() -> PolicyDb {
+        PolicyDb::new()
+    }
+}
+
+impl Drop for PolicyDb {
+    fn drop(&mut self) {
+        drop(take(&mut self.root));
+    }
+}
+
+impl std::fmt::Debug for PolicyDb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyDb")
+            .field("counts", &self.counts())
+            .field("hthresh", &self.hthresh())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyDb {
+    /// An empty database with the default thresholds.
+    pub fn new() -> PolicyDb {
+        PolicyDb::with_hthresh(HThresh::default()).unwrap_or_else(|_| unreachable!())
+    }
+
+    /// An empty database with thresholds `hthresh`.
+    ///
+    /// # Errors
+    /// [`Error::HThresh`] when a threshold exceeds its family's width.
+    pub fn with_hthresh(hthresh: HThresh) -> Result<PolicyDb, Error> {
+        hthresh.validate()?;
+        // A random seed keeps the exact hash's buckets unpredictable to whoever picks addresses.
+        let seed = RandomState::default().hash_one(0x7866_726d_u64);
+        let guard = crossbeam_epoch::pin();
+        let (root, counts) = Root::build(hthresh, seed, &[], &guard);
+        Ok(PolicyDb {
+            root: Atomic::new(root),
+            writer: Mutex::new(Writer {
+                registry: Registry::default(),
+                counts,
+                seed,
+            }),
+        })
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        // A writer that panicked left the registry and the published structure in step (every
+        // change publishes after the registry is updated and cannot fail), so go on.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a policy; fails if one with the same direction, type, if_id and selector exists
+    /// (`ip xfrm policy add`, the kernel's exclusive insert). Returns the stored policy.
+    ///
+    /// # Errors
+    /// [`Error::Exists`], [`Error::FamilyMismatch`], [`Error::IndexInUse`],
+    /// [`Error::IndexDirection`].
+    pub fn add(&self, spec: PolicySpec) -> Result<Policy, Error> {
+        self.insert(&spec, true)
+    }
+
+    /// Adds a policy or replaces the one with the same direction, type, if_id and selector
+    /// (`ip xfrm policy update`); a replacement keeps the old index and gets a new position.
+    /// Readers see the old policy or the new one, never neither.
+    ///
+    /// # Errors
+    /// As [`add`](Self::add), except [`Error::Exists`].
+    pub fn update(&self, spec: PolicySpec) -> Result<Policy, Error> {
+        self.insert(&spec, false)
+    }
+
+    fn insert(&self, spec: &PolicySpec, excl: bool) -> Result<Policy, Error> {
+        let mut w = self.writer();
+        let Admitted { policy, replaced } = w.registry.admit(spec, excl)?;
+        self.change(&mut w, replaced.as_ref(), Some(&policy));
+        Ok(policy)
+    }
+
+    /// Deletes the policy with this direction, type, if_id and selector
+    /// (`ip xfrm policy delete`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`].
+    pub fn delete(
+        &self,
+        selector: &Selector,
+        dir: Direction,
+        ptype: PolicyType,
+        if_id: u32,
+    ) -> Result<Policy, Error> {
+        let mut w = self.writer();
+        let policy = w.registry.remove(selector, dir, ptype, if_id)?;
+        self.change(&mut w, Some(&policy), None);
+        Ok(policy)
+    }
+
+    /// Deletes the policy with this index (`ip xfrm policy delete index N`).
+    ///
+    /// # Errors
+    /// [`Error::NotFound`].
+    pub fn delete_by_index(&self, index: u32) -> Result<Policy, Error> {
+        let mut w = self.writer();
+        let policy = w.registry.remove_index(index)?;
+        self.change(&mut w, Some(&policy), None);
+        Ok(policy)
+    }
+
+    /// Deletes every policy of `ptype` (`ip xfrm policy flush [ptype sub]`), returning how many.
+    pub fn flush(&self, ptype: PolicyType) -> usize {
+        let mut w = self.writer();
+        let removed = w.registry.flush(ptype);
+        let hthresh = self.hthresh();
+        self.rebuild(&mut w, hthresh);
+        removed
+    }
+
+    /// Changes the hash thresholds (`ip xfrm policy set hthresh4 ... hthresh6 ...`): every
+    /// policy moves to the exact hash or to a bin as the new thresholds say. Readers switch from
+    /// the old structure to the rebuilt one in one step.
+    ///
+    /// # Errors
+    /// [`Error::HThresh`] when a threshold exceeds its family's width.
+    pub fn set_hthresh(&self, hthresh: HThresh) -> Result<(), Error> {
+        hthresh.validate()?;
+        let mut w = self.writer();
+        self.rebuild(&mut w, hthresh);
+        Ok(())
+    }
+
+    /// The current hash thresholds.
+    pub fn hthresh(&self) -> HThresh {
+        let guard = crossbeam_epoch::pin();
+        load(&self.root, &guard).map_or_else(HThresh::default, |r| r.hthresh)
+    }
+
+    /// The number of policies.
+    pub fn len(&self) -> usize {
+        self.writer().registry.len()
+    }
+
+    /// Whether there are no policies.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Where the policies sit.
+    pub fn counts(&self) -> Counts {
+        self.writer().counts
+    }
+
+    /// Every policy in the kernel's dump order (`ip xfrm policy show`): the most recently added
+    /// or updated first.
+    pub fn dump(&self) -> Vec<Policy> {
+        self.writer().registry.dump()
+    }
+
+    /// The policy with this index.
+    pub fn get_by_index(&self, index: u32) -> Option<Policy> {
+        self.writer().registry.get_index(index)
+    }
+
+    /// The policy with this direction, type, if_id and selector, found through the published
+    /// structure as a reader finds it (`ip xfrm policy get`): the exact chain, or the bin's
+    /// tree node that must hold it.
+    pub fn get<'g>(
+        &self,
+        selector: &Selector,
+        dir: Direction,
+        ptype: PolicyType,
+        if_id: u32,
+        guard: &'g Guard,
+    ) -> Option<&'g Policy> {
+        let root = load(&self.root, guard)?;
+        if root.hthresh.is_exact(dir, selector) {
+            return root.exact[dir.slot()].find(selector, ptype, if_id, guard);
+        }
+        let key = BinKey {
+            dir,
+            ptype,
+            family: selector.family(),
+            if_id,
+        };
+        let slot = load(&root.bins, guard)?.map.get(&key)?;
+        load(&slot.bin, guard)?.find(selector)
+    }
+
+    /// The policy that decides `flow` in direction `dir`: sub policies first, then main ones;
+    /// among matches the lowest priority value wins, ties going to the older policy.
+    ///
+    /// Lock-free and allocation-free; the result lives as long as `guard`.
+    #[inline]
+    pub fn lookup<'g>(&self, flow: &Flow, dir: Direction, guard: &'g Guard) -> Option<&'g Policy> {
+        let root = load(&self.root, guard)?;
+        let [main, sub] = root.exact[dir.slot()].lookup(flow, None, guard);
+        let bins = load(&root.bins, guard);
+        if let Some(sub) = Self::inexact(bins, flow, dir, PolicyType::Sub, sub, guard) {
+            return Some(sub);
+        }
+        Self::inexact(bins, flow, dir, PolicyType::Main, main, guard)
+    }
+
+    /// The policy of type `ptype` that decides `flow` in direction `dir` (the kernel's
+    /// `xfrm_policy_lookup_bytype`).
+    pub fn lookup_bytype<'g>(
+        &self,
+        flow: &Flow,
+        dir: Direction,
+        ptype: PolicyType,
+        guard: &'g Guard,
+    ) -> Option<&'g Policy> {
+        let root = load(&self.root, guard)?;
+        let exact = root.exact[dir.slot()].lookup(flow, Some(ptype), guard)[ptype as usize];
+        Self::inexact(load(&root.bins, guard), flow, dir, ptype, exact, guard)
+    }
+
+    /// Improves the exact chain's answer with the bin's candidate lists.
+    #[inline]
+    fn inexact<'g>(
+        bins: Option<&'g BinTable>,
+        flow: &Flow,
+        dir: Direction,
+        ptype: PolicyType,
+        mut best: Option<&'g Policy>,
+        guard: &'g Guard,
+    ) -> Option<&'g Policy> {
+        let Some(bins) = bins.filter(|b| match ptype {
+            PolicyType::Main => !b.map.is_empty(),
+            PolicyType::Sub => b.has_sub,
+        }) else {
+            return best;
+        };
+        let key = BinKey {
+            dir,
+            ptype,
+            family: flow.family,
+            if_id: flow.if_id,
+        };
+        if let Some(bin) = bins.map.get(&key).and_then(|slot| load(&slot.bin, guard)) {
+            bin.candidates(flow, &mut best);
+        }
+        best
+    }
+
+    /// The nodes of one inexact bin, or `None` when the bin does not exist.
+    pub fn bin_shape(
+        &self,
+        dir: Direction,
+        ptype: PolicyType,
+        family: Family,
+        if_id: u32,
+    ) -> Option<BinShape> {
+        let guard = crossbeam_epoch::pin();
+        let root = load(&self.root, &guard)?;
+        let key = BinKey {
+            dir,
+            ptype,
+            family,
+            if_id,
+        };
+        let slot = load(&root.bins, &guard)?.map.get(&key)?;
+        Some(load(&slot.bin, &guard)?.shape(family))
+    }
+
+    /// The number of buckets and the longest chain of the exact hash of `dir`.
+    pub fn exact_shape(&self, dir: Direction) -> (usize, usize) {
+        let guard = crossbeam_epoch::pin();
+        load(&self.root, &guard).map_or((0, 0), |root| {
+            let table = &root.exact[dir.slot()];
+            (table.bucket_count(&guard), table.longest_chain(&guard))
+        })
+    }
+
+    /// Every policy reachable through the published structure, in no particular order (tests
+    /// compare it with the registry).
+    #[doc(hidden)]
+    pub fn published_policies(&self) -> Vec<Policy> {
+        let guard = crossbeam_epoch::pin();
+        let mut out = Vec::new();
+        let Some(root) = load(&self.root, &guard) else {
+            return out;
+        };
+        for policy in self.dump() {
+            if root.hthresh.is_exact(policy.dir, &policy.selector) {
+                let table = &root.exact[policy.dir.slot()];
+                if let Some(p) = table.find(&policy.selector, policy.ptype, policy.if_id, &guard) {
+                    out.push(*p);
+                }
+            }
+        }
+        if let Some(bins) = load(&root.bins, &guard) {
+            for slot in bins.map.values() {
+                if let Some(bin) = load(&slot.bin, &guard) {
+                    out.extend(bin.policies());
+                }
+            }
+        }
+        out
+    }
+
+    /// Writers only: replaces `remove` by `add` (same identity, so same place) in one step.
+    fn change(&self, w: &mut Writer, remove: Option<&Policy>, add: Option<&Policy>) {
+        let Some(any) = remove.or(add) else {
+            return;
+        };
+        let guard = crossbeam_epoch::pin();
+        let Some(root) = load(&self.root, &guard) else {
+            return;
+        };
+        let delta = |count: &mut usize| {
+            *count = *count + usize::from(add.is_some()) - usize::from(remove.is_some());
+        };
+        if root.hthresh.is_exact(any.dir, &any.selector) {
+            let table = &root.exact[any.dir.slot()];
+            let found = table.change(remove, add, &guard);
+            debug_assert!(found, "registry and exact hash disagree");
+            delta(&mut w.counts.exact[any.dir.slot()]);
+            table.maybe_grow(w.counts.exact[any.dir.slot()], &guard);
+            return;
+        }
+        delta(&mut w.counts.inexact);
+        let Some(bins) = load(&root.bins, &guard) else {
+            return;
+        };
+        let key = BinKey::of(any);
+        let old = bins
+            .map
+            .get(&key)
+            .and_then(|slot| Some((slot, load(&slot.bin, &guard)?)));
+        let base = old.map_or_else(Bin::new, |(_, bin)| bin.clone());
+        let without = match remove {
+            Some(r) => base.without(r),
+            None => Some(base),
+        };
+        debug_assert!(without.is_some(), "registry and bin disagree");
+        let Some(mut bin) = without else {
+            return;
+        };
+        if let Some(a) = add {
+            bin = bin.with(*a);
+        }
+        match old {
+            Some((slot, _)) if bin.len() > 0 => publish(&slot.bin, Some(bin), &guard),
+            Some(_) => {
+                // The bin is empty: prune it. Readers of the old table still see its last
+                // version until they unpin.
+                let mut map = bins.map.clone();
+                map.remove(&key);
+                w.counts.bins = map.len();
+                publish(&root.bins, Some(BinTable::new(map)), &guard);
+            }
+            None => {
+                let mut map = bins.map.clone();
+                map.insert(
+                    key,
+                    Arc::new(BinSlot {
+                        bin: Atomic::new(bin),
+                    }),
+                );
+                w.counts.bins = map.len();
+                publish(&root.bins, Some(BinTable::new(map)), &guard);
+            }
+        }
+    }
+
+    /// Writers only: publishes a new root holding the registry's policies under `hthresh`.
+    fn rebuild(&self, w: &mut Writer, hthresh: HThresh) {
+        let guard = crossbeam_epoch::pin();
+        let (root, counts) = Root::build(hthresh, w.seed, &w.registry.oldest_first(), &guard);
+        w.counts = counts;
+        publish(&self.root, Some(root), &guard);
+    }
+}
