@@ -25,6 +25,12 @@ impl Machine {
         let kernel = nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_else(|_| "unknown".into());
+        let load = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+            .map_or("unknown".into(), |one| {
+                format!("{one} (1-minute average when the report was written; above 0.5 means other work shared the CPUs)")
+            });
         let commit = output("git", &["rev-parse", "--short", "HEAD"]);
         let dirty = !output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
         Machine {
@@ -34,6 +40,7 @@ impl Machine {
                 ("cpu", format!("{cpu}, {cores} cores available")),
                 ("memory", memory),
                 ("kernel", kernel),
+                ("load", load),
                 ("rustc", output("rustc", &["--version"])),
                 (
                     "commit",
