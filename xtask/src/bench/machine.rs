@@ -104,7 +104,7 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "date", "command", "cpu", "memory", "kernel", "rustc", "commit"
+                "date", "command", "cpu", "memory", "kernel", "load", "rustc", "commit"
             ]
         );
         assert!(machine.facts()[2].1.contains("cores available"));
