@@ -101,11 +101,15 @@ impl RefSock {
 
     /// `inet_rcv_saddr_equal(self, other, wildcard)`.
     fn addr_overlaps(&self, other: &RefSock, wild: bool) -> bool {
-        let v4_rule = |a: Ipv4Addr, b: Ipv4Addr| a == b || (wild && (a.is_unspecified() || b.is_unspecified()));
+        let v4_rule = |a: Ipv4Addr, b: Ipv4Addr| {
+            a == b || (wild && (a.is_unspecified() || b.is_unspecified()))
+        };
         if self.family.is_v4() {
             return !other.v6only() && v4_rule(v4_of(self.local), v4_of(other.local));
         }
-        let IpAddr::V6(mine) = self.local else { return false };
+        let IpAddr::V6(mine) = self.local else {
+            return false;
+        };
         let theirs = match other.local {
             IpAddr::V6(a) => Some(a),
             IpAddr::V4(_) => None,
@@ -135,7 +139,9 @@ impl RefSock {
 
     fn h2_key(&self) -> u128 {
         match self.local {
-            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() || a.is_unspecified() => canon(IpAddr::V4(v4_of(self.local))),
+            IpAddr::V6(a) if a.to_ipv4_mapped().is_some() || a.is_unspecified() => {
+                canon(IpAddr::V4(v4_of(self.local)))
+            }
             other => canon(other),
         }
     }
@@ -207,14 +213,20 @@ impl Reference {
     }
 
     fn idx(&self, id: SockId) -> Result<usize, Error> {
-        self.socks.iter().position(|s| s.id == id).ok_or(Error::UnknownSocket(id))
+        self.socks
+            .iter()
+            .position(|s| s.id == id)
+            .ok_or(Error::UnknownSocket(id))
     }
 
     fn is_local(&self, netns: NetnsId, a: IpAddr) -> bool {
         a.is_unspecified()
             || a.is_multicast()
             || a == IpAddr::V4(Ipv4Addr::BROADCAST)
-            || self.netns.get(&netns).is_some_and(|ns| ns.local.contains(&a))
+            || self
+                .netns
+                .get(&netns)
+                .is_some_and(|ns| ns.local.contains(&a))
     }
 
     /// The bound sockets of `s`'s namespace and port, newest bound first (the port chain).
@@ -243,7 +255,11 @@ impl Reference {
         let ns = &self.netns[&s.netns];
         (ns.range.0..=ns.range.1)
             .filter(|p| !ns.reserved.contains(p))
-            .filter(|p| self.port_peers(s, *p).iter().all(|o| s.stands(o) != Some(false)))
+            .filter(|p| {
+                self.port_peers(s, *p)
+                    .iter()
+                    .all(|o| s.stands(o) != Some(false))
+            })
             .collect()
     }
 
@@ -251,7 +267,12 @@ impl Reference {
     ///
     /// # Errors
     /// As [`Writer::bind`](crate::Writer::bind).
-    pub fn bind(&mut self, id: SockId, addr: SocketAddr, pick: impl FnOnce(&[u16]) -> Option<u16>) -> Result<SocketAddr, Error> {
+    pub fn bind(
+        &mut self,
+        id: SockId,
+        addr: SocketAddr,
+        pick: impl FnOnce(&[u16]) -> Option<u16>,
+    ) -> Result<SocketAddr, Error> {
         let i = self.idx(id)?;
         let s = &self.socks[i];
         let already = s.hashed || s.remote.is_some();
@@ -265,18 +286,24 @@ impl Reference {
                 }
                 (IpAddr::V4(a), Family::V4)
             }
-            (Family::V4, IpAddr::V6(_)) | (_, IpAddr::V4(_)) => return Err(Error::AddrFamilyNotSupported),
+            (Family::V4, IpAddr::V6(_)) | (_, IpAddr::V4(_)) => {
+                return Err(Error::AddrFamilyNotSupported);
+            }
             (family, IpAddr::V6(a)) => {
                 if already {
                     return Err(Error::InvalidArgument("bound"));
                 }
                 match a.to_ipv4_mapped() {
-                    Some(_) if family == Family::V6Only => return Err(Error::InvalidArgument("v6only")),
+                    Some(_) if family == Family::V6Only => {
+                        return Err(Error::InvalidArgument("v6only"));
+                    }
                     Some(v4) if !v4.is_unspecified() && !self.is_local(s.netns, v4.into()) => {
                         return Err(Error::AddrNotAvailable);
                     }
                     Some(_) => (IpAddr::V6(a), family),
-                    None if !self.is_local(s.netns, a.into()) => return Err(Error::AddrNotAvailable),
+                    None if !self.is_local(s.netns, a.into()) => {
+                        return Err(Error::AddrNotAvailable);
+                    }
                     None if a.is_unspecified() => (IpAddr::V6(a), family),
                     None => (IpAddr::V6(a), Family::V6Only),
                 }
@@ -285,7 +312,9 @@ impl Reference {
         let mut cand = s.clone();
         cand.local = local;
         cand.family = family;
-        let port = self.hash_in(&mut cand, addr.port(), pick).ok_or(Error::AddrInUse)?;
+        let port = self
+            .hash_in(&mut cand, addr.port(), pick)
+            .ok_or(Error::AddrInUse)?;
         cand.addr_lock = match local {
             IpAddr::V4(a) => !a.is_unspecified(),
             IpAddr::V6(a) => !a.is_unspecified(),
@@ -296,7 +325,12 @@ impl Reference {
     }
 
     /// Checks or picks the port, then hashes `cand`: stamps, group.
-    fn hash_in(&mut self, cand: &mut RefSock, port: u16, pick: impl FnOnce(&[u16]) -> Option<u16>) -> Option<u16> {
+    fn hash_in(
+        &mut self,
+        cand: &mut RefSock,
+        port: u16,
+        pick: impl FnOnce(&[u16]) -> Option<u16>,
+    ) -> Option<u16> {
         let port = if port == 0 {
             let free = self.free_ports(cand);
             let p = pick(&free)?;
@@ -376,12 +410,20 @@ impl Reference {
     ///
     /// # Errors
     /// As [`Writer::connect`](crate::Writer::connect).
-    pub fn connect(&mut self, id: SockId, remote: SocketAddr, source: IpAddr, pick: impl FnOnce(&[u16]) -> Option<u16>) -> Result<SocketAddr, Error> {
+    pub fn connect(
+        &mut self,
+        id: SockId,
+        remote: SocketAddr,
+        source: IpAddr,
+        pick: impl FnOnce(&[u16]) -> Option<u16>,
+    ) -> Result<SocketAddr, Error> {
         let i = self.idx(id)?;
         let s = &self.socks[i];
         // The peer as an IPv4 address (IPv4 flow) or a native IPv6 one.
         let peer: Result<Ipv4Addr, Ipv6Addr> = match (s.family, remote.ip()) {
-            (Family::V6Only, IpAddr::V4(_)) | (Family::V4, IpAddr::V6(_)) => return Err(Error::AddrFamilyNotSupported),
+            (Family::V6Only, IpAddr::V4(_)) | (Family::V4, IpAddr::V6(_)) => {
+                return Err(Error::AddrFamilyNotSupported);
+            }
             (_, IpAddr::V4(a)) => Ok(a),
             (f, IpAddr::V6(a)) => match a.to_ipv4_mapped() {
                 Some(_) if f == Family::V6Only => return Err(Error::NetworkUnreachable),
@@ -404,14 +446,21 @@ impl Reference {
             Ok(_) if !local_is_v4ish => return Err(Error::NetworkUnreachable),
             Ok(_) => v4_of(s.local).is_unspecified(),
             Err(_) => match s.local {
-                IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => return Err(Error::NetworkUnreachable),
+                IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => {
+                    return Err(Error::NetworkUnreachable);
+                }
                 local => local.is_unspecified(),
             },
         };
         let src: Option<IpAddr> = match (peer, source) {
             (Ok(_), IpAddr::V4(a)) if !a.is_unspecified() => Some(a.into()),
-            (Ok(_), IpAddr::V6(a)) => a.to_ipv4_mapped().filter(|v| !v.is_unspecified()).map(IpAddr::V4),
-            (Err(_), IpAddr::V6(a)) if !a.is_unspecified() && a.to_ipv4_mapped().is_none() => Some(a.into()),
+            (Ok(_), IpAddr::V6(a)) => a
+                .to_ipv4_mapped()
+                .filter(|v| !v.is_unspecified())
+                .map(IpAddr::V4),
+            (Err(_), IpAddr::V6(a)) if !a.is_unspecified() && a.to_ipv4_mapped().is_none() => {
+                Some(a.into())
+            }
             _ => None,
         };
         if bound_any && src.is_none() {
@@ -517,7 +566,11 @@ impl Reference {
         let was = std::mem::replace(&mut s.cpu_set, cpu.is_some());
         if let (Some(g), true) = (s.group, was != cpu.is_some()) {
             let count = &mut self.groups[g].cpu_count;
-            *count = if cpu.is_some() { *count + 1 } else { *count - 1 };
+            *count = if cpu.is_some() {
+                *count + 1
+            } else {
+                *count - 1
+            };
         }
         Ok(())
     }
@@ -556,7 +609,9 @@ impl Reference {
             (IpAddr::V4(src), IpAddr::V4(dst)) => {
                 let takes_v4 = match (s.family, s.local) {
                     (Family::V4, _) => true,
-                    (Family::V6DualStack, IpAddr::V6(a)) => a.is_unspecified() || a.to_ipv4_mapped().is_some(),
+                    (Family::V6DualStack, IpAddr::V6(a)) => {
+                        a.is_unspecified() || a.to_ipv4_mapped().is_some()
+                    }
                     _ => false,
                 };
                 let want = if at_any { Ipv4Addr::UNSPECIFIED } else { dst };
@@ -615,13 +670,29 @@ impl Reference {
         if group.cpu_count == 0 {
             return first;
         }
-        unconnected.find(|s| s.incoming_cpu == Some(key.cpu)).map(|s| s.id).or(first)
+        unconnected
+            .find(|s| s.incoming_cpu == Some(key.cpu))
+            .map(|s| s.id)
+            .or(first)
     }
 
     /// One hash2 pass: candidates in chain order, the kernel's scoring loop.
     fn pass(&self, key: &Lookup, at_any: bool) -> Option<SockId> {
-        let mut chain: Vec<&RefSock> = self.socks.iter().filter(|s| self.score(s, key, at_any) >= 0).collect();
-        chain.sort_by_key(|s| (s.h2_tail, if s.h2_tail { s.h2_stamp as i128 } else { -(s.h2_stamp as i128) }));
+        let mut chain: Vec<&RefSock> = self
+            .socks
+            .iter()
+            .filter(|s| self.score(s, key, at_any) >= 0)
+            .collect();
+        chain.sort_by_key(|s| {
+            (
+                s.h2_tail,
+                if s.h2_tail {
+                    s.h2_stamp as i128
+                } else {
+                    -(s.h2_stamp as i128)
+                },
+            )
+        });
         let mut result = None;
         let mut badness = 0;
         for s in chain {
@@ -660,7 +731,9 @@ impl Reference {
                 let dev = s.options.bound_dev_if;
                 s.netns == key.netns
                     && s.h4.is_some()
-                    && s.remote.is_some_and(|(peer, pport)| canon(peer) == canon(key.src.ip()) && pport == key.src.port())
+                    && s.remote.is_some_and(|(peer, pport)| {
+                        canon(peer) == canon(key.src.ip()) && pport == key.src.port()
+                    })
                     && canon(s.local) == canon(key.dst.ip())
                     && s.port == key.dst.port()
                     && (dev == 0 || dev == key.ifindex)
@@ -683,7 +756,9 @@ impl Reference {
 
     /// Every free port a bind of `id` to `addr` with port 0 could pick (for tests).
     pub fn free_ports_for(&self, id: SockId, addr: IpAddr) -> Vec<u16> {
-        let Some(s) = self.sock(id) else { return Vec::new() };
+        let Some(s) = self.sock(id) else {
+            return Vec::new();
+        };
         let mut cand = s.clone();
         cand.local = addr;
         self.free_ports(&cand)
