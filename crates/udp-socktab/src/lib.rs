@@ -45,7 +45,7 @@
 //!
 //! let (table, mut writer) = SockTable::new(TableConfig::default())?;
 //! let ns = writer.add_netns(NetnsConfig::default())?;
-//! writer.add_local_addr(ns, "192.0.2.1".parse()?)?;
+//! writer.add_local_addr(ns, "192.0.2.1".parse()?, 2)?;
 //! let rp = SockOptions { reuseport: true, ..SockOptions::default() };
 //! let any_v4 = writer.socket(ns, Family::V4, rp)?;
 //! writer.bind(any_v4, "0.0.0.0:4789".parse()?)?;

@@ -38,6 +38,7 @@ pub struct RefSock {
     /// hash4 membership: the tuple and the stamp of insertion.
     h4: Option<((u128, u16, u128, u16), u64)>,
     port_stamp: u64,
+    port_tail: bool,
     h2_stamp: u64,
     h2_tail: bool,
     group: Option<usize>,
@@ -54,7 +55,7 @@ struct RefGroup {
 
 #[derive(Clone, Debug)]
 struct RefNetns {
-    local: Vec<IpAddr>,
+    local: Vec<(IpAddr, u32)>,
     range: (u16, u16),
     reserved: Vec<u16>,
 }
@@ -170,10 +171,10 @@ impl Reference {
         );
     }
 
-    /// Adds a local address.
-    pub fn add_local_addr(&mut self, netns: NetnsId, addr: IpAddr) {
+    /// Adds a local address held by interface `ifindex` (0: unknown).
+    pub fn add_local_addr(&mut self, netns: NetnsId, addr: IpAddr, ifindex: u32) {
         if let Some(ns) = self.netns.get_mut(&netns) {
-            ns.local.push(addr);
+            ns.local.push((addr, ifindex));
         }
     }
 
@@ -199,6 +200,7 @@ impl Reference {
             port_lock: false,
             h4: None,
             port_stamp: 0,
+            port_tail: false,
             h2_stamp: 0,
             h2_tail: false,
             group: None,
@@ -219,24 +221,42 @@ impl Reference {
             .ok_or(Error::UnknownSocket(id))
     }
 
-    fn is_local(&self, netns: NetnsId, a: IpAddr) -> bool {
+    /// Whether `a` may be bound; a host- or link-scope IPv6 address (`::1`, `fe80::/10`) by a
+    /// socket bound to device `dev` must be held by that device.
+    fn is_local(&self, netns: NetnsId, a: IpAddr, dev: u32) -> bool {
+        let scoped = match a {
+            IpAddr::V6(v6) => v6.is_loopback() || v6.is_unicast_link_local(),
+            IpAddr::V4(_) => false,
+        };
+        let on_dev = |d: u32| !scoped || dev == 0 || d == 0 || d == dev;
         a.is_unspecified()
             || a.is_multicast()
             || a == IpAddr::V4(Ipv4Addr::BROADCAST)
             || self
                 .netns
                 .get(&netns)
-                .is_some_and(|ns| ns.local.contains(&a))
+                .is_some_and(|ns| ns.local.iter().any(|(l, d)| *l == a && on_dev(*d)))
     }
 
-    /// The bound sockets of `s`'s namespace and port, newest bound first (the port chain).
+    /// The bound sockets of `s`'s namespace and port in port chain order.
     fn port_peers(&self, s: &RefSock, port: u16) -> Vec<&RefSock> {
         let mut peers: Vec<&RefSock> = self
             .socks
             .iter()
             .filter(|o| o.hashed && o.id != s.id && o.netns == s.netns && o.port == port)
             .collect();
-        peers.sort_by_key(|o| std::cmp::Reverse(o.port_stamp));
+        // Head-inserted sockets newest first, then the tail-inserted (IPv6 SO_REUSEPORT) oldest
+        // first.
+        peers.sort_by_key(|o| {
+            (
+                o.port_tail,
+                if o.port_tail {
+                    i128::from(o.port_stamp)
+                } else {
+                    -i128::from(o.port_stamp)
+                },
+            )
+        });
         peers
     }
 
@@ -278,7 +298,7 @@ impl Reference {
         let already = s.hashed || s.remote.is_some();
         let (local, family) = match (s.family, addr.ip()) {
             (Family::V4, IpAddr::V4(a)) => {
-                if !self.is_local(s.netns, a.into()) {
+                if !self.is_local(s.netns, a.into(), s.options.bound_dev_if) {
                     return Err(Error::AddrNotAvailable);
                 }
                 if already {
@@ -297,11 +317,14 @@ impl Reference {
                     Some(_) if family == Family::V6Only => {
                         return Err(Error::InvalidArgument("v6only"));
                     }
-                    Some(v4) if !v4.is_unspecified() && !self.is_local(s.netns, v4.into()) => {
+                    Some(v4)
+                        if !v4.is_unspecified()
+                            && !self.is_local(s.netns, v4.into(), s.options.bound_dev_if) =>
+                    {
                         return Err(Error::AddrNotAvailable);
                     }
                     Some(_) => (IpAddr::V6(a), family),
-                    None if !self.is_local(s.netns, a.into()) => {
+                    None if !self.is_local(s.netns, a.into(), s.options.bound_dev_if) => {
                         return Err(Error::AddrNotAvailable);
                     }
                     None if a.is_unspecified() => (IpAddr::V6(a), family),
@@ -343,6 +366,7 @@ impl Reference {
         cand.port_stamp = self.next_stamp();
         cand.h2_stamp = cand.port_stamp;
         cand.h2_tail = cand.options.reuseport && !cand.family.is_v4();
+        cand.port_tail = cand.h2_tail;
         if cand.options.reuseport {
             let mate = self.port_peers(cand, port).into_iter().find(|o| {
                 o.family == cand.family
@@ -447,7 +471,7 @@ impl Reference {
             Ok(_) => v4_of(s.local).is_unspecified(),
             Err(_) => match s.local {
                 IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => {
-                    return Err(Error::NetworkUnreachable);
+                    return Err(Error::AddrFamilyNotSupported);
                 }
                 local => local.is_unspecified(),
             },
@@ -694,7 +718,7 @@ impl Reference {
             )
         });
         let mut result = None;
-        let mut badness = 0;
+        let mut badness = -1;
         for s in chain {
             let score = self.score(s, key, at_any);
             if score <= badness {

@@ -78,7 +78,8 @@ impl UdpTable {
     /// that group never had a connected member, the group's pick is the answer at once.
     fn lookup2<'g>(&self, slot: usize, key: &Key, guard: &'g Guard) -> Option<&'g Sock> {
         let mut result: Option<&'g Sock> = None;
-        let mut badness = 0;
+        // IPv6 scores start at 0, so a first match must beat -1 (IPv4 ones start at 1).
+        let mut badness = -1;
         for sk in self.hash2[slot].chain.load(guard) {
             let sk: &'g Sock = sk;
             let score = key.score(sk);

@@ -3,7 +3,8 @@
 //!
 //! The writer also keeps the kernel's first hash table, by port (`udp_table.hash`), which only
 //! writers use: for bind conflicts, for the port search and to find a `SO_REUSEPORT` group to
-//! join. Its chains take new sockets at the head, like the kernel's.
+//! join. Its chains take new sockets at the head, IPv6 `SO_REUSEPORT` ones at the tail, like
+//! the kernel's (the order decides which socket an explicit bind meets first).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -70,7 +71,8 @@ struct NsState {
     entry: Arc<NetnsEntry>,
     /// The port hash of the namespace's own table, if it has one.
     child_ports: Option<Vec<Vec<SockId>>>,
-    local: HashSet<IpAddr>,
+    /// Local addresses and the interfaces holding them (0: unknown).
+    local: HashMap<IpAddr, HashSet<u32>>,
     port_range: (u16, u16),
     /// `ip_local_reserved_ports`, one bit per port.
     reserved: Box<[u64]>,
@@ -101,7 +103,7 @@ struct SockState {
 ///
 /// let (_table, mut w) = SockTable::new(TableConfig::default())?;
 /// let ns = w.add_netns(NetnsConfig { child_hash_entries: 128, ..NetnsConfig::default() })?;
-/// w.add_local_addr(ns, "192.0.2.1".parse()?)?;
+/// w.add_local_addr(ns, "192.0.2.1".parse()?, 2)?;
 /// let a = w.socket(ns, Family::V4, SockOptions::default())?;
 /// let b = w.socket(ns, Family::V6DualStack, SockOptions::default())?;
 /// w.bind(a, "192.0.2.1:53".parse()?)?;
@@ -165,7 +167,7 @@ impl Writer {
         self.netns.push(Some(NsState {
             entry,
             child_ports: child.map(|n| vec![Vec::new(); n as usize]),
-            local: HashSet::new(),
+            local: HashMap::new(),
             port_range: config.local_port_range,
             reserved: vec![0; 1024].into_boxed_slice(),
         }));
@@ -194,21 +196,45 @@ impl Writer {
         Ok(())
     }
 
-    /// Makes `addr` one of the namespace's local addresses (sockets may bind it).
+    /// Makes `addr`, held by interface `ifindex` (0: unknown), one of the namespace's local
+    /// addresses: sockets may bind it. As in the kernel, a socket bound to a device may bind a
+    /// host- or link-scope IPv6 address (`::1`, `fe80::/10`) only if that device holds it;
+    /// other addresses are not checked against the device.
     ///
     /// # Errors
     /// [`Error::UnknownNetns`].
-    pub fn add_local_addr(&mut self, netns: NetnsId, addr: IpAddr) -> Result<(), Error> {
-        self.ns_mut(netns)?.local.insert(addr);
+    pub fn add_local_addr(
+        &mut self,
+        netns: NetnsId,
+        addr: IpAddr,
+        ifindex: u32,
+    ) -> Result<(), Error> {
+        self.ns_mut(netns)?
+            .local
+            .entry(addr)
+            .or_default()
+            .insert(ifindex);
         Ok(())
     }
 
-    /// Removes a local address (sockets bound to it stay bound, as in the kernel).
+    /// Removes a local address from interface `ifindex` (sockets bound to it stay bound, as in
+    /// the kernel).
     ///
     /// # Errors
     /// [`Error::UnknownNetns`].
-    pub fn remove_local_addr(&mut self, netns: NetnsId, addr: IpAddr) -> Result<(), Error> {
-        self.ns_mut(netns)?.local.remove(&addr);
+    pub fn remove_local_addr(
+        &mut self,
+        netns: NetnsId,
+        addr: IpAddr,
+        ifindex: u32,
+    ) -> Result<(), Error> {
+        let ns = self.ns_mut(netns)?;
+        if let Some(devs) = ns.local.get_mut(&addr) {
+            devs.remove(&ifindex);
+            if devs.is_empty() {
+                ns.local.remove(&addr);
+            }
+        }
         Ok(())
     }
 
@@ -402,7 +428,7 @@ impl Writer {
         let (a, family) = match (rec.family, addr) {
             (Family::V4, SocketAddr::V4(sa)) => {
                 let a = mapped(u32::from(*sa.ip()));
-                self.check_local(rec.netns, IpAddr::V4(*sa.ip()))?;
+                self.check_local(rec.netns, IpAddr::V4(*sa.ip()), rec.bound_dev_if)?;
                 if already {
                     return Err(Error::InvalidArgument("socket is bound already"));
                 }
@@ -424,11 +450,11 @@ impl Writer {
                     }
                     let v4 = std::net::Ipv4Addr::from(a as u32);
                     if !v4.is_unspecified() {
-                        self.check_local(rec.netns, IpAddr::V4(v4))?;
+                        self.check_local(rec.netns, IpAddr::V4(v4), rec.bound_dev_if)?;
                     }
                     (a, family)
                 } else {
-                    self.check_local(rec.netns, IpAddr::V6(*sa.ip()))?;
+                    self.check_local(rec.netns, IpAddr::V6(*sa.ip()), rec.bound_dev_if)?;
                     // A native specific address makes the socket IPv6-only.
                     (a, if a == 0 { family } else { Family::V6Only })
                 }
@@ -447,10 +473,17 @@ impl Writer {
         Ok(SocketAddr::new(addr.ip(), port))
     }
 
-    /// Whether `addr` may be bound in the namespace.
-    fn check_local(&self, netns: NetnsId, addr: IpAddr) -> Result<(), Error> {
+    /// Whether `addr` may be bound in the namespace by a socket bound to device `dev`.
+    fn check_local(&self, netns: NetnsId, addr: IpAddr, dev: u32) -> Result<(), Error> {
         let ns = self.ns(netns)?;
-        if addr.is_unspecified() || addr::is_group_address(addr) || ns.local.contains(&addr) {
+        let held = ns.local.get(&addr).is_some_and(|devs| {
+            let scoped = match addr {
+                IpAddr::V6(a) => a.is_loopback() || a.is_unicast_link_local(),
+                IpAddr::V4(_) => false,
+            };
+            !scoped || dev == 0 || devs.contains(&0) || devs.contains(&dev)
+        });
+        if addr.is_unspecified() || addr::is_group_address(addr) || held {
             Ok(())
         } else {
             Err(Error::AddrNotAvailable)
@@ -486,7 +519,14 @@ impl Writer {
                 None => Arc::new(GroupCell::default()),
             });
         }
-        self.ports_mut(netns)[slot].insert(0, id);
+        // sk_add_node_rcu: IPv6 SO_REUSEPORT sockets join the port chain at its tail.
+        let tail = next.reuseport && !next.family.is_v4();
+        let chain = &mut self.ports_mut(netns)[slot];
+        if tail {
+            chain.push(id);
+        } else {
+            chain.insert(0, id);
+        }
         self.publish(id, next, true, None, false, &guard);
         Some(port)
     }
@@ -584,8 +624,9 @@ impl Writer {
     /// An IPv6 socket connects to an IPv4 peer given as `SocketAddr::V4` or v4-mapped.
     ///
     /// # Errors
-    /// [`Error::AddrFamilyNotSupported`], [`Error::NetworkUnreachable`] (IPv6-only socket and
-    /// v4-mapped peer, or a bound address of the other family than the peer's);
+    /// [`Error::AddrFamilyNotSupported`] (also: bound to a v4-mapped address, native IPv6
+    /// peer), [`Error::NetworkUnreachable`] (IPv6-only socket and v4-mapped peer, or bound to a
+    /// native IPv6 address and an IPv4 peer);
     /// [`Error::InvalidArgument`] for an unspecified peer or a source of the wrong family;
     /// [`Error::Again`] when autobind finds no port.
     pub fn connect(
@@ -623,7 +664,7 @@ impl Writer {
             rec.rcv_saddr4 == 0
         } else {
             if is_mapped(bound) {
-                return Err(Error::NetworkUnreachable);
+                return Err(Error::AddrFamilyNotSupported);
             }
             bound == 0
         };

@@ -129,9 +129,14 @@ impl World {
                 })
                 .unwrap();
             model.add_netns(ns, Some(RANGE));
-            for a in ["10.0.0.1", "10.0.0.2", "2001:db8::1", "2001:db8::2"] {
-                writer.add_local_addr(ns, ip(a)).unwrap();
-                model.add_local_addr(ns, ip(a));
+            for (a, dev) in [
+                ("10.0.0.1", 1),
+                ("10.0.0.2", 2),
+                ("2001:db8::1", 1),
+                ("2001:db8::2", 2),
+            ] {
+                writer.add_local_addr(ns, ip(a), dev).unwrap();
+                model.add_local_addr(ns, ip(a), dev);
             }
             writer.set_reserved_port(ns, 1003, true).unwrap();
             model.reserve_port(ns, 1003);
