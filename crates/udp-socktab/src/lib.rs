@@ -96,3 +96,8 @@ pub use error::{ConfigError, Error};
 pub use sock::{Family, Lookup, NetnsId, Sock, SockId, SockOptions};
 pub use table::SockTable;
 pub use writer::Writer;
+
+/// The README's examples, compiled and run as doctests.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -118,12 +118,34 @@ impl UdpTable {
                 return Some(sk);
             }
         }
+        self.lookup_hash2(mix, key, guard)
+    }
+
+    /// hash2 at the destination address, then at the wildcard.
+    pub(crate) fn lookup_hash2<'g>(
+        &self,
+        mix: u32,
+        key: &Key,
+        guard: &'g Guard,
+    ) -> Option<&'g Sock> {
+        let slot = self.slot2(mix, key.daddr, key.dport);
         if let Some(sk) = self.lookup2(slot, key, guard) {
             return Some(sk);
         }
         let any = key.at_any();
         let slot = self.slot2(mix, any.daddr, any.dport);
         self.lookup2(slot, &any, guard)
+    }
+
+    /// The hash2 chain lengths at a destination and at the wildcard of its port.
+    pub(crate) fn visited_lengths(&self, mix: u32, key: &Key, guard: &Guard) -> (usize, usize) {
+        let at = self.slot2(mix, key.daddr, key.dport);
+        let any = key.at_any();
+        let at_any = self.slot2(mix, any.daddr, any.dport);
+        (
+            self.hash2[at].chain.load(guard).len(),
+            self.hash2[at_any].chain.load(guard).len(),
+        )
     }
 
     /// The length of every hash2 chain (writer or statistics use).
@@ -233,12 +255,31 @@ impl SockTable {
         table.lookup(mix, &key, guard)
     }
 
+    /// The lookup without its hash4 step, as kernels before 6.13 did it: hash2 at the
+    /// destination, then at the wildcard. The benchmarks' baseline for connected sockets; it
+    /// finds the same socket as [`SockTable::lookup`] except among connected sockets of one
+    /// 4-tuple, where hash4 and hash2 order them differently.
+    pub fn lookup_hash2_only<'g>(&'g self, lookup: &Lookup, guard: &'g Guard) -> Option<&'g Sock> {
+        let key = Key::new(lookup)?;
+        let (table, mix) = self.table_of(key.netns, guard)?;
+        table.lookup_hash2(mix, &key, guard)
+    }
+
     /// The hash2 chain lengths of the table that `netns` uses (the global one when it has
     /// none of its own): for reports on how full chains are.
     pub fn chain_lengths(&self, netns: NetnsId) -> Option<Vec<usize>> {
         let guard = crossbeam_epoch::pin();
         let (table, _) = self.table_of(netns, &guard)?;
         Some(table.hash2_lengths(&guard))
+    }
+
+    /// The lengths of the two hash2 chains a lookup walks (at the destination address, at the
+    /// wildcard), for reports; `None` for an unknown namespace or mixed families.
+    pub fn visited_chain_lengths(&self, lookup: &Lookup) -> Option<(usize, usize)> {
+        let key = Key::new(lookup)?;
+        let guard = crossbeam_epoch::pin();
+        let (table, mix) = self.table_of(key.netns, &guard)?;
+        Some(table.visited_lengths(mix, &key, &guard))
     }
 
     /// The number of slots of the table that `netns` uses.
