@@ -43,6 +43,14 @@ fn add_noise(w: &mut Writer, ns: NetnsId, from: usize, to: usize) {
     }
 }
 
+/// Frees what the writer retired while building (crossbeam's collector would otherwise have
+/// the timed lookups' pins free it, bit by bit).
+fn drain_garbage() {
+    for _ in 0..50_000 {
+        crossbeam_epoch::pin().flush();
+    }
+}
+
 /// Runs `BATCH` lookups of `keys` (cycling) under one pin; returns the checksum of the answers.
 fn batch(keys: &[Lookup], f: impl Fn(&Lookup, &crossbeam_epoch::Guard) -> u64) -> u64 {
     let guard = crossbeam_epoch::pin();
@@ -92,6 +100,7 @@ fn netns_noise(c: &mut Criterion) {
         let started = Instant::now();
         add_noise(&mut w, b, have, n);
         have = n;
+        drain_garbage();
         let lengths = |k: &Lookup| table.visited_chain_lengths(k).unwrap();
         let all = table.chain_lengths(b).unwrap();
         eprintln!(
@@ -177,6 +186,7 @@ fn hash4(c: &mut Criterion) {
         let stranger_keys: Vec<Lookup> = (0..64)
             .map(|k| key(v4(0xcb00_7100 + k as u32, 53), k))
             .collect();
+        drain_garbage();
         tables.push((n, table, w, conn_keys, stranger_keys));
     }
     let id = |sk: Option<&udp_socktab::Sock>| sk.map_or(0, |s| s.id().0);

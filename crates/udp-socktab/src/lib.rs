@@ -38,6 +38,10 @@
 //!   see each socket's old or new record, never a mixture.
 //! - There is one [`Writer`]; its `&mut self` methods are the socket calls (bind, connect,
 //!   disconnect, close, setsockopt) with the kernel's rules and errors.
+//! - Retired chains and records are freed by crossbeam's global collector, that is by whichever
+//!   thread's pin next collects, a reader's included. After a bulk change (thousands of binds),
+//!   a control plane can free its garbage itself by pinning and calling `Guard::flush` a number
+//!   of times before the run loops notice.
 //! - [`reference::Reference`] is the brute-force model the tests compare against.
 //!
 //! ```
