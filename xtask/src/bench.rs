@@ -3,7 +3,9 @@
 //!
 //! The bench's notes (`benches/benches/NAME.md`: method, peers, goals) open the report; then
 //! come the machine and one section per criterion group with an SVG plot and a table of times,
-//! with ratios against the implementation whose criterion function id is `NAME`.
+//! with ratios against the implementation whose criterion function id is `NAME`. Markdown files
+//! the bench writes at the top of `CRITERION_HOME` (memory, chain lengths: what criterion cannot
+//! time) are appended as they are.
 
 mod machine;
 mod plot;
@@ -57,6 +59,25 @@ fn available(root: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// Markdown files the bench wrote at the top of `CRITERION_HOME` (measurements criterion has no
+/// place for, such as bytes of memory or chain lengths), in name order, to append to the report.
+fn extra_tables(home: &Path) -> anyhow::Result<Vec<String>> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(home)
+        .with_context(|| format!("bench: reading {}", home.display()))?
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file() && path.extension().is_some_and(|e| e == "md"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("bench: reading {}", path.display()))
+        })
+        .collect()
 }
 
 /// Runs the benchmark (unless `--report-only`) and writes the report.
@@ -138,12 +159,14 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         plot::plot(&path, group, points, name)
             .with_context(|| format!("bench: plotting {group}"))?;
     }
+    let mut report_text = report::render(name, &notes, &machine, &groups);
+    for extra in extra_tables(&home)? {
+        report_text.push_str(&extra);
+        report_text.push('\n');
+    }
     let report_path = out_dir.join(format!("{name}.md"));
-    std::fs::write(
-        &report_path,
-        report::render(name, &notes, &machine, &groups),
-    )
-    .with_context(|| format!("bench: writing {}", report_path.display()))?;
+    std::fs::write(&report_path, report_text)
+        .with_context(|| format!("bench: writing {}", report_path.display()))?;
     println!(
         "bench: {} groups; report {}, plots in {}",
         groups.len(),
