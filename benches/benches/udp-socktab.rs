@@ -96,6 +96,9 @@ fn netns_noise(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(2))
         .throughput(Throughput::Elements(BATCH as u64));
     let mut have = 0;
+    let mut chains = String::from(
+        "| sockets in B | B built in | mean hash2 chain | longest | A walks (daddr, ANY): shared-global | own table |\n|---:|---:|---:|---:|---|---|\n",
+    );
     for n in NOISE {
         let started = Instant::now();
         add_noise(&mut w, b, have, n);
@@ -112,6 +115,14 @@ fn netns_noise(c: &mut Criterion) {
             lengths(&keys[0]),
             lengths(&keys[1]),
         );
+        chains.push_str(&format!(
+            "| {n} | {:.1?} | {:.2} | {} | {:?} | {:?} |\n",
+            started.elapsed(),
+            all.iter().sum::<usize>() as f64 / all.len() as f64,
+            all.iter().max().unwrap(),
+            lengths(&keys[0]),
+            lengths(&keys[1]),
+        ));
         let id = |sk: Option<&udp_socktab::Sock>| sk.map_or(0, |s| s.local_addr().port() as u64);
         let shared_sum = batch(&keys[..1], |k, g| id(table.lookup(k, g)));
         let own_sum = batch(&keys[1..], |k, g| id(table.lookup(k, g)));
@@ -133,6 +144,17 @@ fn netns_noise(c: &mut Criterion) {
         );
     }
     group.finish();
+    // Chain lengths are not times: the report appends this table (see benches/README.md).
+    let home = std::env::var_os("CRITERION_HOME").map_or_else(
+        || std::path::PathBuf::from("target/criterion"),
+        std::path::PathBuf::from,
+    );
+    let table = format!("## udp-socktab/netns-noise: chain lengths\n\n{chains}");
+    if let Err(e) = std::fs::create_dir_all(&home)
+        .and_then(|()| std::fs::write(home.join("udp-socktab-chains.md"), table))
+    {
+        eprintln!("cannot write the chain-length table: {e}");
+    }
 }
 
 fn hash4(c: &mut Criterion) {
