@@ -1,13 +1,14 @@
 //! The LC-trie itself: lock-free lookup with suffix-length backtracking, and the single writer's
 //! insert/remove with the kernel's resize (inflate, halve, collapse).
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
+use crossbeam_epoch::{self as epoch, Guard};
 
 use crate::key::TrieKey;
-use crate::node::{Alias, Node, boxed, load};
+use crate::node::{Alias, Child, NodeRef, load};
 
 /// Inflate a non-root tnode when `50 * (nonempty + full) >= INFLATE_THRESHOLD * 2^bits`.
 ///
@@ -48,34 +49,35 @@ impl<K: Copy, V> Copy for Match<'_, K, V> {}
 /// What a lookup does next (the kernel's lookup is three loops joined by `goto`s).
 enum Step<'g, K, V> {
     /// In "prefix match" mode: check this node and keep descending through child 0.
-    Check(&'g Node<K, V>),
+    Check(NodeRef<'g, K, V>),
     /// Try the aliases of this leaf.
-    Leaf(&'g Node<K, V>),
+    Leaf(NodeRef<'g, K, V>),
     /// Strip the lowest set bit of the deepest backtrack point's child index, or climb.
     Backtrack,
 }
 
 /// The backtrack points of one lookup: the tnodes passed with `slen > pos` and the child index
-/// taken at each. A fixed array, so a lookup never allocates.
+/// taken at each. A fixed array left uninitialized (only `points[..len]` is ever read), so a
+/// lookup neither allocates nor clears it.
 struct Backtrack<'g, K, V> {
-    points: [(Option<&'g Node<K, V>>, usize); MAX_DEPTH],
+    points: [MaybeUninit<(NodeRef<'g, K, V>, usize)>; MAX_DEPTH],
     len: usize,
 }
 
-impl<'g, K, V> Backtrack<'g, K, V> {
+impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
     #[inline(always)]
     fn new() -> Self {
         Backtrack {
-            points: [(None, 0); MAX_DEPTH],
+            points: [const { MaybeUninit::uninit() }; MAX_DEPTH],
             len: 0,
         }
     }
 
     #[inline(always)]
-    fn push(&mut self, node: &'g Node<K, V>, index: usize) {
+    fn push(&mut self, node: NodeRef<'g, K, V>, index: usize) {
         // A path has at most one tnode per key bit, so this never fills up.
         if let Some(slot) = self.points.get_mut(self.len) {
-            *slot = (Some(node), index);
+            slot.write((node, index));
             self.len += 1;
         }
     }
@@ -83,15 +85,16 @@ impl<'g, K, V> Backtrack<'g, K, V> {
     /// Strips one bit at the deepest point that still has one, climbing past exhausted ones,
     /// and returns the tnode and the new child index; `None` when the path is exhausted.
     #[inline(always)]
-    fn next(&mut self) -> Option<(&'g Node<K, V>, usize)> {
+    fn next(&mut self) -> Option<(NodeRef<'g, K, V>, usize)> {
         while self.len > 0 {
-            let (node, index) = &mut self.points[self.len - 1];
+            // SAFETY: `points[..len]` were written by `push`.
+            let (node, index) = unsafe { self.points[self.len - 1].assume_init_mut() };
             if *index == 0 {
                 self.len -= 1;
                 continue;
             }
             *index &= *index - 1;
-            return node.map(|n| (n, *index));
+            return Some((*node, *index));
         }
         None
     }
@@ -116,7 +119,7 @@ impl<'g, K, V> Backtrack<'g, K, V> {
 /// # Ok::<(), fib_trie::PrefixError>(())
 /// ```
 pub struct LcTrie<K: TrieKey, V> {
-    root: Atomic<Node<K, V>>,
+    root: Child<K, V>,
     writer: Mutex<()>,
     leaves: AtomicUsize,
     aliases: AtomicUsize,
@@ -158,7 +161,7 @@ pub fn check_prefix<K: TrieKey>(key: K, plen: u8) -> Result<u8, PrefixError> {
 impl<K: TrieKey, V> Default for LcTrie<K, V> {
     fn default() -> Self {
         LcTrie {
-            root: Atomic::null(),
+            root: Child::new(std::ptr::null_mut()),
             writer: Mutex::new(()),
             leaves: AtomicUsize::new(0),
             aliases: AtomicUsize::new(0),
@@ -177,7 +180,7 @@ impl<K: TrieKey, V> std::fmt::Debug for LcTrie<K, V> {
 
 /// Where a node hangs: the root, or child `index` of a tnode.
 struct Slot<'g, K, V> {
-    parent: Option<&'g Node<K, V>>,
+    parent: Option<NodeRef<'g, K, V>>,
     index: usize,
 }
 
@@ -211,7 +214,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         Self::default()
     }
 
-    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         load(&self.root, guard)
     }
 
@@ -242,7 +245,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             if node.slen() > node.pos {
                 stack.push(node, index);
             }
-            match node.child(index, guard) {
+            // SAFETY: `node` is a tnode and `index >> bits == 0` was just checked.
+            match unsafe { node.child_unchecked(index, guard) } {
                 Some(child) => node = child,
                 None => break Step::Backtrack,
             }
@@ -261,7 +265,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                     } else if n.is_leaf() {
                         Step::Leaf(n)
                     } else {
-                        match n.child(0, guard) {
+                        // SAFETY: `n` is a tnode; child 0 always exists.
+                        match unsafe { n.child_unchecked(0, guard) } {
                             Some(c) => Step::Check(c),
                             None => Step::Backtrack,
                         }
@@ -285,7 +290,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 }
                 Step::Backtrack => loop {
                     let (tn, index) = stack.next()?;
-                    if let Some(c) = tn.child(index, guard) {
+                    // SAFETY: a backtrack point is a tnode, and stripping bits keeps its index
+                    // below `2^bits`.
+                    if let Some(c) = unsafe { tn.child_unchecked(index, guard) } {
                         break Step::Check(c);
                     }
                 },
@@ -334,13 +341,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                                 Warm::Done
                             } else {
                                 let slot = &n.children()[index.low_usize()];
-                                prefetch(slot);
+                                prefetch(std::ptr::from_ref(slot));
                                 Warm::Slot(slot)
                             }
                         }
                         Warm::Slot(slot) => match load(slot, guard) {
                             Some(c) => {
-                                prefetch(c);
+                                prefetch(c.as_ptr());
                                 Warm::Node(c)
                             }
                             None => Warm::Done,
@@ -358,7 +365,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// Calls `f` with every leaf key and its aliases, in ascending key order.
     pub fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(K, &'g [Alias<V>])) {
         fn walk<'g, K: TrieKey, V>(
-            n: &'g Node<K, V>,
+            n: NodeRef<'g, K, V>,
             guard: &'g Guard,
             f: &mut impl FnMut(K, &'g [Alias<V>]),
         ) {
@@ -450,7 +457,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         let guard = &epoch::pin();
 
         // Find the leaf (or the place for it), recording the path of tnodes.
-        let mut path: Vec<(&Node<K, V>, usize)> = Vec::new();
+        let mut path: Vec<(NodeRef<'_, K, V>, usize)> = Vec::new();
         let mut found = self.root(guard);
         while let Some(n) = found {
             let index = (key ^ n.key).shr(n.pos);
@@ -486,17 +493,17 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             (Some(old), false) => {
                 // Replace the leaf: raise suffixes first, lower them after (readers may see a
                 // suffix length that is too large, never one too small).
-                let fresh = Node::new_leaf(key, new);
+                let fresh = NodeRef::new_leaf(key, new);
                 let (old_slen, new_slen) = (old.slen(), fresh.slen());
                 push_suffix(&path, new_slen);
-                self.replace_in(slot, boxed(fresh, guard), guard);
+                self.replace_in(slot, Some(fresh), guard);
                 retire(old, guard);
                 if new_slen < old_slen {
                     pull_suffix(&path, old_slen, guard);
                 }
             }
             (Some(old), true) => {
-                self.replace_in(slot, Shared::null(), guard);
+                self.replace_in(slot, None, guard);
                 retire(old, guard);
                 self.leaves.fetch_sub(1, Ordering::Relaxed);
                 self.rebalance(&path, Some(old.slen()), guard);
@@ -505,26 +512,18 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 // `fib_insert_node`: an empty slot takes the leaf; an occupied one (a node whose
                 // key differs above its pos + bits) gets a binary tnode at the highest differing
                 // bit, holding both.
-                let fresh = boxed(Node::new_leaf(key, new), guard);
-                // SAFETY: `fresh` was just allocated and is not shared yet.
-                let leaf_slen = unsafe { fresh.deref() }.slen();
-                push_suffix(&path, leaf_slen);
+                let fresh = NodeRef::new_leaf(key, new);
+                push_suffix(&path, fresh.slen());
                 self.leaves.fetch_add(1, Ordering::Relaxed);
                 match found {
-                    None => self.replace_in(slot, fresh, guard),
+                    None => self.replace_in(slot, Some(fresh), guard),
                     Some(other) => {
                         let pos = (key ^ other.key).highest_bit().unwrap_or(0);
-                        let tn = boxed(Node::new_tnode(key, pos, 1), guard);
-                        // SAFETY: `tn` was just allocated and is not shared yet.
-                        let tn_ref = unsafe { tn.deref() };
-                        tn_ref.put_child(
-                            tn_ref.index_of(other.key),
-                            Shared::from(other as *const _),
-                            guard,
-                        );
-                        tn_ref.put_child(tn_ref.index_of(key), fresh, guard);
-                        self.replace_in(slot, tn, guard);
-                        path.push((tn_ref, 0));
+                        let tn = NodeRef::new_tnode(key, pos, 1);
+                        tn.put_child(tn.index_of(other.key), Some(other), guard);
+                        tn.put_child(tn.index_of(key), Some(fresh), guard);
+                        self.replace_in(slot, Some(tn), guard);
+                        path.push((tn, 0));
                     }
                 }
                 self.rebalance(&path, None, guard);
@@ -540,14 +539,17 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// Publishes `node` in `slot` (`put_child_root`).
-    fn replace_in(&self, slot: Slot<'_, K, V>, node: Shared<'_, Node<K, V>>, guard: &Guard) {
+    fn replace_in(&self, slot: Slot<'_, K, V>, node: Option<NodeRef<'_, K, V>>, guard: &Guard) {
         match slot.parent {
             Some(parent) => parent.put_child(slot.index, node, guard),
-            None => self.root.store(node, Ordering::Release),
+            None => self.root.store(
+                node.map_or(std::ptr::null_mut(), NodeRef::as_ptr),
+                Ordering::Release,
+            ),
         }
     }
 
-    fn load_slot<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+    fn load_slot<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         match slot.parent {
             Some(parent) => parent.child(slot.index, guard),
             None => self.root(guard),
@@ -559,7 +561,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// that changed, when it may have shrunk.
     fn rebalance<'g>(
         &self,
-        path: &[(&'g Node<K, V>, usize)],
+        path: &[(NodeRef<'g, K, V>, usize)],
         mut lowered: Option<u8>,
         guard: &'g Guard,
     ) {
@@ -621,46 +623,39 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn inflate<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        old: &'g Node<K, V>,
+        old: NodeRef<'g, K, V>,
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        let new = boxed(Node::new_tnode(old.key, old.pos - 1, old.bits + 1), guard);
-        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
-        let tn = unsafe { new.deref() };
+    ) -> NodeRef<'g, K, V> {
+        let tn = NodeRef::new_tnode(old.key, old.pos - 1, old.bits + 1);
         let mut retired = vec![old];
         for i in 0..old.children().len() {
             let Some(inode) = old.child(i, guard) else {
                 continue;
             };
             if !old.is_full_child(Some(inode)) {
-                tn.put_child(tn.index_of(inode.key), shared(inode), guard);
+                tn.put_child(tn.index_of(inode.key), Some(inode), guard);
                 continue;
             }
             retired.push(inode);
             if inode.bits == 1 {
-                tn.put_child(2 * i, shared_opt(inode.child(0, guard)), guard);
-                tn.put_child(2 * i + 1, shared_opt(inode.child(1, guard)), guard);
+                tn.put_child(2 * i, inode.child(0, guard), guard);
+                tn.put_child(2 * i + 1, inode.child(1, guard), guard);
                 continue;
             }
             // Split in two: node0 takes the children whose index has the top bit clear, node1
             // the others; their keys differ exactly in that bit (`tn.pos`).
             let half = inode.children().len() / 2;
-            let node0 = boxed(Node::new_tnode(inode.key, inode.pos, inode.bits - 1), guard);
+            let n0 = NodeRef::new_tnode(inode.key, inode.pos, inode.bits - 1);
             let bit = K::from_usize(1).shl(tn.pos);
-            let node1 = boxed(
-                Node::new_tnode(inode.key | bit, inode.pos, inode.bits - 1),
-                guard,
-            );
-            // SAFETY: both were just allocated and are not shared yet.
-            let (n0, n1) = unsafe { (node0.deref(), node1.deref()) };
+            let n1 = NodeRef::new_tnode(inode.key | bit, inode.pos, inode.bits - 1);
             for j in 0..half {
-                n0.put_child(j, shared_opt(inode.child(j, guard)), guard);
-                n1.put_child(j, shared_opt(inode.child(half + j, guard)), guard);
+                n0.put_child(j, inode.child(j, guard), guard);
+                n1.put_child(j, inode.child(half + j, guard), guard);
             }
-            tn.put_child(2 * i, node0, guard);
-            tn.put_child(2 * i + 1, node1, guard);
+            tn.put_child(2 * i, Some(n0), guard);
+            tn.put_child(2 * i + 1, Some(n1), guard);
         }
-        self.replace(slot, new, tn, &retired, guard)
+        self.replace(slot, tn, &retired, guard)
     }
 
     /// Halves `old`'s children: it consumes one bit less. Pairs of non-empty siblings get a new
@@ -668,27 +663,23 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn halve<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        old: &'g Node<K, V>,
+        old: NodeRef<'g, K, V>,
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        let new = boxed(Node::new_tnode(old.key, old.pos + 1, old.bits - 1), guard);
-        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
-        let tn = unsafe { new.deref() };
+    ) -> NodeRef<'g, K, V> {
+        let tn = NodeRef::new_tnode(old.key, old.pos + 1, old.bits - 1);
         for i in (0..old.children().len()).step_by(2) {
             match (old.child(i, guard), old.child(i + 1, guard)) {
                 (None, None) => {}
-                (Some(one), None) | (None, Some(one)) => tn.put_child(i / 2, shared(one), guard),
+                (Some(one), None) | (None, Some(one)) => tn.put_child(i / 2, Some(one), guard),
                 (Some(n0), Some(n1)) => {
-                    let pair = boxed(Node::new_tnode(n0.key, old.pos, 1), guard);
-                    // SAFETY: `pair` was just allocated and is not shared yet.
-                    let p = unsafe { pair.deref() };
-                    p.put_child(0, shared(n0), guard);
-                    p.put_child(1, shared(n1), guard);
-                    tn.put_child(i / 2, pair, guard);
+                    let pair = NodeRef::new_tnode(n0.key, old.pos, 1);
+                    pair.put_child(0, Some(n0), guard);
+                    pair.put_child(1, Some(n1), guard);
+                    tn.put_child(i / 2, Some(pair), guard);
                 }
             }
         }
-        self.replace(slot, new, tn, &[old], guard)
+        self.replace(slot, tn, &[old], guard)
     }
 
     /// Publishes a rebuilt tnode, retires the nodes it replaces, then resizes its full children
@@ -696,12 +687,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn replace<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        new: Shared<'g, Node<K, V>>,
-        tn: &'g Node<K, V>,
-        retired: &[&'g Node<K, V>],
+        tn: NodeRef<'g, K, V>,
+        retired: &[NodeRef<'g, K, V>],
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        self.replace_in(slot, new, guard);
+    ) -> NodeRef<'g, K, V> {
+        self.replace_in(slot, Some(tn), guard);
         for &old in retired {
             retire(old, guard);
         }
@@ -721,9 +711,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// Replaces a tnode with fewer than two children by its only child (or nothing).
-    fn collapse<'g>(&self, slot: Slot<'g, K, V>, old: &'g Node<K, V>, guard: &'g Guard) {
+    fn collapse<'g>(&self, slot: Slot<'g, K, V>, old: NodeRef<'g, K, V>, guard: &'g Guard) {
         let only = (0..old.children().len()).find_map(|i| old.child(i, guard));
-        self.replace_in(slot, shared_opt(only), guard);
+        self.replace_in(slot, only, guard);
         retire(old, guard);
     }
 
@@ -754,8 +744,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
 }
 
 fn check_node<K: TrieKey, V>(
-    n: &Node<K, V>,
-    parent: Option<&Node<K, V>>,
+    n: NodeRef<'_, K, V>,
+    parent: Option<NodeRef<'_, K, V>>,
     guard: &Guard,
     leaves: &mut usize,
     aliases: &mut usize,
@@ -829,7 +819,7 @@ fn check_node<K: TrieKey, V>(
 /// The number of keys [`LcTrie::lookup_batch`] walks in lock step.
 pub const BATCH: usize = 16;
 
-fn should_inflate<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+fn should_inflate<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
     let threshold = len
         * if is_root {
@@ -841,7 +831,7 @@ fn should_inflate<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
     used > 1 && tn.pos > 0 && 50 * used >= threshold
 }
 
-fn should_halve<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+fn should_halve<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
     let threshold = len
         * if is_root {
@@ -853,12 +843,12 @@ fn should_halve<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
     used > 1 && tn.bits > 1 && 100 * used < threshold
 }
 
-fn should_collapse<K: TrieKey, V>(tn: &Node<K, V>) -> bool {
+fn should_collapse<K: TrieKey, V>(tn: NodeRef<'_, K, V>) -> bool {
     tn.children().len() - tn.empty_children() < 2
 }
 
 /// Raises the suffix length of every tnode on `path` to at least `slen` (`node_push_suffix`).
-fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
+fn push_suffix<K: TrieKey, V>(path: &[(NodeRef<'_, K, V>, usize)], slen: u8) {
     for (tn, _) in path.iter().rev() {
         if tn.slen() >= slen {
             break;
@@ -869,7 +859,7 @@ fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
 
 /// Recomputes suffix lengths bottom up after a leaf's dropped from `old` (`node_pull_suffix`):
 /// only nodes whose value was `old` can change, and the walk stops at the first that keeps it.
-fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Guard) {
+fn pull_suffix<K: TrieKey, V>(path: &[(NodeRef<'_, K, V>, usize)], old: u8, guard: &Guard) {
     for (tn, _) in path.iter().rev() {
         if tn.slen() != old || old == tn.pos || tn.update_suffix(guard) == old {
             break;
@@ -877,28 +867,31 @@ fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Gu
     }
 }
 
-fn shared<'g, K, V>(node: &'g Node<K, V>) -> Shared<'g, Node<K, V>> {
-    Shared::from(node as *const Node<K, V>)
-}
-
-fn shared_opt<'g, K, V>(node: Option<&'g Node<K, V>>) -> Shared<'g, Node<K, V>> {
-    node.map_or(Shared::null(), shared)
-}
-
 /// Hands an unlinked node to the epoch collector; its children (if any) are not freed with it.
-fn retire<K, V>(node: &Node<K, V>, guard: &Guard) {
-    let ptr = shared(node);
+fn retire<K: TrieKey, V: Send + Sync + 'static>(node: NodeRef<'_, K, V>, guard: &Guard) {
+    let ptr = SendPtr(node.as_ptr());
     // SAFETY: the writer has just unlinked `node` from the trie (no slot points to it any more),
     // and it is retired exactly once; readers that still hold it are pinned, so the collector
-    // frees it only after they unpin. Dropping a node drops its own child array (atomic
-    // pointers, which free nothing) and its aliases, never other nodes.
-    unsafe { guard.defer_destroy(ptr) };
+    // runs the closure only after they unpin. Freeing a node drops its own aliases (which are
+    // `Send`, so dropping them on another thread is fine), never other nodes.
+    unsafe {
+        guard.defer_unchecked(move || {
+            let SendPtr(ptr) = ptr;
+            NodeRef::free(ptr)
+        })
+    };
 }
+
+/// A node pointer handed to the collector, which may free it on another thread.
+struct SendPtr<K, V>(*mut crate::node::Node<K, V>);
+// SAFETY: the pointee is only dropped (once) through this pointer, after every reader is gone;
+// its values are `Send`.
+unsafe impl<K: Send, V: Send> Send for SendPtr<K, V> {}
 
 /// Where one key of a [`LcTrie::lookup_batch`] group is in its cache-warming walk.
 enum Warm<'g, K, V> {
-    Node(&'g Node<K, V>),
-    Slot(&'g Atomic<Node<K, V>>),
+    Node(NodeRef<'g, K, V>),
+    Slot(&'g Child<K, V>),
     Done,
 }
 
@@ -911,13 +904,13 @@ impl<K, V> Copy for Warm<'_, K, V> {}
 
 /// Asks the CPU to start loading `*item` into L1 (a hint: no effect on semantics).
 #[inline(always)]
-fn prefetch<T>(item: &T) {
+fn prefetch<T>(item: *const T) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and SSE
         // (which provides it) is part of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(item).cast::<i8>()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(item.cast::<i8>()) };
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = item;
@@ -925,22 +918,20 @@ fn prefetch<T>(item: &T) {
 
 impl<K: TrieKey, V> Drop for LcTrie<K, V> {
     fn drop(&mut self) {
-        fn free<K: TrieKey, V>(ptr: Shared<'_, Node<K, V>>) {
+        fn free<K: TrieKey, V>(ptr: *mut crate::node::Node<K, V>) {
             // SAFETY: `drop` has exclusive access to the trie (`&mut self`), so no reader or
             // writer can reach these nodes; every node is reachable through exactly one slot,
-            // so each is freed exactly once. Retired nodes were unlinked and are the collector's.
-            let guard = unsafe { epoch::unprotected() };
-            if ptr.is_null() {
+            // so each is freed exactly once, after its children. Retired nodes were unlinked
+            // and belong to the collector.
+            let Some(node) = (unsafe { NodeRef::<K, V>::from_raw(ptr) }) else {
                 return;
+            };
+            for slot in node.children() {
+                free(slot.load(Ordering::Relaxed));
             }
-            // SAFETY: as above: exclusively ours, non-null.
-            let owned = unsafe { ptr.into_owned() };
-            for slot in owned.children() {
-                free(slot.load(Ordering::Relaxed, guard));
-            }
+            // SAFETY: as above: exclusively ours, live, freed once.
+            unsafe { NodeRef::<K, V>::free(ptr) };
         }
-        // SAFETY: exclusive access, see `free`.
-        let guard = unsafe { epoch::unprotected() };
-        free(self.root.load(Ordering::Relaxed, guard));
+        free(self.root.load(Ordering::Relaxed));
     }
 }
