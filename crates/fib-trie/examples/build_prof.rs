@@ -5,6 +5,8 @@
 //! - without arguments, builds a synthetic 300k-prefix IPv4 table;
 //! - `TABLE` is a decompressed route file of `benches/data` (lines `a.b.c.d/len asn`, e.g.
 //!   `xz -dc benches/data/bgp-full-v4.txt.xz > /tmp/v4.txt`);
+//! - with `ONE_BY_ONE` set in the environment, the table is built by `insert` per prefix,
+//!   otherwise by one `insert_many` (the bulk build);
 //! - `MODE` is `build` (default), `uniform` or `announced`: after the build, 1M lookups of
 //!   uniform random keys or of keys inside announced prefixes, and `update`: 100k insert+delete
 //!   pairs of /24s on the full table.
@@ -48,8 +50,13 @@ fn main() {
     };
     let t = LcTrie::<u32, u32>::new();
     let start = Instant::now();
-    for &(k, l, v) in &prefixes {
-        t.insert(k, l, v).expect("canonical prefix");
+    if std::env::var_os("ONE_BY_ONE").is_some() {
+        for &(k, l, v) in &prefixes {
+            t.insert(k, l, v).expect("canonical prefix");
+        }
+    } else {
+        t.insert_many(prefixes.iter().copied())
+            .expect("canonical prefixes");
     }
     eprintln!("built {} prefixes in {:?}", prefixes.len(), start.elapsed());
     let guard = &crossbeam_epoch::pin();

@@ -50,6 +50,7 @@
 //! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
+mod bulk;
 mod fib;
 mod key;
 mod node;

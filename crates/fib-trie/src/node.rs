@@ -191,17 +191,49 @@ impl<'g, K: TrieKey, V> NodeRef<'g, K, V> {
 
     /// A leaf holding `aliases` (sorted by `slen`). Unpublished until stored in a slot.
     pub(crate) fn new_leaf(key: K, aliases: Vec<Alias<V>>) -> Self {
-        let slen = aliases.iter().map(|a| a.slen).max().unwrap_or(0);
-        let len = u32::try_from(aliases.len()).expect("fewer than 2^32 aliases per prefix");
-        let layout = leaf_layout::<K, V>(aliases.len());
+        let len = aliases.len();
+        Self::new_leaf_with(key, len, aliases)
+    }
+
+    /// A leaf holding the `len` aliases `aliases` yields (sorted by `slen`).
+    ///
+    /// # Panics
+    /// If `aliases` yields fewer than `len` items.
+    pub(crate) fn new_leaf_with(
+        key: K,
+        len: usize,
+        aliases: impl IntoIterator<Item = Alias<V>>,
+    ) -> Self {
+        let len32 = u32::try_from(len).expect("fewer than 2^32 aliases per prefix");
+        let layout = leaf_layout::<K, V>(len);
         // SAFETY: the layout has a non-zero size (it holds at least the header).
         let raw = unsafe { alloc_zeroed(layout) };
         let Some(raw) = NonNull::new(raw) else {
             handle_alloc_error(layout)
         };
-        // SAFETY: `raw` is a fresh allocation of `leaf_layout(len)`: the head fits at its start
-        // and `len` aliases at `aliases_offset`, each suitably aligned. The aliases are moved
-        // out of the vector (whose length is set to zero first, so they are not dropped twice).
+        let first = raw
+            .as_ptr()
+            .wrapping_add(aliases_offset::<K, V>())
+            .cast::<Alias<V>>();
+        let mut slen = 0;
+        let mut written = 0;
+        for alias in aliases.into_iter().take(len) {
+            slen = slen.max(alias.slen);
+            // SAFETY: `raw` is a fresh allocation of `leaf_layout(len)`, with room for `len`
+            // suitably aligned aliases at `aliases_offset`; `written < len`.
+            unsafe { first.add(written).write(alias) };
+            written += 1;
+        }
+        if written < len {
+            // SAFETY: the `written` aliases are initialized and ours; the layout is the one
+            // allocated above.
+            unsafe {
+                ptr::drop_in_place(ptr::slice_from_raw_parts_mut(first, written));
+                dealloc(raw.as_ptr(), layout);
+            }
+            panic!("leaf built from too few aliases");
+        }
+        // SAFETY: the head fits at the start of the allocation, which is aligned for it.
         unsafe {
             raw.cast::<LeafHead<K, V>>().as_ptr().write(LeafHead {
                 node: Node {
@@ -211,18 +243,8 @@ impl<'g, K: TrieKey, V> NodeRef<'g, K, V> {
                     slen: AtomicU8::new(slen),
                     _values: PhantomData,
                 },
-                len,
+                len: len32,
             });
-            let mut aliases = aliases;
-            let n = aliases.len();
-            aliases.set_len(0);
-            ptr::copy_nonoverlapping(
-                aliases.as_ptr(),
-                raw.as_ptr()
-                    .add(aliases_offset::<K, V>())
-                    .cast::<Alias<V>>(),
-                n,
-            );
         }
         NodeRef {
             ptr: raw.cast(),
