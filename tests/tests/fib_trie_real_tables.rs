@@ -39,6 +39,10 @@ fn check<A: PrefixAddr, K: TrieKey>(
         .map(|r| (to_key(r.prefix.addr), r.prefix.len, r.origin_asn));
     assert_eq!(bulk.insert_many(loaded).unwrap(), table.len());
     bulk.check_invariants().unwrap();
+    // Both are big enough for the direct table; every entry must be right.
+    assert!(trie.has_direct_table() && bulk.has_direct_table());
+    trie.check_direct_table().unwrap();
+    bulk.check_direct_table().unwrap();
 
     let mut rng = StdRng::seed_from_u64(0xf1b);
     let keys: Vec<K> = (0..ADDRESSES)
@@ -63,6 +67,8 @@ fn check<A: PrefixAddr, K: TrieKey>(
     }
     trie.check_invariants().unwrap();
     bulk.check_invariants().unwrap();
+    trie.check_direct_table().unwrap();
+    bulk.check_direct_table().unwrap();
     compare(&trie, &reference, &keys[..keys.len() / 4]);
     compare(&bulk, &reference, &keys[..keys.len() / 4]);
 }

@@ -51,6 +51,7 @@
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
 mod bulk;
+mod direct;
 mod fib;
 mod key;
 mod node;

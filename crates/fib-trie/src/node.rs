@@ -123,6 +123,13 @@ impl<K, V> Clone for NodeRef<'_, K, V> {
 }
 impl<K, V> Copy for NodeRef<'_, K, V> {}
 
+/// Identity: the same node.
+impl<K, V> PartialEq for NodeRef<'_, K, V> {
+    fn eq(&self, other: &Self) -> bool {
+        self.ptr == other.ptr
+    }
+}
+
 impl<'g, K, V> Deref for NodeRef<'g, K, V> {
     type Target = Node<K, V>;
 

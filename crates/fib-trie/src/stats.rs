@@ -25,8 +25,9 @@ pub struct TrieStats {
     pub tnodes_by_bits: Vec<usize>,
     /// Empty child slots over all tnodes.
     pub null_pointers: usize,
-    /// Bytes of heap the nodes take (tnodes with their child slots, leaves with their aliases;
-    /// not counting allocator overhead or what the alias values own).
+    /// Bytes of heap the trie takes: tnodes with their child slots, leaves with their aliases,
+    /// and the direct table once built (not counting allocator overhead or what the alias
+    /// values own).
     pub bytes: usize,
 }
 
@@ -38,6 +39,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         if let Some(root) = self.root(guard) {
             walk(root, 0, guard, &mut s, &mut depth_sum);
         }
+        s.bytes += self.direct_bytes();
         if s.leaves > 0 {
             s.avg_depth = depth_sum as f64 / s.leaves as f64;
         }

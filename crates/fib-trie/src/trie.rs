@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard};
 
+use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering};
 use crate::key::TrieKey;
 use crate::node::{Alias, Child, NodeRef, load};
 
@@ -83,9 +84,10 @@ impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
     }
 
     /// Strips one bit at the deepest point that still has one, climbing past exhausted ones,
-    /// and returns the tnode and the new child index; `None` when the path is exhausted.
+    /// and returns the tnode and the new child index; [`Strip::Cut`] instead when that bit's
+    /// key position is at or above `cut`.
     #[inline(always)]
-    fn next(&mut self) -> Option<(NodeRef<'g, K, V>, usize)> {
+    fn next(&mut self, cut: u32) -> Strip<'g, K, V> {
         while self.len > 0 {
             // SAFETY: `points[..len]` were written by `push`.
             let (node, index) = unsafe { self.points[self.len - 1].assume_init_mut() };
@@ -93,11 +95,34 @@ impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
                 self.len -= 1;
                 continue;
             }
+            if u32::from(node.pos) + index.trailing_zeros() >= cut {
+                return Strip::Cut;
+            }
             *index &= *index - 1;
-            return Some((*node, *index));
+            return Strip::Next(*node, *index);
         }
-        None
+        Strip::Exhausted
     }
+}
+
+/// What [`Backtrack::next`] found.
+enum Strip<'g, K, V> {
+    /// Look in this tnode's child at this index.
+    Next(NodeRef<'g, K, V>, usize),
+    /// The next bit to strip is at or above the cut: only slot-wide prefixes are left.
+    Cut,
+    /// Every backtrack point is used up: no prefix is left.
+    Exhausted,
+}
+
+/// How a [`LcTrie::search`] ended.
+enum Found<'g, K, V> {
+    /// This leaf's alias was accepted.
+    Hit(NodeRef<'g, K, V>, &'g Alias<V>),
+    /// No prefix left.
+    Miss,
+    /// Stopped at the cut (only with the shortcut).
+    Cut,
 }
 
 /// A Linux fib_trie-style level-compressed trie mapping prefixes of `K` to alias lists of `V`.
@@ -120,7 +145,9 @@ impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
 /// ```
 pub struct LcTrie<K: TrieKey, V> {
     root: Child<K, V>,
-    writer: Mutex<()>,
+    /// The fallback leaf of each top-bits slot (see `direct`).
+    direct: Direct<K, V>,
+    writer: Mutex<DirectWriter>,
     leaves: AtomicUsize,
     aliases: AtomicUsize,
 }
@@ -162,7 +189,8 @@ impl<K: TrieKey, V> Default for LcTrie<K, V> {
     fn default() -> Self {
         LcTrie {
             root: Child::new(std::ptr::null_mut()),
-            writer: Mutex::new(()),
+            direct: Direct::default(),
+            writer: Mutex::new(DirectWriter::default()),
             leaves: AtomicUsize::new(0),
             aliases: AtomicUsize::new(0),
         }
@@ -228,8 +256,49 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     where
         F: FnMut(&'g V) -> bool,
     {
+        let shortcut = self.direct.is_enabled();
+        let found = match self.search(key, guard, |a| accept(&a.value), shortcut) {
+            Found::Hit(leaf, alias) => Some((leaf, alias)),
+            Found::Miss => None,
+            Found::Cut => {
+                // Everything left covers the key's whole slot; the slot's entry names the
+                // longest. If the filter refuses it, start over without the shortcut.
+                let leaf = self.direct.entry(key, guard)?;
+                match covering(leaf, key) {
+                    Some(alias) if accept(&alias.value) => Some((leaf, alias)),
+                    _ => match self.search(key, guard, |a| accept(&a.value), false) {
+                        Found::Hit(leaf, alias) => Some((leaf, alias)),
+                        Found::Miss | Found::Cut => None,
+                    },
+                }
+            }
+        };
+        found.map(|(leaf, alias)| Match {
+            key: leaf.key,
+            plen: K::BITS - alias.slen,
+            value: &alias.value,
+        })
+    }
+
+    /// The kernel's lookup (`fib_table_lookup`): descend, then backtrack. With `shortcut`, stops
+    /// with [`Found::Cut`] instead of stripping a bit at or above the direct table's cut.
+    #[inline(always)]
+    fn search<'g>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        mut accept: impl FnMut(&'g Alias<V>) -> bool,
+        shortcut: bool,
+    ) -> Found<'g, K, V> {
+        let cut = if shortcut {
+            u32::from(crate::direct::cut::<K>())
+        } else {
+            u32::MAX
+        };
         let mut stack = Backtrack::new();
-        let mut node = load(&self.root, guard)?;
+        let Some(mut node) = load(&self.root, guard) else {
+            return Found::Miss;
+        };
 
         // Step 1: descend while the key matches exactly, recording the tnodes whose subtree holds
         // a prefix shorter than the bits they consume (`slen > pos`) as backtrack points.
@@ -278,18 +347,18 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                         if diff.shr(alias.slen) != K::ZERO {
                             continue;
                         }
-                        if accept(&alias.value) {
-                            return Some(Match {
-                                key: n.key,
-                                plen: K::BITS - alias.slen,
-                                value: &alias.value,
-                            });
+                        if accept(alias) {
+                            return Found::Hit(n, alias);
                         }
                     }
                     Step::Backtrack
                 }
                 Step::Backtrack => loop {
-                    let (tn, index) = stack.next()?;
+                    let (tn, index) = match stack.next(cut) {
+                        Strip::Next(tn, index) => (tn, index),
+                        Strip::Cut => return Found::Cut,
+                        Strip::Exhausted => return Found::Miss,
+                    };
                     // SAFETY: a backtrack point is a tnode, and stripping bits keeps its index
                     // below `2^bits`.
                     if let Some(c) = unsafe { tn.child_unchecked(index, guard) } {
@@ -472,6 +541,17 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             .into_iter()
             .map(|(_, slen, value)| Alias { slen, value });
         let root = crate::bulk::build(&keys, &mut aliases, true, guard);
+        if keys.len() >= DIRECT_MIN_LEAVES {
+            // Build the direct table from the new leaves before the root is published.
+            let mut slot_wide = Vec::new();
+            collect_leaves(root, guard, &mut |leaf| {
+                if leaf.slen() >= crate::direct::cut::<K>() {
+                    slot_wide.push(leaf);
+                }
+            });
+            let mut writer = writer;
+            writer.enable(&self.direct, slot_wide, guard);
+        }
         self.leaves.store(keys.len(), Ordering::Relaxed);
         self.aliases.store(added, Ordering::Relaxed);
         self.root.store(root.as_ptr(), Ordering::Release);
@@ -514,7 +594,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         key: K,
         change: impl FnOnce(&[Alias<V>]) -> Result<Option<Vec<Alias<V>>>, E>,
     ) -> Result<(), E> {
-        let _writer = self.lock();
+        let mut writer = self.lock();
         let guard = &epoch::pin();
 
         // Find the leaf (or the place for it), recording the path of tnodes.
@@ -549,8 +629,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         self.aliases.fetch_add(new.len(), Ordering::Relaxed);
         self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
 
-        match (leaf, new.is_empty()) {
-            (None, true) => {}
+        let fresh = match (leaf, new.is_empty()) {
+            (None, true) => return Ok(()),
             (Some(old), false) => {
                 // Replace the leaf: raise suffixes first, lower them after (readers may see a
                 // suffix length that is too large, never one too small).
@@ -558,16 +638,16 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 let (old_slen, new_slen) = (old.slen(), fresh.slen());
                 push_suffix(&path, new_slen);
                 self.replace_in(slot, Some(fresh), guard);
-                retire(old, guard);
                 if new_slen < old_slen {
                     pull_suffix(&path, old_slen, guard);
                 }
+                Some(fresh)
             }
             (Some(old), true) => {
                 self.replace_in(slot, None, guard);
-                retire(old, guard);
                 self.leaves.fetch_sub(1, Ordering::Relaxed);
                 self.rebalance(&path, Some(old.slen()), guard);
+                None
             }
             (None, false) => {
                 // `fib_insert_node`: an empty slot takes the leaf; an occupied one (a node whose
@@ -588,12 +668,87 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                     }
                 }
                 self.rebalance(&path, None, guard);
+                Some(fresh)
             }
+        };
+        // The direct table follows the new leaf; only then may the old one be retired (no
+        // entry may name a leaf after its retirement).
+        writer.update(&self.direct, key, leaf, fresh, guard, |k, plen| {
+            self.search_slot_wide(k, plen, guard)
+        });
+        if let Some(old) = leaf {
+            retire(old, guard);
+        }
+        if !self.direct.is_enabled() && self.leaf_count() >= DIRECT_MIN_LEAVES {
+            self.enable_direct(&mut writer, guard);
         }
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
+    /// The longest prefix shorter than `below` and of length at most `DIRECT_BITS` covering
+    /// `key` (so covering its whole slot), searched the kernel's way.
+    fn search_slot_wide<'g>(
+        &self,
+        key: K,
+        below: u8,
+        guard: &'g Guard,
+    ) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)> {
+        let cut = crate::direct::cut::<K>();
+        match self.search(
+            key,
+            guard,
+            |a| a.slen >= cut && K::BITS - a.slen < below,
+            false,
+        ) {
+            Found::Hit(leaf, alias) => Some((leaf, alias)),
+            Found::Miss | Found::Cut => None,
+        }
+    }
+
+    /// Builds and publishes the direct table from the trie's leaves. Writer only.
+    fn enable_direct(&self, writer: &mut DirectWriter, guard: &Guard) {
+        let mut slot_wide = Vec::new();
+        if let Some(root) = self.root(guard) {
+            collect_leaves(root, guard, &mut |leaf| {
+                if leaf.slen() >= crate::direct::cut::<K>() {
+                    slot_wide.push(leaf);
+                }
+            });
+        }
+        writer.enable(&self.direct, slot_wide, guard);
+    }
+
+    /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
+    /// do without it).
+    #[doc(hidden)]
+    pub fn enable_direct_table(&self) {
+        let mut writer = self.lock();
+        self.enable_direct(&mut writer, &epoch::pin());
+    }
+
+    /// Checks every entry of the direct table (if built) against a search of the trie (for
+    /// tests; one search per slot).
+    #[doc(hidden)]
+    pub fn check_direct_table(&self) -> Result<(), String> {
+        let writer = self.lock();
+        let guard = &epoch::pin();
+        writer.check(&self.direct, guard, |k| {
+            self.search_slot_wide(k, u8::MAX, guard)
+        })
+    }
+
+    /// Whether the direct table is built.
+    #[doc(hidden)]
+    pub fn has_direct_table(&self) -> bool {
+        self.direct.is_enabled()
+    }
+
+    /// The bytes the direct table takes (for statistics).
+    pub(crate) fn direct_bytes(&self) -> usize {
+        self.direct.bytes()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DirectWriter> {
         self.writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -906,6 +1061,23 @@ fn should_halve<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
 
 fn should_collapse<K: TrieKey, V>(tn: NodeRef<'_, K, V>) -> bool {
     tn.children().len() - tn.empty_children() < 2
+}
+
+/// Calls `f` with every leaf below `n`.
+fn collect_leaves<'g, K: TrieKey, V>(
+    n: NodeRef<'g, K, V>,
+    guard: &'g Guard,
+    f: &mut impl FnMut(NodeRef<'g, K, V>),
+) {
+    if n.is_leaf() {
+        f(n);
+    } else {
+        for slot in n.children() {
+            if let Some(c) = load(slot, guard) {
+                collect_leaves(c, guard, f);
+            }
+        }
+    }
 }
 
 /// Raises the suffix length of every tnode on `path` to at least `slen` (`node_push_suffix`).

@@ -189,6 +189,63 @@ fn bulk_equals_sequential<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>
     }
 }
 
+/// With the direct table built from the start: every lookup (accepting all, and filtered,
+/// which forces the fallback's slow path) equals the reference after every change, and every
+/// table entry is right at the end.
+fn run_direct<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
+    let trie = LcTrie::<K, u16>::new();
+    trie.enable_direct_table();
+    let mut reference = ReferenceLpm::<K, u16>::new();
+    let mut touched = Vec::new();
+    for op in ops {
+        match op {
+            Op::Insert(k, l, v) => {
+                trie.insert(k, l, v).unwrap();
+                reference.insert(k, l, v).unwrap();
+                touched.push((k, l));
+            }
+            Op::Remove(k, l) => {
+                assert_eq!(trie.remove(k, l).unwrap(), reference.remove(k, l).unwrap());
+            }
+        }
+        let guard = &epoch::pin();
+        for key in probes(&touched[touched.len().saturating_sub(3)..], &extra) {
+            for accept in [|_: &u16| true, |v: &u16| v % 2 == 0] {
+                let got = trie
+                    .lookup(key, guard, accept)
+                    .map(|m| (m.key, m.plen, m.value));
+                assert_eq!(got, reference.lookup(key, accept), "key {key:?}");
+            }
+        }
+    }
+    trie.check_invariants().unwrap();
+    trie.check_direct_table().unwrap();
+    let guard = &epoch::pin();
+    for key in probes(&touched, &extra) {
+        for accept in [|_: &u16| true, |v: &u16| v % 2 == 0] {
+            let got = trie
+                .lookup(key, guard, accept)
+                .map(|m| (m.key, m.plen, m.value));
+            assert_eq!(got, reference.lookup(key, accept), "key {key:?}");
+        }
+    }
+}
+
+proptest! {
+    // Each case checks all 65536 direct entries once: fewer cases.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn ipv4_direct_table_matches_reference(ops in ops::<u32>(), extra in prop::collection::vec(any::<u32>(), 0..32)) {
+        run_direct(ops, extra);
+    }
+
+    #[test]
+    fn ipv6_direct_table_matches_reference(ops in ops::<u128>(), extra in prop::collection::vec(any::<u128>(), 0..32)) {
+        run_direct(ops, extra);
+    }
+}
+
 proptest! {
     #[test]
     fn ipv4_bulk_load_equals_inserts(ops in ops::<u32>(), extra in prop::collection::vec(any::<u32>(), 0..32)) {
