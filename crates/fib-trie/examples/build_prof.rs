@@ -94,25 +94,10 @@ fn main() {
         _ => return,
     };
     let start = Instant::now();
-    let mut sum = 0u64;
-    for &k in &keys {
-        let m = t.lookup(k, guard, |_| true);
-        sum = sum
-            .wrapping_mul(31)
-            .wrapping_add(m.map_or(0, |m| (u64::from(*m.value) << 8) | u64::from(m.plen)));
-    }
+    let sum = single_lookups(&t, &keys, guard);
     let single = start.elapsed();
     let start = Instant::now();
-    let mut out = [None; fib_trie::BATCH];
-    let mut bsum = 0u64;
-    for chunk in keys.chunks(fib_trie::BATCH) {
-        t.lookup_batch(chunk, &mut out, guard, |_| true);
-        for m in &out[..chunk.len()] {
-            bsum = bsum
-                .wrapping_mul(31)
-                .wrapping_add(m.map_or(0, |m| (u64::from(*m.value) << 8) | u64::from(m.plen)));
-        }
-    }
+    let bsum = batched_lookups(&t, &keys, guard);
     let batched = start.elapsed();
     assert_eq!(sum, bsum);
     eprintln!(
@@ -120,4 +105,33 @@ fn main() {
         single.as_nanos() as f64 / keys.len() as f64,
         batched.as_nanos() as f64 / keys.len() as f64
     );
+}
+
+/// The single lookups, out of line so `callgrind --toggle-collect=*single_lookups*` finds them.
+#[inline(never)]
+fn single_lookups(t: &LcTrie<u32, u32>, keys: &[u32], guard: &crossbeam_epoch::Guard) -> u64 {
+    let mut sum = 0u64;
+    for &k in keys {
+        let m = t.lookup(k, guard, |_| true);
+        sum = sum
+            .wrapping_mul(31)
+            .wrapping_add(m.map_or(0, |m| (u64::from(*m.value) << 8) | u64::from(m.plen)));
+    }
+    sum
+}
+
+/// The batched lookups (`--toggle-collect=*batched_lookups*`).
+#[inline(never)]
+fn batched_lookups(t: &LcTrie<u32, u32>, keys: &[u32], guard: &crossbeam_epoch::Guard) -> u64 {
+    let mut out = [None; fib_trie::BATCH];
+    let mut sum = 0u64;
+    for chunk in keys.chunks(fib_trie::BATCH) {
+        t.lookup_batch(chunk, &mut out, guard, |_| true);
+        for m in &out[..chunk.len()] {
+            sum = sum
+                .wrapping_mul(31)
+                .wrapping_add(m.map_or(0, |m| (u64::from(*m.value) << 8) | u64::from(m.plen)));
+        }
+    }
+    sum
 }

@@ -2,9 +2,10 @@
 //! [`DIRECT_BITS`] bits (a "slot", a /16 for IPv4), the leaf holding the longest prefix that
 //! covers the whole block (a prefix of length at most `DIRECT_BITS`), or nothing.
 //!
-//! It replaces the expensive end of the kernel's backtracking. A lookup that has to strip a bit
-//! at or above `BITS - DIRECT_BITS` from a child index can only find, from there on, prefixes
-//! shorter than `DIRECT_BITS` that cover the key's whole slot, longest first (the kernel's
+//! It replaces the expensive end of the kernel's backtracking. Stripping the key bit at position
+//! `b` from a child index only finds prefixes with a suffix length above `b`; so once the next
+//! strip is at `b >= BITS - DIRECT_BITS - 1`, all that is left are prefixes of length at most
+//! `DIRECT_BITS`, which cover the key's whole slot, met longest first (the kernel's
 //! backtracking meets covering prefixes in order of decreasing length); the longest of them is
 //! what the slot's entry names. So the lookup stops backtracking there and reads one entry
 //! instead of probing several siblings in the (multi-megabyte) root. If the caller's filter
@@ -71,6 +72,15 @@ impl<K: TrieKey, V> Direct<K, V> {
     pub(crate) fn entry<'g>(&self, key: K, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         let table = self.table.get()?;
         load(&table[slot_of(key)], guard)
+    }
+
+    /// The address of the entry of `key`'s slot, to prefetch it (null before the table is
+    /// built).
+    #[inline(always)]
+    pub(crate) fn entry_addr(&self, key: K) -> *const Child<K, V> {
+        self.table
+            .get()
+            .map_or(std::ptr::null(), |t| &raw const t[slot_of(key)])
     }
 
     /// The table's size in bytes (0 before it is built).

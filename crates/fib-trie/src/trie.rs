@@ -84,18 +84,24 @@ impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
     }
 
     /// Strips one bit at the deepest point that still has one, climbing past exhausted ones,
-    /// and returns the tnode and the new child index; [`Strip::Cut`] instead when that bit's
-    /// key position is at or above `cut`.
+    /// and returns the tnode and the new child index; [`Strip::Cut`] instead when what that
+    /// strip can find has a suffix length of at least `cut`.
+    ///
+    /// Stripping the bit at key position `b` only finds prefixes with `slen > b` (the key has a
+    /// one there, the prefixes found a zero). So a point whose subtree holds no suffix length
+    /// above `b` (`slen <= b`) has nothing left to give and is dropped at once: later strips
+    /// there clear higher bits still.
     #[inline(always)]
     fn next(&mut self, cut: u32) -> Strip<'g, K, V> {
         while self.len > 0 {
             // SAFETY: `points[..len]` were written by `push`.
             let (node, index) = unsafe { self.points[self.len - 1].assume_init_mut() };
-            if *index == 0 {
+            let bit = u32::from(node.pos) + index.trailing_zeros();
+            if *index == 0 || u32::from(node.slen()) <= bit {
                 self.len -= 1;
                 continue;
             }
-            if u32::from(node.pos) + index.trailing_zeros() >= cut {
+            if bit + 1 >= cut {
                 return Strip::Cut;
             }
             *index &= *index - 1;
@@ -109,7 +115,7 @@ impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
 enum Strip<'g, K, V> {
     /// Look in this tnode's child at this index.
     Next(NodeRef<'g, K, V>, usize),
-    /// The next bit to strip is at or above the cut: only slot-wide prefixes are left.
+    /// The next strip could only find slot-wide prefixes (`slen >= cut`): the direct table's.
     Cut,
     /// Every backtrack point is used up: no prefix is left.
     Exhausted,
@@ -257,6 +263,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         F: FnMut(&'g V) -> bool,
     {
         let shortcut = self.direct.is_enabled();
+        if shortcut {
+            // Most lookups that backtrack end at the slot's entry: start loading it now, so its
+            // miss overlaps the descent's.
+            prefetch(self.direct.entry_addr(key));
+        }
         let found = match self.search(key, guard, |a| accept(&a.value), shortcut) {
             Found::Hit(leaf, alias) => Some((leaf, alias)),
             Found::Miss => None,
@@ -281,7 +292,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// The kernel's lookup (`fib_table_lookup`): descend, then backtrack. With `shortcut`, stops
-    /// with [`Found::Cut`] instead of stripping a bit at or above the direct table's cut.
+    /// with [`Found::Cut`] instead of a strip that could only find slot-wide prefixes.
     #[inline(always)]
     fn search<'g>(
         &self,
@@ -391,38 +402,36 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             return;
         };
         for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            // Warm the cache: walk every key's exact-match path in lock step, in half steps:
-            // read a node and prefetch the child slot its index selects; read the slot and
-            // prefetch the child. Each round issues one independent miss per key.
-            let mut at: [Warm<'g, K, V>; BATCH] = [Warm::Done; BATCH];
-            at.iter_mut()
+            // Warm the cache for the first WARM_LEVELS levels of every key's path, in lock
+            // step and in half steps: from each node, prefetch the child slot the key selects
+            // (and, first, the key's direct-table entry); then read each slot and prefetch the
+            // child. Each half step issues one independent miss per key.
+            let mut nodes: [Option<NodeRef<'g, K, V>>; BATCH] = [None; BATCH];
+            nodes
+                .iter_mut()
                 .take(keys.len())
-                .for_each(|a| *a = Warm::Node(root));
-            let mut active = true;
-            while active {
-                active = false;
-                for (state, &key) in at.iter_mut().zip(keys) {
-                    *state = match *state {
-                        Warm::Done => continue,
-                        Warm::Node(n) => {
-                            let index = (key ^ n.key).shr(n.pos);
-                            if n.is_leaf() || index.shr(n.bits) != K::ZERO {
-                                Warm::Done
-                            } else {
-                                let slot = &n.children()[index.low_usize()];
-                                prefetch(std::ptr::from_ref(slot));
-                                Warm::Slot(slot)
-                            }
+                .for_each(|n| *n = Some(root));
+            for &key in keys {
+                prefetch(self.direct.entry_addr(key));
+            }
+            let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
+            for _ in 0..WARM_LEVELS {
+                for ((slot, node), &key) in slots.iter_mut().zip(&nodes).zip(keys) {
+                    *slot = node.and_then(|n| {
+                        let index = (key ^ n.key).shr(n.pos);
+                        if n.is_leaf() || index.shr(n.bits) != K::ZERO {
+                            return None;
                         }
-                        Warm::Slot(slot) => match load(slot, guard) {
-                            Some(c) => {
-                                prefetch(c.as_ptr());
-                                Warm::Node(c)
-                            }
-                            None => Warm::Done,
-                        },
-                    };
-                    active = true;
+                        let slot = &n.children()[index.low_usize()];
+                        prefetch(std::ptr::from_ref(slot));
+                        Some(slot)
+                    });
+                }
+                for (node, slot) in nodes.iter_mut().zip(&slots) {
+                    *node = slot.and_then(|slot| load(slot, guard));
+                    if let Some(n) = node {
+                        prefetch(n.as_ptr());
+                    }
                 }
             }
             for (o, &key) in out.iter_mut().zip(keys) {
@@ -1035,6 +1044,10 @@ fn check_node<K: TrieKey, V>(
 /// The number of keys [`LcTrie::lookup_batch`] walks in lock step.
 pub const BATCH: usize = 16;
 
+/// How many levels of each key's path [`LcTrie::lookup_batch`] warms before the lookups (the
+/// root's child and grandchild: most paths are no deeper).
+const WARM_LEVELS: usize = 2;
+
 fn should_inflate<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
     let threshold = len
@@ -1120,20 +1133,6 @@ struct SendPtr<K, V>(*mut crate::node::Node<K, V>);
 // SAFETY: the pointee is only dropped (once) through this pointer, after every reader is gone;
 // its values are `Send`.
 unsafe impl<K: Send, V: Send> Send for SendPtr<K, V> {}
-
-/// Where one key of a [`LcTrie::lookup_batch`] group is in its cache-warming walk.
-enum Warm<'g, K, V> {
-    Node(NodeRef<'g, K, V>),
-    Slot(&'g Child<K, V>),
-    Done,
-}
-
-impl<K, V> Clone for Warm<'_, K, V> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<K, V> Copy for Warm<'_, K, V> {}
 
 /// Asks the CPU to start loading `*item` into L1 (a hint: no effect on semantics).
 #[inline(always)]
