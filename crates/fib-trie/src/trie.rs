@@ -1167,3 +1167,166 @@ impl<K: TrieKey, V> Drop for LcTrie<K, V> {
         free(self.root.load(Ordering::Relaxed));
     }
 }
+
+/// Small tests of the unsafe layers (node layout, publication, retirement, the direct table),
+/// sized to run under Miri: `cargo +nightly miri test -p fib-trie --lib`.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::reference::ReferenceLpm;
+
+    /// A value that owns heap memory, so Miri sees every alias dropped exactly once.
+    type Owned = (Arc<u32>, String);
+
+    fn owned(i: u32) -> Owned {
+        (Arc::new(i), format!("v{i}"))
+    }
+
+    fn keys(n: u32) -> impl Iterator<Item = (u32, u8)> {
+        (0..n).map(|i| {
+            let plen = [8u8, 16, 20, 24, 28, 32][(i % 6) as usize];
+            let key = i.wrapping_mul(0x9e37_79b9) & u32::prefix_mask(plen);
+            (key, plen)
+        })
+    }
+
+    fn same<K: TrieKey>(trie: &LcTrie<K, Owned>, reference: &ReferenceLpm<K, u32>, key: K) {
+        let guard = &epoch::pin();
+        let got = trie
+            .lookup(key, guard, |_| true)
+            .map(|m| (m.key, m.plen, *m.value.0));
+        let want = reference.lookup(key, |_| true).map(|(k, l, v)| (k, l, *v));
+        assert_eq!(got, want, "key {key:?}");
+    }
+
+    #[test]
+    fn insert_lookup_remove_owned_values() {
+        let trie = LcTrie::<u32, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        for (i, (k, l)) in keys(150).enumerate() {
+            trie.insert(k, l, owned(i as u32)).unwrap();
+            reference.insert(k, l, i as u32).unwrap();
+        }
+        // Several aliases on one leaf, including the default route.
+        for (i, l) in [(1000, 0), (1001, 4), (1002, 12)] {
+            trie.insert(0, l, owned(i)).unwrap();
+            reference.insert(0, l, i).unwrap();
+        }
+        trie.check_invariants().unwrap();
+        for (k, _) in keys(150) {
+            same(&trie, &reference, k | 0x55);
+            same(&trie, &reference, !k);
+        }
+        let guard = &epoch::pin();
+        let mut out = vec![None; 64];
+        let probes: Vec<u32> = keys(64).map(|(k, _)| k ^ 0x0101).collect();
+        trie.lookup_batch(&probes, &mut out, guard, |_| true);
+        for (o, p) in out.iter().zip(&probes) {
+            assert_eq!(*o, trie.lookup(*p, guard, |_| true), "key {p:#x}");
+        }
+        for (k, l) in keys(150).step_by(2) {
+            assert_eq!(trie.remove(k, l).unwrap(), reference.remove(k, l).unwrap());
+        }
+        trie.check_invariants().unwrap();
+        for (k, _) in keys(150) {
+            same(&trie, &reference, k);
+        }
+    }
+
+    #[test]
+    fn ipv6_keys_grow_and_shrink() {
+        let trie = LcTrie::<u128, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        let key = |i: u32| (u128::from(i.wrapping_mul(0x9e37_79b9)) << 96) | (1 << 125);
+        for i in 0..60 {
+            let plen = [32u8, 48, 64, 128][(i % 4) as usize];
+            let k = key(i) & u128::prefix_mask(plen);
+            trie.insert(k, plen, owned(i)).unwrap();
+            reference.insert(k, plen, i).unwrap();
+        }
+        trie.check_invariants().unwrap();
+        for i in 0..60 {
+            same(&trie, &reference, key(i) | 7);
+        }
+        for i in 0..60 {
+            let plen = [32u8, 48, 64, 128][(i % 4) as usize];
+            let k = key(i) & u128::prefix_mask(plen);
+            trie.remove(k, plen).unwrap();
+            reference.remove(k, plen).unwrap();
+        }
+        assert!(trie.is_empty());
+        trie.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn bulk_load_and_direct_table() {
+        let trie = LcTrie::<u32, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        let items: Vec<(u32, u8, u32)> = keys(120)
+            .enumerate()
+            .map(|(i, (k, l))| (k, l, i as u32))
+            .collect();
+        trie.insert_many(items.iter().map(|&(k, l, v)| (k, l, owned(v))))
+            .unwrap();
+        for &(k, l, v) in &items {
+            reference.insert(k, l, v).unwrap();
+        }
+        trie.enable_direct_table();
+        assert!(trie.has_direct_table());
+        trie.check_invariants().unwrap();
+        for &(k, _, _) in &items {
+            same(&trie, &reference, k | 0x0f0f);
+        }
+        // Change, remove and re-add slot-wide prefixes: the table follows.
+        for &(k, l, v) in items.iter().filter(|&&(_, l, _)| l <= 16) {
+            trie.insert(k, l, owned(v + 500)).unwrap();
+            reference.insert(k, l, v + 500).unwrap();
+            same(&trie, &reference, k | 0x00ff_ffff);
+            trie.remove(k, l).unwrap();
+            reference.remove(k, l).unwrap();
+            same(&trie, &reference, k | 0x00ff_ffff);
+        }
+        // A filter refusing the table's alias takes the slow path.
+        let guard = &epoch::pin();
+        for &(k, _, _) in &items {
+            let got = trie
+                .lookup(k | 0x3333, guard, |v| *v.0 % 3 == 0)
+                .map(|m| (m.key, m.plen, *m.value.0));
+            let want = reference
+                .lookup(k | 0x3333, |v| *v % 3 == 0)
+                .map(|(k, l, v)| (k, l, *v));
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn a_reader_races_the_writer() {
+        let trie = Arc::new(LcTrie::<u32, Owned>::new());
+        trie.insert(0x0a00_0000, 8, owned(10)).unwrap();
+        trie.enable_direct_table();
+        let reader = {
+            let trie = Arc::clone(&trie);
+            std::thread::spawn(move || {
+                for i in 0..40u32 {
+                    let guard = epoch::pin();
+                    let key = 0x0a00_0000 | (i << 12);
+                    let m = trie.lookup(key, &guard, |_| true).expect("10/8 is stable");
+                    // Volatile prefixes live in 10.128/9; probes stay below.
+                    assert_eq!((m.key, m.plen, *m.value.0), (0x0a00_0000, 8, 10));
+                }
+            })
+        };
+        for (i, (k, l)) in keys(30).enumerate() {
+            let k = 0x0a80_0000 | (k >> 9);
+            let k = k & u32::prefix_mask(l.max(9));
+            trie.insert(k, l.max(9), owned(i as u32)).unwrap();
+            if i % 3 == 0 {
+                trie.remove(k, l.max(9)).unwrap();
+            }
+        }
+        reader.join().unwrap();
+        trie.check_invariants().unwrap();
+    }
+}
