@@ -14,7 +14,7 @@
 //! that keeps the node alive; it reads the header through `Deref` and the tail (children or
 //! aliases) through the raw pointer, whose provenance covers the whole allocation.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc, handle_alloc_error};
+use std::alloc::{Layout, alloc, alloc_zeroed, dealloc, handle_alloc_error};
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of};
 use std::ops::Deref;
@@ -213,8 +213,9 @@ impl<'g, K: TrieKey, V> NodeRef<'g, K, V> {
     ) -> Self {
         let len32 = u32::try_from(len).expect("fewer than 2^32 aliases per prefix");
         let layout = leaf_layout::<K, V>(len);
-        // SAFETY: the layout has a non-zero size (it holds at least the header).
-        let raw = unsafe { alloc_zeroed(layout) };
+        // SAFETY: the layout has a non-zero size (it holds at least the header). Every byte a
+        // reader looks at (head and aliases) is written below before the leaf is published.
+        let raw = unsafe { alloc(layout) };
         let Some(raw) = NonNull::new(raw) else {
             handle_alloc_error(layout)
         };

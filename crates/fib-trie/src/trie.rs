@@ -538,7 +538,10 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             return Ok(0);
         }
         // Stable: aliases of one key and length keep their input order, as `insert` would.
-        items.sort_by_key(|&(key, slen, _)| (key, slen));
+        // Route dumps usually come sorted already.
+        if !items.is_sorted_by_key(|&(key, slen, _)| (key, slen)) {
+            items.sort_by_key(|&(key, slen, _)| (key, slen));
+        }
         let mut keys: Vec<(K, usize)> = Vec::new();
         for &(key, _, _) in &items {
             match keys.last_mut() {
