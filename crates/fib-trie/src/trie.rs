@@ -331,6 +331,14 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 None => break Step::Backtrack,
             }
         };
+        if shortcut && !matches!(step, Step::Leaf(_)) {
+            // A backtracking lookup usually ends at the slot's fallback leaf: its entry was
+            // prefetched at the start; start loading the leaf too (a hint only: the entry is
+            // read again if the cut is reached).
+            if let Some(leaf) = self.direct.entry(key, guard) {
+                prefetch(leaf.as_ptr());
+            }
+        }
 
         // Step 2: leaves and backtracking.
         loop {
