@@ -69,20 +69,10 @@ impl<K: TrieKey, V> Direct<K, V> {
         self.table.get().is_some()
     }
 
-    /// The leaf the slot of `key` falls back to, if any. Only meaningful once enabled.
+    /// The entry of `key`'s slot, once the table is built.
     #[inline(always)]
-    pub(crate) fn entry<'g>(&self, key: K, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
-        let table = self.table.get()?;
-        load(&table[slot_of(key)], guard)
-    }
-
-    /// The address of the entry of `key`'s slot, to prefetch it (null before the table is
-    /// built).
-    #[inline(always)]
-    pub(crate) fn entry_addr(&self, key: K) -> *const Child<K, V> {
-        self.table
-            .get()
-            .map_or(std::ptr::null(), |t| &raw const t[slot_of(key)])
+    pub(crate) fn slot(&self, key: K) -> Option<&Child<K, V>> {
+        self.table.get()?.get(slot_of(key))
     }
 
     /// The table's size in bytes (0 before it is built).

@@ -262,22 +262,22 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     where
         F: FnMut(&'g V) -> bool,
     {
-        let shortcut = self.direct.is_enabled();
-        if shortcut {
-            // Most lookups that backtrack end at the slot's entry: start loading it now, so its
-            // miss overlaps the descent's.
-            prefetch(self.direct.entry_addr(key));
+        // The key's direct-table entry, if the table is built. Most lookups that backtrack end
+        // there: start loading it now, so its miss overlaps the descent's.
+        let entry = self.direct.slot(key);
+        if let Some(entry) = entry {
+            prefetch(std::ptr::from_ref(entry));
         }
-        let found = match self.search(key, guard, |a| accept(&a.value), shortcut) {
+        let found = match self.search(key, guard, |a| accept(&a.value), entry) {
             Found::Hit(leaf, alias) => Some((leaf, alias)),
             Found::Miss => None,
             Found::Cut => {
                 // Everything left covers the key's whole slot; the slot's entry names the
                 // longest. If the filter refuses it, start over without the shortcut.
-                let leaf = self.direct.entry(key, guard)?;
+                let leaf = load(entry?, guard)?;
                 match covering(leaf, key) {
                     Some(alias) if accept(&alias.value) => Some((leaf, alias)),
-                    _ => match self.search(key, guard, |a| accept(&a.value), false) {
+                    _ => match self.search(key, guard, |a| accept(&a.value), None) {
                         Found::Hit(leaf, alias) => Some((leaf, alias)),
                         Found::Miss | Found::Cut => None,
                     },
@@ -291,17 +291,18 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         })
     }
 
-    /// The kernel's lookup (`fib_table_lookup`): descend, then backtrack. With `shortcut`, stops
-    /// with [`Found::Cut`] instead of a strip that could only find slot-wide prefixes.
+    /// The kernel's lookup (`fib_table_lookup`): descend, then backtrack. With the key's
+    /// direct-table `entry`, stops with [`Found::Cut`] instead of a strip that could only find
+    /// slot-wide prefixes.
     #[inline(always)]
     fn search<'g>(
         &self,
         key: K,
         guard: &'g Guard,
         mut accept: impl FnMut(&'g Alias<V>) -> bool,
-        shortcut: bool,
+        entry: Option<&Child<K, V>>,
     ) -> Found<'g, K, V> {
-        let cut = if shortcut {
+        let cut = if entry.is_some() {
             u32::from(crate::direct::cut::<K>())
         } else {
             u32::MAX
@@ -314,8 +315,10 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         // Step 1: descend while the key matches exactly, recording the tnodes whose subtree holds
         // a prefix shorter than the bits they consume (`slen > pos`) as backtrack points.
         let mut step = loop {
-            let index = (key ^ node.key).shr(node.pos);
-            if index.shr(node.bits) != K::ZERO {
+            // `pos < BITS` and `bits < BITS` for every node (a tnode has `bits >= 1` and
+            // `pos + bits <= BITS`; a leaf has both zero).
+            let index = (key ^ node.key).shr_in_width(node.pos);
+            if index.shr_in_width(node.bits) != K::ZERO {
                 break Step::Check(node);
             }
             if node.is_leaf() {
@@ -331,11 +334,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 None => break Step::Backtrack,
             }
         };
-        if shortcut && !matches!(step, Step::Leaf(_)) {
+        if let Some(entry) = entry.filter(|_| !matches!(step, Step::Leaf(_))) {
             // A backtracking lookup usually ends at the slot's fallback leaf: its entry was
             // prefetched at the start; start loading the leaf too (a hint only: the entry is
             // read again if the cut is reached).
-            if let Some(leaf) = self.direct.entry(key, guard) {
+            if let Some(leaf) = load(entry, guard) {
                 prefetch(leaf.as_ptr());
             }
         }
@@ -420,7 +423,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 .take(keys.len())
                 .for_each(|n| *n = Some(root));
             for &key in keys {
-                prefetch(self.direct.entry_addr(key));
+                if let Some(entry) = self.direct.slot(key) {
+                    prefetch(std::ptr::from_ref(entry));
+                }
             }
             let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
             for _ in 0..WARM_LEVELS {
@@ -718,7 +723,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             key,
             guard,
             |a| a.slen >= cut && K::BITS - a.slen < below,
-            false,
+            None,
         ) {
             Found::Hit(leaf, alias) => Some((leaf, alias)),
             Found::Miss | Found::Cut => None,
