@@ -149,6 +149,14 @@ enum Found<'g, K, V> {
 /// assert_eq!(*trie.lookup(0x0a02_0000, &guard, |_| true).unwrap().value, "ten");
 /// # Ok::<(), fib_trie::PrefixError>(())
 /// ```
+///
+/// A trie is shared between threads only if its values are `Send + Sync` (readers on any thread
+/// borrow them; the collector may drop them on any thread):
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<fib_trie::LcTrie<u32, std::rc::Rc<u32>>>();
+/// ```
 pub struct LcTrie<K: TrieKey, V> {
     root: Child<K, V>,
     /// The fallback leaf of each top-bits slot (see `direct`).
@@ -157,6 +165,14 @@ pub struct LcTrie<K: TrieKey, V> {
     leaves: AtomicUsize,
     aliases: AtomicUsize,
 }
+
+// SAFETY: the nodes are reached through raw atomic pointers, which would make the trie `Send`
+// and `Sync` whatever `V` is. Values are borrowed by readers on any thread (`Sync`) and
+// dropped by the writer or the epoch collector on any thread (`Send`), so both are required of
+// `V`; the keys are plain integers.
+unsafe impl<K: TrieKey, V: Send + Sync> Send for LcTrie<K, V> {}
+// SAFETY: as above.
+unsafe impl<K: TrieKey, V: Send + Sync> Sync for LcTrie<K, V> {}
 
 /// Why a prefix was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
