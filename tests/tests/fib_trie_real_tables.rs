@@ -1,7 +1,8 @@
 //! The fib-trie LC-trie on the real tables of `benches/data` (full BGP v4 and v6, the v4 DFZ):
 //! every lookup of random addresses (uniform, and inside announced prefixes) equals the
-//! per-length hash-map reference, single and batched; then half the table is deleted and
-//! checked again. 200k addresses per table in debug builds, 1M with optimizations.
+//! per-length hash-map reference, single and batched, both for the trie built by one `insert`
+//! per prefix and for the one bulk-loaded by `insert_many`; then half the table is deleted from
+//! both and they are checked again. 200k addresses per table in debug builds, 1M with optimizations.
 
 use crossbeam_epoch as epoch;
 use fib_trie::{LcTrie, ReferenceLpm, TrieKey};
@@ -31,6 +32,17 @@ fn check<A: PrefixAddr, K: TrieKey>(
     }
     assert_eq!(trie.alias_count(), table.len());
     trie.check_invariants().unwrap();
+    // The same table loaded at once (the bulk build of `insert_many`).
+    let bulk = LcTrie::<K, u32>::new();
+    let loaded = table
+        .iter()
+        .map(|r| (to_key(r.prefix.addr), r.prefix.len, r.origin_asn));
+    assert_eq!(bulk.insert_many(loaded).unwrap(), table.len());
+    bulk.check_invariants().unwrap();
+    // Both are big enough for the direct table; every entry must be right.
+    assert!(trie.has_direct_table() && bulk.has_direct_table());
+    trie.check_direct_table().unwrap();
+    bulk.check_direct_table().unwrap();
 
     let mut rng = StdRng::seed_from_u64(0xf1b);
     let keys: Vec<K> = (0..ADDRESSES)
@@ -45,14 +57,20 @@ fn check<A: PrefixAddr, K: TrieKey>(
         })
         .collect();
     compare(&trie, &reference, &keys);
+    compare(&bulk, &reference, &keys);
 
     // Delete every other prefix, compare again.
     for &(k, plen) in prefixes.iter().step_by(2) {
         assert_eq!(trie.remove(k, plen).unwrap(), 1);
+        assert_eq!(bulk.remove(k, plen).unwrap(), 1);
         reference.remove(k, plen).unwrap();
     }
     trie.check_invariants().unwrap();
+    bulk.check_invariants().unwrap();
+    trie.check_direct_table().unwrap();
+    bulk.check_direct_table().unwrap();
     compare(&trie, &reference, &keys[..keys.len() / 4]);
+    compare(&bulk, &reference, &keys[..keys.len() / 4]);
 }
 
 fn compare<K: TrieKey>(trie: &LcTrie<K, u32>, reference: &ReferenceLpm<K, u32>, keys: &[K]) {

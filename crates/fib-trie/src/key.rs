@@ -40,6 +40,9 @@ pub trait TrieKey:
     fn shr(self, n: u8) -> Self;
     /// `self << n`, and zero when `n >= BITS`.
     fn shl(self, n: u8) -> Self;
+    /// `self >> n` for `n < BITS` (a node's `pos` or `bits`), one instruction where the
+    /// saturating [`shr`](Self::shr) needs a compare; `n` is taken modulo `BITS`.
+    fn shr_in_width(self, n: u8) -> Self;
     /// The low bits as a `usize` (truncating): a child index once shifted and range-checked.
     fn low_usize(self) -> usize;
     /// A key from a child index.
@@ -65,6 +68,11 @@ macro_rules! impl_trie_key {
             #[inline(always)]
             fn shr(self, n: u8) -> Self {
                 self.checked_shr(u32::from(n)).unwrap_or(0)
+            }
+            #[inline(always)]
+            fn shr_in_width(self, n: u8) -> Self {
+                debug_assert!(u32::from(n) < <$t>::BITS);
+                self.wrapping_shr(u32::from(n))
             }
             #[inline(always)]
             fn shl(self, n: u8) -> Self {

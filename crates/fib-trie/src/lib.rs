@@ -13,6 +13,16 @@
 //!   strips the lowest set bit of the child index (climbing when it reaches zero) and
 //!   searches the sibling subtree through child 0 for a shorter prefix, skipping any subtree
 //!   whose `slen == pos`.
+//! - Layout: every node is one allocation, a header (key, pos, bits, slen) followed by the
+//!   tnode's child pointers or the leaf's aliases (`node.rs`, the only module with layout
+//!   `unsafe`); nodes are handled as `NodeRef`s, raw pointers kept alive by the epoch guard.
+//! - Direct table (`direct.rs`, built once a trie has 4096 leaves): for each /16 (top 16 key
+//!   bits), the leaf of the longest prefix of length at most 16 covering it. Backtracking meets
+//!   covering prefixes longest first, and a strip at key bit `b` only finds prefixes with
+//!   `slen > b`; so when the next strip is at `b >= BITS - 17` the lookup reads the slot's entry
+//!   instead, and if the caller's filter refuses that alias it starts over without the shortcut.
+//! - [`LcTrie::insert_many`] loads an empty trie at once, every tnode built at its final width
+//!   by the same inflate rule, rather than by the inflate cascade of sorted inserts.
 //! - [`FibTable`]: one routing table: a trie of [`FibAlias`]es (table, tos, type, shared
 //!   [`RouteInfo`]) with the kernel's insert flags ([`InsertFlags`]: create, excl, replace,
 //!   append), delete by [`RouteSelector`], and lookups that honour tos, scope, route type and
@@ -31,7 +41,11 @@
 //!   side and link it with one store; the nodes they replace are retired with `defer_destroy`
 //!   and freed once every reader pinned before has unpinned;
 //! - suffix lengths are raised before a prefix becomes visible and lowered after it is gone,
-//!   so a reader may see a value too large (an extra backtrack), never too small.
+//!   so a reader may see a value too large (an extra backtrack), never too small;
+//! - direct-table entries are single atomic pointers to leaves in the trie: the writer moves them
+//!   to a new leaf after linking it and away from an old leaf before retiring it, so an entry
+//!   never names a freed leaf, and each entry read is one consistent version of a leaf. A
+//!   bulk-loaded trie and a newly built table are published complete, with one store each.
 //!
 //! So a lookup racing a change answers as if it ran wholly before or wholly after it.
 //!
@@ -50,6 +64,8 @@
 //! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
+mod bulk;
+mod direct;
 mod fib;
 mod key;
 mod node;
@@ -59,6 +75,7 @@ mod stats;
 mod table;
 mod trie;
 
+pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use node::Alias;

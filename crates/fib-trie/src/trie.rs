@@ -1,13 +1,15 @@
 //! The LC-trie itself: lock-free lookup with suffix-length backtracking, and the single writer's
 //! insert/remove with the kernel's resize (inflate, halve, collapse).
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crossbeam_epoch::{self as epoch, Atomic, Guard, Shared};
+use crossbeam_epoch::{self as epoch, Guard};
 
+use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering};
 use crate::key::TrieKey;
-use crate::node::{Alias, Node, boxed, load};
+use crate::node::{Alias, Child, NodeRef, load};
 
 /// Inflate a non-root tnode when `50 * (nonempty + full) >= INFLATE_THRESHOLD * 2^bits`.
 ///
@@ -48,53 +50,85 @@ impl<K: Copy, V> Copy for Match<'_, K, V> {}
 /// What a lookup does next (the kernel's lookup is three loops joined by `goto`s).
 enum Step<'g, K, V> {
     /// In "prefix match" mode: check this node and keep descending through child 0.
-    Check(&'g Node<K, V>),
+    Check(NodeRef<'g, K, V>),
     /// Try the aliases of this leaf.
-    Leaf(&'g Node<K, V>),
+    Leaf(NodeRef<'g, K, V>),
     /// Strip the lowest set bit of the deepest backtrack point's child index, or climb.
     Backtrack,
 }
 
 /// The backtrack points of one lookup: the tnodes passed with `slen > pos` and the child index
-/// taken at each. A fixed array, so a lookup never allocates.
+/// taken at each. A fixed array left uninitialized (only `points[..len]` is ever read), so a
+/// lookup neither allocates nor clears it.
 struct Backtrack<'g, K, V> {
-    points: [(Option<&'g Node<K, V>>, usize); MAX_DEPTH],
+    points: [MaybeUninit<(NodeRef<'g, K, V>, usize)>; MAX_DEPTH],
     len: usize,
 }
 
-impl<'g, K, V> Backtrack<'g, K, V> {
+impl<'g, K: TrieKey, V> Backtrack<'g, K, V> {
     #[inline(always)]
     fn new() -> Self {
         Backtrack {
-            points: [(None, 0); MAX_DEPTH],
+            points: [const { MaybeUninit::uninit() }; MAX_DEPTH],
             len: 0,
         }
     }
 
     #[inline(always)]
-    fn push(&mut self, node: &'g Node<K, V>, index: usize) {
+    fn push(&mut self, node: NodeRef<'g, K, V>, index: usize) {
         // A path has at most one tnode per key bit, so this never fills up.
         if let Some(slot) = self.points.get_mut(self.len) {
-            *slot = (Some(node), index);
+            slot.write((node, index));
             self.len += 1;
         }
     }
 
     /// Strips one bit at the deepest point that still has one, climbing past exhausted ones,
-    /// and returns the tnode and the new child index; `None` when the path is exhausted.
+    /// and returns the tnode and the new child index; [`Strip::Cut`] instead when what that
+    /// strip can find has a suffix length of at least `cut`.
+    ///
+    /// Stripping the bit at key position `b` only finds prefixes with `slen > b` (the key has a
+    /// one there, the prefixes found a zero). So a point whose subtree holds no suffix length
+    /// above `b` (`slen <= b`) has nothing left to give and is dropped at once: later strips
+    /// there clear higher bits still.
     #[inline(always)]
-    fn next(&mut self) -> Option<(&'g Node<K, V>, usize)> {
+    fn next(&mut self, cut: u32) -> Strip<'g, K, V> {
         while self.len > 0 {
-            let (node, index) = &mut self.points[self.len - 1];
-            if *index == 0 {
+            // SAFETY: `points[..len]` were written by `push`.
+            let (node, index) = unsafe { self.points[self.len - 1].assume_init_mut() };
+            let bit = u32::from(node.pos) + index.trailing_zeros();
+            if *index == 0 || u32::from(node.slen()) <= bit {
                 self.len -= 1;
                 continue;
             }
+            if bit + 1 >= cut {
+                return Strip::Cut;
+            }
             *index &= *index - 1;
-            return node.map(|n| (n, *index));
+            return Strip::Next(*node, *index);
         }
-        None
+        Strip::Exhausted
     }
+}
+
+/// What [`Backtrack::next`] found.
+enum Strip<'g, K, V> {
+    /// Look in this tnode's child at this index.
+    Next(NodeRef<'g, K, V>, usize),
+    /// The next strip could only find slot-wide prefixes (`slen >= cut`): the direct table's.
+    Cut,
+    /// Every backtrack point is used up: no prefix is left.
+    Exhausted,
+}
+
+/// How a [`LcTrie::search`] ended.
+enum Found<'g, K, V> {
+    /// This leaf's alias was accepted.
+    Hit(NodeRef<'g, K, V>, &'g Alias<V>),
+    /// No prefix left.
+    Miss,
+    /// Stopped at the cut (only with the shortcut).
+    Cut,
 }
 
 /// A Linux fib_trie-style level-compressed trie mapping prefixes of `K` to alias lists of `V`.
@@ -115,12 +149,30 @@ impl<'g, K, V> Backtrack<'g, K, V> {
 /// assert_eq!(*trie.lookup(0x0a02_0000, &guard, |_| true).unwrap().value, "ten");
 /// # Ok::<(), fib_trie::PrefixError>(())
 /// ```
+///
+/// A trie is shared between threads only if its values are `Send + Sync` (readers on any thread
+/// borrow them; the collector may drop them on any thread):
+///
+/// ```compile_fail
+/// fn shared<T: Sync>() {}
+/// shared::<fib_trie::LcTrie<u32, std::rc::Rc<u32>>>();
+/// ```
 pub struct LcTrie<K: TrieKey, V> {
-    root: Atomic<Node<K, V>>,
-    writer: Mutex<()>,
+    root: Child<K, V>,
+    /// The fallback leaf of each top-bits slot (see `direct`).
+    direct: Direct<K, V>,
+    writer: Mutex<DirectWriter>,
     leaves: AtomicUsize,
     aliases: AtomicUsize,
 }
+
+// SAFETY: the nodes are reached through raw atomic pointers, which would make the trie `Send`
+// and `Sync` whatever `V` is. Values are borrowed by readers on any thread (`Sync`) and
+// dropped by the writer or the epoch collector on any thread (`Send`), so both are required of
+// `V`; the keys are plain integers.
+unsafe impl<K: TrieKey, V: Send + Sync> Send for LcTrie<K, V> {}
+// SAFETY: as above.
+unsafe impl<K: TrieKey, V: Send + Sync> Sync for LcTrie<K, V> {}
 
 /// Why a prefix was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -158,8 +210,9 @@ pub fn check_prefix<K: TrieKey>(key: K, plen: u8) -> Result<u8, PrefixError> {
 impl<K: TrieKey, V> Default for LcTrie<K, V> {
     fn default() -> Self {
         LcTrie {
-            root: Atomic::null(),
-            writer: Mutex::new(()),
+            root: Child::new(std::ptr::null_mut()),
+            direct: Direct::default(),
+            writer: Mutex::new(DirectWriter::default()),
             leaves: AtomicUsize::new(0),
             aliases: AtomicUsize::new(0),
         }
@@ -177,7 +230,7 @@ impl<K: TrieKey, V> std::fmt::Debug for LcTrie<K, V> {
 
 /// Where a node hangs: the root, or child `index` of a tnode.
 struct Slot<'g, K, V> {
-    parent: Option<&'g Node<K, V>>,
+    parent: Option<NodeRef<'g, K, V>>,
     index: usize,
 }
 
@@ -211,7 +264,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         Self::default()
     }
 
-    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+    pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         load(&self.root, guard)
     }
 
@@ -225,14 +278,63 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     where
         F: FnMut(&'g V) -> bool,
     {
+        // The key's direct-table entry, if the table is built. Most lookups that backtrack end
+        // there: start loading it now, so its miss overlaps the descent's.
+        let entry = self.direct.slot(key);
+        if let Some(entry) = entry {
+            prefetch(std::ptr::from_ref(entry));
+        }
+        let found = match self.search(key, guard, |a| accept(&a.value), entry) {
+            Found::Hit(leaf, alias) => Some((leaf, alias)),
+            Found::Miss => None,
+            Found::Cut => {
+                // Everything left covers the key's whole slot; the slot's entry names the
+                // longest. If the filter refuses it, start over without the shortcut.
+                let leaf = load(entry?, guard)?;
+                match covering(leaf, key) {
+                    Some(alias) if accept(&alias.value) => Some((leaf, alias)),
+                    _ => match self.search(key, guard, |a| accept(&a.value), None) {
+                        Found::Hit(leaf, alias) => Some((leaf, alias)),
+                        Found::Miss | Found::Cut => None,
+                    },
+                }
+            }
+        };
+        found.map(|(leaf, alias)| Match {
+            key: leaf.key,
+            plen: K::BITS - alias.slen,
+            value: &alias.value,
+        })
+    }
+
+    /// The kernel's lookup (`fib_table_lookup`): descend, then backtrack. With the key's
+    /// direct-table `entry`, stops with [`Found::Cut`] instead of a strip that could only find
+    /// slot-wide prefixes.
+    #[inline(always)]
+    fn search<'g>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        mut accept: impl FnMut(&'g Alias<V>) -> bool,
+        entry: Option<&Child<K, V>>,
+    ) -> Found<'g, K, V> {
+        let cut = if entry.is_some() {
+            u32::from(crate::direct::cut::<K>())
+        } else {
+            u32::MAX
+        };
         let mut stack = Backtrack::new();
-        let mut node = load(&self.root, guard)?;
+        let Some(mut node) = load(&self.root, guard) else {
+            return Found::Miss;
+        };
 
         // Step 1: descend while the key matches exactly, recording the tnodes whose subtree holds
         // a prefix shorter than the bits they consume (`slen > pos`) as backtrack points.
         let mut step = loop {
-            let index = (key ^ node.key).shr(node.pos);
-            if index.shr(node.bits) != K::ZERO {
+            // `pos < BITS` and `bits < BITS` for every node (a tnode has `bits >= 1` and
+            // `pos + bits <= BITS`; a leaf has both zero).
+            let index = (key ^ node.key).shr_in_width(node.pos);
+            if index.shr_in_width(node.bits) != K::ZERO {
                 break Step::Check(node);
             }
             if node.is_leaf() {
@@ -242,11 +344,20 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             if node.slen() > node.pos {
                 stack.push(node, index);
             }
-            match node.child(index, guard) {
+            // SAFETY: `node` is a tnode and `index >> bits == 0` was just checked.
+            match unsafe { node.child_unchecked(index, guard) } {
                 Some(child) => node = child,
                 None => break Step::Backtrack,
             }
         };
+        if let Some(entry) = entry.filter(|_| !matches!(step, Step::Leaf(_))) {
+            // A backtracking lookup usually ends at the slot's fallback leaf: its entry was
+            // prefetched at the start; start loading the leaf too (a hint only: the entry is
+            // read again if the cut is reached).
+            if let Some(leaf) = load(entry, guard) {
+                prefetch(leaf.as_ptr());
+            }
+        }
 
         // Step 2: leaves and backtracking.
         loop {
@@ -261,7 +372,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                     } else if n.is_leaf() {
                         Step::Leaf(n)
                     } else {
-                        match n.child(0, guard) {
+                        // SAFETY: `n` is a tnode; child 0 always exists.
+                        match unsafe { n.child_unchecked(0, guard) } {
                             Some(c) => Step::Check(c),
                             None => Step::Backtrack,
                         }
@@ -273,19 +385,21 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                         if diff.shr(alias.slen) != K::ZERO {
                             continue;
                         }
-                        if accept(&alias.value) {
-                            return Some(Match {
-                                key: n.key,
-                                plen: K::BITS - alias.slen,
-                                value: &alias.value,
-                            });
+                        if accept(alias) {
+                            return Found::Hit(n, alias);
                         }
                     }
                     Step::Backtrack
                 }
                 Step::Backtrack => loop {
-                    let (tn, index) = stack.next()?;
-                    if let Some(c) = tn.child(index, guard) {
+                    let (tn, index) = match stack.next(cut) {
+                        Strip::Next(tn, index) => (tn, index),
+                        Strip::Cut => return Found::Cut,
+                        Strip::Exhausted => return Found::Miss,
+                    };
+                    // SAFETY: a backtrack point is a tnode, and stripping bits keeps its index
+                    // below `2^bits`.
+                    if let Some(c) = unsafe { tn.child_unchecked(index, guard) } {
                         break Step::Check(c);
                     }
                 },
@@ -315,38 +429,38 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             return;
         };
         for (keys, out) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            // Warm the cache: walk every key's exact-match path in lock step, in half steps:
-            // read a node and prefetch the child slot its index selects; read the slot and
-            // prefetch the child. Each round issues one independent miss per key.
-            let mut at: [Warm<'g, K, V>; BATCH] = [Warm::Done; BATCH];
-            at.iter_mut()
+            // Warm the cache for the first WARM_LEVELS levels of every key's path, in lock
+            // step and in half steps: from each node, prefetch the child slot the key selects
+            // (and, first, the key's direct-table entry); then read each slot and prefetch the
+            // child. Each half step issues one independent miss per key.
+            let mut nodes: [Option<NodeRef<'g, K, V>>; BATCH] = [None; BATCH];
+            nodes
+                .iter_mut()
                 .take(keys.len())
-                .for_each(|a| *a = Warm::Node(root));
-            let mut active = true;
-            while active {
-                active = false;
-                for (state, &key) in at.iter_mut().zip(keys) {
-                    *state = match *state {
-                        Warm::Done => continue,
-                        Warm::Node(n) => {
-                            let index = (key ^ n.key).shr(n.pos);
-                            if n.is_leaf() || index.shr(n.bits) != K::ZERO {
-                                Warm::Done
-                            } else {
-                                let slot = &n.children()[index.low_usize()];
-                                prefetch(slot);
-                                Warm::Slot(slot)
-                            }
+                .for_each(|n| *n = Some(root));
+            for &key in keys {
+                if let Some(entry) = self.direct.slot(key) {
+                    prefetch(std::ptr::from_ref(entry));
+                }
+            }
+            let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
+            for _ in 0..WARM_LEVELS {
+                for ((slot, node), &key) in slots.iter_mut().zip(&nodes).zip(keys) {
+                    *slot = node.and_then(|n| {
+                        let index = (key ^ n.key).shr(n.pos);
+                        if n.is_leaf() || index.shr(n.bits) != K::ZERO {
+                            return None;
                         }
-                        Warm::Slot(slot) => match load(slot, guard) {
-                            Some(c) => {
-                                prefetch(c);
-                                Warm::Node(c)
-                            }
-                            None => Warm::Done,
-                        },
-                    };
-                    active = true;
+                        let slot = &n.children()[index.low_usize()];
+                        prefetch(std::ptr::from_ref(slot));
+                        Some(slot)
+                    });
+                }
+                for (node, slot) in nodes.iter_mut().zip(&slots) {
+                    *node = slot.and_then(|slot| load(slot, guard));
+                    if let Some(n) = node {
+                        prefetch(n.as_ptr());
+                    }
                 }
             }
             for (o, &key) in out.iter_mut().zip(keys) {
@@ -358,7 +472,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// Calls `f` with every leaf key and its aliases, in ascending key order.
     pub fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(K, &'g [Alias<V>])) {
         fn walk<'g, K: TrieKey, V>(
-            n: &'g Node<K, V>,
+            n: NodeRef<'g, K, V>,
             guard: &'g Guard,
             f: &mut impl FnMut(K, &'g [Alias<V>]),
         ) {
@@ -410,6 +524,81 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         })
     }
 
+    /// Inserts many prefixes: the same trie contents (and so the same answers) as calling
+    /// [`insert`](Self::insert) for each in order, but on an empty trie much faster: the whole
+    /// trie is built at once, every tnode at its final width, and published with one store.
+    /// On a non-empty trie it inserts one by one. Returns how many aliases were added.
+    ///
+    /// ```
+    /// use fib_trie::LcTrie;
+    ///
+    /// let trie = LcTrie::<u32, &str>::new();
+    /// trie.insert_many([(0x0a00_0000, 8, "ten"), (0, 0, "default"), (0x0a01_0000, 16, "ten-one")])?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(*trie.lookup(0x0a01_0203, &guard, |_| true).unwrap().value, "ten-one");
+    /// assert_eq!(trie.alias_count(), 3);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`PrefixError`] when some `key/plen` is not a canonical prefix; nothing is inserted then.
+    pub fn insert_many(
+        &self,
+        prefixes: impl IntoIterator<Item = (K, u8, V)>,
+    ) -> Result<usize, PrefixError>
+    where
+        V: Clone,
+    {
+        let mut items = prefixes
+            .into_iter()
+            .map(|(key, plen, value)| Ok((key, check_prefix(key, plen)?, value)))
+            .collect::<Result<Vec<_>, PrefixError>>()?;
+        let added = items.len();
+        let writer = self.lock();
+        let guard = &epoch::pin();
+        if self.root(guard).is_some() {
+            drop(writer);
+            for (key, slen, value) in items {
+                self.insert(key, K::BITS - slen, value)?;
+            }
+            return Ok(added);
+        }
+        if items.is_empty() {
+            return Ok(0);
+        }
+        // Stable: aliases of one key and length keep their input order, as `insert` would.
+        // Route dumps usually come sorted already.
+        if !items.is_sorted_by_key(|&(key, slen, _)| (key, slen)) {
+            items.sort_by_key(|&(key, slen, _)| (key, slen));
+        }
+        let mut keys: Vec<(K, usize)> = Vec::new();
+        for &(key, _, _) in &items {
+            match keys.last_mut() {
+                Some((last, count)) if *last == key => *count += 1,
+                _ => keys.push((key, 1)),
+            }
+        }
+        let mut aliases = items
+            .into_iter()
+            .map(|(_, slen, value)| Alias { slen, value });
+        let root = crate::bulk::build(&keys, &mut aliases, true, guard);
+        if keys.len() >= DIRECT_MIN_LEAVES {
+            // Build the direct table from the new leaves before the root is published.
+            let mut slot_wide = Vec::new();
+            collect_leaves(root, guard, &mut |leaf| {
+                if leaf.slen() >= crate::direct::cut::<K>() {
+                    slot_wide.push(leaf);
+                }
+            });
+            let mut writer = writer;
+            writer.enable(&self.direct, slot_wide, guard);
+        }
+        self.leaves.store(keys.len(), Ordering::Relaxed);
+        self.aliases.store(added, Ordering::Relaxed);
+        self.root.store(root.as_ptr(), Ordering::Release);
+        Ok(added)
+    }
+
     /// Removes every alias of `key/plen` and returns how many there were.
     ///
     /// # Errors
@@ -446,11 +635,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         key: K,
         change: impl FnOnce(&[Alias<V>]) -> Result<Option<Vec<Alias<V>>>, E>,
     ) -> Result<(), E> {
-        let _writer = self.lock();
+        let mut writer = self.lock();
         let guard = &epoch::pin();
 
         // Find the leaf (or the place for it), recording the path of tnodes.
-        let mut path: Vec<(&Node<K, V>, usize)> = Vec::new();
+        let mut path: Vec<(NodeRef<'_, K, V>, usize)> = Vec::new();
         let mut found = self.root(guard);
         while let Some(n) = found {
             let index = (key ^ n.key).shr(n.pos);
@@ -481,73 +670,143 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         self.aliases.fetch_add(new.len(), Ordering::Relaxed);
         self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
 
-        match (leaf, new.is_empty()) {
-            (None, true) => {}
+        let fresh = match (leaf, new.is_empty()) {
+            (None, true) => return Ok(()),
             (Some(old), false) => {
                 // Replace the leaf: raise suffixes first, lower them after (readers may see a
                 // suffix length that is too large, never one too small).
-                let fresh = Node::new_leaf(key, new);
+                let fresh = NodeRef::new_leaf(key, new);
                 let (old_slen, new_slen) = (old.slen(), fresh.slen());
                 push_suffix(&path, new_slen);
-                self.replace_in(slot, boxed(fresh, guard), guard);
-                retire(old, guard);
+                self.replace_in(slot, Some(fresh), guard);
                 if new_slen < old_slen {
                     pull_suffix(&path, old_slen, guard);
                 }
+                Some(fresh)
             }
             (Some(old), true) => {
-                self.replace_in(slot, Shared::null(), guard);
-                retire(old, guard);
+                self.replace_in(slot, None, guard);
                 self.leaves.fetch_sub(1, Ordering::Relaxed);
                 self.rebalance(&path, Some(old.slen()), guard);
+                None
             }
             (None, false) => {
                 // `fib_insert_node`: an empty slot takes the leaf; an occupied one (a node whose
                 // key differs above its pos + bits) gets a binary tnode at the highest differing
                 // bit, holding both.
-                let fresh = boxed(Node::new_leaf(key, new), guard);
-                // SAFETY: `fresh` was just allocated and is not shared yet.
-                let leaf_slen = unsafe { fresh.deref() }.slen();
-                push_suffix(&path, leaf_slen);
+                let fresh = NodeRef::new_leaf(key, new);
+                push_suffix(&path, fresh.slen());
                 self.leaves.fetch_add(1, Ordering::Relaxed);
                 match found {
-                    None => self.replace_in(slot, fresh, guard),
+                    None => self.replace_in(slot, Some(fresh), guard),
                     Some(other) => {
                         let pos = (key ^ other.key).highest_bit().unwrap_or(0);
-                        let tn = boxed(Node::new_tnode(key, pos, 1), guard);
-                        // SAFETY: `tn` was just allocated and is not shared yet.
-                        let tn_ref = unsafe { tn.deref() };
-                        tn_ref.put_child(
-                            tn_ref.index_of(other.key),
-                            Shared::from(other as *const _),
-                            guard,
-                        );
-                        tn_ref.put_child(tn_ref.index_of(key), fresh, guard);
-                        self.replace_in(slot, tn, guard);
-                        path.push((tn_ref, 0));
+                        let tn = NodeRef::new_tnode(key, pos, 1);
+                        tn.put_child(tn.index_of(other.key), Some(other), guard);
+                        tn.put_child(tn.index_of(key), Some(fresh), guard);
+                        self.replace_in(slot, Some(tn), guard);
+                        path.push((tn, 0));
                     }
                 }
                 self.rebalance(&path, None, guard);
+                Some(fresh)
             }
+        };
+        // The direct table follows the new leaf; only then may the old one be retired (no
+        // entry may name a leaf after its retirement).
+        writer.update(&self.direct, key, leaf, fresh, guard, |k, plen| {
+            self.search_slot_wide(k, plen, guard)
+        });
+        if let Some(old) = leaf {
+            retire(old, guard);
+        }
+        if !self.direct.is_enabled() && self.leaf_count() >= DIRECT_MIN_LEAVES {
+            self.enable_direct(&mut writer, guard);
         }
         Ok(())
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
+    /// The longest prefix shorter than `below` and of length at most `DIRECT_BITS` covering
+    /// `key` (so covering its whole slot), searched the kernel's way.
+    fn search_slot_wide<'g>(
+        &self,
+        key: K,
+        below: u8,
+        guard: &'g Guard,
+    ) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)> {
+        let cut = crate::direct::cut::<K>();
+        match self.search(
+            key,
+            guard,
+            |a| a.slen >= cut && K::BITS - a.slen < below,
+            None,
+        ) {
+            Found::Hit(leaf, alias) => Some((leaf, alias)),
+            Found::Miss | Found::Cut => None,
+        }
+    }
+
+    /// Builds and publishes the direct table from the trie's leaves. Writer only.
+    fn enable_direct(&self, writer: &mut DirectWriter, guard: &Guard) {
+        let mut slot_wide = Vec::new();
+        if let Some(root) = self.root(guard) {
+            collect_leaves(root, guard, &mut |leaf| {
+                if leaf.slen() >= crate::direct::cut::<K>() {
+                    slot_wide.push(leaf);
+                }
+            });
+        }
+        writer.enable(&self.direct, slot_wide, guard);
+    }
+
+    /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
+    /// do without it).
+    #[doc(hidden)]
+    pub fn enable_direct_table(&self) {
+        let mut writer = self.lock();
+        self.enable_direct(&mut writer, &epoch::pin());
+    }
+
+    /// Checks every entry of the direct table (if built) against a search of the trie (for
+    /// tests; one search per slot).
+    #[doc(hidden)]
+    pub fn check_direct_table(&self) -> Result<(), String> {
+        let writer = self.lock();
+        let guard = &epoch::pin();
+        writer.check(&self.direct, guard, |k| {
+            self.search_slot_wide(k, u8::MAX, guard)
+        })
+    }
+
+    /// Whether the direct table is built.
+    #[doc(hidden)]
+    pub fn has_direct_table(&self) -> bool {
+        self.direct.is_enabled()
+    }
+
+    /// The bytes the direct table takes (for statistics).
+    pub(crate) fn direct_bytes(&self) -> usize {
+        self.direct.bytes()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DirectWriter> {
         self.writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Publishes `node` in `slot` (`put_child_root`).
-    fn replace_in(&self, slot: Slot<'_, K, V>, node: Shared<'_, Node<K, V>>, guard: &Guard) {
+    fn replace_in(&self, slot: Slot<'_, K, V>, node: Option<NodeRef<'_, K, V>>, guard: &Guard) {
         match slot.parent {
             Some(parent) => parent.put_child(slot.index, node, guard),
-            None => self.root.store(node, Ordering::Release),
+            None => self.root.store(
+                node.map_or(std::ptr::null_mut(), NodeRef::as_ptr),
+                Ordering::Release,
+            ),
         }
     }
 
-    fn load_slot<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) -> Option<&'g Node<K, V>> {
+    fn load_slot<'g>(&self, slot: Slot<'g, K, V>, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         match slot.parent {
             Some(parent) => parent.child(slot.index, guard),
             None => self.root(guard),
@@ -559,7 +818,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// that changed, when it may have shrunk.
     fn rebalance<'g>(
         &self,
-        path: &[(&'g Node<K, V>, usize)],
+        path: &[(NodeRef<'g, K, V>, usize)],
         mut lowered: Option<u8>,
         guard: &'g Guard,
     ) {
@@ -621,46 +880,39 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn inflate<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        old: &'g Node<K, V>,
+        old: NodeRef<'g, K, V>,
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        let new = boxed(Node::new_tnode(old.key, old.pos - 1, old.bits + 1), guard);
-        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
-        let tn = unsafe { new.deref() };
+    ) -> NodeRef<'g, K, V> {
+        let tn = NodeRef::new_tnode(old.key, old.pos - 1, old.bits + 1);
         let mut retired = vec![old];
         for i in 0..old.children().len() {
             let Some(inode) = old.child(i, guard) else {
                 continue;
             };
             if !old.is_full_child(Some(inode)) {
-                tn.put_child(tn.index_of(inode.key), shared(inode), guard);
+                tn.put_child(tn.index_of(inode.key), Some(inode), guard);
                 continue;
             }
             retired.push(inode);
             if inode.bits == 1 {
-                tn.put_child(2 * i, shared_opt(inode.child(0, guard)), guard);
-                tn.put_child(2 * i + 1, shared_opt(inode.child(1, guard)), guard);
+                tn.put_child(2 * i, inode.child(0, guard), guard);
+                tn.put_child(2 * i + 1, inode.child(1, guard), guard);
                 continue;
             }
             // Split in two: node0 takes the children whose index has the top bit clear, node1
             // the others; their keys differ exactly in that bit (`tn.pos`).
             let half = inode.children().len() / 2;
-            let node0 = boxed(Node::new_tnode(inode.key, inode.pos, inode.bits - 1), guard);
+            let n0 = NodeRef::new_tnode(inode.key, inode.pos, inode.bits - 1);
             let bit = K::from_usize(1).shl(tn.pos);
-            let node1 = boxed(
-                Node::new_tnode(inode.key | bit, inode.pos, inode.bits - 1),
-                guard,
-            );
-            // SAFETY: both were just allocated and are not shared yet.
-            let (n0, n1) = unsafe { (node0.deref(), node1.deref()) };
+            let n1 = NodeRef::new_tnode(inode.key | bit, inode.pos, inode.bits - 1);
             for j in 0..half {
-                n0.put_child(j, shared_opt(inode.child(j, guard)), guard);
-                n1.put_child(j, shared_opt(inode.child(half + j, guard)), guard);
+                n0.put_child(j, inode.child(j, guard), guard);
+                n1.put_child(j, inode.child(half + j, guard), guard);
             }
-            tn.put_child(2 * i, node0, guard);
-            tn.put_child(2 * i + 1, node1, guard);
+            tn.put_child(2 * i, Some(n0), guard);
+            tn.put_child(2 * i + 1, Some(n1), guard);
         }
-        self.replace(slot, new, tn, &retired, guard)
+        self.replace(slot, tn, &retired, guard)
     }
 
     /// Halves `old`'s children: it consumes one bit less. Pairs of non-empty siblings get a new
@@ -668,27 +920,23 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn halve<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        old: &'g Node<K, V>,
+        old: NodeRef<'g, K, V>,
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        let new = boxed(Node::new_tnode(old.key, old.pos + 1, old.bits - 1), guard);
-        // SAFETY: `new` was just allocated and is not shared until `replace_in` below.
-        let tn = unsafe { new.deref() };
+    ) -> NodeRef<'g, K, V> {
+        let tn = NodeRef::new_tnode(old.key, old.pos + 1, old.bits - 1);
         for i in (0..old.children().len()).step_by(2) {
             match (old.child(i, guard), old.child(i + 1, guard)) {
                 (None, None) => {}
-                (Some(one), None) | (None, Some(one)) => tn.put_child(i / 2, shared(one), guard),
+                (Some(one), None) | (None, Some(one)) => tn.put_child(i / 2, Some(one), guard),
                 (Some(n0), Some(n1)) => {
-                    let pair = boxed(Node::new_tnode(n0.key, old.pos, 1), guard);
-                    // SAFETY: `pair` was just allocated and is not shared yet.
-                    let p = unsafe { pair.deref() };
-                    p.put_child(0, shared(n0), guard);
-                    p.put_child(1, shared(n1), guard);
-                    tn.put_child(i / 2, pair, guard);
+                    let pair = NodeRef::new_tnode(n0.key, old.pos, 1);
+                    pair.put_child(0, Some(n0), guard);
+                    pair.put_child(1, Some(n1), guard);
+                    tn.put_child(i / 2, Some(pair), guard);
                 }
             }
         }
-        self.replace(slot, new, tn, &[old], guard)
+        self.replace(slot, tn, &[old], guard)
     }
 
     /// Publishes a rebuilt tnode, retires the nodes it replaces, then resizes its full children
@@ -696,12 +944,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     fn replace<'g>(
         &self,
         slot: Slot<'g, K, V>,
-        new: Shared<'g, Node<K, V>>,
-        tn: &'g Node<K, V>,
-        retired: &[&'g Node<K, V>],
+        tn: NodeRef<'g, K, V>,
+        retired: &[NodeRef<'g, K, V>],
         guard: &'g Guard,
-    ) -> &'g Node<K, V> {
-        self.replace_in(slot, new, guard);
+    ) -> NodeRef<'g, K, V> {
+        self.replace_in(slot, Some(tn), guard);
         for &old in retired {
             retire(old, guard);
         }
@@ -721,9 +968,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// Replaces a tnode with fewer than two children by its only child (or nothing).
-    fn collapse<'g>(&self, slot: Slot<'g, K, V>, old: &'g Node<K, V>, guard: &'g Guard) {
+    fn collapse<'g>(&self, slot: Slot<'g, K, V>, old: NodeRef<'g, K, V>, guard: &'g Guard) {
         let only = (0..old.children().len()).find_map(|i| old.child(i, guard));
-        self.replace_in(slot, shared_opt(only), guard);
+        self.replace_in(slot, only, guard);
         retire(old, guard);
     }
 
@@ -754,8 +1001,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
 }
 
 fn check_node<K: TrieKey, V>(
-    n: &Node<K, V>,
-    parent: Option<&Node<K, V>>,
+    n: NodeRef<'_, K, V>,
+    parent: Option<NodeRef<'_, K, V>>,
     guard: &Guard,
     leaves: &mut usize,
     aliases: &mut usize,
@@ -829,7 +1076,11 @@ fn check_node<K: TrieKey, V>(
 /// The number of keys [`LcTrie::lookup_batch`] walks in lock step.
 pub const BATCH: usize = 16;
 
-fn should_inflate<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+/// How many levels of each key's path [`LcTrie::lookup_batch`] warms before the lookups (the
+/// root's child and grandchild: most paths are no deeper).
+const WARM_LEVELS: usize = 2;
+
+fn should_inflate<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
     let threshold = len
         * if is_root {
@@ -841,7 +1092,7 @@ fn should_inflate<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
     used > 1 && tn.pos > 0 && 50 * used >= threshold
 }
 
-fn should_halve<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
+fn should_halve<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
     let threshold = len
         * if is_root {
@@ -853,12 +1104,29 @@ fn should_halve<K: TrieKey, V>(tn: &Node<K, V>, is_root: bool) -> bool {
     used > 1 && tn.bits > 1 && 100 * used < threshold
 }
 
-fn should_collapse<K: TrieKey, V>(tn: &Node<K, V>) -> bool {
+fn should_collapse<K: TrieKey, V>(tn: NodeRef<'_, K, V>) -> bool {
     tn.children().len() - tn.empty_children() < 2
 }
 
+/// Calls `f` with every leaf below `n`.
+fn collect_leaves<'g, K: TrieKey, V>(
+    n: NodeRef<'g, K, V>,
+    guard: &'g Guard,
+    f: &mut impl FnMut(NodeRef<'g, K, V>),
+) {
+    if n.is_leaf() {
+        f(n);
+    } else {
+        for slot in n.children() {
+            if let Some(c) = load(slot, guard) {
+                collect_leaves(c, guard, f);
+            }
+        }
+    }
+}
+
 /// Raises the suffix length of every tnode on `path` to at least `slen` (`node_push_suffix`).
-fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
+fn push_suffix<K: TrieKey, V>(path: &[(NodeRef<'_, K, V>, usize)], slen: u8) {
     for (tn, _) in path.iter().rev() {
         if tn.slen() >= slen {
             break;
@@ -869,7 +1137,7 @@ fn push_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], slen: u8) {
 
 /// Recomputes suffix lengths bottom up after a leaf's dropped from `old` (`node_pull_suffix`):
 /// only nodes whose value was `old` can change, and the walk stops at the first that keeps it.
-fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Guard) {
+fn pull_suffix<K: TrieKey, V>(path: &[(NodeRef<'_, K, V>, usize)], old: u8, guard: &Guard) {
     for (tn, _) in path.iter().rev() {
         if tn.slen() != old || old == tn.pos || tn.update_suffix(guard) == old {
             break;
@@ -877,47 +1145,36 @@ fn pull_suffix<K: TrieKey, V>(path: &[(&Node<K, V>, usize)], old: u8, guard: &Gu
     }
 }
 
-fn shared<'g, K, V>(node: &'g Node<K, V>) -> Shared<'g, Node<K, V>> {
-    Shared::from(node as *const Node<K, V>)
-}
-
-fn shared_opt<'g, K, V>(node: Option<&'g Node<K, V>>) -> Shared<'g, Node<K, V>> {
-    node.map_or(Shared::null(), shared)
-}
-
 /// Hands an unlinked node to the epoch collector; its children (if any) are not freed with it.
-fn retire<K, V>(node: &Node<K, V>, guard: &Guard) {
-    let ptr = shared(node);
+fn retire<K: TrieKey, V: Send + Sync + 'static>(node: NodeRef<'_, K, V>, guard: &Guard) {
+    let ptr = SendPtr(node.as_ptr());
     // SAFETY: the writer has just unlinked `node` from the trie (no slot points to it any more),
     // and it is retired exactly once; readers that still hold it are pinned, so the collector
-    // frees it only after they unpin. Dropping a node drops its own child array (atomic
-    // pointers, which free nothing) and its aliases, never other nodes.
-    unsafe { guard.defer_destroy(ptr) };
+    // runs the closure only after they unpin. Freeing a node drops its own aliases (which are
+    // `Send`, so dropping them on another thread is fine), never other nodes.
+    unsafe {
+        guard.defer_unchecked(move || {
+            let SendPtr(ptr) = ptr;
+            NodeRef::free(ptr)
+        })
+    };
 }
 
-/// Where one key of a [`LcTrie::lookup_batch`] group is in its cache-warming walk.
-enum Warm<'g, K, V> {
-    Node(&'g Node<K, V>),
-    Slot(&'g Atomic<Node<K, V>>),
-    Done,
-}
-
-impl<K, V> Clone for Warm<'_, K, V> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<K, V> Copy for Warm<'_, K, V> {}
+/// A node pointer handed to the collector, which may free it on another thread.
+struct SendPtr<K, V>(*mut crate::node::Node<K, V>);
+// SAFETY: the pointee is only dropped (once) through this pointer, after every reader is gone;
+// its values are `Send`.
+unsafe impl<K: Send, V: Send> Send for SendPtr<K, V> {}
 
 /// Asks the CPU to start loading `*item` into L1 (a hint: no effect on semantics).
 #[inline(always)]
-fn prefetch<T>(item: &T) {
+fn prefetch<T>(item: *const T) {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and SSE
         // (which provides it) is part of the x86_64 baseline.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(std::ptr::from_ref(item).cast::<i8>()) };
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(item.cast::<i8>()) };
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     let _ = item;
@@ -925,22 +1182,183 @@ fn prefetch<T>(item: &T) {
 
 impl<K: TrieKey, V> Drop for LcTrie<K, V> {
     fn drop(&mut self) {
-        fn free<K: TrieKey, V>(ptr: Shared<'_, Node<K, V>>) {
+        fn free<K: TrieKey, V>(ptr: *mut crate::node::Node<K, V>) {
             // SAFETY: `drop` has exclusive access to the trie (`&mut self`), so no reader or
             // writer can reach these nodes; every node is reachable through exactly one slot,
-            // so each is freed exactly once. Retired nodes were unlinked and are the collector's.
-            let guard = unsafe { epoch::unprotected() };
-            if ptr.is_null() {
+            // so each is freed exactly once, after its children. Retired nodes were unlinked
+            // and belong to the collector.
+            let Some(node) = (unsafe { NodeRef::<K, V>::from_raw(ptr) }) else {
                 return;
+            };
+            for slot in node.children() {
+                free(slot.load(Ordering::Relaxed));
             }
-            // SAFETY: as above: exclusively ours, non-null.
-            let owned = unsafe { ptr.into_owned() };
-            for slot in owned.children() {
-                free(slot.load(Ordering::Relaxed, guard));
+            // SAFETY: as above: exclusively ours, live, freed once.
+            unsafe { NodeRef::<K, V>::free(ptr) };
+        }
+        free(self.root.load(Ordering::Relaxed));
+    }
+}
+
+/// Small tests of the unsafe layers (node layout, publication, retirement, the direct table),
+/// sized to run under Miri: `cargo +nightly miri test -p fib-trie --lib`.
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::reference::ReferenceLpm;
+
+    /// A value that owns heap memory, so Miri sees every alias dropped exactly once.
+    type Owned = (Arc<u32>, String);
+
+    fn owned(i: u32) -> Owned {
+        (Arc::new(i), format!("v{i}"))
+    }
+
+    fn keys(n: u32) -> impl Iterator<Item = (u32, u8)> {
+        (0..n).map(|i| {
+            let plen = [8u8, 16, 20, 24, 28, 32][(i % 6) as usize];
+            let key = i.wrapping_mul(0x9e37_79b9) & u32::prefix_mask(plen);
+            (key, plen)
+        })
+    }
+
+    fn same<K: TrieKey>(trie: &LcTrie<K, Owned>, reference: &ReferenceLpm<K, u32>, key: K) {
+        let guard = &epoch::pin();
+        let got = trie
+            .lookup(key, guard, |_| true)
+            .map(|m| (m.key, m.plen, *m.value.0));
+        let want = reference.lookup(key, |_| true).map(|(k, l, v)| (k, l, *v));
+        assert_eq!(got, want, "key {key:?}");
+    }
+
+    #[test]
+    fn insert_lookup_remove_owned_values() {
+        let trie = LcTrie::<u32, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        for (i, (k, l)) in keys(150).enumerate() {
+            trie.insert(k, l, owned(i as u32)).unwrap();
+            reference.insert(k, l, i as u32).unwrap();
+        }
+        // Several aliases on one leaf, including the default route.
+        for (i, l) in [(1000, 0), (1001, 4), (1002, 12)] {
+            trie.insert(0, l, owned(i)).unwrap();
+            reference.insert(0, l, i).unwrap();
+        }
+        trie.check_invariants().unwrap();
+        for (k, _) in keys(150) {
+            same(&trie, &reference, k | 0x55);
+            same(&trie, &reference, !k);
+        }
+        let guard = &epoch::pin();
+        let mut out = vec![None; 64];
+        let probes: Vec<u32> = keys(64).map(|(k, _)| k ^ 0x0101).collect();
+        trie.lookup_batch(&probes, &mut out, guard, |_| true);
+        for (o, p) in out.iter().zip(&probes) {
+            assert_eq!(*o, trie.lookup(*p, guard, |_| true), "key {p:#x}");
+        }
+        for (k, l) in keys(150).step_by(2) {
+            assert_eq!(trie.remove(k, l).unwrap(), reference.remove(k, l).unwrap());
+        }
+        trie.check_invariants().unwrap();
+        for (k, _) in keys(150) {
+            same(&trie, &reference, k);
+        }
+    }
+
+    #[test]
+    fn ipv6_keys_grow_and_shrink() {
+        let trie = LcTrie::<u128, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        let key = |i: u32| (u128::from(i.wrapping_mul(0x9e37_79b9)) << 96) | (1 << 125);
+        for i in 0..60 {
+            let plen = [32u8, 48, 64, 128][(i % 4) as usize];
+            let k = key(i) & u128::prefix_mask(plen);
+            trie.insert(k, plen, owned(i)).unwrap();
+            reference.insert(k, plen, i).unwrap();
+        }
+        trie.check_invariants().unwrap();
+        for i in 0..60 {
+            same(&trie, &reference, key(i) | 7);
+        }
+        for i in 0..60 {
+            let plen = [32u8, 48, 64, 128][(i % 4) as usize];
+            let k = key(i) & u128::prefix_mask(plen);
+            trie.remove(k, plen).unwrap();
+            reference.remove(k, plen).unwrap();
+        }
+        assert!(trie.is_empty());
+        trie.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn bulk_load_and_direct_table() {
+        let trie = LcTrie::<u32, Owned>::new();
+        let mut reference = ReferenceLpm::new();
+        let items: Vec<(u32, u8, u32)> = keys(120)
+            .enumerate()
+            .map(|(i, (k, l))| (k, l, i as u32))
+            .collect();
+        trie.insert_many(items.iter().map(|&(k, l, v)| (k, l, owned(v))))
+            .unwrap();
+        for &(k, l, v) in &items {
+            reference.insert(k, l, v).unwrap();
+        }
+        trie.enable_direct_table();
+        assert!(trie.has_direct_table());
+        trie.check_invariants().unwrap();
+        for &(k, _, _) in &items {
+            same(&trie, &reference, k | 0x0f0f);
+        }
+        // Change, remove and re-add slot-wide prefixes: the table follows.
+        for &(k, l, v) in items.iter().filter(|&&(_, l, _)| l <= 16) {
+            trie.insert(k, l, owned(v + 500)).unwrap();
+            reference.insert(k, l, v + 500).unwrap();
+            same(&trie, &reference, k | 0x00ff_ffff);
+            trie.remove(k, l).unwrap();
+            reference.remove(k, l).unwrap();
+            same(&trie, &reference, k | 0x00ff_ffff);
+        }
+        // A filter refusing the table's alias takes the slow path.
+        let guard = &epoch::pin();
+        for &(k, _, _) in &items {
+            let got = trie
+                .lookup(k | 0x3333, guard, |v| *v.0 % 3 == 0)
+                .map(|m| (m.key, m.plen, *m.value.0));
+            let want = reference
+                .lookup(k | 0x3333, |v| *v % 3 == 0)
+                .map(|(k, l, v)| (k, l, *v));
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn a_reader_races_the_writer() {
+        let trie = Arc::new(LcTrie::<u32, Owned>::new());
+        trie.insert(0x0a00_0000, 8, owned(10)).unwrap();
+        trie.enable_direct_table();
+        let reader = {
+            let trie = Arc::clone(&trie);
+            std::thread::spawn(move || {
+                for i in 0..40u32 {
+                    let guard = epoch::pin();
+                    let key = 0x0a00_0000 | (i << 12);
+                    let m = trie.lookup(key, &guard, |_| true).expect("10/8 is stable");
+                    // Volatile prefixes live in 10.128/9; probes stay below.
+                    assert_eq!((m.key, m.plen, *m.value.0), (0x0a00_0000, 8, 10));
+                }
+            })
+        };
+        for (i, (k, l)) in keys(30).enumerate() {
+            let k = 0x0a80_0000 | (k >> 9);
+            let k = k & u32::prefix_mask(l.max(9));
+            trie.insert(k, l.max(9), owned(i as u32)).unwrap();
+            if i % 3 == 0 {
+                trie.remove(k, l.max(9)).unwrap();
             }
         }
-        // SAFETY: exclusive access, see `free`.
-        let guard = unsafe { epoch::unprotected() };
-        free(self.root.load(Ordering::Relaxed, guard));
+        reader.join().unwrap();
+        trie.check_invariants().unwrap();
     }
 }

@@ -121,7 +121,142 @@ fn run<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
     assert_eq!(trie.leaf_count(), leaves.len());
 }
 
+/// `insert_many` on an empty trie (the bulk build) holds exactly what one `insert` per prefix
+/// holds, in the same order, answers every probe the same, and keeps working under changes.
+fn bulk_equals_sequential<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
+    let inserts: Vec<(K, u8, u16)> = ops
+        .iter()
+        .filter_map(|op| match *op {
+            Op::Insert(k, l, v) => Some((k, l, v)),
+            Op::Remove(..) => None,
+        })
+        .collect();
+    let bulk = LcTrie::<K, u16>::new();
+    let sequential = LcTrie::<K, u16>::new();
+    let mut reference = ReferenceLpm::<K, u16>::new();
+    assert_eq!(
+        bulk.insert_many(inserts.iter().copied()).unwrap(),
+        inserts.len()
+    );
+    for &(k, l, v) in &inserts {
+        sequential.insert(k, l, v).unwrap();
+        reference.insert(k, l, v).unwrap();
+    }
+    bulk.check_invariants().unwrap();
+    assert_eq!(
+        (bulk.leaf_count(), bulk.alias_count()),
+        (sequential.leaf_count(), sequential.alias_count())
+    );
+    let guard = &epoch::pin();
+    let dump = |t: &LcTrie<K, u16>| {
+        let mut out = Vec::new();
+        t.for_each(guard, |k, aliases| {
+            out.extend(aliases.iter().map(|a| (k, a.slen, a.value)))
+        });
+        out
+    };
+    assert_eq!(dump(&bulk), dump(&sequential));
+    let touched: Vec<(K, u8)> = inserts.iter().map(|&(k, l, _)| (k, l)).collect();
+    for key in probes(&touched, &extra) {
+        for accept in [|_: &u16| true, |v: &u16| v % 2 == 0] {
+            let got = bulk
+                .lookup(key, guard, accept)
+                .map(|m| (m.key, m.plen, m.value));
+            assert_eq!(got, reference.lookup(key, accept), "key {key:?}");
+        }
+    }
+    // A second `insert_many` on the now non-empty trie inserts one by one; then removals.
+    bulk.insert_many(inserts.iter().map(|&(k, l, v)| (k, l, v ^ 1)))
+        .unwrap();
+    for &(k, l, v) in &inserts {
+        reference.insert(k, l, v ^ 1).unwrap();
+    }
+    for op in ops {
+        if let Op::Remove(k, l) = op {
+            assert_eq!(bulk.remove(k, l).unwrap(), reference.remove(k, l).unwrap());
+        }
+    }
+    bulk.check_invariants().unwrap();
+    for key in probes(&touched, &extra) {
+        let got = bulk
+            .lookup(key, guard, |_| true)
+            .map(|m| (m.key, m.plen, m.value));
+        assert_eq!(
+            got,
+            reference.lookup(key, |_| true),
+            "after changes, key {key:?}"
+        );
+    }
+}
+
+/// With the direct table built from the start: every lookup (accepting all, and filtered,
+/// which forces the fallback's slow path) equals the reference after every change, and every
+/// table entry is right at the end.
+fn run_direct<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
+    let trie = LcTrie::<K, u16>::new();
+    trie.enable_direct_table();
+    let mut reference = ReferenceLpm::<K, u16>::new();
+    let mut touched = Vec::new();
+    for op in ops {
+        match op {
+            Op::Insert(k, l, v) => {
+                trie.insert(k, l, v).unwrap();
+                reference.insert(k, l, v).unwrap();
+                touched.push((k, l));
+            }
+            Op::Remove(k, l) => {
+                assert_eq!(trie.remove(k, l).unwrap(), reference.remove(k, l).unwrap());
+            }
+        }
+        let guard = &epoch::pin();
+        for key in probes(&touched[touched.len().saturating_sub(3)..], &extra) {
+            for accept in [|_: &u16| true, |v: &u16| v % 2 == 0] {
+                let got = trie
+                    .lookup(key, guard, accept)
+                    .map(|m| (m.key, m.plen, m.value));
+                assert_eq!(got, reference.lookup(key, accept), "key {key:?}");
+            }
+        }
+    }
+    trie.check_invariants().unwrap();
+    trie.check_direct_table().unwrap();
+    let guard = &epoch::pin();
+    for key in probes(&touched, &extra) {
+        for accept in [|_: &u16| true, |v: &u16| v % 2 == 0] {
+            let got = trie
+                .lookup(key, guard, accept)
+                .map(|m| (m.key, m.plen, m.value));
+            assert_eq!(got, reference.lookup(key, accept), "key {key:?}");
+        }
+    }
+}
+
 proptest! {
+    // Each case checks all 65536 direct entries once: fewer cases.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn ipv4_direct_table_matches_reference(ops in ops::<u32>(), extra in prop::collection::vec(any::<u32>(), 0..32)) {
+        run_direct(ops, extra);
+    }
+
+    #[test]
+    fn ipv6_direct_table_matches_reference(ops in ops::<u128>(), extra in prop::collection::vec(any::<u128>(), 0..32)) {
+        run_direct(ops, extra);
+    }
+}
+
+proptest! {
+    #[test]
+    fn ipv4_bulk_load_equals_inserts(ops in ops::<u32>(), extra in prop::collection::vec(any::<u32>(), 0..32)) {
+        bulk_equals_sequential(ops, extra);
+    }
+
+    #[test]
+    fn ipv6_bulk_load_equals_inserts(ops in ops::<u128>(), extra in prop::collection::vec(any::<u128>(), 0..32)) {
+        bulk_equals_sequential(ops, extra);
+    }
+
     #[test]
     fn ipv4_matches_reference(ops in ops::<u32>(), extra in prop::collection::vec(any::<u32>(), 0..32)) {
         run(ops, extra);

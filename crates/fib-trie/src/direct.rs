@@ -1,0 +1,273 @@
+//! The direct-indexed fallback table: for each block of addresses sharing the top
+//! [`DIRECT_BITS`] bits (a "slot", a /16 for IPv4), the leaf holding the longest prefix that
+//! covers the whole block (a prefix of length at most `DIRECT_BITS`), or nothing.
+//!
+//! It replaces the expensive end of the kernel's backtracking. Stripping the key bit at position
+//! `b` from a child index only finds prefixes with a suffix length above `b`; so once the next
+//! strip is at `b >= BITS - DIRECT_BITS - 1`, all that is left are prefixes of length at most
+//! `DIRECT_BITS`, which cover the key's whole slot, met longest first (the kernel's
+//! backtracking meets covering prefixes in order of decreasing length); the longest of them is
+//! what the slot's entry names. So the lookup stops backtracking there and reads one entry
+//! instead of probing several siblings in the (multi-megabyte) root. If the caller's filter
+//! refuses the entry's alias, the lookup starts over the kernel's way without the shortcut, so
+//! answers never change.
+//!
+//! The table holds pointers to leaves that are in the trie. The writer keeps it up to date on
+//! every change of a leaf that has (or had) a prefix of length at most `DIRECT_BITS`: after the
+//! new leaf is linked and before the old one is retired, so an entry never names a freed leaf,
+//! and a racing reader sees the old or the new leaf, each a consistent version.
+//!
+//! Small tries do without: the table (512 KiB) is built, complete, and published once the trie
+//! reaches [`DIRECT_MIN_LEAVES`] leaves; until then lookups backtrack the kernel's way.
+#![forbid(unsafe_code)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+
+use crossbeam_epoch::Guard;
+
+use crate::key::TrieKey;
+use crate::node::{Alias, Child, NodeRef, load};
+
+/// The top key bits that index the table: 2^16 entries of 8 bytes (512 KiB). Under Miri, 8
+/// (the interpreter is too slow to build and update a 2^16-entry table in the unit tests; the
+/// code paths are the same).
+pub const DIRECT_BITS: u8 = if cfg!(miri) { 8 } else { 16 };
+
+/// The leaf count at which a trie builds its direct table.
+pub const DIRECT_MIN_LEAVES: usize = 4096;
+
+/// The suffix length from which a prefix covers whole slots (`slen >= cut`).
+#[inline(always)]
+pub(crate) fn cut<K: TrieKey>() -> u8 {
+    K::BITS - DIRECT_BITS
+}
+
+/// The slot of `key`.
+#[inline(always)]
+pub(crate) fn slot_of<K: TrieKey>(key: K) -> usize {
+    key.shr(cut::<K>()).low_usize()
+}
+
+/// The readers' half: one entry per slot, published once (complete) and freed with the trie.
+pub(crate) struct Direct<K, V> {
+    table: OnceLock<Box<[Child<K, V>]>>,
+}
+
+impl<K, V> Default for Direct<K, V> {
+    fn default() -> Self {
+        Direct {
+            table: OnceLock::new(),
+        }
+    }
+}
+
+impl<K: TrieKey, V> Direct<K, V> {
+    /// Whether the table is built (lookups may then stop at the cut).
+    #[inline(always)]
+    pub(crate) fn is_enabled(&self) -> bool {
+        self.table.get().is_some()
+    }
+
+    /// The entry of `key`'s slot, once the table is built.
+    #[inline(always)]
+    pub(crate) fn slot(&self, key: K) -> Option<&Child<K, V>> {
+        self.table.get()?.get(slot_of(key))
+    }
+
+    /// The table's size in bytes (0 before it is built).
+    pub(crate) fn bytes(&self) -> usize {
+        self.table
+            .get()
+            .map_or(0, |t| std::mem::size_of_val::<[Child<K, V>]>(t))
+    }
+}
+
+/// The first alias of `leaf` that covers the whole slot of `key` (and so `key`): the longest
+/// prefix of length at most [`DIRECT_BITS`] there.
+#[inline(always)]
+pub(crate) fn covering<'g, K: TrieKey, V: 'g>(
+    leaf: NodeRef<'g, K, V>,
+    key: K,
+) -> Option<&'g Alias<V>> {
+    let diff = key ^ leaf.key;
+    let cut = cut::<K>();
+    leaf.aliases()
+        .iter()
+        .find(|a| a.slen >= cut && diff.shr(a.slen) == K::ZERO)
+}
+
+/// The writer's half: the prefix length each entry stands for (meaningless where null).
+#[derive(Default)]
+pub(crate) struct DirectWriter {
+    plen: Vec<u8>,
+}
+
+/// The suffix lengths of `leaf`'s aliases that cover whole slots, in order.
+fn slot_slens<'a, K: TrieKey, V>(leaf: Option<NodeRef<'a, K, V>>) -> impl Iterator<Item = u8> + 'a {
+    let cut = cut::<K>();
+    leaf.into_iter()
+        .flat_map(|l| l.aliases().iter().map(|a| a.slen))
+        .filter(move |&s| s >= cut)
+}
+
+/// The slots a prefix of suffix length `slen >= cut` at `key` covers.
+fn slots<K: TrieKey>(key: K, slen: u8) -> std::ops::Range<usize> {
+    let first = slot_of(key);
+    first..first + (1usize << (slen - cut::<K>()))
+}
+
+impl DirectWriter {
+    /// Builds and publishes the table from `leaves` (every leaf of the trie with a slot-wide
+    /// prefix). Writer only; a no-op when already built.
+    pub(crate) fn enable<'g, K: TrieKey, V: 'g>(
+        &mut self,
+        direct: &Direct<K, V>,
+        leaves: impl IntoIterator<Item = NodeRef<'g, K, V>>,
+        guard: &'g Guard,
+    ) {
+        direct.table.get_or_init(|| {
+            let table: Box<[Child<K, V>]> = (0..1usize << DIRECT_BITS)
+                .map(|_| Child::new(std::ptr::null_mut()))
+                .collect();
+            self.plen = vec![0; table.len()];
+            for leaf in leaves {
+                self.offer(&table, leaf, guard);
+            }
+            table
+        });
+    }
+
+    /// Makes `leaf` the entry of every slot where it holds a longer slot-wide prefix than the
+    /// current entry (another leaf, or none).
+    fn offer<'g, K: TrieKey, V: 'g>(
+        &mut self,
+        table: &[Child<K, V>],
+        leaf: NodeRef<'g, K, V>,
+        guard: &'g Guard,
+    ) {
+        // Longest prefix first: each covers its own range minus the ranges already done
+        // (all of them share the leaf's key, so the ranges nest and start at the same slot).
+        let mut done = slot_of(leaf.key)..slot_of(leaf.key);
+        for slen in slot_slens(Some(leaf)) {
+            let plen = K::BITS - slen;
+            let range = slots(leaf.key, slen);
+            let entries = table[done.end..range.end].iter();
+            for (entry, known) in entries.zip(&mut self.plen[done.end..range.end]) {
+                if load(entry, guard).is_none() || plen > *known {
+                    store(entry, Some(leaf));
+                    *known = plen;
+                }
+            }
+            done = range;
+        }
+    }
+
+    /// Brings the table up to date after the leaf at `key` changed from `old` to `new` (either
+    /// may be absent). Call after `new` is linked and before `old` is retired. `shorter(key,
+    /// plen)` finds, in the trie as it now is, the leaf and alias of the longest slot-wide
+    /// prefix shorter than `plen` covering `key`.
+    pub(crate) fn update<'g, K: TrieKey, V: 'g>(
+        &mut self,
+        direct: &Direct<K, V>,
+        key: K,
+        old: Option<NodeRef<'g, K, V>>,
+        new: Option<NodeRef<'g, K, V>>,
+        guard: &'g Guard,
+        mut shorter: impl FnMut(K, u8) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)>,
+    ) {
+        let Some(table) = direct.table.get() else {
+            return;
+        };
+        let Some(old) = old.filter(|_| slot_slens(old).next().is_some()) else {
+            // Nothing named the old leaf: the new one only competes with the entries.
+            if let Some(new) = new {
+                self.offer(table, new, guard);
+            }
+            return;
+        };
+        if slot_slens(Some(old)).eq(slot_slens(new)) {
+            // Same slot-wide prefixes (values or longer prefixes changed): entries naming the
+            // old leaf move to the new one; elsewhere it still loses.
+            let widest = slot_slens(Some(old)).last().unwrap_or(cut::<K>());
+            for s in slots(key, widest) {
+                if load(&table[s], guard) == Some(old) {
+                    store(&table[s], new);
+                }
+            }
+            return;
+        }
+        // Slots naming the old leaf had its alias of length `plen[s]` as their best; now it is
+        // the best of the new leaf's covering alias and the longest shorter prefix elsewhere,
+        // which is the same for every slot with that `plen` (one search each).
+        let widest = slot_slens(Some(old)).last().unwrap_or(cut::<K>());
+        let mut memo: Vec<(u8, Best<'g, K, V>)> = Vec::new();
+        for s in slots(key, widest) {
+            if load(&table[s], guard) != Some(old) {
+                continue;
+            }
+            let was = self.plen[s];
+            let elsewhere = match memo.iter().find(|(p, _)| *p == was) {
+                Some(&(_, found)) => found,
+                None => {
+                    let found = shorter(key, was).map(|(leaf, a)| (leaf, K::BITS - a.slen));
+                    memo.push((was, found));
+                    found
+                }
+            };
+            let base = K::from_usize(s).shl(cut::<K>());
+            let mine = new.and_then(|n| covering(n, base).map(|a| (n, K::BITS - a.slen)));
+            let best = match (mine, elsewhere) {
+                (Some(m), Some(e)) => Some(if m.1 >= e.1 { m } else { e }),
+                (m, e) => m.or(e),
+            };
+            match best {
+                Some((leaf, plen)) => {
+                    store(&table[s], Some(leaf));
+                    self.plen[s] = plen;
+                }
+                None => store(&table[s], None),
+            }
+        }
+        // The new leaf may also have gained slot-wide prefixes wider than the old ones.
+        if let Some(new) = new {
+            self.offer(table, new, guard);
+        }
+    }
+
+    /// Checks every entry against `best(slot base)` (for tests). Writer only.
+    pub(crate) fn check<'g, K: TrieKey, V: 'g>(
+        &self,
+        direct: &Direct<K, V>,
+        guard: &'g Guard,
+        mut best: impl FnMut(K) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)>,
+    ) -> Result<(), String> {
+        let Some(table) = direct.table.get() else {
+            return Ok(());
+        };
+        for (s, entry) in table.iter().enumerate() {
+            let base = K::from_usize(s).shl(cut::<K>());
+            let want = best(base);
+            let got = load(entry, guard);
+            if got != want.map(|(leaf, _)| leaf) {
+                return Err(format!("direct entry {s} names the wrong leaf"));
+            }
+            if let Some((_, alias)) = want {
+                if self.plen[s] != K::BITS - alias.slen {
+                    return Err(format!("direct entry {s} has the wrong length"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A slot's best leaf and the length of its covering prefix, if any.
+type Best<'g, K, V> = Option<(NodeRef<'g, K, V>, u8)>;
+
+fn store<K: TrieKey, V>(entry: &Child<K, V>, leaf: Option<NodeRef<'_, K, V>>) {
+    entry.store(
+        leaf.map_or(std::ptr::null_mut(), NodeRef::as_ptr),
+        Ordering::Release,
+    );
+}
