@@ -28,9 +28,10 @@ impl Pacer {
     ///
     /// ```
     /// let mut p = pktgen::pacer::Pacer::new(Some(1000.0), 0);
-    /// assert_eq!(p.allowance(1_000_000, 64), 1); // 1 ms at 1 kpps
+    /// assert_eq!(p.allowance(0, 64), 1); // the first packet goes at once
     /// p.sent(1);
-    /// assert_eq!(p.allowance(1_500_000, 64), 0);
+    /// assert_eq!(p.allowance(500_000, 64), 0);
+    /// assert_eq!(p.allowance(1_000_000, 64), 1); // the second after 1 ms at 1 kpps
     /// assert_eq!(p.allowance(1_000_000_000, 64), 64); // far behind: capped by the batch
     /// ```
     #[inline]
