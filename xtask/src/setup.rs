@@ -10,11 +10,14 @@ use crate::exec::{exec, is_root};
 ///
 /// - clang, llvm, libelf-dev, zlib1g-dev, pkg-config, m4, make, binutils, libpcap-dev: xsk-rs
 ///   builds libbpf and libxdp from source;
-/// - iproute2: the lab (`ip netns`, veth).
+/// - iproute2: the lab (`ip netns`, veth);
+/// - ethtool, libbpf-dev: the end-to-end benchmark (veth offloads; the XDP program's headers).
 pub const PACKAGES: &[&str] = &[
     "binutils",
     "clang",
+    "ethtool",
     "iproute2",
+    "libbpf-dev",
     "libelf-dev",
     "libpcap-dev",
     "llvm",

@@ -22,8 +22,20 @@ use pktgen::{Endpoints, FlowSet, FrameSize, PortRange, Prefix, Receiver, RxConfi
 #[derive(Debug, Parser)]
 #[command(name = "xfwd-gen", version, about)]
 struct Cli {
+    /// Enter this named network namespace (/run/netns/NAME) first. Unlike `ip netns exec`, the
+    /// mount namespace stays, so libxdp finds bpffs.
+    #[arg(long, global = true)]
+    netns: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Moves the process (its only thread so far) into the named network namespace.
+fn enter_netns(name: &str) -> anyhow::Result<()> {
+    let path = std::path::Path::new("/run/netns").join(name);
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("entering network namespace {name}"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -260,10 +272,15 @@ fn rx(args: RxArgs) -> anyhow::Result<()> {
 }
 
 fn main() -> std::process::ExitCode {
-    let result = match Cli::parse().command {
-        Command::Tx(args) => tx(args),
-        Command::Rx(args) => rx(args),
-    };
+    let cli = Cli::parse();
+    let result = cli
+        .netns
+        .as_deref()
+        .map_or(Ok(()), enter_netns)
+        .and_then(|()| match cli.command {
+            Command::Tx(args) => tx(args),
+            Command::Rx(args) => rx(args),
+        });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
