@@ -40,7 +40,11 @@ fn send_and_receive(
 fn assert_exact(flows: &FlowSet, sent: &pktgen::TxReport, got: &pktgen::RxReport, total: u64) {
     assert_eq!(sent.sent, total, "the generator sent what it was asked");
     let s = &got.summary;
-    assert_eq!(s.received, total, "received exactly what was sent: {s:?}, {:?}", got.xdp);
+    assert_eq!(
+        s.received, total,
+        "received exactly what was sent: {s:?}, {:?}",
+        got.xdp
+    );
     assert_eq!(s.out_of_order, 0, "{s:?}");
     assert_eq!(s.gaps, 0, "{s:?}");
     assert_eq!(s.unknown_flow, 0, "{s:?}");
@@ -68,9 +72,28 @@ fn pktgen_two_queues_over_a_veth_pair() {
     let rx_ns = Netns::create(&format!("{}-rx", lab.prefix())).unwrap();
     tx_ns
         .ip([
-            "link", "add", "gen0", "address", &SRC0.mac_string(), "numtxqueues", "2",
-            "numrxqueues", "2", "type", "veth", "peer", "name", "sink0", "address",
-            &DST0.mac_string(), "numtxqueues", "2", "numrxqueues", "2", "netns", rx_ns.name(),
+            "link",
+            "add",
+            "gen0",
+            "address",
+            &SRC0.mac_string(),
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "sink0",
+            "address",
+            &DST0.mac_string(),
+            "numtxqueues",
+            "2",
+            "numrxqueues",
+            "2",
+            "netns",
+            rx_ns.name(),
         ])
         .unwrap();
     tx_ns.ip(["link", "set", "gen0", "up"]).unwrap();
@@ -83,8 +106,13 @@ fn pktgen_two_queues_over_a_veth_pair() {
         src_v6: Some(SRC0.ipv6),
     };
     let dsts: Vec<IpAddr> = vec![DST0.ipv4.into(), DST0.ipv6.into()];
-    let flows = FlowSet::new(endpoints, &dsts, "1000-1003".parse().unwrap(), PortRange::single(9))
-        .unwrap();
+    let flows = FlowSet::new(
+        endpoints,
+        &dsts,
+        "1000-1003".parse().unwrap(),
+        PortRange::single(9),
+    )
+    .unwrap();
     let total = 20_000;
     let mut rx = RxConfig::new("sink0", flows.len());
     rx.queues = vec![0, 1];
@@ -94,7 +122,10 @@ fn pktgen_two_queues_over_a_veth_pair() {
     tx.count = Some(total);
     tx.rate = Some(100_000.0);
     let (sent, got) = send_and_receive(rx_ns.name(), &rx, || {
-        tx_ns.run(|| pktgen::transmit(&tx, &flows)).unwrap().unwrap()
+        tx_ns
+            .run(|| pktgen::transmit(&tx, &flows))
+            .unwrap()
+            .unwrap()
     });
     assert_eq!(sent.queues.len(), 2);
     assert!(sent.queues.iter().all(|q| q.sent == total / 2), "{sent:?}");
@@ -119,22 +150,39 @@ fn pktgen_counts_every_probe_through_kernel_forwarding() {
     for (addr, family) in [(DST0.ipv4.to_string(), "-4"), (DST0.ipv6.to_string(), "-6")] {
         let out = std::process::Command::new("ip")
             .args([
-                "-n", &fwd, family, "neigh", "replace", &addr, "lladdr", &DST0.mac_string(),
-                "dev", FWD1.name, "nud", "permanent",
+                "-n",
+                &fwd,
+                family,
+                "neigh",
+                "replace",
+                &addr,
+                "lladdr",
+                &DST0.mac_string(),
+                "dev",
+                FWD1.name,
+                "nud",
+                "permanent",
             ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     let mut prefixes: Vec<pktgen::Prefix> = lab
         .extra_ipv4_prefixes()
-        .map(|(a, l)| pktgen::Prefix { addr: a.into(), len: l })
+        .map(|(a, l)| pktgen::Prefix {
+            addr: a.into(),
+            len: l,
+        })
         .collect();
-    prefixes.extend(
-        lab.extra_ipv6_prefixes()
-            .map(|(a, l)| pktgen::Prefix { addr: a.into(), len: l }),
-    );
+    prefixes.extend(lab.extra_ipv6_prefixes().map(|(a, l)| pktgen::Prefix {
+        addr: a.into(),
+        len: l,
+    }));
     let dsts = pktgen::flow::destinations(&prefixes, 32);
     assert_eq!(dsts.iter().filter(|d| d.is_ipv6()).count(), 16);
     let endpoints = Endpoints {
@@ -143,8 +191,13 @@ fn pktgen_counts_every_probe_through_kernel_forwarding() {
         src_v4: Some(SRC0.ipv4),
         src_v6: Some(SRC0.ipv6),
     };
-    let flows =
-        FlowSet::new(endpoints, &dsts, PortRange::single(1024), "9-10".parse().unwrap()).unwrap();
+    let flows = FlowSet::new(
+        endpoints,
+        &dsts,
+        PortRange::single(1024),
+        "9-10".parse().unwrap(),
+    )
+    .unwrap();
     let total = 12_000;
     let rx = RxConfig::new(DST0.name, flows.len());
     let mut tx = TxConfig::new(SRC0.name);

@@ -21,7 +21,19 @@ use crate::exec::{exec, is_root};
 pub use harness::Trial;
 
 /// The forwarders a run compares, in report order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Case {
     /// The Linux kernel's own IPv4 forwarding in `fwd` (threaded NAPI on fwd0).
@@ -72,6 +84,13 @@ pub struct E2eOptions {
     /// The receiver's CPU (dst0's NAPI thread and the receiver).
     #[arg(long, default_value_t = 0)]
     rx_cpu: usize,
+    /// Real-time priority (SCHED_FIFO, 1..=99) of the forwarder (its NAPI threads or its
+    /// process) and the receiving side (dst0's NAPI thread, the receiver); the generator runs
+    /// 10 below, so the receiver preempts it. Other work on a busy machine then cannot stall the
+    /// measured path (the kernel's RT throttling still leaves it 5% of each CPU). 0: everything
+    /// at normal priority.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=99))]
+    rt: u8,
     /// Seconds per trial (default 2; 0.5 with --quick).
     #[arg(long)]
     trial_secs: Option<f64>,
@@ -103,6 +122,9 @@ pub struct Settings {
     pub rx_cpu: usize,
     /// Whether `--quick` was given.
     pub quick: bool,
+    /// SCHED_FIFO priority of the forwarder and the receiving side, if any.
+    #[serde(default)]
+    pub rt: Option<u8>,
 }
 
 /// One (case, frame size, flow count) measured.
@@ -151,10 +173,9 @@ pub struct Results {
 
 /// Entry from `cargo xtask bench e2e`.
 pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()> {
-    let options = E2eOptions::try_parse_from(
-        std::iter::once("e2e".to_owned()).chain(args.iter().cloned()),
-    )
-    .context("bench e2e: options after --")?;
+    let options =
+        E2eOptions::try_parse_from(std::iter::once("e2e".to_owned()).chain(args.iter().cloned()))
+            .context("bench e2e: options after --")?;
     let root = crate::bench::workspace_root();
     let work = root.join("target/e2e");
     let results_path = work.join("results.json");
@@ -167,12 +188,17 @@ pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()
     }
     let results = if report_only {
         let text = std::fs::read_to_string(&results_path).with_context(|| {
-            format!("bench e2e: no {} (run without --report-only first)", results_path.display())
+            format!(
+                "bench e2e: no {} (run without --report-only first)",
+                results_path.display()
+            )
         })?;
         serde_json::from_str(&text).context("bench e2e: reading results.json")?
     } else {
         if !is_root() {
-            bail!("bench e2e: needs root (network namespaces, XDP); run `sudo cargo xtask bench e2e`");
+            bail!(
+                "bench e2e: needs root (network namespaces, XDP); run `sudo cargo xtask bench e2e`"
+            );
         }
         std::fs::create_dir_all(&work).context("bench e2e: creating target/e2e")?;
         let results = measure(&root, &work, quick, &options)?;
@@ -189,7 +215,10 @@ pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()
         ),
     );
     if results.settings.quick {
-        machine.note("mode", "--quick: short trials, coarse search; indicative only".into());
+        machine.note(
+            "mode",
+            "--quick: short trials, coarse search; indicative only".into(),
+        );
     }
     let out_dir = root.join("docs/benchmarks");
     let plot_dir = out_dir.join("e2e");
@@ -197,8 +226,13 @@ pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()
     report::plot(&plot_dir.join("ndr.svg"), &results).context("bench e2e: plotting")?;
     let text = report::render(&results, &machine);
     let path = out_dir.join("e2e.md");
-    std::fs::write(&path, text).with_context(|| format!("bench e2e: writing {}", path.display()))?;
-    println!("bench e2e: {} points; report {}", results.points.len(), path.display());
+    std::fs::write(&path, text)
+        .with_context(|| format!("bench e2e: writing {}", path.display()))?;
+    println!(
+        "bench e2e: {} points; report {}",
+        results.points.len(),
+        path.display()
+    );
     Ok(())
 }
 
@@ -216,25 +250,30 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
     let started = Instant::now();
     let load_start = loadavg();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    exec(
-        std::process::Command::new(&cargo)
-            .current_dir(root)
-            .args(["build", "--release", "--locked", "-p", "pktgen"]),
-    )
+    exec(std::process::Command::new(&cargo).current_dir(root).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "pktgen",
+    ]))
     .context("bench e2e: building xfwd-gen")?;
     let generator = root.join("target/release/xfwd-gen");
     let xdp_object = work.join("xdp_fib.o");
-    exec(std::process::Command::new("clang").args([
-        "-O2",
-        "-g",
-        "-target",
-        "bpf",
-        "-I/usr/include/x86_64-linux-gnu",
-        "-c",
-    ])
-    .arg(root.join("crates/pktgen/bpf/xdp_fib.c"))
-    .arg("-o")
-    .arg(&xdp_object))
+    exec(
+        std::process::Command::new("clang")
+            .args([
+                "-O2",
+                "-g",
+                "-target",
+                "bpf",
+                "-I/usr/include/x86_64-linux-gnu",
+                "-c",
+            ])
+            .arg(root.join("crates/pktgen/bpf/xdp_fib.c"))
+            .arg("-o")
+            .arg(&xdp_object),
+    )
     .context("bench e2e: compiling the XDP program (Debian: clang, libbpf-dev)")?;
 
     let settings = Settings {
@@ -245,6 +284,7 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
         fwd_cpu: options.fwd_cpu,
         rx_cpu: options.rx_cpu,
         quick,
+        rt: (options.rt > 0).then_some(options.rt),
     };
     let mut cases: Vec<Case> = if options.cases.is_empty() {
         vec![Case::Kernel, Case::Xdp, Case::Bare, Case::Xfwd]
@@ -312,7 +352,11 @@ mod tests {
     #[test]
     fn options_parse() {
         let o = E2eOptions::try_parse_from([
-            "e2e", "--cases", "kernel,xfwd", "--xfwd-cmd", "xfwd run --iface {fwd0},{fwd1}",
+            "e2e",
+            "--cases",
+            "kernel,xfwd",
+            "--xfwd-cmd",
+            "xfwd run --iface {fwd0},{fwd1}",
         ])
         .unwrap();
         assert_eq!(o.cases, [Case::Kernel, Case::Xfwd]);

@@ -15,7 +15,9 @@ pub enum GenError {
     #[error("invalid frame size `{0}` (expected 64..=1518 or `imix`)")]
     BadFrameSize(String),
     /// A frame size is too small for the headers and the probe payload, or above 1518.
-    #[error("frame size {size} is outside {min}..=1518 bytes for {family} (sizes include the 4-byte FCS)")]
+    #[error(
+        "frame size {size} is outside {min}..=1518 bytes for {family} (sizes include the 4-byte FCS)"
+    )]
     FrameSizeOutOfRange {
         /// The size asked for.
         size: u16,

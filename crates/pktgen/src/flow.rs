@@ -292,7 +292,13 @@ mod tests {
         let hosts: Vec<String> = (0..5).map(|n| p.host(n).to_string()).collect();
         assert_eq!(
             hosts,
-            ["192.0.2.1", "192.0.2.2", "192.0.2.3", "192.0.2.0", "192.0.2.1"]
+            [
+                "192.0.2.1",
+                "192.0.2.2",
+                "192.0.2.3",
+                "192.0.2.0",
+                "192.0.2.1"
+            ]
         );
         let p: Prefix = "192.0.2.9/32".parse().unwrap();
         assert_eq!(p.host(7).to_string(), "192.0.2.9");
@@ -336,8 +342,13 @@ mod tests {
             src_v6: None,
         };
         let dsts: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
-        let set = FlowSet::new(endpoints, &dsts, "1-2".parse().unwrap(), "9-11".parse().unwrap())
-            .unwrap();
+        let set = FlowSet::new(
+            endpoints,
+            &dsts,
+            "1-2".parse().unwrap(),
+            "9-11".parse().unwrap(),
+        )
+        .unwrap();
         assert_eq!(set.len(), 12);
         assert_eq!(
             set.flows()[7],

@@ -87,9 +87,7 @@ impl FrameSize {
     pub fn mean(self) -> f64 {
         match self {
             FrameSize::Fixed(size) => f64::from(size),
-            FrameSize::Imix => {
-                IMIX.iter().map(|&s| f64::from(s)).sum::<f64>() / IMIX.len() as f64
-            }
+            FrameSize::Imix => IMIX.iter().map(|&s| f64::from(s)).sum::<f64>() / IMIX.len() as f64,
         }
     }
 }
@@ -349,7 +347,11 @@ mod tests {
         let expected = match &packet.net {
             Some(NetSlice::Ipv4(ip)) => {
                 let h = ip.header().to_header();
-                assert_eq!(h.header_checksum, h.calc_header_checksum(), "IPv4 header checksum");
+                assert_eq!(
+                    h.header_checksum,
+                    h.calc_header_checksum(),
+                    "IPv4 header checksum"
+                );
                 assert_eq!(IpAddr::V4(h.destination.into()), flow.dst);
                 assert_eq!(h.time_to_live, TTL);
                 assert_eq!(usize::from(h.total_len), len - 14);

@@ -16,11 +16,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use xsk_rs::FrameDesc;
 
+use crate::GenError;
 use crate::frame::Probe;
 use crate::stats::{FlowCounts, RxStats, RxSummary};
 use crate::sys::{monotonic_ns, pin_to, process_cpu_ns};
 use crate::xsk::{self, Role, Xsk};
-use crate::GenError;
 
 const BATCH: usize = 64;
 const POLL_MS: i32 = 1;

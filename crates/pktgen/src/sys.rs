@@ -23,7 +23,9 @@ pub fn thread_cpu_ns() -> u64 {
 /// CPU time the whole process has used so far (user and system, all threads), in nanoseconds.
 pub fn process_cpu_ns() -> u64 {
     getrusage(UsageWho::RUSAGE_SELF).map_or(0, |u| {
-        let ns = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1_000;
+        let ns = |t: nix::sys::time::TimeVal| {
+            t.tv_sec() as u64 * 1_000_000_000 + t.tv_usec() as u64 * 1_000
+        };
         ns(u.user_time()) + ns(u.system_time())
     })
 }
@@ -38,6 +40,7 @@ fn timespec_ns(t: nix::sys::time::TimeSpec) -> u64 {
 /// [`GenError::Pin`] when the CPU does not exist or is not allowed.
 pub fn pin_to(cpu: usize) -> Result<(), GenError> {
     let mut set = CpuSet::new();
-    set.set(cpu).map_err(|source| GenError::Pin { cpu, source })?;
+    set.set(cpu)
+        .map_err(|source| GenError::Pin { cpu, source })?;
     sched_setaffinity(Pid::from_raw(0), &set).map_err(|source| GenError::Pin { cpu, source })
 }

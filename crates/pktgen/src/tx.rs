@@ -13,12 +13,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use xsk_rs::FrameDesc;
 
+use crate::GenError;
 use crate::flow::FlowSet;
 use crate::frame::{FrameSize, Template};
 use crate::pacer::Pacer;
 use crate::sys::{monotonic_ns, pin_to, thread_cpu_ns};
 use crate::xsk::{self, Role, Xsk};
-use crate::GenError;
 
 /// How long the generator waits for the last completions after its last send.
 const DRAIN: Duration = Duration::from_secs(1);
@@ -75,7 +75,10 @@ impl TxConfig {
         sorted.sort_unstable();
         sorted.dedup();
         if sorted.len() != self.queues.len() {
-            return Err(GenError::BadQueues(format!("{:?} repeats a queue", self.queues)));
+            return Err(GenError::BadQueues(format!(
+                "{:?} repeats a queue",
+                self.queues
+            )));
         }
         if flows.len() < self.queues.len() {
             return Err(GenError::BadQueues(format!(
@@ -149,7 +152,10 @@ pub fn transmit(config: &TxConfig, flows: &FlowSet) -> Result<TxReport, GenError
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or(Err(GenError::ThreadPanicked("generator"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(GenError::ThreadPanicked("generator")))
+            })
             .collect()
     });
     let mut report = TxReport::default();
@@ -269,11 +275,14 @@ fn run_queue(
         for _ in 0..n {
             let Some(mut desc) = free.pop() else { break };
             let template = &templates[next_flow];
-            let size = config.size.nth(out.sent + produced.len() as u64, template.is_ipv6());
+            let size = config
+                .size
+                .nth(out.sent + produced.len() as u64, template.is_ipv6());
             // SAFETY: `desc` came from the free list: a frame of `umem` that is neither on the
             // TX ring nor awaiting completion, so nothing else (kernel included) accesses it.
             let mut data = unsafe { umem.data_mut(&mut desc) };
-            data.cursor().set_pos(usize::from(size - crate::frame::FCS_LEN));
+            data.cursor()
+                .set_pos(usize::from(size - crate::frame::FCS_LEN));
             template.write(data.contents_mut(), size, seqs[next_flow], now);
             seqs[next_flow] = seqs[next_flow].wrapping_add(1);
             next_flow = if next_flow + 1 == templates.len() {

@@ -155,14 +155,26 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn start(generator: &Path, netns: &str, cpu: usize, log: &Path) -> anyhow::Result<Self> {
+    fn start(
+        generator: &Path,
+        netns: &str,
+        cpu: usize,
+        rt: Option<u8>,
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let mut last_error = None;
         // A socket of a receiver that just exited may take a moment to let go of the queue.
         for _ in 0..5 {
-            let mut command = Command::new(generator);
+            let mut command = rt_command(rt);
             command
+                .arg(generator)
                 .args(["--netns", netns, "rx", "--iface", DST0.name, "--control"])
-                .args(["--flows", &MAX_FLOWS.to_string(), "--cpus", &cpu.to_string()])
+                .args([
+                    "--flows",
+                    &MAX_FLOWS.to_string(),
+                    "--cpus",
+                    &cpu.to_string(),
+                ])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(std::fs::File::create(log)?);
@@ -203,13 +215,40 @@ impl Receiver {
     }
 }
 
+/// `chrt -f PRIO` (SCHED_FIFO) when `rt` is set, else a plain `env`: the program follows.
+fn rt_command(rt: Option<u8>) -> Command {
+    match rt {
+        Some(priority) => {
+            let mut command = Command::new("chrt");
+            command.args(["-f", &priority.to_string()]);
+            command
+        }
+        None => Command::new("env"),
+    }
+}
+
+/// Gives a thread SCHED_FIFO `priority` (`chrt -f -p`).
+fn make_rt(pid: u32, priority: u8) -> anyhow::Result<()> {
+    let status = Command::new("chrt")
+        .args(["-f", "-p", &priority.to_string(), &pid.to_string()])
+        .status()?;
+    if !status.success() {
+        bail!("chrt -f -p {priority} {pid}: {status}");
+    }
+    Ok(())
+}
+
 /// Runs `ip ARGS`, failing with its stderr.
 fn ip<I: IntoIterator<Item = S>, S: AsRef<std::ffi::OsStr>>(args: I) -> anyhow::Result<String> {
     let mut command = Command::new("ip");
     command.args(args);
     let out = command.output().with_context(|| describe(&command))?;
     if !out.status.success() {
-        bail!("`{}`: {}", describe(&command), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "`{}`: {}",
+            describe(&command),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -282,7 +321,9 @@ fn napi_threads(devs: &[&str], since: u64) -> Vec<(u32, String)> {
         let Some(name) = comm.strip_prefix("napi/") else {
             continue;
         };
-        let ours = devs.iter().any(|d| name.strip_prefix(d).is_some_and(|r| r.starts_with('-')));
+        let ours = devs
+            .iter()
+            .any(|d| name.strip_prefix(d).is_some_and(|r| r.starts_with('-')));
         if ours && proc_times(pid).is_some_and(|(_, start)| start + 1 >= since) {
             found.push((pid, comm.to_owned()));
         }
@@ -316,17 +357,38 @@ impl Lab {
     /// the receiver's XDP program takes every frame), transmit offloads off on src0 and fwd1 (so
     /// that fwd0 and dst0 take the packets through their NAPI threads), the receiver on dst0,
     /// threaded NAPI on dst0.
-    pub fn up(prefix: &str, generator: &Path, settings: &Settings, work: &Path) -> anyhow::Result<Self> {
+    pub fn up(
+        prefix: &str,
+        generator: &Path,
+        settings: &Settings,
+        work: &Path,
+    ) -> anyhow::Result<Self> {
         let lab = xfwd_lab::Lab::new(prefix)?
             .up_scoped()
             .with_context(|| format!("bench e2e: bringing up the lab {prefix} (`cargo xtask lab --prefix {prefix} down` removes a stale one)"))?;
         let fwd = lab.netns(Role::Fwd);
         for (family, addr) in [("-4", DST0.ipv4.to_string()), ("-6", DST0.ipv6.to_string())] {
-            ip(["-n", &fwd, family, "neigh", "replace", &addr, "lladdr", &DST0.mac_string(), "dev", FWD1.name, "nud", "permanent"])?;
+            ip([
+                "-n",
+                &fwd,
+                family,
+                "neigh",
+                "replace",
+                &addr,
+                "lladdr",
+                &DST0.mac_string(),
+                "dev",
+                FWD1.name,
+                "nud",
+                "permanent",
+            ])?;
         }
         for (role, dev) in [(Role::Src, SRC0.name), (Role::Fwd, FWD1.name)] {
-            in_netns(&lab.netns(role), &format!("ethtool -K {dev} tso off gso off >/dev/null"))
-                .context("ethtool (Debian package ethtool)")?;
+            in_netns(
+                &lab.netns(role),
+                &format!("ethtool -K {dev} tso off gso off >/dev/null"),
+            )
+            .context("ethtool (Debian package ethtool)")?;
         }
         let mut this = Lab {
             generator: generator.to_owned(),
@@ -354,15 +416,25 @@ impl Lab {
             &self.generator,
             &dst,
             self.settings.rx_cpu,
+            self.settings.rt,
             &self.work.join("rx.log"),
         )?);
-        in_netns(&dst, &format!("echo 1 > /sys/class/net/{}/threaded", DST0.name))?;
-        self.rx_napi = napi_threads(&[DST0.name], since).into_iter().map(|(p, _)| p).collect();
+        in_netns(
+            &dst,
+            &format!("echo 1 > /sys/class/net/{}/threaded", DST0.name),
+        )?;
+        self.rx_napi = napi_threads(&[DST0.name], since)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
         if self.rx_napi.is_empty() {
             self.notes.push("dst0's NAPI thread was not found: the receiving kernel's CPU time is missing from rx".into());
         }
         for &pid in &self.rx_napi {
             pin(pid, self.settings.rx_cpu)?;
+            if let Some(priority) = self.settings.rt {
+                make_rt(pid, priority)?;
+            }
         }
         Ok(())
     }
@@ -387,7 +459,10 @@ impl Lab {
             .collect();
         let mut batch = String::with_capacity(usable.len() * 48);
         for p in &usable {
-            batch.push_str(&format!("route add {p} via {} dev {}\n", DST0.ipv4, FWD1.name));
+            batch.push_str(&format!(
+                "route add {p} via {} dev {}\n",
+                DST0.ipv4, FWD1.name
+            ));
         }
         let path = self.work.join("routes.batch");
         std::fs::write(&path, batch)?;
@@ -439,7 +514,19 @@ impl Lab {
         match case {
             Case::Kernel => in_netns(&fwd, &format!("ethtool -K {} gro on >/dev/null", FWD0.name))?,
             Case::Xdp => {
-                ip(["-n", &fwd, "link", "set", "dev", FWD0.name, "xdpdrv", "obj", &display(xdp_object), "sec", "xdp"])?;
+                ip([
+                    "-n",
+                    &fwd,
+                    "link",
+                    "set",
+                    "dev",
+                    FWD0.name,
+                    "xdpdrv",
+                    "obj",
+                    &display(xdp_object),
+                    "sec",
+                    "xdp",
+                ])?;
             }
             Case::Bare | Case::Xfwd => {
                 let line = command
@@ -451,7 +538,16 @@ impl Lab {
                 let mut spawn = Command::new("nsenter");
                 spawn
                     .arg(format!("--net={}", display(&xfwd_lab::netns::path(&fwd))))
-                    .args(["taskset", "-c", &self.settings.fwd_cpu.to_string(), "sh", "-c"])
+                    .args(self.settings.rt.map_or(Vec::new(), |p| {
+                        vec!["chrt".to_owned(), "-f".to_owned(), p.to_string()]
+                    }))
+                    .args([
+                        "taskset",
+                        "-c",
+                        &self.settings.fwd_cpu.to_string(),
+                        "sh",
+                        "-c",
+                    ])
                     .arg(format!("exec {line}"))
                     .stdin(Stdio::null())
                     .stdout(std::fs::File::create(&log)?)
@@ -482,7 +578,11 @@ impl Lab {
             let start = Instant::now();
             loop {
                 if let Ok(Some(status)) = process.child.try_wait() {
-                    bail!("{} exited ({status}) before forwarding; see target/e2e/{}.err.log", case.label(), case.label());
+                    bail!(
+                        "{} exited ({status}) before forwarding; see target/e2e/{}.err.log",
+                        case.label(),
+                        case.label()
+                    );
                 }
                 let probe = self.trial(Some(20_000.0), 64, 1, Some(2_000), &[], None)?;
                 if probe.received >= probe.sent * 99 / 100 && probe.sent > 0 {
@@ -494,7 +594,10 @@ impl Lab {
                     break;
                 }
                 if start.elapsed() > FORWARDER_START {
-                    bail!("{} did not forward within {FORWARDER_START:?}", case.label());
+                    bail!(
+                        "{} did not forward within {FORWARDER_START:?}",
+                        case.label()
+                    );
                 }
                 std::thread::sleep(Duration::from_secs(1));
             }
@@ -510,6 +613,9 @@ impl Lab {
         }
         for (pid, _) in &napi {
             pin(*pid, self.settings.fwd_cpu)?;
+            if let Some(priority) = self.settings.rt {
+                make_rt(*pid, priority)?;
+            }
         }
         let mut fwd_pids: Vec<u32> = napi.iter().map(|(p, _)| *p).collect();
         if let Some(process) = forwarder {
@@ -526,7 +632,13 @@ impl Lab {
     }
 
     /// NDR and PDR by binary search, then latency at half NDR.
-    fn point(&mut self, case: Case, size: u16, flows: usize, fwd_pids: &[u32]) -> anyhow::Result<Point> {
+    fn point(
+        &mut self,
+        case: Case,
+        size: u16,
+        flows: usize,
+        fwd_pids: &[u32],
+    ) -> anyhow::Result<Point> {
         let s = self.settings.clone();
         let mut trials = 0;
         let mut run = |this: &mut Self, rate: Option<f64>| {
@@ -539,13 +651,22 @@ impl Lab {
             (Some(max.clone()), Some(max.clone()), true)
         } else {
             let guess = max.rx_pps() * 0.95;
-            let ndr = search(self, &mut run, MIN_RATE, top, guess, s.precision, |t| t.received >= t.sent && t.sent > 0)?;
+            let ndr = search(self, &mut run, MIN_RATE, top, guess, s.precision, |t| {
+                t.received >= t.sent && t.sent > 0
+            })?;
             let pdr = if max.loss <= s.pdr_loss {
                 Some(max.clone())
             } else {
-                let floor = ndr.as_ref().map_or(MIN_RATE, |t| t.offered.unwrap_or(MIN_RATE));
+                let floor = ndr
+                    .as_ref()
+                    .map_or(MIN_RATE, |t| t.offered.unwrap_or(MIN_RATE));
                 let pass = |t: &Trial| t.sent > 0 && t.loss <= s.pdr_loss;
-                search(self, &mut run, floor, top, max.rx_pps(), s.precision, pass)?.or(ndr.clone())
+                let found = search(self, &mut run, floor, top, max.rx_pps(), s.precision, pass)?;
+                // PDR ≥ NDR by definition: a noisier search below it does not lower it.
+                match (found, &ndr) {
+                    (Some(p), Some(n)) if p.tx_pps < n.tx_pps => Some(n.clone()),
+                    (found, ndr) => found.or(ndr.clone()),
+                }
             };
             (ndr, pdr, false)
         };
@@ -580,7 +701,12 @@ impl Lab {
         let (src, fwd) = (self.netns(Role::Src), self.netns(Role::Fwd));
         let receiver = self.receiver.as_mut().context("no receiver")?;
         receiver.report()?; // counts start now
-        let cpu_of = |pids: &[u32]| pids.iter().filter_map(|&p| proc_times(p)).map(|(t, _)| t).sum::<u64>();
+        let cpu_of = |pids: &[u32]| {
+            pids.iter()
+                .filter_map(|&p| proc_times(p))
+                .map(|(t, _)| t)
+                .sum::<u64>()
+        };
         let before = (
             link_counters(&src, SRC0.name)?,
             link_counters(&fwd, FWD0.name)?,
@@ -589,14 +715,25 @@ impl Lab {
             cpu_of(&self.rx_napi),
             softirq_ns(),
         );
-        let mut command = Command::new(&self.generator);
+        let mut command = rt_command(self.settings.rt.map(|p| p.saturating_sub(10).max(1)));
         command
+            .arg(&self.generator)
             .args(["--netns", &src, "tx", "--iface", SRC0.name, "--json"])
-            .args(["--src-mac", &SRC0.mac_string(), "--dst-mac", &FWD0.mac_string()])
+            .args([
+                "--src-mac",
+                &SRC0.mac_string(),
+                "--dst-mac",
+                &FWD0.mac_string(),
+            ])
             .args(["--src-ip", &SRC0.ipv4.to_string()])
             .arg("--prefixes")
             .arg(&self.destinations)
-            .args(["--destinations", &flows.to_string(), "--size", &size.to_string()])
+            .args([
+                "--destinations",
+                &flows.to_string(),
+                "--size",
+                &size.to_string(),
+            ])
             .args(["--cpus", &self.settings.gen_cpu.to_string()]);
         if let Some(rate) = rate {
             command.args(["--rate", &format!("{rate:.0}")]);
@@ -609,7 +746,11 @@ impl Lab {
         }
         let out = command.output().with_context(|| describe(&command))?;
         if !out.status.success() {
-            bail!("`{}`: {}", describe(&command), String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "`{}`: {}",
+                describe(&command),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         let tx: TxJson = serde_json::from_slice(&out.stdout).context("generator report")?;
         std::thread::sleep(SETTLE);
@@ -674,7 +815,11 @@ fn search(
     pass: impl Fn(&Trial) -> bool,
 ) -> anyhow::Result<Option<Trial>> {
     let mut best: Option<Trial> = None;
-    let mut rate = if guess > lo && guess < hi { guess } else { (lo + hi) / 2.0 };
+    let mut rate = if guess > lo && guess < hi {
+        guess
+    } else {
+        (lo + hi) / 2.0
+    };
     // The floor itself is tried only when everything above it failed.
     let mut tried_floor = false;
     loop {

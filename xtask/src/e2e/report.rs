@@ -90,6 +90,14 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         "- pinning: generator on CPU {}, forwarder (fwd0/fwd1 NAPI threads, AF_XDP forwarder) on CPU {}, receiver (dst0 NAPI thread, receiver) on CPU {}",
         s.gen_cpu, s.fwd_cpu, s.rx_cpu
     );
+    let _ = writeln!(
+        out,
+        "- priority: {}",
+        s.rt.map_or("all at normal priority (SCHED_OTHER)".into(), |p| format!(
+            "forwarder and receiving side SCHED_FIFO {p}, generator SCHED_FIFO {}",
+            p.saturating_sub(10).max(1)
+        ))
+    );
     for (case, why) in &results.skipped {
         let _ = writeln!(out, "- not measured: **{}**: {why}", case.label());
     }
@@ -97,7 +105,11 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         let _ = writeln!(out, "- note: {note}");
     }
 
-    let _ = writeln!(out, "\n## Zero-loss (NDR) and ≤{:.1}%-loss (PDR) rates\n", s.pdr_loss * 100.0);
+    let _ = writeln!(
+        out,
+        "\n## Zero-loss (NDR) and ≤{:.1}%-loss (PDR) rates\n",
+        s.pdr_loss * 100.0
+    );
     let _ = writeln!(out, "![NDR per case](e2e/ndr.svg)\n");
     let _ = writeln!(
         out,
@@ -106,7 +118,10 @@ pub fn render(results: &Results, machine: &Machine) -> String {
          generator's full speed: the generator, not the forwarder, is the limit. Ratios compare \
          with the kernel at the same frame size and flow count.\n"
     );
-    let _ = writeln!(out, "| case | frame | flows | NDR kpps | NDR Gbit/s | PDR kpps | gen max kpps | loss at max | vs kernel | trials |");
+    let _ = writeln!(
+        out,
+        "| case | frame | flows | NDR kpps | NDR Gbit/s | PDR kpps | gen max kpps | loss at max | vs kernel | trials |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &results.points {
         let ndr = ndr_of(p);
@@ -141,7 +156,10 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         "From the send time in each probe to its arrival at the receiver (one clock read per \
          batch on both sides, so a batch's wait is included).\n"
     );
-    let _ = writeln!(out, "| case | frame | flows | rate kpps | p50 | p90 | p99 | p99.9 | max |");
+    let _ = writeln!(
+        out,
+        "| case | frame | flows | rate kpps | p50 | p90 | p99 | p99.9 | max |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in &results.points {
         let Some(t) = &p.latency else { continue };
@@ -173,7 +191,10 @@ pub fn render(results: &Results, machine: &Machine) -> String {
          fwd0's ring full (the forwarder fell behind), dst in = dst0's ring full (the receiving \
          side fell behind), socket = the receiver's AF_XDP ring.\n"
     );
-    let _ = writeln!(out, "| case | frame | flows | trial | gen | fwd | rx | softirq elsewhere | drops: fwd in / dst in / socket |");
+    let _ = writeln!(
+        out,
+        "| case | frame | flows | trial | gen | fwd | rx | softirq elsewhere | drops: fwd in / dst in / socket |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---|---:|---:|---:|---:|---|");
     let row = |out: &mut String, p: &Point, label: &str, t: &Trial| {
         let _ = writeln!(
@@ -217,18 +238,35 @@ fn goals(results: &Results) -> String {
     let (size, flows) = (64, 8192);
     match (find(Case::Xfwd, size, flows), find(Case::Bare, size, flows)) {
         (Some(x), Some(b)) if b > 0.0 => {
-            let _ = writeln!(out, "- xfwd NDR / bare AF_XDP NDR (64 B, 8k flows, bgp-full-v4): {:.2} (goal ≥ 0.9)", x / b);
+            let _ = writeln!(
+                out,
+                "- xfwd NDR / bare AF_XDP NDR (64 B, 8k flows, bgp-full-v4): {:.2} (goal ≥ 0.9)",
+                x / b
+            );
         }
         _ => {
-            let _ = writeln!(out, "- xfwd NDR / bare AF_XDP NDR (goal ≥ 0.9): not measured (needs both AF_XDP cases)");
+            let _ = writeln!(
+                out,
+                "- xfwd NDR / bare AF_XDP NDR (goal ≥ 0.9): not measured (needs both AF_XDP cases)"
+            );
         }
     }
-    match (find(Case::Xfwd, size, flows), find(Case::Kernel, size, flows)) {
+    match (
+        find(Case::Xfwd, size, flows),
+        find(Case::Kernel, size, flows),
+    ) {
         (Some(x), Some(k)) if k > 0.0 => {
-            let _ = writeln!(out, "- xfwd NDR / kernel NDR (64 B, 8k flows): {:.2} (goal ≥ 1.5)", x / k);
+            let _ = writeln!(
+                out,
+                "- xfwd NDR / kernel NDR (64 B, 8k flows): {:.2} (goal ≥ 1.5)",
+                x / k
+            );
         }
         _ => {
-            let _ = writeln!(out, "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd case)");
+            let _ = writeln!(
+                out,
+                "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd case)"
+            );
         }
     }
     out
@@ -264,7 +302,10 @@ pub fn plot(path: &Path, results: &Results) -> anyhow::Result<()> {
         .map(|(s, f)| format!("{s} B, {} flows", flows_label(*f)))
         .collect();
     let mut chart = ChartBuilder::on(&root)
-        .caption("e2e: NDR (filled) and PDR (hollow) per forwarder", ("sans-serif", 22))
+        .caption(
+            "e2e: NDR (filled) and PDR (hollow) per forwarder",
+            ("sans-serif", 22),
+        )
         .margin(16)
         .x_label_area_size(48)
         .y_label_area_size(80)
@@ -295,16 +336,28 @@ pub fn plot(path: &Path, results: &Results) -> anyhow::Result<()> {
             .filter(|p| p.case == *case)
             .filter_map(|p| {
                 let g = groups.iter().position(|g| *g == (p.size, p.flows))?;
-                Some((g as f64 + offset, ndr_of(p) / 1e6, p.pdr.as_ref().map_or(0.0, |t| t.tx_pps) / 1e6))
+                Some((
+                    g as f64 + offset,
+                    ndr_of(p) / 1e6,
+                    p.pdr.as_ref().map_or(0.0, |t| t.tx_pps) / 1e6,
+                ))
             })
             .collect();
         chart
-            .draw_series(points.iter().map(|&(x, y, _)| Circle::new((x, y), 7, color.filled())))
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y, _)| Circle::new((x, y), 7, color.filled())),
+            )
             .map_err(|e| err(&e))?
             .label(case.label())
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
         chart
-            .draw_series(points.iter().map(|&(x, _, y)| Circle::new((x, y), 7, color.stroke_width(2))))
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, _, y)| Circle::new((x, y), 7, color.stroke_width(2))),
+            )
             .map_err(|e| err(&e))?;
     }
     chart
@@ -365,6 +418,7 @@ mod tests {
                 fwd_cpu: 1,
                 rx_cpu: 0,
                 quick: false,
+                rt: None,
             },
             routes_loaded: 10,
             route_load_secs: 1.0,
@@ -379,7 +433,10 @@ mod tests {
     #[test]
     fn report_has_tables_ratios_and_goals() {
         let text = render(&results(), &Machine::default());
-        assert!(text.contains("| xfwd | 64 | 8k | 400 | 0.269 | 440 | 800 | 30.0% | 2.00× | 9 |"), "{text}");
+        assert!(
+            text.contains("| xfwd | 64 | 8k | 400 | 0.269 | 440 | 800 | 30.0% | 2.00× | 9 |"),
+            "{text}"
+        );
         assert!(text.contains("- not measured: **afxdp-bare**: waiting"));
         assert!(text.contains("xfwd NDR / kernel NDR (64 B, 8k flows): 2.00 (goal ≥ 1.5)"));
         assert!(text.contains("| kernel | 64 | 8k | 100 | 20 µs |"));

@@ -151,7 +151,8 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
     }
     let mut mac = [0u8; 6];
     for (byte, part) in mac.iter_mut().zip(parts) {
-        *byte = u8::from_str_radix(part, 16).map_err(|_| format!("`{s}`: bad hex pair `{part}`"))?;
+        *byte =
+            u8::from_str_radix(part, 16).map_err(|_| format!("`{s}`: bad hex pair `{part}`"))?;
     }
     Ok(mac)
 }
@@ -159,8 +160,8 @@ fn parse_mac(s: &str) -> Result<[u8; 6], String> {
 fn tx(args: TxArgs) -> anyhow::Result<()> {
     let mut prefixes = args.dst.clone();
     if let Some(path) = &args.prefixes {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         prefixes.extend(pktgen::flow::parse_prefix_list(&text)?);
     }
     let count = args.destinations.unwrap_or(prefixes.len());
@@ -302,18 +303,52 @@ mod tests {
 
     #[test]
     fn parses_macs_and_rejects_bad_arguments() {
-        assert_eq!(parse_mac("02:58:46:00:00:0a"), Ok([2, 0x58, 0x46, 0, 0, 10]));
+        assert_eq!(
+            parse_mac("02:58:46:00:00:0a"),
+            Ok([2, 0x58, 0x46, 0, 0, 10])
+        );
         assert!(parse_mac("02:58:46:00:00").is_err());
         assert!(parse_mac("02:58:46:00:00:zz").is_err());
         let ok = [
-            "xfwd-gen", "tx", "--iface", "a", "--src-mac", "02:00:00:00:00:01", "--dst-mac",
-            "02:00:00:00:00:02", "--dst", "10.0.0.0/8", "--size", "imix", "--count", "5",
+            "xfwd-gen",
+            "tx",
+            "--iface",
+            "a",
+            "--src-mac",
+            "02:00:00:00:00:01",
+            "--dst-mac",
+            "02:00:00:00:00:02",
+            "--dst",
+            "10.0.0.0/8",
+            "--size",
+            "imix",
+            "--count",
+            "5",
         ];
         assert!(Cli::try_parse_from(ok).is_ok());
         for bad in [
             &["xfwd-gen", "tx", "--iface", "a"][..],
-            &["xfwd-gen", "rx", "--iface", "a", "--flows", "1", "--control", "--duration", "1"],
-            &["xfwd-gen", "tx", "--iface", "a", "--src-mac", "x", "--dst-mac", "y"],
+            &[
+                "xfwd-gen",
+                "rx",
+                "--iface",
+                "a",
+                "--flows",
+                "1",
+                "--control",
+                "--duration",
+                "1",
+            ],
+            &[
+                "xfwd-gen",
+                "tx",
+                "--iface",
+                "a",
+                "--src-mac",
+                "x",
+                "--dst-mac",
+                "y",
+            ],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }
