@@ -293,12 +293,28 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
     };
     cases.sort();
     cases.dedup();
+    let (mut bare_cmd, mut xfwd_cmd) = (options.bare_cmd.clone(), options.xfwd_cmd.clone());
+    let wants_forwarder = cases.contains(&Case::Bare) || cases.contains(&Case::Xfwd);
+    if wants_forwarder && root.join("crates/forwarder").is_dir() {
+        // The forwarder has landed: its binary plays both AF_XDP cases unless told otherwise.
+        exec(std::process::Command::new(&cargo).current_dir(root).args([
+            "build",
+            "--release",
+            "--locked",
+            "-p",
+            "forwarder",
+        ]))
+        .context("bench e2e: building xfwd")?;
+        let (bare, xfwd) = default_forwarder_commands(&root.join("target/release/xfwd"));
+        bare_cmd.get_or_insert(bare);
+        xfwd_cmd.get_or_insert(xfwd);
+    }
     let mut skipped = Vec::new();
     let mut runnable = Vec::new();
     for case in cases {
         let command = match case {
-            Case::Bare => options.bare_cmd.clone(),
-            Case::Xfwd => options.xfwd_cmd.clone(),
+            Case::Bare => bare_cmd.clone(),
+            Case::Xfwd => xfwd_cmd.clone(),
             _ => Some(String::new()),
         };
         match command {
@@ -340,6 +356,22 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
     })
 }
 
+/// The command lines of the bare AF_XDP forwarder and of xfwd, from the `xfwd` binary
+/// (`{fwd0}`, `{fwd1}`, `{cpu}` are filled in by the harness). Bare mode pairs fwd0 with fwd1 and
+/// writes the MAC behind each (src0's, dst0's) as the destination.
+fn default_forwarder_commands(xfwd: &Path) -> (String, String) {
+    use xfwd_lab::topology::{DST0, SRC0};
+    let bin = display(xfwd);
+    (
+        format!(
+            "{bin} run --iface {{fwd0}},{{fwd1}} --bare --peer-mac {{fwd0}}={},{{fwd1}}={} --cpus {{cpu}} --no-punt",
+            SRC0.mac_string(),
+            DST0.mac_string()
+        ),
+        format!("{bin} run --iface {{fwd0}},{{fwd1}} --cpus {{cpu}} --no-punt"),
+    )
+}
+
 /// A path as a string for command lines.
 fn display(path: &Path) -> String {
     path.display().to_string()
@@ -363,5 +395,11 @@ mod tests {
         assert_eq!(o.sizes, [64, 1518]);
         assert_eq!(o.flows, [1, 8192]);
         assert!(E2eOptions::try_parse_from(["e2e", "--cases", "dpdk"]).is_err());
+        assert!(E2eOptions::try_parse_from(["e2e", "--rt", "100"]).is_err());
+        let (bare, xfwd) = default_forwarder_commands(Path::new("/x/xfwd"));
+        assert!(bare.starts_with(
+            "/x/xfwd run --iface {fwd0},{fwd1} --bare --peer-mac {fwd0}=02:58:46:00:00:01,"
+        ));
+        assert!(xfwd.contains("--cpus {cpu}") && !xfwd.contains("--bare"));
     }
 }
