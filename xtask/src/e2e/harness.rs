@@ -440,8 +440,9 @@ impl Lab {
     }
 
     /// Loads bgp-full-v4 (or its first `limit` routes) into fwd's FIB via dst with `ip -batch`,
-    /// and writes the destinations file: 65536 prefixes spread evenly over the table (flow i of
-    /// N takes every (65536/N)-th... see `pktgen::flow::destinations`). Returns (routes, seconds).
+    /// and writes the destinations file: 8192 of the loaded prefixes spread evenly over the
+    /// table, from which the generator draws its N destinations (again evenly). Returns
+    /// (routes loaded, seconds).
     pub fn load_routes(&mut self, limit: Option<usize>) -> anyhow::Result<(usize, f64)> {
         let routes = xfwd_benches::data::routes::BGP_FULL_V4
             .load()
