@@ -364,11 +364,11 @@ fn default_forwarder_commands(xfwd: &Path) -> (String, String) {
     let bin = display(xfwd);
     (
         format!(
-            "{bin} run --iface {{fwd0}},{{fwd1}} --bare --peer-mac {{fwd0}}={},{{fwd1}}={} --cpus {{cpu}} --no-punt",
+            "{bin} run --netns {{netns}} --iface {{fwd0}},{{fwd1}} --bare --peer-mac {{fwd0}}={},{{fwd1}}={} --cpus {{cpu}} --no-punt",
             SRC0.mac_string(),
             DST0.mac_string()
         ),
-        format!("{bin} run --iface {{fwd0}},{{fwd1}} --cpus {{cpu}} --no-punt"),
+        format!("{bin} run --netns {{netns}} --iface {{fwd0}},{{fwd1}} --cpus {{cpu}} --no-punt"),
     )
 }
 
@@ -398,7 +398,7 @@ mod tests {
         assert!(E2eOptions::try_parse_from(["e2e", "--rt", "100"]).is_err());
         let (bare, xfwd) = default_forwarder_commands(Path::new("/x/xfwd"));
         assert!(bare.starts_with(
-            "/x/xfwd run --iface {fwd0},{fwd1} --bare --peer-mac {fwd0}=02:58:46:00:00:01,"
+            "/x/xfwd run --netns {netns} --iface {fwd0},{fwd1} --bare --peer-mac {fwd0}=02:58:46:00:00:01,"
         ));
         assert!(xfwd.contains("--cpus {cpu}") && !xfwd.contains("--bare"));
     }
