@@ -806,9 +806,9 @@ impl Drop for Lab {
 
 /// Binary search for the highest rate in [lo, hi] whose trial passes, starting at `guess`;
 /// returns the best passing trial.
-fn search(
-    lab: &mut Lab,
-    run: &mut impl FnMut(&mut Lab, Option<f64>) -> anyhow::Result<Trial>,
+fn search<C>(
+    lab: &mut C,
+    run: &mut impl FnMut(&mut C, Option<f64>) -> anyhow::Result<Trial>,
     mut lo: f64,
     mut hi: f64,
     guess: f64,
@@ -843,5 +843,130 @@ fn search(
         if rate < MIN_RATE {
             return Ok(best);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake device that forwards everything up to `capacity` pps and loses the excess, or
+    /// loses a little everywhere above `lossy`.
+    fn fake(
+        capacity: f64,
+        lossy: f64,
+    ) -> impl FnMut(&mut u32, Option<f64>) -> anyhow::Result<Trial> {
+        move |count: &mut u32, rate: Option<f64>| {
+            *count += 1;
+            let rate = rate.unwrap_or(1e9);
+            let sent = (rate * 2.0) as u64;
+            let through = if rate <= capacity {
+                1.0
+            } else {
+                capacity / rate
+            };
+            let through = if rate > lossy {
+                through * 0.998
+            } else {
+                through
+            };
+            let received = (sent as f64 * through) as u64;
+            Ok(Trial {
+                offered: Some(rate),
+                tx_pps: rate,
+                sent,
+                received,
+                loss: 1.0 - received as f64 / sent as f64,
+                secs: 2.0,
+                ..Trial::default()
+            })
+        }
+    }
+
+    #[test]
+    fn search_brackets_the_capacity() {
+        for (capacity, guess) in [
+            (300_000.0, 290_000.0),
+            (12_345.0, 500_000.0),
+            (999_000.0, 1.0),
+        ] {
+            let mut count = 0;
+            let mut run = fake(capacity, f64::INFINITY);
+            let pass = |t: &Trial| t.received >= t.sent;
+            let best = search(
+                &mut count,
+                &mut run,
+                MIN_RATE,
+                1_000_000.0,
+                guess,
+                0.02,
+                pass,
+            )
+            .unwrap()
+            .expect("a rate passes");
+            assert!(best.tx_pps <= capacity, "{capacity}: {}", best.tx_pps);
+            assert!(
+                best.tx_pps >= capacity - 0.02 * 1_000_000.0,
+                "{capacity}: {}",
+                best.tx_pps
+            );
+            assert!(count <= 12, "{count} trials");
+        }
+    }
+
+    #[test]
+    fn search_reports_nothing_when_every_rate_fails() {
+        let mut count = 0;
+        let mut run = fake(100.0, f64::INFINITY);
+        let pass = |t: &Trial| t.received >= t.sent;
+        let best = search(&mut count, &mut run, MIN_RATE, 1_000_000.0, 0.0, 0.1, pass).unwrap();
+        assert!(best.is_none());
+        assert!(count < 20);
+    }
+
+    #[test]
+    fn pdr_passes_where_ndr_fails() {
+        // Loses 0.2% everywhere above 50 kpps: NDR stops there, PDR (≤ 0.5%) goes to capacity.
+        let mut count = 0;
+        let mut run = fake(400_000.0, 50_000.0);
+        let ndr = search(
+            &mut count,
+            &mut run,
+            MIN_RATE,
+            1e6,
+            390_000.0,
+            0.02,
+            |t: &Trial| t.received >= t.sent,
+        )
+        .unwrap()
+        .unwrap();
+        let pdr = search(
+            &mut count,
+            &mut run,
+            ndr.tx_pps,
+            1e6,
+            390_000.0,
+            0.02,
+            |t: &Trial| t.loss <= 0.005,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(
+            ndr.tx_pps <= 50_000.0 && ndr.tx_pps > 30_000.0,
+            "{}",
+            ndr.tx_pps
+        );
+        assert!(
+            pdr.tx_pps > 380_000.0 && pdr.tx_pps <= 400_000.0,
+            "{}",
+            pdr.tx_pps
+        );
+    }
+
+    #[test]
+    fn proc_stat_fields_parse() {
+        let (_cpu, start) = proc_times(std::process::id()).expect("our own /proc entry");
+        assert!(start > 0);
+        assert!(uptime_ticks() >= start);
     }
 }
