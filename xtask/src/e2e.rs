@@ -260,16 +260,11 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
     .context("bench e2e: building xfwd-gen")?;
     let generator = root.join("target/release/xfwd-gen");
     let xdp_object = work.join("xdp_fib.o");
+    // asm/types.h lives under Debian's multiarch include directory.
+    let multiarch = format!("-I/usr/include/{}-linux-gnu", std::env::consts::ARCH);
     exec(
         std::process::Command::new("clang")
-            .args([
-                "-O2",
-                "-g",
-                "-target",
-                "bpf",
-                "-I/usr/include/x86_64-linux-gnu",
-                "-c",
-            ])
+            .args(["-O2", "-g", "-target", "bpf", &multiarch, "-c"])
             .arg(root.join("crates/pktgen/bpf/xdp_fib.c"))
             .arg("-o")
             .arg(&xdp_object),
