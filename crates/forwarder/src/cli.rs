@@ -38,6 +38,52 @@ pub enum Command {
     Run(RunArgs),
     /// Live per-queue counters and rates of the running instance (over its control socket).
     Stats(StatsArgs),
+    /// Send complete UDP test frames from one namespace and check what arrives in another.
+    Probe(ProbeArgs),
+}
+
+/// `xfwd probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Namespace to send from.
+    #[arg(long)]
+    pub from_netns: Option<String>,
+    /// Interface to send from.
+    #[arg(long)]
+    pub iface: String,
+    /// Ethernet destination of sent frames (the forwarder's MAC on that link).
+    #[arg(long)]
+    pub to_mac: String,
+    /// IP source address.
+    #[arg(long)]
+    pub src: std::net::IpAddr,
+    /// IP destinations, used in turn (comma-separated).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub dst: Vec<std::net::IpAddr>,
+    /// Namespace to capture in.
+    #[arg(long)]
+    pub to_netns: Option<String>,
+    /// Interface to capture on.
+    #[arg(long)]
+    pub capture: String,
+    /// Frames to send.
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    /// Frames per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate: u64,
+    /// TTL / hop limit of sent frames.
+    #[arg(long, default_value_t = 64)]
+    pub ttl: u8,
+    /// UDP payload bytes.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+    /// Milliseconds to wait for stragglers after the last frame.
+    #[arg(long, default_value_t = 500)]
+    pub linger_ms: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `xfwd run`.
@@ -241,6 +287,96 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// `xfwd probe`: exit status 0 when every frame arrived with valid checksums.
+pub fn probe(args: &ProbeArgs) -> anyhow::Result<u8> {
+    use crate::probe::{Capture, ProbeSpec, send};
+    let Some(to_mac) = crate::punt::parse_mac(&args.to_mac) else {
+        eprintln!("xfwd: --to-mac {:?} is not aa:bb:cc:dd:ee:ff", args.to_mac);
+        return Ok(EX_USAGE);
+    };
+    let enter = |ns: &Option<String>| ns.as_deref().map_or(Ok(()), enter_netns);
+    let (iface, from) = (args.iface.clone(), args.from_netns.clone());
+    let src_mac = std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<[u8; 6]> {
+            enter(&from)?;
+            app::links()?
+                .remove(&iface)
+                .and_then(|v| v.mac)
+                .with_context(|| format!("no MAC for {iface}"))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("panicked"))?
+    })?;
+    let spec = ProbeSpec {
+        tx_iface: args.iface.clone(),
+        tx_src_mac: src_mac,
+        tx_dst_mac: to_mac,
+        src_ip: args.src,
+        dst_ips: args.dst.clone(),
+        ttl: args.ttl,
+        count: args.count,
+        rate: args.rate,
+        payload_len: args.payload,
+        rx_iface: args.capture.clone(),
+        linger: Duration::from_millis(args.linger_ms),
+    };
+    let run_id = std::process::id()
+        ^ (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()));
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let done = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let report = std::thread::scope(|s| -> anyhow::Result<_> {
+        let capture = s.spawn(|| -> anyhow::Result<_> {
+            enter(&args.to_netns)?;
+            let capture = Capture::open(&spec.rx_iface);
+            let _ = ready_tx.send(());
+            Ok(capture?.collect(run_id, &done, spec.linger))
+        });
+        let _ = ready_rx.recv();
+        let sender = s.spawn(|| -> anyhow::Result<_> {
+            enter(&args.from_netns)?;
+            send(&spec, run_id, &stop)
+        });
+        let sent = sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"));
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let mut report = capture
+            .join()
+            .map_err(|_| anyhow::anyhow!("capture panicked"))??;
+        let (sent, seconds) = sent??;
+        report.sent = sent;
+        report.send_seconds = seconds;
+        Ok(report)
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "sent {} in {:.2} s, received {} ({} distinct, {:.2}% delivered), bad checksums {}",
+            report.sent,
+            report.send_seconds,
+            report.received,
+            report.unique,
+            report.delivery() * 100.0,
+            report.bad_checksum
+        );
+        for (src, dst, n) in &report.macs {
+            println!("  {n} frames {src} -> {dst}");
+        }
+        for (ttl, n) in &report.ttls {
+            println!("  {n} frames with TTL/hop limit {ttl}");
+        }
+    }
+    let ok = report.sent == args.count && report.unique == report.sent && report.bad_checksum == 0;
+    Ok(if ok { 0 } else { 1 })
 }
 
 /// `xfwd stats`.

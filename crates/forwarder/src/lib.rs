@@ -42,6 +42,7 @@ pub mod bare;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod probe;
 pub mod processor;
 pub mod punt;
 pub mod runloop;

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use forwarder::cli::{Cli, Command, run, stats};
+use forwarder::cli::{Cli, Command, probe, run, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -17,6 +17,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Run(args) => run(args),
         Command::Stats(args) => stats(args),
+        Command::Probe(args) => probe(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
