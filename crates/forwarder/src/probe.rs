@@ -257,7 +257,7 @@ impl Capture {
                     &mut len,
                 )
             };
-            if n <= 0 || from.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if n <= 0 || from.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             let frame = &buf[..n as usize];
