@@ -92,7 +92,16 @@ impl Xfwd {
 
 impl Drop for Xfwd {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        // SIGTERM first, so that the control socket file goes too; SIGKILL if it hangs.
+        if let Some(child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let mut child = child;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
