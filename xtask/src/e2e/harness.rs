@@ -579,10 +579,13 @@ impl Lab {
             let start = Instant::now();
             loop {
                 if let Ok(Some(status)) = process.child.try_wait() {
+                    let log = self.work.join(format!("{}.err.log", case.label()));
+                    let text = std::fs::read_to_string(&log).unwrap_or_default();
+                    let last = text.lines().rev().find(|l| !l.trim().is_empty());
                     bail!(
-                        "{} exited ({status}) before forwarding; see target/e2e/{}.err.log",
+                        "{} exited ({status}) before forwarding: {}",
                         case.label(),
-                        case.label()
+                        last.unwrap_or("(no output)").trim()
                     );
                 }
                 let probe = self.trial(Some(20_000.0), 64, 1, Some(2_000), &[], None)?;
