@@ -101,6 +101,25 @@ pub fn render(results: &Results, machine: &Machine) -> String {
     for (case, why) in &results.skipped {
         let _ = writeln!(out, "- not measured: **{}**: {why}", case.label());
     }
+    for p in &results.points {
+        let trials = [
+            Some(&p.max),
+            p.ndr.as_ref(),
+            p.pdr.as_ref(),
+            p.latency.as_ref(),
+        ];
+        let leaked: u64 = trials.iter().flatten().map(|t| t.kernel_forwarded).sum();
+        let received: u64 = trials.iter().flatten().map(|t| t.received).sum();
+        if p.case != Case::Kernel && leaked * 100 > received {
+            let _ = writeln!(
+                out,
+                "- warning: **{}** {} B {} flows: the kernel forwarded {leaked} of {received} packets (XDP passed them up, or the forwarder was not attached)",
+                p.case.label(),
+                p.size,
+                flows_label(p.flows)
+            );
+        }
+    }
     for note in &results.notes {
         let _ = writeln!(out, "- note: {note}");
     }
