@@ -287,6 +287,11 @@ fn kernel_forwarded(netns: &str) -> anyhow::Result<u64> {
         "/proc/net/snmp",
         "/proc/net/snmp6",
     ])?;
+    Ok(parse_forwarded(&text))
+}
+
+/// ForwDatagrams of the `Ip:` table plus `Ip6OutForwDatagrams`, from /proc/net/snmp{,6} text.
+fn parse_forwarded(text: &str) -> u64 {
     let mut lines = text.lines();
     let mut total = 0;
     while let Some(line) = lines.next() {
