@@ -633,7 +633,7 @@ impl Lab {
                 let by_kernel = probe.kernel_forwarded * 100 > probe.sent;
                 if probe.received >= probe.sent * 99 / 100 && probe.sent > 0 && !by_kernel {
                     self.notes.push(format!(
-                        "{} forwarded {:.0} s after its start (table loading included)",
+                        "{} forwarded {:.0} s after its start (start-up and table loading included)",
                         case.label(),
                         start.elapsed().as_secs_f64()
                     ));
