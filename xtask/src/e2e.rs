@@ -85,10 +85,10 @@ pub struct E2eOptions {
     #[arg(long, default_value_t = 0)]
     rx_cpu: usize,
     /// Real-time priority (SCHED_FIFO, 1..=99) of the forwarder (its NAPI threads or its
-    /// process) and the receiving side (dst0's NAPI thread, the receiver); the generator runs
-    /// 10 below, so the receiver preempts it. Other work on a busy machine then cannot stall the
-    /// measured path (the kernel's RT throttling still leaves it 5% of each CPU). 0: everything
-    /// at normal priority.
+    /// process) and the receiving side (dst0's NAPI thread, the receiver), so that other work on
+    /// a busy machine cannot stall the measured path; the generator stays at normal priority
+    /// (a spinning RT thread would trip the kernel's RT throttling). 0: everything at normal
+    /// priority.
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=99))]
     rt: u8,
     /// Seconds per trial (default 2; 0.5 with --quick).

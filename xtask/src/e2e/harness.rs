@@ -768,7 +768,10 @@ impl Lab {
             softirq_ns(),
             kernel_forwarded(&fwd)?,
         );
-        let mut command = rt_command(self.settings.rt.map(|p| p.saturating_sub(10).max(1)));
+        // The generator stays at normal priority: it spins between batches, and a spinning
+        // real-time thread would trip the kernel's RT throttling (50 ms stalls every second)
+        // for the receiver on the same CPU.
+        let mut command = rt_command(None);
         command
             .arg(&self.generator)
             .args(["--netns", &src, "tx", "--iface", SRC0.name, "--json"])
