@@ -229,7 +229,11 @@ impl Applier {
                 if !t.links.upsert(l.clone()) {
                     return Ok(None);
                 }
-                let went_down = old.as_ref().is_some_and(|o| o.is_up() && !l.is_up());
+                // `IFF_UP` cleared (not a carrier loss): the kernel removes the IPv4 routes.
+                let up = neigh_table::LinkFlags::UP;
+                let went_down = old
+                    .as_ref()
+                    .is_some_and(|o| o.flags.contains(up) && !l.flags.contains(up));
                 if went_down {
                     self.routes_need_redump = true;
                 }

@@ -285,11 +285,12 @@ fn get<K: IpKey>(
     if table != ids::MAIN {
         let _ = write!(out, " table {}", table_name(table));
     }
-    let src = if iif.is_some() {
+    // With `from`, the flow's source is that address and the kernel prints no `src`; input
+    // routes (`iif`) have none either.
+    let src = if iif.is_some() || from.is_some() {
         None
     } else {
-        let chosen = prefsrc::<K>(t, r.alias, dst, hop, guard);
-        chosen.filter(|s| Some(*s) != from.map(K::to_ip))
+        prefsrc::<K>(t, r.alias, dst, hop, guard)
     };
     if let Some(s) = src {
         let _ = write!(out, " src {s}");

@@ -176,6 +176,9 @@ pub enum Ignored {
     ClonedRoute,
     /// A proxy neighbour entry (`NTF_PROXY`).
     ProxyNeigh,
+    /// A neighbour entry for a multicast address: the kernel makes these on demand without
+    /// notifying, and the MAC follows from the address (RFC 1112, RFC 2464).
+    MulticastNeigh,
     /// An xfrm message about states (SAs) or events, not policies.
     XfrmNonPolicy,
 }
@@ -188,6 +191,7 @@ impl Ignored {
             Ignored::Family => "family",
             Ignored::ClonedRoute => "cloned-route",
             Ignored::ProxyNeigh => "proxy-neigh",
+            Ignored::MulticastNeigh => "multicast-neigh",
             Ignored::XfrmNonPolicy => "xfrm-non-policy",
         }
     }

@@ -17,7 +17,7 @@ const MESSAGE: &str = "neighbour";
 /// Maps a neighbour message (`new`: `RTM_NEWNEIGH`, else `RTM_DELNEIGH`).
 ///
 /// Bridge FDB entries and other families are [`Ignored::Family`], proxy entries
-/// [`Ignored::ProxyNeigh`]. A link-layer address that is not 6 bytes long is kept as `None`.
+/// [`Ignored::ProxyNeigh`], multicast addresses [`Ignored::MulticastNeigh`]. A link-layer address that is not 6 bytes long is kept as `None`.
 ///
 /// # Errors
 /// A missing or mismatched destination address.
@@ -55,6 +55,9 @@ pub fn map_neigh(msg: &NeighbourMessage, new: bool) -> Result<Mapped, MapError> 
             });
         }
     };
+    if addr.is_multicast() {
+        return Ok(Mapped::Ignored(Ignored::MulticastNeigh));
+    }
     if !new {
         return Ok(Mapped::NeighGone {
             ifindex: h.ifindex,
@@ -120,6 +123,13 @@ mod tests {
         let mut v6 = message();
         v6.header.family = AddressFamily::Inet6;
         assert!(matches!(map_neigh(&v6, true), Err(MapError::Family { .. })));
+        let mut mcast = message();
+        mcast.attributes[0] =
+            NeighbourAttribute::Destination(NeighbourAddress::Inet(Ipv4Addr::new(224, 0, 0, 1)));
+        assert_eq!(
+            map_neigh(&mcast, true),
+            Ok(Mapped::Ignored(Ignored::MulticastNeigh))
+        );
         let mut none = message();
         none.attributes.clear();
         assert!(matches!(
