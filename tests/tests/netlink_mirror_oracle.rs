@@ -48,7 +48,11 @@ fn kernel_oracle_bgp_full_v4() {
         return;
     }
     let all = std::env::var("XFWD_ORACLE_ROUTES").is_ok_and(|v| v == "all");
-    let stride = if all { 1 } else { env_usize("XFWD_ORACLE_ROUTES").unwrap_or(CI_STRIDE) };
+    let stride = if all {
+        1
+    } else {
+        env_usize("XFWD_ORACLE_ROUTES").unwrap_or(CI_STRIDE)
+    };
     let lookups = env_usize("XFWD_ORACLE_LOOKUPS").unwrap_or(CI_LOOKUPS);
     let table = BGP_FULL_V4.load().expect("bgp-full-v4");
     let ns = netns("oracle");
@@ -58,37 +62,58 @@ fn kernel_oracle_bgp_full_v4() {
     ip_batch(
         &ns,
         chosen.iter().map(|r| {
-            format!("route add {} via 10.255.{}.2", r.prefix, r.origin_asn % NEXT_HOPS)
+            format!(
+                "route add {} via 10.255.{}.2",
+                r.prefix,
+                r.origin_asn % NEXT_HOPS
+            )
         }),
     );
     let loaded = t0.elapsed();
     let t1 = Instant::now();
     let live = mirror(&ns, MirrorOptions::default());
     let mirrored = t1.elapsed();
-    let main = live.tables().fib4.table(254, &crossbeam_epoch::pin()).map(|t| t.route_count());
+    let main = live
+        .tables()
+        .fib4
+        .table(254, &crossbeam_epoch::pin())
+        .map(|t| t.route_count());
     eprintln!(
         "oracle: {} routes loaded by ip -batch in {loaded:?}, mirrored in {mirrored:?} ({main:?} in main)",
         chosen.len()
     );
     let mut rng = StdRng::seed_from_u64(0x6e6c_6d69);
     let addrs: Vec<Ipv4Addr> = (0..lookups)
-        .map(|_| loop {
-            let a = Ipv4Addr::from(rng.random::<u32>());
-            // Multicast, class E and loopback destinations take other paths in the kernel.
-            if !a.is_multicast() && a.octets()[0] < 224 && !a.is_loopback() && a.octets()[0] != 0 {
-                break a;
+        .map(|_| {
+            loop {
+                let a = Ipv4Addr::from(rng.random::<u32>());
+                // Multicast, class E and loopback destinations take other paths in the kernel.
+                if !a.is_multicast()
+                    && a.octets()[0] < 224
+                    && !a.is_loopback()
+                    && a.octets()[0] != 0
+                {
+                    break a;
+                }
             }
         })
         .collect();
     let kernel = ip_batch(&ns, addrs.iter().map(|a| format!("route get {a}")));
     let mut answers = std::collections::HashMap::new();
-    for line in kernel.lines().filter(|l| !l.starts_with(char::is_whitespace)) {
+    for line in kernel
+        .lines()
+        .filter(|l| !l.starts_with(char::is_whitespace))
+    {
         let f = get_fields(line);
         answers.insert(f.dst.clone(), f);
     }
     let mut mismatches = Vec::new();
     for a in &addrs {
-        let args = RouteGetArgs { addr: IpAddr::V4(*a), selectors: vec![], netns: None };
+        let args = RouteGetArgs {
+            addr: IpAddr::V4(*a),
+            selectors: vec![],
+            netns: None,
+        };
         let ours = route_get(live.tables(), &args).ok().map(|l| get_fields(&l));
         if ours.as_ref() != answers.get(&a.to_string()) {
             mismatches.push((a, ours, answers.get(&a.to_string()).cloned()));
@@ -113,22 +138,44 @@ fn overrun_resync_equals_fresh_dump() {
     let ns = netns("overrun");
     next_hops(&ns);
     // The smallest buffer the kernel grants: a burst overruns it at once.
-    let tiny = MirrorOptions { rcvbuf: 4096, ..MirrorOptions::default() };
+    let tiny = MirrorOptions {
+        rcvbuf: 4096,
+        ..MirrorOptions::default()
+    };
     let live = mirror(&ns, tiny);
     let base = u32::from(Ipv4Addr::new(20, 0, 0, 0));
     // Adds, then replaces of a quarter and deletes of another quarter: a mirror that lost
     // any of them and did not resynchronise would differ.
     let adds = (0..BURST * 3 / 4).map(|i| {
-        format!("route add {}/32 via 10.255.{}.2", Ipv4Addr::from(base + i), i % NEXT_HOPS)
+        format!(
+            "route add {}/32 via 10.255.{}.2",
+            Ipv4Addr::from(base + i),
+            i % NEXT_HOPS
+        )
     });
     let replaces = (0..BURST / 8).map(|i| {
-        format!("route replace {}/32 via 10.255.{}.2", Ipv4Addr::from(base + i), (i + 1) % NEXT_HOPS)
+        format!(
+            "route replace {}/32 via 10.255.{}.2",
+            Ipv4Addr::from(base + i),
+            (i + 1) % NEXT_HOPS
+        )
     });
-    let deletes = (0..BURST / 8).map(|i| format!("route del {}/32", Ipv4Addr::from(base + BURST / 2 + i)));
+    let deletes =
+        (0..BURST / 8).map(|i| format!("route del {}/32", Ipv4Addr::from(base + BURST / 2 + i)));
     ip_batch(&ns, adds.chain(replaces).chain(deletes));
     converge(&live, &ns, Duration::from_secs(300)).unwrap();
     let s = live.stats();
-    assert!(s.overruns >= 1 && s.resyncs >= 1, "the burst overran the buffer: {s:?}");
-    let main = live.tables().fib4.table(254, &crossbeam_epoch::pin()).map(|t| t.route_count());
-    assert_eq!(main, Some((BURST * 3 / 4 - BURST / 8) as usize + NEXT_HOPS as usize));
+    assert!(
+        s.overruns >= 1 && s.resyncs >= 1,
+        "the burst overran the buffer: {s:?}"
+    );
+    let main = live
+        .tables()
+        .fib4
+        .table(254, &crossbeam_epoch::pin())
+        .map(|t| t.route_count());
+    assert_eq!(
+        main,
+        Some((BURST * 3 / 4 - BURST / 8) as usize + NEXT_HOPS as usize)
+    );
 }
