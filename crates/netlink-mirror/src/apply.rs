@@ -262,11 +262,11 @@ impl Applier {
                     Err(e) => return Err(e.into()),
                 }
             }
-            Mapped::Route4(r, u) => upsert_route(&t.fib4, &r, u)?.then(|| Change::Route4(Added, r)),
-            Mapped::Route6(r, u) => upsert_route(&t.fib6, &r, u)?.then(|| Change::Route6(Added, r)),
-            Mapped::Route4Gone(r) => delete_route(&t.fib4, &r)?.then(|| Change::Route4(Removed, r)),
-            Mapped::Route6Gone(r) => delete_route(&t.fib6, &r)?.then(|| Change::Route6(Removed, r)),
-            Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then(|| Change::Neigh(Added, n)),
+            Mapped::Route4(r, u) => upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r)),
+            Mapped::Route6(r, u) => upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r)),
+            Mapped::Route4Gone(r) => delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r)),
+            Mapped::Route6Gone(r) => delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r)),
+            Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
             Mapped::NeighGone { ifindex, addr } => t
                 .neigh
                 .remove(ifindex, addr)
@@ -322,7 +322,7 @@ impl Applier {
         })
         .inspect(|_| {
             let custom = t.fib4.has_custom_rules() || t.fib6.has_custom_rules();
-            if custom != !t.generation.snapshot().enabled {
+            if custom == t.generation.snapshot().enabled {
                 t.generation.set_custom_rules(custom);
             }
         })
@@ -368,7 +368,7 @@ impl Applier {
             AddrEntry::V4(e) => one(&self.tables.addrs, *e)?,
             AddrEntry::V6(e) => one(&self.tables.addrs, *e)?,
         };
-        Ok(changed.then(|| Change::Addr(ChangeOp::Added, a)))
+        Ok(changed.then_some(Change::Addr(ChangeOp::Added, a)))
     }
 
     /// Re-resolves the interface names of rules after a link appeared, went or was renamed.

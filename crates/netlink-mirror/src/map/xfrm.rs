@@ -173,9 +173,11 @@ mod tests {
 
     #[test]
     fn delete_uses_the_id_and_marks_are_refused() {
-        let mut id = UserPolicyId::default();
-        id.selector = info().selector;
-        id.direction = 1;
+        let id = UserPolicyId {
+            selector: info().selector,
+            direction: 1,
+            ..Default::default()
+        };
         let Mapped::PolicyGone(k) = map_xfrm(&XfrmMessage::DeletePolicy(DelGetMessage {
             user_policy_id: id,
             nlas: vec![XfrmAttrs::IfId(5)],
