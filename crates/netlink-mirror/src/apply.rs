@@ -53,16 +53,6 @@ struct RouteId<K> {
 }
 
 impl<K: IpKey> RouteId<K> {
-    fn of_route(r: &Route<K>) -> Self {
-        RouteId {
-            prefix: r.prefix,
-            plen: r.plen,
-            table: r.table,
-            tos: r.tos,
-            route_type: r.route_type,
-            info: r.info.clone(),
-        }
-    }
     fn of_alias(prefix: K, plen: u8, a: &FibAlias<K>) -> Self {
         RouteId {
             prefix,
@@ -72,14 +62,6 @@ impl<K: IpKey> RouteId<K> {
             route_type: a.route_type,
             info: (*a.info).clone(),
         }
-    }
-    /// A 64-bit digest (SipHash with fixed keys): a million routes are swept against 8 MiB of
-    /// digests rather than copies; a collision (odds about n²/2⁶⁵) would keep one stale route.
-    fn digest(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
-        self.hash(&mut h);
-        h.finish()
     }
     fn into_route(self) -> Route<K> {
         Route {
@@ -91,6 +73,23 @@ impl<K: IpKey> RouteId<K> {
             info: self.info,
         }
     }
+}
+
+/// A route's 64-bit digest (SipHash with fixed keys): a million routes are swept against
+/// 8 MiB of digests rather than copies; a collision (odds about n²/2⁶⁵) would keep one stale
+/// route.
+fn digest<K: IpKey>(
+    prefix: K,
+    plen: u8,
+    table: u32,
+    tos: u8,
+    t: RouteType,
+    info: &RouteInfo<K>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (prefix, plen, table, tos, t, info).hash(&mut h);
+    h.finish()
 }
 
 /// What one dump of a kind held, to sweep the rest afterwards.
@@ -117,10 +116,24 @@ impl Seen {
                 self.addrs.insert((a.ifindex(), a.addr(), a.prefix_len()));
             }
             Mapped::Route4(r, _) => {
-                self.routes4.insert(RouteId::of_route(r).digest());
+                self.routes4.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
             }
             Mapped::Route6(r, _) => {
-                self.routes6.insert(RouteId::of_route(r).digest());
+                self.routes6.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
             }
             Mapped::Neigh(n) => {
                 self.neigh.insert((n.ifindex, n.addr));
@@ -223,6 +236,10 @@ impl Applier {
     fn apply_inner(&mut self, m: Mapped) -> Applied {
         use ChangeOp::{Added, Removed};
         let t = self.tables.clone();
+        let rule = matches!(
+            m,
+            Mapped::Rule4(_) | Mapped::Rule6(_) | Mapped::Rule4Gone(_) | Mapped::Rule6Gone(_)
+        );
         Ok(match m {
             Mapped::Link(l) => {
                 let old = t.links.get(l.ifindex, &crossbeam_epoch::pin()).cloned();
@@ -262,10 +279,18 @@ impl Applier {
                     Err(e) => return Err(e.into()),
                 }
             }
-            Mapped::Route4(r, u) => upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r)),
-            Mapped::Route6(r, u) => upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r)),
-            Mapped::Route4Gone(r) => delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r)),
-            Mapped::Route6Gone(r) => delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r)),
+            Mapped::Route4(r, u) => {
+                upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r))
+            }
+            Mapped::Route6(r, u) => {
+                upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
+            }
+            Mapped::Route4Gone(r) => {
+                delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r))
+            }
+            Mapped::Route6Gone(r) => {
+                delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r))
+            }
             Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
             Mapped::NeighGone { ifindex, addr } => t
                 .neigh
@@ -321,6 +346,9 @@ impl Applier {
             }
         })
         .inspect(|_| {
+            if !rule {
+                return;
+            }
             let custom = t.fib4.has_custom_rules() || t.fib6.has_custom_rules();
             if custom == t.generation.snapshot().enabled {
                 t.generation.set_custom_rules(custom);
@@ -490,10 +518,9 @@ fn stale_routes<K: IpKey>(fib: &Fib<K>, seen: &HashSet<u64>) -> Vec<Route<K>> {
     let mut out = Vec::new();
     for id in fib.table_ids() {
         if let Some(table) = fib.table(id, &guard) {
-            for (prefix, plen, alias) in table.dump(&guard) {
-                let rid = RouteId::of_alias(prefix, plen, alias);
-                if !seen.contains(&rid.digest()) {
-                    out.push(rid.into_route());
+            for (prefix, plen, a) in table.dump(&guard) {
+                if !seen.contains(&digest(prefix, plen, a.table, a.tos, a.route_type, &a.info)) {
+                    out.push(RouteId::of_alias(prefix, plen, a).into_route());
                 }
             }
         }

@@ -214,10 +214,11 @@ where
                             failed = Some(e.raw_code());
                             done = true;
                         }
-                        NetlinkPayload::Error(e) if m.header.port_number == port
-                            && e.code.is_some() => {
-                                inc(&applier.counters.resolve_errors);
-                            }
+                        NetlinkPayload::Error(e)
+                            if m.header.port_number == port && e.code.is_some() =>
+                        {
+                            inc(&applier.counters.resolve_errors);
+                        }
                         _ => {}
                     }
                 },
@@ -394,10 +395,11 @@ impl Control {
                     self.route.messages::<RouteNetlinkMessage>(
                         |m| match m.payload {
                             NetlinkPayload::InnerMessage(msg) => events.push((m.header.flags, msg)),
-                            NetlinkPayload::Error(e) if m.header.port_number == port
-                                && e.code.is_some() => {
-                                    refused.push(e.to_io());
-                                }
+                            NetlinkPayload::Error(e)
+                                if m.header.port_number == port && e.code.is_some() =>
+                            {
+                                refused.push(e.to_io());
+                            }
                             _ => {}
                         },
                         |kind, e| bad.push(format!("type {kind}: {e}")),
