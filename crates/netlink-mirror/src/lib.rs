@@ -46,6 +46,8 @@
 //! # drop(hop);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![forbid(unsafe_code)]
+
 pub mod apply;
 pub mod change;
 pub mod cli;
