@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod exec;
 mod lab;
+mod mirror_oracle;
 mod setup;
 mod test;
 
@@ -32,6 +33,8 @@ enum Command {
     Test(test::Options),
     /// Run a criterion benchmark of benches/ and write its report with plots to docs/benchmarks/.
     Bench(bench::Options),
+    /// Compare the netlink mirror's route lookups with the kernel's on all of bgp-full-v4 (root).
+    MirrorOracle(mirror_oracle::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -42,6 +45,7 @@ fn main() -> std::process::ExitCode {
         Command::Lab(options) => lab::run(&options),
         Command::Test(options) => test::run(&options),
         Command::Bench(options) => bench::run(&options),
+        Command::MirrorOracle(options) => mirror_oracle::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
