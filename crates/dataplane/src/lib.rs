@@ -1,0 +1,4 @@
+//! xfwd's forwarding pipeline, sans IO (work in progress).
+#![forbid(unsafe_code)]
+
+pub mod wire;
