@@ -1,0 +1,45 @@
+//! Neighbour (ARP / NDP) and link tables for a user-space dataplane, mirrored from the kernel.
+//!
+//! The kernel keeps neighbours in `struct neigh_table` instances (`arp_tbl`, `nd_tbl`): hash
+//! tables of `struct neighbour` keyed by (device, address), read under RCU by the output path
+//! (`__ipv4_neigh_lookup_noref`) and resized by the writer. [`NeighTable`] renders that for
+//! xfwd: the control plane mirrors `RTM_NEWNEIGH` / `RTM_DELNEIGH` into it, and the packet path
+//! reads the link-layer address of the next hop without locks. [`LinkTable`] does the same for
+//! the few facts the packet path needs about interfaces (MAC, MTU, up or down, master).
+//!
+//! The state machine itself (probing, timers, NUD transitions) stays in the kernel: these tables
+//! only hold its latest answer. A dataplane that needs a neighbour the kernel has not resolved
+//! asks the kernel to resolve it (`RTM_NEWNEIGH` with `NTF_USE`) and waits for the update.
+//!
+//! Concurrency (crossbeam-epoch standing in for RCU): readers pin once per batch and pass the
+//! `&Guard`; a returned reference lives as long as the guard. Writers take `&self`, are
+//! serialised by a mutex inside, copy the one bucket chain they change and publish it with an
+//! atomic swap; resizing publishes a whole new bucket array. A reader therefore sees each
+//! entry either before or after a change, never a torn one. Every change bumps a generation
+//! counter, so a hold queue can poll for "anything changed?" with one atomic load.
+//!
+//! ```
+//! use std::net::Ipv6Addr;
+//! use std::sync::Arc;
+//! use neigh_table::{Link, LinkTable, NeighTable, Neighbour, NudState};
+//!
+//! let neigh = Arc::new(NeighTable::new());
+//! let links = Arc::new(LinkTable::new());
+//! links.upsert(Link { mac: Some([2, 0, 0, 0, 0, 9]), ..Link::new(4, "eth1") });
+//!
+//! let router = "fe80::1".parse::<Ipv6Addr>()?;
+//! neigh.upsert(Neighbour::new(4, router.into(), Some([2, 0, 0, 0, 0, 1]), NudState::STALE));
+//!
+//! let guard = crossbeam_epoch::pin();
+//! let dst_mac = neigh.lookup_v6(4, router, &guard).and_then(|n| n.usable_mac());
+//! let src_mac = links.get(4, &guard).and_then(|l| l.mac);
+//! assert_eq!((dst_mac, src_mac), (Some([2, 0, 0, 0, 0, 1]), Some([2, 0, 0, 0, 0, 9])));
+//! # Ok::<(), std::net::AddrParseError>(())
+//! ```
+
+mod cow_map;
+mod link;
+mod neigh;
+
+pub use link::{Link, LinkFlags, LinkTable, OperState};
+pub use neigh::{NeighFlags, NeighTable, Neighbour, NudState};
