@@ -208,6 +208,8 @@ pub struct Upper {
     pub offset: usize,
     /// A fragment header was met.
     pub fragment: bool,
+    /// The fragment header had a non-zero offset (the upper-layer header is not here).
+    pub later_fragment: bool,
     /// The first extension header is hop-by-hop options.
     pub hop_by_hop: bool,
     /// The number of extension headers walked.
@@ -236,6 +238,7 @@ pub fn walk_extensions(first: u8, payload: &[u8], max_headers: usize) -> Result<
         protocol: first,
         offset: 0,
         fragment: false,
+        later_fragment: false,
         hop_by_hop: first == next_header::HOP_BY_HOP,
         headers: 0,
     };
@@ -273,6 +276,7 @@ pub fn walk_extensions(first: u8, payload: &[u8], max_headers: usize) -> Result<
             upper.fragment = true;
             let offset = u16::from_be_bytes([header[2], header[3]]) >> 3;
             if offset != 0 {
+                upper.later_fragment = true;
                 return Ok(upper);
             }
         }
@@ -343,7 +347,7 @@ mod tests {
         // A later fragment stops after its header.
         let later = [43, 0, 0, 8 << 3, 0, 0, 0, 7, 0xff, 0xff];
         let u = walk_extensions(next_header::FRAGMENT, &later, 8).unwrap();
-        assert_eq!((u.protocol, u.offset), (43, 8));
+        assert_eq!((u.protocol, u.offset, u.later_fragment), (43, 8, true));
         // Two destination-option headers with a bound of one.
         let two = [60, 0, 0, 0, 0, 0, 0, 0, 17, 0, 0, 0, 0, 0, 0, 0];
         assert_eq!(
