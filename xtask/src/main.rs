@@ -5,6 +5,7 @@
 
 mod bench;
 mod exec;
+mod fuzz;
 mod lab;
 mod setup;
 mod test;
@@ -29,6 +30,8 @@ enum Command {
     Test(test::Options),
     /// Run a criterion benchmark of benches/ and write its report with plots to docs/benchmarks/.
     Bench(bench::Options),
+    /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
+    Fuzz(fuzz::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -38,6 +41,7 @@ fn main() -> std::process::ExitCode {
         Command::Lab(options) => lab::run(&options),
         Command::Test(options) => test::run(&options),
         Command::Bench(options) => bench::run(&options),
+        Command::Fuzz(options) => fuzz::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -110,3 +110,8 @@ pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;
 pub use tables::Tables;
 pub use verdict::{DropReason, IcmpError, PuntReason, Verdict};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
