@@ -52,6 +52,7 @@ pub struct EthernetFrame<T> {
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
     /// A view without any check; accessors may panic on a short buffer until
     /// [`check_len`](Self::check_len) succeeds. For emitting into a buffer already sized.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
@@ -61,6 +62,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     ///
     /// # Errors
     /// [`WireError::Truncated`] when the buffer is shorter than the header (with its tag).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let frame = Self::new_unchecked(buffer);
         frame.check_len()?;
@@ -71,6 +73,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     ///
     /// # Errors
     /// [`WireError::Truncated`].
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         let len = self.buffer.as_ref().len();
         if len < HEADER_LEN || (self.is_tagged() && len < TAGGED_HEADER_LEN) {
@@ -80,6 +83,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The destination MAC address.
+    #[inline]
     pub fn dst_addr(&self) -> [u8; 6] {
         let mut mac = [0; 6];
         mac.copy_from_slice(&self.buffer.as_ref()[field::DST]);
@@ -87,6 +91,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The source MAC address.
+    #[inline]
     pub fn src_addr(&self) -> [u8; 6] {
         let mut mac = [0; 6];
         mac.copy_from_slice(&self.buffer.as_ref()[field::SRC]);
@@ -94,11 +99,13 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The outer EtherType (the TPID for a tagged frame).
+    #[inline]
     pub fn ethertype(&self) -> u16 {
         get16(self.buffer.as_ref(), field::ETHERTYPE)
     }
 
     /// Whether the frame carries an 802.1Q or 802.1ad tag.
+    #[inline]
     pub fn is_tagged(&self) -> bool {
         let buf = self.buffer.as_ref();
         buf.len() >= HEADER_LEN
@@ -109,12 +116,14 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The VLAN id (low 12 bits of the TCI) of a tagged frame.
+    #[inline]
     pub fn vlan_id(&self) -> Option<u16> {
         self.is_tagged()
             .then(|| get16(self.buffer.as_ref(), field::TCI) & 0x0fff)
     }
 
     /// The EtherType of the payload: after the tag of a tagged frame.
+    #[inline]
     pub fn inner_ethertype(&self) -> u16 {
         if self.is_tagged() {
             get16(self.buffer.as_ref(), field::INNER_ETHERTYPE)
@@ -124,6 +133,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The header length: 14, or 18 with a tag.
+    #[inline]
     pub fn header_len(&self) -> usize {
         if self.is_tagged() {
             TAGGED_HEADER_LEN
@@ -133,6 +143,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     }
 
     /// The payload after the header (and tag).
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
     }
@@ -140,17 +151,20 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     /// Writes the destination MAC address.
+    #[inline]
     pub fn set_dst_addr(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&mac);
     }
 
     /// Writes the source MAC address.
+    #[inline]
     pub fn set_src_addr(&mut self, mac: [u8; 6]) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&mac);
     }
 
     /// Writes the outer EtherType. Writing a TPID makes [`check_len`](Self::check_len) ask for
     /// the tag's four bytes too.
+    #[inline]
     pub fn set_ethertype(&mut self, value: u16) {
         self.buffer.as_mut()[field::ETHERTYPE].copy_from_slice(&value.to_be_bytes());
     }

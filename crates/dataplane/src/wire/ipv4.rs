@@ -50,6 +50,7 @@ pub struct Ipv4Packet<T> {
 
 impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// A view without any check (for emitting into a buffer already sized).
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv4Packet { buffer }
     }
@@ -58,6 +59,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     ///
     /// # Errors
     /// As [`check_len`](Self::check_len).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
@@ -71,6 +73,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     /// # Errors
     /// [`WireError::Truncated`] (buffer shorter than the fixed header, the options, or the total
     /// length), [`WireError::BadHeaderLen`] (IHL below 5, or above the total length).
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         let buf = self.buffer.as_ref();
         if buf.len() < HEADER_LEN {
@@ -98,113 +101,135 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
     }
 
     /// The IP version field (4 for a valid packet).
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buf()[field::VER_IHL] >> 4
     }
 
     /// The header length in bytes (IHL × 4), options included.
+    #[inline]
     pub fn header_len(&self) -> usize {
         usize::from(self.buf()[field::VER_IHL] & 0x0f) * 4
     }
 
     /// The DSCP/ECN byte (the old TOS).
+    #[inline]
     pub fn tos(&self) -> u8 {
         self.buf()[field::DSCP_ECN]
     }
 
     /// The total length (header and payload).
+    #[inline]
     pub fn total_len(&self) -> u16 {
         get16(self.buf(), field::LENGTH)
     }
 
     /// The identification.
+    #[inline]
     pub fn ident(&self) -> u16 {
         get16(self.buf(), field::IDENT)
     }
 
     /// The flags and fragment offset word.
+    #[inline]
     pub fn flags_offset(&self) -> u16 {
         get16(self.buf(), field::FLG_OFF)
     }
 
     /// Whether DF is set.
+    #[inline]
     pub fn dont_frag(&self) -> bool {
         self.flags_offset() & DF != 0
     }
 
     /// Whether MF is set.
+    #[inline]
     pub fn more_frags(&self) -> bool {
         self.flags_offset() & MF != 0
     }
 
     /// The fragment offset in bytes.
+    #[inline]
     pub fn frag_offset(&self) -> u16 {
         (self.flags_offset() & OFFSET_MASK) << 3
     }
 
     /// Whether this is a fragment (MF set or a non-zero offset).
+    #[inline]
     pub fn is_fragment(&self) -> bool {
         self.flags_offset() & (MF | OFFSET_MASK) != 0
     }
 
     /// The time to live.
+    #[inline]
     pub fn ttl(&self) -> u8 {
         self.buf()[field::TTL]
     }
 
     /// The payload's protocol number.
+    #[inline]
     pub fn protocol(&self) -> u8 {
         self.buf()[field::PROTOCOL]
     }
 
     /// The header checksum as stored.
+    #[inline]
     pub fn checksum(&self) -> u16 {
         get16(self.buf(), field::CHECKSUM)
     }
 
     /// The source address.
+    #[inline]
     pub fn src_addr(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.src_bytes())
     }
 
     /// The destination address.
+    #[inline]
     pub fn dst_addr(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.dst_bytes())
     }
 
     /// The source address as bytes.
+    #[inline]
     pub fn src_bytes(&self) -> [u8; 4] {
         let b = &self.buf()[field::SRC];
         [b[0], b[1], b[2], b[3]]
     }
 
     /// The destination address as bytes.
+    #[inline]
     pub fn dst_bytes(&self) -> [u8; 4] {
         let b = &self.buf()[field::DST];
         [b[0], b[1], b[2], b[3]]
     }
 
     /// Whether the header checksum is correct.
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         checksum::fold(checksum::sum(&self.buf()[..self.header_len()], 0)) == 0xffff
     }
 
     /// The options (empty for IHL 5).
+    #[inline]
     pub fn options(&self) -> &[u8] {
         &self.buf()[HEADER_LEN..self.header_len()]
     }
 
     /// The payload, up to the total length.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buf()[self.header_len()..usize::from(self.total_len())]
     }
 
     /// The whole packet, up to the total length.
+    #[inline]
     pub fn packet(&self) -> &[u8] {
         &self.buf()[..usize::from(self.total_len())]
     }
 
     /// The underlying buffer.
+    #[inline]
     pub fn into_inner(self) -> T {
         self.buffer
     }
@@ -217,56 +242,67 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     /// Writes version 4 and the header length (a multiple of 4 from 20 to 60). Changing the
     /// header length can break [`check_len`](Self::check_len).
+    #[inline]
     pub fn set_version_header_len(&mut self, hlen: usize) {
         self.buf_mut()[field::VER_IHL] = 0x40 | ((hlen / 4) as u8 & 0x0f);
     }
 
     /// Writes the DSCP/ECN byte.
+    #[inline]
     pub fn set_tos(&mut self, tos: u8) {
         self.buf_mut()[field::DSCP_ECN] = tos;
     }
 
     /// Writes the total length (can break [`check_len`](Self::check_len)).
+    #[inline]
     pub fn set_total_len(&mut self, len: u16) {
         self.buf_mut()[field::LENGTH].copy_from_slice(&len.to_be_bytes());
     }
 
     /// Writes the identification.
+    #[inline]
     pub fn set_ident(&mut self, ident: u16) {
         self.buf_mut()[field::IDENT].copy_from_slice(&ident.to_be_bytes());
     }
 
     /// Writes the flags and fragment offset word.
+    #[inline]
     pub fn set_flags_offset(&mut self, word: u16) {
         self.buf_mut()[field::FLG_OFF].copy_from_slice(&word.to_be_bytes());
     }
 
     /// Writes the TTL.
+    #[inline]
     pub fn set_ttl(&mut self, ttl: u8) {
         self.buf_mut()[field::TTL] = ttl;
     }
 
     /// Writes the protocol.
+    #[inline]
     pub fn set_protocol(&mut self, protocol: u8) {
         self.buf_mut()[field::PROTOCOL] = protocol;
     }
 
     /// Writes the checksum field.
+    #[inline]
     pub fn set_checksum(&mut self, value: u16) {
         self.buf_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
     }
 
     /// Writes the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, addr: Ipv4Addr) {
         self.buf_mut()[field::SRC].copy_from_slice(&addr.octets());
     }
 
     /// Writes the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: Ipv4Addr) {
         self.buf_mut()[field::DST].copy_from_slice(&addr.octets());
     }
 
     /// Computes and writes the header checksum.
+    #[inline]
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
         let hlen = self.header_len();
@@ -276,6 +312,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     /// Decrements the TTL by one and updates the checksum incrementally (RFC 1624); the TTL
     /// must be at least 1.
+    #[inline]
     pub fn decrement_ttl(&mut self) {
         let buf = self.buf_mut();
         let old = u16::from_be_bytes([buf[field::TTL], buf[field::PROTOCOL]]);

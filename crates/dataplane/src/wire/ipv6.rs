@@ -70,6 +70,7 @@ pub struct Ipv6Packet<T> {
 
 impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     /// A view without any check (for emitting into a buffer already sized).
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         Ipv6Packet { buffer }
     }
@@ -78,6 +79,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     ///
     /// # Errors
     /// As [`check_len`](Self::check_len).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let packet = Self::new_unchecked(buffer);
         packet.check_len()?;
@@ -88,6 +90,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     ///
     /// # Errors
     /// [`WireError::Truncated`].
+    #[inline]
     pub fn check_len(&self) -> Result<(), WireError> {
         let buf = self.buffer.as_ref();
         if buf.len() < HEADER_LEN || buf.len() < HEADER_LEN + usize::from(get16(buf, field::LENGTH))
@@ -102,11 +105,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The version field (6 for a valid packet).
+    #[inline]
     pub fn version(&self) -> u8 {
         self.buf()[0] >> 4
     }
 
     /// The traffic class.
+    #[inline]
     pub fn traffic_class(&self) -> u8 {
         let w = get16(
             self.buf(),
@@ -116,21 +121,25 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The payload length (extension headers included).
+    #[inline]
     pub fn payload_len(&self) -> u16 {
         get16(self.buf(), field::LENGTH)
     }
 
     /// The first next-header value.
+    #[inline]
     pub fn next_header(&self) -> u8 {
         self.buf()[field::NXT_HDR]
     }
 
     /// The hop limit.
+    #[inline]
     pub fn hop_limit(&self) -> u8 {
         self.buf()[field::HOP_LIMIT]
     }
 
     /// The source address as bytes.
+    #[inline]
     pub fn src_bytes(&self) -> [u8; 16] {
         let mut a = [0; 16];
         a.copy_from_slice(&self.buf()[field::SRC]);
@@ -138,6 +147,7 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The destination address as bytes.
+    #[inline]
     pub fn dst_bytes(&self) -> [u8; 16] {
         let mut a = [0; 16];
         a.copy_from_slice(&self.buf()[field::DST]);
@@ -145,21 +155,25 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
     }
 
     /// The source address.
+    #[inline]
     pub fn src_addr(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.src_bytes())
     }
 
     /// The destination address.
+    #[inline]
     pub fn dst_addr(&self) -> Ipv6Addr {
         Ipv6Addr::from(self.dst_bytes())
     }
 
     /// The payload (extension headers and upper layer), up to the payload length.
+    #[inline]
     pub fn payload(&self) -> &[u8] {
         &self.buf()[HEADER_LEN..HEADER_LEN + usize::from(self.payload_len())]
     }
 
     /// The whole packet, up to the payload length.
+    #[inline]
     pub fn packet(&self) -> &[u8] {
         &self.buf()[..HEADER_LEN + usize::from(self.payload_len())]
     }
@@ -167,32 +181,38 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Writes version 6, the traffic class and the flow label.
+    #[inline]
     pub fn set_version_tc_flow(&mut self, tc: u8, flow: u32) {
         let w = (6u32 << 28) | (u32::from(tc) << 20) | (flow & 0x000f_ffff);
         self.buffer.as_mut()[field::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
     }
 
     /// Writes the payload length (can break [`check_len`](Self::check_len)).
+    #[inline]
     pub fn set_payload_len(&mut self, len: u16) {
         self.buffer.as_mut()[field::LENGTH].copy_from_slice(&len.to_be_bytes());
     }
 
     /// Writes the first next-header value.
+    #[inline]
     pub fn set_next_header(&mut self, value: u8) {
         self.buffer.as_mut()[field::NXT_HDR] = value;
     }
 
     /// Writes the hop limit.
+    #[inline]
     pub fn set_hop_limit(&mut self, value: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = value;
     }
 
     /// Writes the source address.
+    #[inline]
     pub fn set_src_addr(&mut self, addr: Ipv6Addr) {
         self.buffer.as_mut()[field::SRC].copy_from_slice(&addr.octets());
     }
 
     /// Writes the destination address.
+    #[inline]
     pub fn set_dst_addr(&mut self, addr: Ipv6Addr) {
         self.buffer.as_mut()[field::DST].copy_from_slice(&addr.octets());
     }

@@ -70,6 +70,7 @@ pub struct UdpPacket<T> {
 
 impl<T: AsRef<[u8]>> UdpPacket<T> {
     /// A view without any check.
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         UdpPacket { buffer }
     }
@@ -79,6 +80,7 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     ///
     /// # Errors
     /// [`WireError::Truncated`], [`WireError::BadHeaderLen`] (length field below 8).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self, WireError> {
         let udp = Self::new_unchecked(buffer);
         let len = udp.buffer.as_ref().len();
@@ -95,11 +97,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     }
 
     /// The source port.
+    #[inline]
     pub fn src_port(&self) -> u16 {
         get16(self.buffer.as_ref(), field::SRC_PORT)
     }
 
     /// The destination port.
+    #[inline]
     pub fn dst_port(&self) -> u16 {
         get16(self.buffer.as_ref(), field::DST_PORT)
     }
@@ -109,11 +113,13 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         clippy::len_without_is_empty,
         reason = "a header field, not a collection"
     )]
+    #[inline]
     pub fn len(&self) -> u16 {
         get16(self.buffer.as_ref(), field::LENGTH)
     }
 
     /// The checksum field (0: none, IPv4 only).
+    #[inline]
     pub fn checksum(&self) -> u16 {
         get16(self.buffer.as_ref(), field::CHECKSUM)
     }
