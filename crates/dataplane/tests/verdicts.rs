@@ -868,3 +868,48 @@ fn route_changes_reach_cached_queues_through_the_generation() {
         Verdict::Drop(DropReason::Blackhole)
     );
 }
+
+#[test]
+fn throw_routes_continue_with_the_next_rule() {
+    let fx = fixture();
+    let fib = &fx.tables.fib4;
+    fib.insert(
+        &fib_trie::Route::reject(0x0808_0800, 24, 100, fib_trie::RouteType::Throw),
+        fib_trie::InsertFlags::ADD,
+    )
+    .unwrap();
+    fib.insert(
+        &fib_trie::Route::reject(0x0800_0000, 8, 100, fib_trie::RouteType::Blackhole),
+        fib_trie::InsertFlags::ADD,
+    )
+    .unwrap();
+    fib.add_rule(fib_trie::FibRule::new(
+        100,
+        fib_trie::RuleAction::Lookup(100),
+    ))
+    .unwrap();
+    fx.tables.generation.set_custom_rules(true);
+    let mut queue = Queue::new(Config::default()).unwrap();
+    // Thrown out of table 100, found in main.
+    let o = run_on(
+        &mut queue,
+        &fx,
+        &udp4(HOST4, [8, 8, 8, 8], 64, 53, 0),
+        256,
+        0,
+    );
+    assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+    // Table 100's blackhole decides the rest of 8/8.
+    let o = run_on(
+        &mut queue,
+        &fx,
+        &udp4(HOST4, [8, 1, 1, 1], 64, 53, 0),
+        256,
+        0,
+    );
+    assert_eq!(o.verdict, Verdict::Drop(DropReason::Blackhole));
+    assert!(
+        queue.counters().dst_cache.disabled >= 2,
+        "no caching under custom rules"
+    );
+}
