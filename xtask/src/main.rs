@@ -6,6 +6,7 @@
 mod bench;
 mod demo;
 mod exec;
+mod fuzz;
 mod lab;
 mod mirror_oracle;
 mod setup;
@@ -35,6 +36,8 @@ enum Command {
     Bench(bench::Options),
     /// Compare the netlink mirror's route lookups with the kernel's on all of bgp-full-v4 (root).
     MirrorOracle(mirror_oracle::Options),
+    /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
+    Fuzz(fuzz::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -46,6 +49,7 @@ fn main() -> std::process::ExitCode {
         Command::Test(options) => test::run(&options),
         Command::Bench(options) => bench::run(&options),
         Command::MirrorOracle(options) => mirror_oracle::run(&options),
+        Command::Fuzz(options) => fuzz::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
