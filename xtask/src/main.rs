@@ -7,7 +7,9 @@ mod bench;
 mod demo;
 mod e2e;
 mod exec;
+mod fuzz;
 mod lab;
+mod mirror_oracle;
 mod setup;
 mod test;
 
@@ -33,6 +35,10 @@ enum Command {
     Test(test::Options),
     /// Run a criterion benchmark of benches/ and write its report with plots to docs/benchmarks/.
     Bench(bench::Options),
+    /// Compare the netlink mirror's route lookups with the kernel's on all of bgp-full-v4 (root).
+    MirrorOracle(mirror_oracle::Options),
+    /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
+    Fuzz(fuzz::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +49,8 @@ fn main() -> std::process::ExitCode {
         Command::Lab(options) => lab::run(&options),
         Command::Test(options) => test::run(&options),
         Command::Bench(options) => bench::run(&options),
+        Command::MirrorOracle(options) => mirror_oracle::run(&options),
+        Command::Fuzz(options) => fuzz::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,0 +1,260 @@
+//! dataplane: nanoseconds per packet through the whole sans-IO pipeline (parse, validate,
+//! route, policy, rewrite) for batches of 64 frames of 64 bytes, with bgp-full-v4 (or
+//! bgp-full-v6) in the FIB, against the number of flows, with the route cache on (`dataplane`)
+//! and off (`dst-cache-off`). Notes in `dataplane.md`; run with `cargo xtask bench dataplane`.
+
+use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
+use fib_trie::{Fib, InsertFlags, NextHop, Route};
+use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+use xfwd_benches::data::routes;
+
+/// Frames per batch (one epoch pin per batch), as an AF_XDP run loop takes them.
+const BATCH: usize = 64;
+/// Packets per iteration.
+const PACKETS: usize = 4096;
+/// UMEM-like chunks the frames cycle through.
+const CHUNKS: usize = 1024;
+const CHUNK_SIZE: usize = 2048;
+const HEADROOM: usize = 256;
+/// Frame length on the wire (without FCS).
+const FRAME_LEN: usize = 64;
+const FLOWS: [usize; 3] = [1, 100, 8192];
+/// Egress interfaces the routes spread over (by origin AS); the ingress is interface 1.
+const INTERFACES: u32 = 64;
+const HOST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xaa];
+const IN_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+
+fn mac(i: u32) -> [u8; 6] {
+    [2, 0, 0, 0, (i >> 8) as u8, i as u8]
+}
+
+fn gw4(i: u32) -> u32 {
+    u32::from(Ipv4Addr::new(100, 64, i as u8, 1))
+}
+
+fn gw6(i: u32) -> u128 {
+    0xfd00_0000_0000_0000_0000_0000_0000_0001 | (u128::from(i) << 64)
+}
+
+/// One namespace with bgp-full-v4 and bgp-full-v6 routed over 64 interfaces, every gateway's
+/// neighbour resolved, no policies. Returns the tables and the announced prefixes.
+#[allow(clippy::type_complexity, reason = "bench setup")]
+fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
+    let (sockets, mut writer) = SockTable::new(TableConfig::default()).expect("sock table");
+    let ns = writer.add_netns(NetnsConfig::default()).expect("netns");
+    let mut t = Tables::new(addr_table::NetnsId(1), sockets, ns);
+    for i in 1..=INTERFACES + 1 {
+        let mut link = Link {
+            mac: Some(mac(i)),
+            ..Link::new(i, format!("eth{i}"))
+        };
+        link.flags = LinkFlags::UP | LinkFlags::RUNNING;
+        link.oper = OperState::UP;
+        t.links.upsert(link);
+        t.neigh.upsert(Neighbour::new(
+            i,
+            IpAddr::V4(gw4(i).into()),
+            Some([2, 0, 0, 1, 0, i as u8]),
+            NudState::REACHABLE,
+        ));
+        t.neigh.upsert(Neighbour::new(
+            i,
+            IpAddr::V6(gw6(i).into()),
+            Some([2, 0, 0, 1, 0, i as u8]),
+            NudState::REACHABLE,
+        ));
+    }
+    let fib4 = Fib::new();
+    let mut p4 = Vec::new();
+    for r in routes::BGP_FULL_V4.load().expect("bgp-full-v4") {
+        let (addr, len) = (u32::from(r.prefix.addr), r.prefix.len);
+        let oif = 2 + r.origin_asn % INTERFACES;
+        fib4.insert(
+            &Route::unicast(addr, len, 254, vec![NextHop::new(Some(gw4(oif)), oif)]),
+            InsertFlags::ADD,
+        )
+        .expect("unique prefixes");
+        p4.push((addr, len));
+    }
+    let fib6 = Fib::new();
+    let mut p6 = Vec::new();
+    for r in routes::BGP_FULL_V6.load().expect("bgp-full-v6") {
+        let (addr, len) = (u128::from(r.prefix.addr), r.prefix.len);
+        let oif = 2 + r.origin_asn % INTERFACES;
+        fib6.insert(
+            &Route::unicast(addr, len, 254, vec![NextHop::new(Some(gw6(oif)), oif)]),
+            InsertFlags::ADD,
+        )
+        .expect("unique prefixes");
+        p6.push((addr, len));
+    }
+    t.fib4 = Arc::new(fib4);
+    t.fib6 = Arc::new(fib6);
+    t.generation.bump();
+    (t, p4, p6)
+}
+
+/// A 64-byte UDP frame from the host to `dst` (IPv4: 14 + 20 + 8 + 22; IPv6: 14 + 40 + 8 + 2).
+fn frame(dst: IpAddr) -> Vec<u8> {
+    let mut out = Vec::new();
+    let builder = etherparse::PacketBuilder::ethernet2(HOST_MAC, IN_MAC);
+    match dst {
+        IpAddr::V4(d) => builder
+            .ipv4([198, 18, 0, 1], d.octets(), 64)
+            .udp(1024, 9)
+            .write(&mut out, &[0; 22]),
+        IpAddr::V6(d) => builder
+            .ipv6(
+                "2001:db8:18::1".parse::<Ipv6Addr>().unwrap().octets(),
+                d.octets(),
+                64,
+            )
+            .udp(1024, 9)
+            .write(&mut out, &[0; 2]),
+    }
+    .expect("frame");
+    assert_eq!(out.len(), FRAME_LEN);
+    out
+}
+
+/// `count` destinations, each a random address inside a random announced prefix (not the
+/// default route), as 64-byte frames; then a stream of `PACKETS` frames drawn uniformly.
+fn stream(
+    count: usize,
+    v6: bool,
+    p4: &[(u32, u8)],
+    p6: &[(u128, u8)],
+    rng: &mut StdRng,
+) -> Vec<Vec<u8>> {
+    let dests: Vec<Vec<u8>> = (0..count)
+        .map(|_| {
+            if v6 {
+                let (a, l) = loop {
+                    let p = p6[rng.random_range(0..p6.len())];
+                    if p.1 > 0 {
+                        break p;
+                    }
+                };
+                let host = rng.random::<u128>().checked_shr(u32::from(l)).unwrap_or(0);
+                frame(IpAddr::V6(Ipv6Addr::from(a | host)))
+            } else {
+                let (a, l) = loop {
+                    let p = p4[rng.random_range(0..p4.len())];
+                    if p.1 > 0 {
+                        break p;
+                    }
+                };
+                let host = rng.random::<u32>().checked_shr(u32::from(l)).unwrap_or(0);
+                frame(IpAddr::V4(Ipv4Addr::from(a | host)))
+            }
+        })
+        .collect();
+    (0..PACKETS)
+        .map(|_| dests[rng.random_range(0..dests.len())].clone())
+        .collect()
+}
+
+/// The run loop's buffers: chunks the frames are received into.
+struct Umem {
+    chunks: Vec<Vec<u8>>,
+    next: usize,
+}
+
+/// Pushes the stream through `queue` in batches of 64 (one pin per batch), each frame first
+/// "received" (copied) into the next chunk; returns a checksum of the verdicts.
+fn forward(
+    queue: &mut Queue,
+    tables: &Tables,
+    umem: &mut Umem,
+    pool: &mut HeapPool,
+    stream: &[Vec<u8>],
+) -> u64 {
+    let mut sum = 0u64;
+    for batch in stream.chunks(BATCH) {
+        let start = umem.next;
+        umem.next = (umem.next + BATCH) % CHUNKS;
+        let chunks = &mut umem.chunks[start..start + batch.len()];
+        let mut frames: [Frame<'_>; BATCH] = std::array::from_fn(|_| Frame::new(&mut [], 0, 0, 1));
+        for ((slot, chunk), bytes) in frames.iter_mut().zip(chunks.iter_mut()).zip(batch) {
+            chunk[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);
+            *slot = Frame::new(chunk, HEADROOM, bytes.len(), 1);
+        }
+        let guard = crossbeam_epoch::pin();
+        queue.process_batch(tables, &guard, 0, &mut frames[..batch.len()], pool);
+        for f in &frames[..batch.len()] {
+            sum += match f.verdict {
+                Verdict::Transmit { ifindex } => {
+                    u64::from(ifindex) + u64::from(f.chunk[f.offset + 5])
+                }
+                other => 1000 + format!("{other:?}").len() as u64,
+            };
+        }
+    }
+    sum
+}
+
+fn per_packet(c: &mut Criterion) {
+    let (tables, p4, p6) = tables();
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut umem = Umem {
+        chunks: vec![vec![0u8; CHUNK_SIZE]; CHUNKS],
+        next: 0,
+    };
+    let mut pool = HeapPool::new(CHUNK_SIZE, 64);
+    for (family, v6) in [("ipv4", false), ("ipv6", true)] {
+        let mut g = c.benchmark_group(format!("dataplane/{family}"));
+        g.sample_size(20);
+        g.warm_up_time(std::time::Duration::from_millis(500));
+        g.measurement_time(std::time::Duration::from_secs(2));
+        g.throughput(Throughput::Elements(PACKETS as u64));
+        for flows in FLOWS {
+            let stream = stream(flows, v6, &p4, &p6, &mut rng);
+            let engines: [(&str, Option<dst_cache::Config>); 2] = [
+                ("dataplane", Some(dst_cache::Config::default())),
+                ("dst-cache-off", None),
+            ];
+            let mut queues: Vec<(&str, Queue)> = engines
+                .iter()
+                .map(|(name, cache)| {
+                    let config = Config {
+                        dst_cache: *cache,
+                        ..Config::default()
+                    };
+                    (*name, Queue::new(config).expect("config"))
+                })
+                .collect();
+            // Every engine gives the same verdicts; all of them forward.
+            let sums: Vec<u64> = queues
+                .iter_mut()
+                .map(|(_, q)| forward(q, &tables, &mut umem, &mut pool, &stream))
+                .collect();
+            assert!(
+                sums.windows(2).all(|w| w[0] == w[1]),
+                "{family}/{flows}: {sums:?}"
+            );
+            for (_, q) in &queues {
+                let counters = q.counters();
+                assert_eq!(
+                    counters.transmit, counters.rx,
+                    "{family}/{flows}: {counters:?}"
+                );
+            }
+            for (name, queue) in &mut queues {
+                g.bench_function(BenchmarkId::new(*name, flows), |b| {
+                    b.iter(|| black_box(forward(queue, &tables, &mut umem, &mut pool, &stream)));
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, per_packet);
+criterion_main!(benches);

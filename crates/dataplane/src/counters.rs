@@ -1,0 +1,99 @@
+//! Per-queue counters: every verdict, every drop and punt reason, and the events around them.
+
+use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
+
+/// What one queue has done since it was made: a plain struct of `u64`s that a run loop can copy
+/// out and export (for example as Prometheus text, with [`DropReason::name`] and friends as
+/// labels).
+///
+/// Every frame handed to [`process_batch`](crate::Queue::process_batch) is counted once in `rx`
+/// and once under its verdict (`transmit + punt + deliver + reply + held + consumed + dropped
+/// == rx`); drops and punts are also counted by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames processed.
+    pub rx: u64,
+    /// Frames forwarded ([`Verdict::Transmit`]).
+    pub transmit: u64,
+    /// Frames punted to the kernel ([`Verdict::Punt`]).
+    pub punt: u64,
+    /// Datagrams delivered to local UDP endpoints ([`Verdict::Deliver`]).
+    pub deliver: u64,
+    /// Frames turned into ICMP errors in place ([`Verdict::Reply`]).
+    pub reply: u64,
+    /// Frames copied to the hold buffer ([`Verdict::Held`]).
+    pub held: u64,
+    /// Frames sent on in spare frames ([`Verdict::Consumed`]).
+    pub consumed: u64,
+    /// Frames dropped ([`Verdict::Drop`]).
+    pub dropped: u64,
+    /// Drops by reason, indexed like [`DropReason::ALL`].
+    pub drops: [u64; DropReason::COUNT],
+    /// Punts by reason, indexed like [`PuntReason::ALL`].
+    pub punts: [u64; PuntReason::COUNT],
+    /// ICMP errors sent (in place or in a spare frame), by kind, indexed like [`IcmpError::ALL`].
+    pub icmp_sent: [u64; IcmpError::COUNT],
+    /// ICMP errors not sent because the token bucket was empty.
+    pub icmp_rate_limited: u64,
+    /// ICMP errors not sent because the quoting rules forbid one (the packet is itself an ICMP
+    /// error, a non-first fragment, or too short to quote).
+    pub icmp_not_allowed: u64,
+    /// ICMP errors not sent because the ingress interface has no usable source address.
+    pub icmp_no_source: u64,
+    /// IPv4 packets fragmented (each one `consumed`, or released from the hold buffer).
+    pub fragmented: u64,
+    /// Fragments sent.
+    pub fragments_out: u64,
+    /// Held frames sent once their neighbour resolved.
+    pub held_released: u64,
+    /// Held frames dropped because their neighbour did not resolve in time.
+    pub held_expired: u64,
+    /// Held frames dropped at release because the egress link went away or down, or the
+    /// frame could not be sent (pool empty, frame too large to fragment).
+    pub held_dropped: u64,
+    /// Neighbour resolution requests emitted.
+    pub resolutions: u64,
+    /// Resolution requests lost because the caller did not poll them in time (queue full).
+    pub resolutions_lost: u64,
+    /// The queue's route cache counters (hits, misses, stale, evictions, bypassed, disabled,
+    /// uncacheable).
+    pub dst_cache: dst_cache::Counters,
+}
+
+impl Counters {
+    /// Counts one frame's verdict.
+    pub(crate) fn count(&mut self, verdict: Verdict) {
+        self.rx += 1;
+        match verdict {
+            Verdict::Pending => {}
+            Verdict::Transmit { .. } => self.transmit += 1,
+            Verdict::Punt(reason) => {
+                self.punt += 1;
+                self.punts[reason as usize] += 1;
+            }
+            Verdict::Deliver { .. } => self.deliver += 1,
+            Verdict::Reply { .. } => self.reply += 1,
+            Verdict::Held => self.held += 1,
+            Verdict::Consumed => self.consumed += 1,
+            Verdict::Drop(reason) => {
+                self.dropped += 1;
+                self.drops[reason as usize] += 1;
+            }
+        }
+    }
+
+    /// The drop count of one reason.
+    pub fn drops_of(&self, reason: DropReason) -> u64 {
+        self.drops[reason as usize]
+    }
+
+    /// The punt count of one reason.
+    pub fn punts_of(&self, reason: PuntReason) -> u64 {
+        self.punts[reason as usize]
+    }
+
+    /// The count of one ICMP error sent.
+    pub fn icmp_sent_of(&self, kind: IcmpError) -> u64 {
+        self.icmp_sent[kind as usize]
+    }
+}

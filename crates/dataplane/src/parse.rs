@@ -1,0 +1,266 @@
+//! The pipeline's one pass over a frame's headers: Ethernet (and a tag), IPv4 or IPv6 with
+//! validation, the upper layer's ports. The result, [`Meta`], holds offsets and the fields the
+//! decisions need; nothing is copied.
+
+use crate::config::{Config, VlanMode};
+use crate::verdict::{DropReason, PuntReason, Verdict};
+use crate::wire::ethernet::{self, EthernetFrame, ethertype};
+use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, Ipv6Packet, next_header};
+use crate::wire::l4::{self, protocol};
+use crate::wire::{WireError, checksum};
+
+/// Where a frame's headers are and what they say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// The length of the link-layer header: 14, or 18 with a VLAN tag.
+    pub l2_len: usize,
+    /// The tag control information of a tagged frame (VLAN id and priority).
+    pub tci: Option<u16>,
+    /// The destination and source MAC addresses.
+    pub dst_mac: [u8; 6],
+    /// The source MAC address.
+    pub src_mac: [u8; 6],
+    /// IPv6 rather than IPv4.
+    pub v6: bool,
+    /// The source address (an IPv4 address in the low 32 bits).
+    pub src: u128,
+    /// The destination address (an IPv4 address in the low 32 bits).
+    pub dst: u128,
+    /// The TOS byte or traffic class.
+    pub tos: u8,
+    /// The TTL or hop limit.
+    pub ttl: u8,
+    /// The IP packet's length (total length, or 40 + payload length), Ethernet padding
+    /// excluded.
+    pub ip_len: usize,
+    /// The upper-layer protocol (after IPv6 extension headers).
+    pub proto: u8,
+    /// The offset of the upper-layer header from the start of the IP header.
+    pub l4_offset: usize,
+    /// The ports (or ICMP type and code) for policy lookups; `None` for fragments and for
+    /// protocols without ports.
+    pub ports: Option<(u16, u16)>,
+    /// The ICMP / ICMPv6 type when the upper layer is ICMP and its header is in this packet
+    /// (first fragments included).
+    pub icmp_type: Option<u8>,
+    /// Any fragment (IPv4 MF or offset; an IPv6 fragment header).
+    pub fragment: bool,
+    /// A fragment other than the first (no upper-layer header here).
+    pub later_fragment: bool,
+    /// IPv4 DF.
+    pub dont_frag: bool,
+}
+
+impl Meta {
+    /// The offset of the IP header from the frame's start.
+    pub fn l3(&self) -> usize {
+        self.l2_len
+    }
+}
+
+/// The link-layer part: the tag policy, ARP and other EtherTypes. Returns the EtherType of
+/// the IP payload.
+fn parse_l2<'a>(
+    frame: &'a [u8],
+    config: &Config,
+) -> Result<(EthernetFrame<&'a [u8]>, u16), Verdict> {
+    let eth =
+        EthernetFrame::new_checked(frame).map_err(|_| Verdict::Drop(DropReason::Truncated))?;
+    let ethertype = eth.inner_ethertype();
+    if eth.is_tagged() {
+        match config.vlan {
+            VlanMode::Drop => return Err(Verdict::Drop(DropReason::Vlan)),
+            VlanMode::Punt => return Err(Verdict::Punt(PuntReason::Vlan)),
+            VlanMode::Route => {}
+        }
+        if matches!(ethertype, ethertype::VLAN | ethertype::QINQ) {
+            return Err(Verdict::Drop(DropReason::VlanStack));
+        }
+    }
+    match ethertype {
+        ethertype::IPV4 | ethertype::IPV6 => Ok((eth, ethertype)),
+        ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
+        _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
+    }
+}
+
+/// Parses and validates one frame: link layer, then IPv4 (version, IHL, lengths, header
+/// checksum, martian addresses) or IPv6 (version, payload length, martian addresses,
+/// extension headers within the configured bound). What cannot be forwarded here comes back
+/// as the verdict to give (a punt or a drop).
+///
+/// Destination-MAC checks and checks that need the tables (a local source) are the caller's.
+///
+/// # Errors
+/// The verdict for a frame the pipeline does not forward: `Punt` (ARP, other EtherTypes,
+/// multicast and broadcast, IPv6 hop-by-hop options, too many extension headers, neighbour
+/// discovery, link-local destinations) or `Drop` with the reason.
+pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
+    let (eth, ethertype) = parse_l2(frame, config)?;
+    let l2_len = eth.header_len();
+    let mut meta = Meta {
+        l2_len,
+        tci: eth
+            .vlan_id()
+            .map(|_| u16::from_be_bytes([frame[14], frame[15]])),
+        dst_mac: eth.dst_addr(),
+        src_mac: eth.src_addr(),
+        v6: ethertype == ethertype::IPV6,
+        src: 0,
+        dst: 0,
+        tos: 0,
+        ttl: 0,
+        ip_len: 0,
+        proto: 0,
+        l4_offset: 0,
+        ports: None,
+        icmp_type: None,
+        fragment: false,
+        later_fragment: false,
+        dont_frag: false,
+    };
+    let ip = &frame[l2_len..];
+    if meta.v6 {
+        parse_v6(ip, config, &mut meta)?;
+    } else {
+        parse_v4(ip, &mut meta)?;
+    }
+    Ok(meta)
+}
+
+fn wire_drop(e: WireError) -> Verdict {
+    Verdict::Drop(match e {
+        WireError::Truncated | WireError::TooManyExtensions => DropReason::Truncated,
+        WireError::BadHeaderLen => DropReason::BadHeaderLen,
+    })
+}
+
+/// IPv4 per RFC 1812 section 5.2.2 and the kernel's `ip_rcv_core` / `ip_route_input_slow`.
+fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
+    if bytes.is_empty() {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    }
+    if bytes[0] >> 4 != 4 {
+        return Err(Verdict::Drop(DropReason::BadVersion));
+    }
+    let ip = Ipv4Packet::new_checked(bytes).map_err(wire_drop)?;
+    let hlen = ip.header_len();
+    if checksum::fold(checksum::sum(&bytes[..hlen], 0)) != 0xffff {
+        return Err(Verdict::Drop(DropReason::BadChecksum));
+    }
+    let src = u32::from_be_bytes(ip.src_bytes());
+    let dst = u32::from_be_bytes(ip.dst_bytes());
+    meta.src = u128::from(src);
+    meta.dst = u128::from(dst);
+    meta.tos = ip.tos();
+    meta.ttl = ip.ttl();
+    meta.ip_len = usize::from(ip.total_len());
+    meta.proto = ip.protocol();
+    meta.l4_offset = hlen;
+    meta.dont_frag = ip.dont_frag();
+    meta.fragment = ip.is_fragment();
+    meta.later_fragment = ip.frag_offset() != 0;
+
+    // Sources no packet may carry (multicast, limited broadcast), then destinations that are
+    // the kernel's (multicast, broadcast), then zeronet and loopback on either side.
+    if is_v4_multicast(src) || src == u32::MAX {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if is_v4_multicast(dst) {
+        return Err(Verdict::Punt(PuntReason::Multicast));
+    }
+    if dst == u32::MAX || (src == 0 && dst == 0) {
+        return Err(Verdict::Punt(PuntReason::Broadcast));
+    }
+    if src >> 24 == 0 || src >> 24 == 127 {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if dst >> 24 == 0 || dst >> 24 == 127 {
+        return Err(Verdict::Drop(DropReason::MartianDestination));
+    }
+
+    if !meta.later_fragment {
+        let upper = &ip.packet()[hlen..];
+        if meta.proto == protocol::ICMP {
+            meta.icmp_type = upper.first().copied();
+        }
+        if !meta.fragment {
+            meta.ports = l4::ports(meta.proto, upper);
+        }
+    }
+    Ok(())
+}
+
+fn is_v4_multicast(addr: u32) -> bool {
+    addr >> 28 == 0xe
+}
+
+/// IPv6 per RFC 8200 and the kernel's `ipv6_rcv` / `ip6_forward`.
+fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
+    if bytes.is_empty() {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    }
+    if bytes[0] >> 4 != 6 {
+        return Err(Verdict::Drop(DropReason::BadVersion));
+    }
+    let ip = Ipv6Packet::new_checked(bytes).map_err(wire_drop)?;
+    let src = u128::from_be_bytes(ip.src_bytes());
+    let dst = u128::from_be_bytes(ip.dst_bytes());
+    meta.src = src;
+    meta.dst = dst;
+    meta.tos = ip.traffic_class();
+    meta.ttl = ip.hop_limit();
+    meta.ip_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+
+    if src >> 120 == 0xff {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if src == 1 {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if dst >> 120 == 0xff {
+        return Err(Verdict::Punt(PuntReason::Multicast));
+    }
+    if dst == 0 || dst == 1 {
+        return Err(Verdict::Drop(DropReason::MartianDestination));
+    }
+
+    let upper =
+        match ipv6::walk_extensions(ip.next_header(), ip.payload(), config.max_extension_headers) {
+            Ok(upper) => upper,
+            Err(WireError::TooManyExtensions) => {
+                return Err(Verdict::Punt(PuntReason::ExtensionLimit));
+            }
+            Err(e) => return Err(wire_drop(e)),
+        };
+    if upper.hop_by_hop {
+        return Err(Verdict::Punt(PuntReason::HopByHop));
+    }
+    meta.proto = upper.protocol;
+    meta.l4_offset = ipv6::HEADER_LEN + upper.offset;
+    meta.fragment = upper.fragment;
+    let l4 = &ip.payload()[upper.offset..];
+    meta.later_fragment = upper.later_fragment;
+    if !meta.later_fragment && meta.proto == next_header::ICMPV6 {
+        meta.icmp_type = l4.first().copied();
+        if let Some(133..=137) = meta.icmp_type {
+            return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
+        }
+    }
+    if !meta.fragment {
+        meta.ports = l4::ports(meta.proto, l4);
+    }
+    if dst >> 118 == 0x3fa {
+        return Err(Verdict::Punt(PuntReason::LinkLocal));
+    }
+    if src == 0 {
+        // The unspecified source is never forwarded (RFC 4291 2.5.2); the kernel handles the
+        // few local uses (duplicate address detection goes to a multicast group).
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    Ok(())
+}
+
+/// The link-layer header length of an untagged frame (what goes out).
+pub const L2_LEN: usize = ethernet::HEADER_LEN;

@@ -1,0 +1,226 @@
+//! Input routing: what the route cache stores and how a miss is answered from the tables
+//! (address table, FIB, link and neighbour tables).
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use crossbeam_epoch::Guard;
+use dst_cache::Cacheable;
+use fib_trie::{Flow, LookupError, RouteType, Scope};
+
+use crate::Tables;
+use crate::verdict::{DropReason, PuntReason};
+
+/// Where a forwarded packet goes next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hop {
+    /// The egress interface.
+    pub oif: u32,
+    /// The next hop's address: the gateway, or the destination itself on a connected route
+    /// (an IPv4 address in the low 32 bits).
+    pub next_hop: u128,
+    /// The egress interface's MAC address.
+    pub src_mac: [u8; 6],
+    /// The next hop's MAC address, when the neighbour is usable.
+    pub dst_mac: Option<[u8; 6]>,
+    /// The egress MTU.
+    pub mtu: u32,
+    /// The route had several next hops (the choice depends on the flow: never cached).
+    pub multipath: bool,
+}
+
+/// Why a route refuses a packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reject {
+    /// A blackhole: drop silently.
+    Blackhole,
+    /// No route (net unreachable).
+    NoRoute,
+    /// An unreachable route (host unreachable).
+    Unreachable,
+    /// A prohibit route (administratively prohibited).
+    Prohibit,
+}
+
+/// An input routing decision, as cached per (destination, TOS, ingress interface).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Forward.
+    Forward(Hop),
+    /// A local destination: a UDP endpoint, else the kernel.
+    Local,
+    /// The kernel's (broadcast and multicast routes).
+    Punt(PuntReason),
+    /// A reject route.
+    Reject(Reject),
+    /// A route whose egress cannot be used (unknown or down interface, not Ethernet).
+    Drop(DropReason),
+}
+
+impl Cacheable for Route {
+    fn is_cacheable(&self) -> bool {
+        match self {
+            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath,
+            Route::Punt(_) => false,
+            Route::Local | Route::Reject(_) | Route::Drop(_) => true,
+        }
+    }
+}
+
+impl From<LookupError> for Reject {
+    fn from(e: LookupError) -> Self {
+        match e {
+            LookupError::NoRoute => Reject::NoRoute,
+            LookupError::Blackhole => Reject::Blackhole,
+            LookupError::Unreachable => Reject::Unreachable,
+            LookupError::Prohibit => Reject::Prohibit,
+        }
+    }
+}
+
+/// A flow hash of the addresses (the kernel's default multipath policy 0 hashes L3 only) or
+/// of the 4-tuple (`ports` non-zero).
+pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
+    let x = (src as u64)
+        ^ ((src >> 64) as u64).rotate_left(17)
+        ^ (dst as u64).rotate_left(29)
+        ^ ((dst >> 64) as u64).rotate_left(43)
+        ^ u64::from(ports).rotate_left(53);
+    let x = (x ^ (x >> 31)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 32) as u32
+}
+
+/// Answers a route-cache miss: a local address (address table) is local; else the FIB of the
+/// family decides by route type (unicast to the egress link and neighbour; local and anycast
+/// local; broadcast and multicast to the kernel; reject types rejected; throw handled inside the
+/// FIB by going on with the next rule).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
+pub fn resolve(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+) -> Route {
+    let local = if v6 {
+        tables
+            .addrs
+            .dev_find(Ipv6Addr::from(dst), None, guard)
+            .is_some()
+    } else {
+        tables
+            .addrs
+            .dev_find(Ipv4Addr::from(dst as u32), None, guard)
+            .is_some()
+    };
+    if local {
+        return Route::Local;
+    }
+    // The FIB's tos selector compares DSCP bits.
+    let dscp = tos & 0xfc;
+    let (route_type, nexthop, multipath) = if v6 {
+        let flow = Flow {
+            dst,
+            src,
+            tos: dscp,
+            iif,
+            oif: 0,
+            mark: 0,
+            scope: Scope::UNIVERSE,
+        };
+        match tables.fib6.lookup(&flow, guard) {
+            Ok(r) => {
+                let multipath = r.alias.info.nexthops.len() > 1;
+                let nh = r
+                    .select_path(flow_hash(src, dst, 0))
+                    .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
+                (r.route_type(), nh, multipath)
+            }
+            Err(e) => return Route::Reject(e.into()),
+        }
+    } else {
+        let flow = Flow {
+            dst: dst as u32,
+            src: src as u32,
+            tos: dscp,
+            iif,
+            oif: 0,
+            mark: 0,
+            scope: Scope::UNIVERSE,
+        };
+        match tables.fib4.lookup(&flow, guard) {
+            Ok(r) => {
+                let multipath = r.alias.info.nexthops.len() > 1;
+                let nh = r
+                    .select_path(flow_hash(src, dst, 0))
+                    .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
+                (r.route_type(), nh, multipath)
+            }
+            Err(e) => return Route::Reject(e.into()),
+        }
+    };
+    match route_type {
+        RouteType::Unicast => {}
+        RouteType::Local | RouteType::Anycast => return Route::Local,
+        RouteType::Broadcast => return Route::Punt(PuntReason::Broadcast),
+        RouteType::Multicast => return Route::Punt(PuntReason::Multicast),
+        RouteType::Blackhole => return Route::Reject(Reject::Blackhole),
+        RouteType::Unreachable => return Route::Reject(Reject::Unreachable),
+        RouteType::Prohibit => return Route::Reject(Reject::Prohibit),
+        RouteType::Throw => return Route::Reject(Reject::NoRoute),
+    }
+    let Some((oif, next_hop)) = nexthop else {
+        return Route::Reject(Reject::NoRoute);
+    };
+    egress(tables, guard, v6, oif, next_hop, multipath)
+}
+
+/// The egress half of a decision: the link's MAC and MTU, and the neighbour's MAC if usable.
+pub fn egress(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    oif: u32,
+    next_hop: u128,
+    multipath: bool,
+) -> Route {
+    let Some(link) = tables.links.get(oif, guard) else {
+        return Route::Drop(DropReason::NoEgressLink);
+    };
+    if !link.is_up() {
+        return Route::Drop(DropReason::EgressDown);
+    }
+    let Some(src_mac) = link.mac else {
+        return Route::Drop(DropReason::EgressNotEthernet);
+    };
+    let dst_mac = neighbour_mac(tables, guard, oif, ip_of(v6, next_hop));
+    Route::Forward(Hop {
+        oif,
+        next_hop,
+        src_mac,
+        dst_mac,
+        mtu: link.mtu,
+        multipath,
+    })
+}
+
+/// The usable MAC address of a neighbour.
+pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> Option<[u8; 6]> {
+    tables
+        .neigh
+        .lookup(oif, addr, guard)
+        .and_then(|n| n.usable_mac())
+}
+
+/// An address of the pipeline's form as an `IpAddr`.
+pub fn ip_of(v6: bool, addr: u128) -> IpAddr {
+    if v6 {
+        IpAddr::V6(Ipv6Addr::from(addr))
+    } else {
+        IpAddr::V4(Ipv4Addr::from(addr as u32))
+    }
+}

@@ -1,0 +1,68 @@
+//! One network namespace's tables, as the pipeline reads them.
+
+use std::sync::Arc;
+
+use addr_table::{AddrTable, NetnsId};
+use dst_cache::Generation;
+use fib_trie::Fib;
+use neigh_table::{LinkTable, NeighTable};
+use policy_tree::PolicyDb;
+use udp_socktab::SockTable;
+
+/// One network namespace's view: every table the pipeline reads, shared in `Arc`s between the
+/// control plane that fills them (the netlink mirror) and every run loop that reads them.
+///
+/// The contract with the writer: after it has **published** any change to links, neighbours,
+/// addresses, routes or rules, it calls `generation.bump()` (route caches of every queue are
+/// then stale), and it calls `generation.set_custom_rules(true)` while policy routing rules
+/// other than the kernel's three defaults exist (caching by destination is then wrong).
+///
+/// ```
+/// use dataplane::Tables;
+/// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+///
+/// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
+/// let sock_netns = writer.add_netns(NetnsConfig::default())?;
+/// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+/// assert!(tables.fib4.table(254, &crossbeam_epoch::pin()).is_some());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Tables {
+    /// Interfaces: MAC, MTU, up or down.
+    pub links: Arc<LinkTable>,
+    /// Neighbours (ARP and NDP): the next hops' MAC addresses.
+    pub neigh: Arc<NeighTable>,
+    /// Local addresses: local delivery, martian sources, ICMP source selection.
+    pub addrs: Arc<AddrTable>,
+    /// IPv4 routes and rules.
+    pub fib4: Arc<Fib<u32>>,
+    /// IPv6 routes and rules.
+    pub fib6: Arc<Fib<u128>>,
+    /// IPsec security policies; the pipeline consults direction fwd.
+    pub policies: Arc<PolicyDb>,
+    /// UDP sockets of local endpoints (may be shared by several namespaces).
+    pub sockets: Arc<SockTable>,
+    /// The route generation every queue's route cache checks.
+    pub generation: Arc<Generation>,
+    /// This namespace's id in `sockets`.
+    pub sock_netns: udp_socktab::NetnsId,
+}
+
+impl Tables {
+    /// Empty tables for the namespace `netns` (the FIBs with their default tables and rules),
+    /// sharing `sockets`, where this namespace is `sock_netns`.
+    pub fn new(netns: NetnsId, sockets: Arc<SockTable>, sock_netns: udp_socktab::NetnsId) -> Self {
+        Tables {
+            links: Arc::new(LinkTable::new()),
+            neigh: Arc::new(NeighTable::new()),
+            addrs: Arc::new(AddrTable::new(netns)),
+            fib4: Arc::new(Fib::new()),
+            fib6: Arc::new(Fib::new()),
+            policies: Arc::new(PolicyDb::new()),
+            sockets,
+            generation: Arc::new(Generation::new()),
+            sock_netns,
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The upper-layer fields the pipeline needs: ports for policy lookups (ICMP type and code in
+//! their place, as xfrm selectors use them), and the UDP header for local delivery.
+
+use super::{Field, WireError, get16};
+
+/// IP protocol numbers.
+pub mod protocol {
+    /// ICMP.
+    pub const ICMP: u8 = 1;
+    /// TCP.
+    pub const TCP: u8 = 6;
+    /// UDP.
+    pub const UDP: u8 = 17;
+    /// DCCP.
+    pub const DCCP: u8 = 33;
+    /// ICMPv6.
+    pub const ICMPV6: u8 = 58;
+    /// SCTP.
+    pub const SCTP: u8 = 132;
+    /// UDP-Lite.
+    pub const UDPLITE: u8 = 136;
+}
+
+/// The (source, destination) "ports" of an upper-layer header as an xfrm selector sees them:
+/// the ports of TCP, UDP, UDP-Lite, SCTP and DCCP; the type and code of ICMP and ICMPv6; `None`
+/// for other protocols or a header too short to hold them.
+///
+/// ```
+/// use dataplane::wire::l4::{ports, protocol};
+/// assert_eq!(ports(protocol::UDP, &[0x13, 0x88, 0, 53, 0, 8]), Some((5000, 53)));
+/// assert_eq!(ports(protocol::ICMP, &[11, 0, 0xf4, 0xff]), Some((11, 0)));
+/// assert_eq!(ports(protocol::TCP, &[0, 80]), None);
+/// ```
+#[inline]
+pub fn ports(protocol: u8, l4: &[u8]) -> Option<(u16, u16)> {
+    match protocol {
+        protocol::TCP | protocol::UDP | protocol::UDPLITE | protocol::SCTP | protocol::DCCP => {
+            (l4.len() >= 4).then(|| (get16(l4, 0..2), get16(l4, 2..4)))
+        }
+        protocol::ICMP | protocol::ICMPV6 => {
+            (l4.len() >= 2).then(|| (u16::from(l4[0]), u16::from(l4[1])))
+        }
+        _ => None,
+    }
+}
+
+mod field {
+    use super::Field;
+    pub const SRC_PORT: Field = 0..2;
+    pub const DST_PORT: Field = 2..4;
+    pub const LENGTH: Field = 4..6;
+    pub const CHECKSUM: Field = 6..8;
+}
+
+/// The length of a UDP header.
+pub const UDP_HEADER_LEN: usize = field::CHECKSUM.end;
+
+/// A typed view of a UDP header.
+///
+/// ```
+/// use dataplane::wire::l4::UdpPacket;
+/// let udp = UdpPacket::new_checked(&[0x13, 0x88, 0, 53, 0, 9, 0, 0, 7][..])?;
+/// assert_eq!((udp.src_port(), udp.dst_port(), udp.len()), (5000, 53, 9));
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct UdpPacket<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> UdpPacket<T> {
+    /// A view without any check.
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        UdpPacket { buffer }
+    }
+
+    /// A view of untrusted bytes: the header is there and its length field covers the header
+    /// and fits the buffer.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`], [`WireError::BadHeaderLen`] (length field below 8).
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        let udp = Self::new_unchecked(buffer);
+        let len = udp.buffer.as_ref().len();
+        if len < UDP_HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        if usize::from(udp.len()) < UDP_HEADER_LEN {
+            return Err(WireError::BadHeaderLen);
+        }
+        if usize::from(udp.len()) > len {
+            return Err(WireError::Truncated);
+        }
+        Ok(udp)
+    }
+
+    /// The source port.
+    #[inline]
+    pub fn src_port(&self) -> u16 {
+        get16(self.buffer.as_ref(), field::SRC_PORT)
+    }
+
+    /// The destination port.
+    #[inline]
+    pub fn dst_port(&self) -> u16 {
+        get16(self.buffer.as_ref(), field::DST_PORT)
+    }
+
+    /// The length field (header and payload).
+    #[allow(
+        clippy::len_without_is_empty,
+        reason = "a header field, not a collection"
+    )]
+    #[inline]
+    pub fn len(&self) -> u16 {
+        get16(self.buffer.as_ref(), field::LENGTH)
+    }
+
+    /// The checksum field (0: none, IPv4 only).
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        get16(self.buffer.as_ref(), field::CHECKSUM)
+    }
+}

@@ -1,0 +1,717 @@
+//! Applying mapped messages to the tables: idempotent upserts, tolerant deletes, and the
+//! sweep that removes what a resynchronising dump no longer holds.
+#![forbid(unsafe_code)]
+
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
+
+use addr_table::{AddrError, IfAddr};
+use fib_trie::{
+    Fib, FibAlias, FibRule, InsertFlags, NextHop, Route, RouteError, RouteInfo, RouteSelector,
+    RouteType, RuleError,
+};
+use neigh_table::Link;
+
+use crate::change::{Change, ChangeOp, Observer};
+use crate::error::MapError;
+use crate::key::IpKey;
+use crate::map::{AddrEntry, Mapped, PolicyKey, RuleEntry, Upsert};
+use crate::stats::{Counters, inc};
+use crate::tables::MirroredTables;
+
+/// The kinds of objects, each dumped on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Interfaces.
+    Link,
+    /// Addresses of both families.
+    Addr,
+    /// IPv4 routes.
+    Route4,
+    /// IPv6 routes.
+    Route6,
+    /// Neighbours of both families.
+    Neigh,
+    /// IPv4 rules.
+    Rule4,
+    /// IPv6 rules.
+    Rule6,
+    /// xfrm policies.
+    Policy,
+}
+
+/// A route's identity for sweeping: everything a leaf's alias holds.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct RouteId<K> {
+    prefix: K,
+    plen: u8,
+    table: u32,
+    tos: u8,
+    route_type: RouteType,
+    info: RouteInfo<K>,
+}
+
+impl<K: IpKey> RouteId<K> {
+    fn of_alias(prefix: K, plen: u8, a: &FibAlias<K>) -> Self {
+        RouteId {
+            prefix,
+            plen,
+            table: a.table,
+            tos: a.tos,
+            route_type: a.route_type,
+            info: (*a.info).clone(),
+        }
+    }
+    fn into_route(self) -> Route<K> {
+        Route {
+            prefix: self.prefix,
+            plen: self.plen,
+            table: self.table,
+            tos: self.tos,
+            route_type: self.route_type,
+            info: self.info,
+        }
+    }
+}
+
+/// A route's 64-bit digest (SipHash with fixed keys): a million routes are swept against
+/// 8 MiB of digests rather than copies; a collision (odds about n²/2⁶⁵) would keep one stale
+/// route.
+fn digest<K: IpKey>(
+    prefix: K,
+    plen: u8,
+    table: u32,
+    tos: u8,
+    t: RouteType,
+    info: &RouteInfo<K>,
+) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (prefix, plen, table, tos, t, info).hash(&mut h);
+    h.finish()
+}
+
+/// What one dump of a kind held, to sweep the rest afterwards.
+#[derive(Default)]
+pub(crate) struct Seen {
+    links: HashSet<u32>,
+    addrs: HashSet<(u32, IpAddr, u8)>,
+    routes4: HashSet<u64>,
+    routes6: HashSet<u64>,
+    neigh: HashSet<(u32, IpAddr)>,
+    rules4: HashSet<RuleEntry<u32>>,
+    rules6: HashSet<RuleEntry<u128>>,
+    policies: HashSet<PolicyKey>,
+}
+
+impl Seen {
+    /// Records a dumped object.
+    pub fn record(&mut self, m: &Mapped) {
+        match m {
+            Mapped::Link(l) => {
+                self.links.insert(l.ifindex);
+            }
+            Mapped::Addr(a) => {
+                self.addrs.insert((a.ifindex(), a.addr(), a.prefix_len()));
+            }
+            Mapped::Route4(r, _) => {
+                self.routes4.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+            }
+            Mapped::Route6(r, _) => {
+                self.routes6.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+            }
+            Mapped::Neigh(n) => {
+                self.neigh.insert((n.ifindex, n.addr));
+            }
+            Mapped::Rule4(r) => {
+                self.rules4.insert(r.clone());
+            }
+            Mapped::Rule6(r) => {
+                self.rules6.insert(r.clone());
+            }
+            Mapped::Policy(p) => {
+                self.policies.insert(PolicyKey {
+                    selector: p.selector,
+                    dir: p.dir,
+                    ptype: p.ptype,
+                    if_id: p.if_id,
+                });
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Rules as the kernel named them, and the FIB rule installed for each.
+struct RuleBook<K> {
+    installed: HashMap<RuleEntry<K>, FibRule<K>>,
+}
+
+impl<K> Default for RuleBook<K> {
+    fn default() -> Self {
+        RuleBook {
+            installed: HashMap::new(),
+        }
+    }
+}
+
+/// An interface index no interface has: a rule naming a missing device never matches.
+pub const DETACHED_IFINDEX: u32 = u32::MAX;
+
+/// Applies mapped messages to the tables; owned by the control thread.
+pub(crate) struct Applier {
+    pub tables: MirroredTables,
+    observer: Option<Arc<dyn Observer>>,
+    pub counters: Arc<Counters>,
+    rules4: RuleBook<u32>,
+    rules6: RuleBook<u128>,
+    /// Set when a link went down or away: the kernel then flushes routes silently.
+    pub routes_need_redump: bool,
+}
+
+/// The outcome of applying one message.
+type Applied = Result<Option<Change>, MapError>;
+
+impl Applier {
+    pub fn new(
+        tables: MirroredTables,
+        observer: Option<Arc<dyn Observer>>,
+        counters: Arc<Counters>,
+    ) -> Self {
+        Applier {
+            tables,
+            observer,
+            counters,
+            rules4: RuleBook::default(),
+            rules6: RuleBook::default(),
+            routes_need_redump: false,
+        }
+    }
+
+    /// Applies one mapped message, counts it, publishes, bumps the generation and tells the
+    /// observer.
+    pub fn apply(&mut self, m: Mapped) {
+        let result = self.apply_inner(m);
+        self.finish(result);
+    }
+
+    /// Applies a message whose mapping failed: counted and logged.
+    pub fn map_failed(&self, e: &MapError) {
+        self.counters.error(e.kind());
+        tracing::warn!(error = %e, kind = e.kind(), "netlink message not mirrored");
+    }
+
+    fn finish(&self, result: Applied) {
+        match result {
+            Ok(Some(change)) => self.changed(&change),
+            Ok(None) => inc(&self.counters.unchanged),
+            Err(e) => self.map_failed(&e),
+        }
+    }
+
+    fn changed(&self, change: &Change) {
+        inc(&self.counters.applied);
+        self.tables.generation.bump();
+        tracing::trace!(?change, "applied");
+        if let Some(o) = &self.observer {
+            o.on_change(change);
+        }
+    }
+
+    fn apply_inner(&mut self, m: Mapped) -> Applied {
+        use ChangeOp::{Added, Removed};
+        let t = self.tables.clone();
+        let rule = matches!(
+            m,
+            Mapped::Rule4(_) | Mapped::Rule6(_) | Mapped::Rule4Gone(_) | Mapped::Rule6Gone(_)
+        );
+        Ok(match m {
+            Mapped::Link(l) => {
+                let old = t.links.get(l.ifindex, &crossbeam_epoch::pin()).cloned();
+                if !t.links.upsert(l.clone()) {
+                    return Ok(None);
+                }
+                // `IFF_UP` cleared (not a carrier loss): the kernel removes the IPv4 routes.
+                let up = neigh_table::LinkFlags::UP;
+                let went_down = old
+                    .as_ref()
+                    .is_some_and(|o| o.flags.contains(up) && !l.flags.contains(up));
+                if went_down {
+                    self.routes_need_redump = true;
+                }
+                if old.as_ref().is_none_or(|o| o.name != l.name) {
+                    self.relink_rules();
+                }
+                Some(Change::Link(Added, l))
+            }
+            Mapped::LinkGone(ifindex) => {
+                let Some(old) = t.links.remove(ifindex) else {
+                    return Ok(None);
+                };
+                self.routes_need_redump = true;
+                self.relink_rules();
+                Some(Change::Link(Removed, old))
+            }
+            Mapped::Addr(a) => self.add_addr(a)?,
+            Mapped::AddrGone(a) => {
+                let removed = match &a {
+                    AddrEntry::V4(e) => t.addrs.remove(e.addr, e.prefix_len, e.ifindex).map(drop),
+                    AddrEntry::V6(e) => t.addrs.remove(e.addr, e.prefix_len, e.ifindex).map(drop),
+                };
+                match removed {
+                    Ok(()) => Some(Change::Addr(Removed, a)),
+                    Err(AddrError::NotFound) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Mapped::Route4(r, u) => {
+                upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r))
+            }
+            Mapped::Route6(r, u) => {
+                upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
+            }
+            Mapped::Route4Gone(r) => {
+                delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r))
+            }
+            Mapped::Route6Gone(r) => {
+                delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r))
+            }
+            Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
+            Mapped::NeighGone { ifindex, addr } => t
+                .neigh
+                .remove(ifindex, addr)
+                .map(|n| Change::Neigh(Removed, n)),
+            Mapped::Rule4(r) => {
+                add_rule(&t.fib4, &mut self.rules4, &t, r)?.map(|r| Change::Rule4(Added, r))
+            }
+            Mapped::Rule6(r) => {
+                add_rule(&t.fib6, &mut self.rules6, &t, r)?.map(|r| Change::Rule6(Added, r))
+            }
+            Mapped::Rule4Gone(r) => {
+                del_rule(&t.fib4, &mut self.rules4, &r)?.map(|r| Change::Rule4(Removed, r))
+            }
+            Mapped::Rule6Gone(r) => {
+                del_rule(&t.fib6, &mut self.rules6, &r)?.map(|r| Change::Rule6(Removed, r))
+            }
+            Mapped::Policy(spec) => {
+                let key = PolicyKey {
+                    selector: spec.selector,
+                    dir: spec.dir,
+                    ptype: spec.ptype,
+                    if_id: spec.if_id,
+                };
+                let guard = crossbeam_epoch::pin();
+                let same = t
+                    .policies
+                    .get(&key.selector, key.dir, key.ptype, key.if_id, &guard)
+                    .is_some_and(|p| {
+                        p.priority == spec.priority
+                            && p.action == spec.action
+                            && Some(p.index) == spec.index
+                    });
+                drop(guard);
+                if same {
+                    return Ok(None);
+                }
+                Some(Change::Policy(Added, t.policies.update(spec)?))
+            }
+            Mapped::PolicyGone(k) => {
+                match t.policies.delete(&k.selector, k.dir, k.ptype, k.if_id) {
+                    Ok(p) => Some(Change::Policy(Removed, p)),
+                    Err(policy_tree::Error::NotFound) => None,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Mapped::PolicyFlush(ptype) => {
+                (t.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
+            }
+            Mapped::Ignored(i) => {
+                self.counters.ignored(i.name());
+                return Ok(None);
+            }
+        })
+        .inspect(|_| {
+            if !rule {
+                return;
+            }
+            let custom = t.fib4.has_custom_rules() || t.fib6.has_custom_rules();
+            if custom == t.generation.snapshot().enabled {
+                t.generation.set_custom_rules(custom);
+            }
+        })
+    }
+
+    fn add_addr(&self, a: AddrEntry) -> Applied {
+        fn one<A: addr_table::Family + Copy + PartialEq>(
+            table: &addr_table::AddrTable,
+            e: IfAddr<A>,
+        ) -> Result<bool, MapError> {
+            match table.add(e) {
+                Ok(_) => Ok(true),
+                Err(AddrError::Exists) => {
+                    let mut changed = false;
+                    table.update(e.addr, e.prefix_len, e.ifindex, |cur| {
+                        let secondary = cur.flags.contains(addr_table::IfaFlags::SECONDARY);
+                        let mut want = e;
+                        if secondary {
+                            want.flags = want.flags.with(addr_table::IfaFlags::SECONDARY);
+                        }
+                        // Lifetimes are deadlines from the message's arrival: a change of a
+                        // second is not a change.
+                        let same = cur.scope == want.scope
+                            && cur.flags == want.flags
+                            && cur.label == want.label
+                            && cur.valid_until.is_some() == want.valid_until.is_some()
+                            && cur.preferred_until.is_some() == want.preferred_until.is_some();
+                        if !same {
+                            changed = true;
+                        }
+                        cur.scope = want.scope;
+                        cur.flags = want.flags;
+                        cur.label = want.label;
+                        cur.valid_until = want.valid_until;
+                        cur.preferred_until = want.preferred_until;
+                    })?;
+                    Ok(changed)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        let changed = match &a {
+            AddrEntry::V4(e) => one(&self.tables.addrs, *e)?,
+            AddrEntry::V6(e) => one(&self.tables.addrs, *e)?,
+        };
+        Ok(changed.then_some(Change::Addr(ChangeOp::Added, a)))
+    }
+
+    /// Re-resolves the interface names of rules after a link appeared, went or was renamed.
+    fn relink_rules(&mut self) {
+        let t = self.tables.clone();
+        let changes4 = relink(&t.fib4, &mut self.rules4, &t);
+        let changes6 = relink(&t.fib6, &mut self.rules6, &t);
+        for c in changes4.into_iter().map(|(op, r)| Change::Rule4(op, r)) {
+            self.changed(&c);
+        }
+        for c in changes6.into_iter().map(|(op, r)| Change::Rule6(op, r)) {
+            self.changed(&c);
+        }
+    }
+
+    /// Removes what the dump of `kind` did not hold (a resynchronisation).
+    pub fn sweep(&mut self, kind: Kind, seen: &Seen) {
+        let t = self.tables.clone();
+        let mut gone = Vec::new();
+        match kind {
+            Kind::Link => {
+                for l in t.links.to_vec() {
+                    if !seen.links.contains(&l.ifindex) {
+                        gone.push(Mapped::LinkGone(l.ifindex));
+                    }
+                }
+            }
+            Kind::Addr => {
+                let guard = crossbeam_epoch::pin();
+                for (_, list) in t.addrs.interfaces::<Ipv4Addr>(&guard) {
+                    for a in list.iter().rev() {
+                        if !seen
+                            .addrs
+                            .contains(&(a.ifindex, IpAddr::V4(a.addr), a.prefix_len))
+                        {
+                            gone.push(Mapped::AddrGone(AddrEntry::V4(*a)));
+                        }
+                    }
+                }
+                for (_, list) in t.addrs.interfaces::<Ipv6Addr>(&guard) {
+                    for a in list {
+                        if !seen
+                            .addrs
+                            .contains(&(a.ifindex, IpAddr::V6(a.addr), a.prefix_len))
+                        {
+                            gone.push(Mapped::AddrGone(AddrEntry::V6(*a)));
+                        }
+                    }
+                }
+            }
+            Kind::Route4 => {
+                gone.extend(
+                    stale_routes(&t.fib4, &seen.routes4)
+                        .into_iter()
+                        .map(Mapped::Route4Gone),
+                );
+            }
+            Kind::Route6 => {
+                gone.extend(
+                    stale_routes(&t.fib6, &seen.routes6)
+                        .into_iter()
+                        .map(Mapped::Route6Gone),
+                );
+            }
+            Kind::Neigh => {
+                for n in t.neigh.to_vec() {
+                    if !seen.neigh.contains(&(n.ifindex, n.addr)) {
+                        gone.push(Mapped::NeighGone {
+                            ifindex: n.ifindex,
+                            addr: n.addr,
+                        });
+                    }
+                }
+            }
+            Kind::Rule4 => {
+                let stale = stale_rules(&t.fib4, &mut self.rules4, &seen.rules4);
+                for r in stale {
+                    if t.fib4.delete_rule(&r).is_ok() {
+                        inc(&self.counters.swept);
+                        self.changed(&Change::Rule4(ChangeOp::Removed, r));
+                    }
+                }
+            }
+            Kind::Rule6 => {
+                let stale = stale_rules(&t.fib6, &mut self.rules6, &seen.rules6);
+                for r in stale {
+                    if t.fib6.delete_rule(&r).is_ok() {
+                        inc(&self.counters.swept);
+                        self.changed(&Change::Rule6(ChangeOp::Removed, r));
+                    }
+                }
+            }
+            Kind::Policy => {
+                for p in t.policies.dump() {
+                    let key = PolicyKey {
+                        selector: p.selector,
+                        dir: p.dir,
+                        ptype: p.ptype,
+                        if_id: p.if_id,
+                    };
+                    if !seen.policies.contains(&key) {
+                        gone.push(Mapped::PolicyGone(key));
+                    }
+                }
+            }
+        }
+        for m in gone {
+            if let Ok(Some(c)) = self.apply_inner(m) {
+                inc(&self.counters.swept);
+                self.changed(&c);
+            }
+        }
+    }
+}
+
+/// Routes of `fib` that `seen` does not hold.
+fn stale_routes<K: IpKey>(fib: &Fib<K>, seen: &HashSet<u64>) -> Vec<Route<K>> {
+    let guard = crossbeam_epoch::pin();
+    let mut out = Vec::new();
+    for id in fib.table_ids() {
+        if let Some(table) = fib.table(id, &guard) {
+            for (prefix, plen, a) in table.dump(&guard) {
+                if !seen.contains(&digest(prefix, plen, a.table, a.tos, a.route_type, &a.info)) {
+                    out.push(RouteId::of_alias(prefix, plen, a).into_route());
+                }
+            }
+        }
+    }
+    out
+}
+
+fn flags_of(u: Upsert) -> InsertFlags {
+    match u {
+        Upsert::Dump | Upsert::Append => InsertFlags::APPEND,
+        Upsert::Prepend => InsertFlags::PREPEND,
+        Upsert::Replace => InsertFlags::REPLACE,
+    }
+}
+
+fn same_hop<K: PartialEq>(a: &NextHop<K>, b: &NextHop<K>) -> bool {
+    a.gateway == b.gateway && a.ifindex == b.ifindex
+}
+
+/// The aliases of `r`'s table, prefix, length, tos and metric (its "key" in the kernel's words).
+fn same_key<K: IpKey>(fib: &Fib<K>, r: &Route<K>) -> Vec<Route<K>> {
+    let guard = crossbeam_epoch::pin();
+    let Some(table) = fib.table(r.table, &guard) else {
+        return Vec::new();
+    };
+    let slen = K::BITS - r.plen;
+    table
+        .trie()
+        .get(r.prefix, &guard)
+        .unwrap_or_default()
+        .iter()
+        .filter(|a| {
+            a.slen == slen && a.value.tos == r.tos && a.value.info.priority == r.info.priority
+        })
+        .map(|a| RouteId::of_alias(r.prefix, r.plen, &a.value).into_route())
+        .collect()
+}
+
+/// Inserts a route; `Ok(false)` when it was already there.
+///
+/// IPv6 merges gateway routes of one key into one multipath route and notifies the merged
+/// route whole, so an IPv6 gateway route replaces the gateway route of its key.
+fn upsert_route<K: IpKey>(fib: &Fib<K>, r: &Route<K>, u: Upsert) -> Result<bool, MapError> {
+    if K::FAMILY == libc::AF_INET6 as u8 && u != Upsert::Replace && has_gateway(r) {
+        if let Some(old) = same_key(fib, r)
+            .into_iter()
+            .find(|o| o.route_type == r.route_type && has_gateway(o))
+        {
+            if old == *r {
+                return Ok(false);
+            }
+            fib.delete(&RouteSelector::exact(&old))?;
+            fib.table_or_create(r.table);
+            fib.insert(r, InsertFlags::APPEND)?;
+            return Ok(true);
+        }
+    }
+    fib.table_or_create(r.table);
+    match fib.insert(r, flags_of(u)) {
+        Ok(()) => Ok(true),
+        Err(RouteError::Exists) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn has_gateway<K>(r: &Route<K>) -> bool {
+    r.info.nexthops.iter().any(|h| h.gateway.is_some())
+}
+
+/// Deletes a route; `Ok(false)` when it was not there. An IPv6 delete of some next hops of
+/// a multipath route removes those next hops.
+fn delete_route<K: IpKey>(fib: &Fib<K>, r: &Route<K>) -> Result<bool, MapError> {
+    match fib.delete(&RouteSelector::exact(r)) {
+        Ok(_) => return Ok(true),
+        Err(RouteError::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    if K::FAMILY != libc::AF_INET6 as u8 || r.info.nexthops.is_empty() {
+        return Ok(false);
+    }
+    let Some(old) = same_key(fib, r).into_iter().find(|o| {
+        o.route_type == r.route_type
+            && o.info.nexthops.len() > r.info.nexthops.len()
+            && r.info
+                .nexthops
+                .iter()
+                .all(|h| o.info.nexthops.iter().any(|x| same_hop(h, x)))
+    }) else {
+        return Ok(false);
+    };
+    let mut rest = old.clone();
+    rest.info
+        .nexthops
+        .retain(|x| !r.info.nexthops.iter().any(|h| same_hop(h, x)));
+    fib.delete(&RouteSelector::exact(&old))?;
+    fib.insert(&rest, InsertFlags::APPEND)?;
+    Ok(true)
+}
+
+fn resolve_name(t: &MirroredTables, name: &Option<String>) -> u32 {
+    name.as_ref().map_or(0, |n| {
+        t.links
+            .by_name(n, &crossbeam_epoch::pin())
+            .map_or(DETACHED_IFINDEX, |l: &Link| l.ifindex)
+    })
+}
+
+fn resolved<K: IpKey>(t: &MirroredTables, e: &RuleEntry<K>) -> FibRule<K> {
+    let mut r = e.rule.clone();
+    r.iif = resolve_name(t, &e.iifname);
+    r.oif = resolve_name(t, &e.oifname);
+    r
+}
+
+fn add_rule<K: IpKey>(
+    fib: &Fib<K>,
+    book: &mut RuleBook<K>,
+    t: &MirroredTables,
+    e: RuleEntry<K>,
+) -> Result<Option<FibRule<K>>, MapError> {
+    if book.installed.contains_key(&e) {
+        return Ok(None);
+    }
+    let rule = resolved(t, &e);
+    let changed = match fib.add_rule(rule.clone()) {
+        Ok(()) => true,
+        // The default rules exist from the start.
+        Err(RuleError::Exists) => false,
+        Err(err) => return Err(err.into()),
+    };
+    book.installed.insert(e, rule.clone());
+    Ok(changed.then_some(rule))
+}
+
+fn del_rule<K: IpKey>(
+    fib: &Fib<K>,
+    book: &mut RuleBook<K>,
+    e: &RuleEntry<K>,
+) -> Result<Option<FibRule<K>>, MapError> {
+    let Some(rule) = book.installed.remove(e) else {
+        // Never seen as added (a default rule, or a rule we refused): delete what it names.
+        let mut plain = e.rule.clone();
+        if e.iifname.is_some() || e.oifname.is_some() {
+            return Ok(None);
+        }
+        plain.iif = 0;
+        return Ok(fib.delete_rule(&plain).ok().map(|()| plain));
+    };
+    match fib.delete_rule(&rule) {
+        Ok(()) => Ok(Some(rule)),
+        Err(RuleError::NotFound) => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn relink<K: IpKey>(
+    fib: &Fib<K>,
+    book: &mut RuleBook<K>,
+    t: &MirroredTables,
+) -> Vec<(ChangeOp, FibRule<K>)> {
+    let mut changes = Vec::new();
+    for (e, installed) in book.installed.iter_mut() {
+        if e.iifname.is_none() && e.oifname.is_none() {
+            continue;
+        }
+        let now = resolved(t, e);
+        if now != *installed {
+            if fib.delete_rule(installed).is_ok() {
+                changes.push((ChangeOp::Removed, installed.clone()));
+            }
+            if fib.add_rule(now.clone()).is_ok() {
+                changes.push((ChangeOp::Added, now.clone()));
+            }
+            *installed = now;
+        }
+    }
+    changes
+}
+
+/// Rules of `fib` no dumped entry installed; forgets book entries the dump did not hold.
+fn stale_rules<K: IpKey>(
+    fib: &Fib<K>,
+    book: &mut RuleBook<K>,
+    seen: &HashSet<RuleEntry<K>>,
+) -> Vec<FibRule<K>> {
+    book.installed.retain(|e, _| seen.contains(e));
+    let keep: HashSet<&FibRule<K>> = book.installed.values().collect();
+    let guard = crossbeam_epoch::pin();
+    fib.rules(&guard)
+        .iter()
+        .filter(|r| !keep.contains(r))
+        .cloned()
+        .collect()
+}

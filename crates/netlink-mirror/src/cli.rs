@@ -1,0 +1,675 @@
+//! The command line as library code, so the `xfwd` binary can reuse it: `route get` in the
+//! format of `ip route get`, and `show routes|addrs|neigh|rules|policies`.
+#![forbid(unsafe_code)]
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use addr_table::Scope as AddrScope;
+use crossbeam_epoch::Guard;
+use fib_trie::{
+    Fib, FibAlias, FibResult, FibRule, Flow, LookupError, NextHop, RouteType, RuleAction, Scope,
+    ids,
+};
+use policy_tree::{Action, Direction, PolicyType};
+
+use crate::key::IpKey;
+use crate::tables::MirroredTables;
+
+/// `route get ADDR [from ADDR] [iif DEV] [oif DEV] [mark N] [--netns NS]`.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct RouteGetArgs {
+    /// The destination address.
+    pub addr: IpAddr,
+    /// Selectors as `ip route get` takes them: `from ADDR`, `iif DEV`, `oif DEV`, `mark N`,
+    /// `tos N`.
+    #[arg(value_name = "SELECTOR")]
+    pub selectors: Vec<String>,
+    /// The network namespace (a name under /run/netns or a path); the current one if absent.
+    #[arg(long)]
+    pub netns: Option<String>,
+}
+
+/// What `show` lists.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShowWhat {
+    /// Routes of every table, IPv4 then IPv6 (`ip route show table all`).
+    Routes,
+    /// Interface addresses.
+    Addrs,
+    /// Neighbours.
+    Neigh,
+    /// Policy rules, IPv4 then IPv6.
+    Rules,
+    /// xfrm policies.
+    Policies,
+    /// Interfaces.
+    Links,
+}
+
+/// `show routes|addrs|neigh|rules|policies|links [--netns NS]`.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct ShowArgs {
+    /// What to list.
+    pub what: ShowWhat,
+    /// The network namespace (a name under /run/netns or a path); the current one if absent.
+    #[arg(long)]
+    pub netns: Option<String>,
+}
+
+/// Why `route get` printed no route.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CliError {
+    /// A selector that is not understood.
+    #[error("bad selector: {0}")]
+    Selector(String),
+    /// `iif`/`oif` names no interface.
+    #[error("Cannot find device \"{0}\"")]
+    NoDevice(String),
+    /// `from` is of another family than the destination.
+    #[error("from {0} is not of the destination's family")]
+    Family(IpAddr),
+    /// The lookup failed as the kernel's would, with its errno's text.
+    #[error("RTNETLINK answers: {}", errno_text(.0.errno()))]
+    Lookup(LookupError),
+}
+
+fn errno_text(errno: i32) -> &'static str {
+    match errno {
+        libc::ENETUNREACH => "Network is unreachable",
+        libc::EINVAL => "Invalid argument",
+        libc::EHOSTUNREACH => "No route to host",
+        libc::EACCES => "Permission denied",
+        _ => "Unknown error",
+    }
+}
+
+/// Parsed `route get` selectors.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Selectors {
+    from: Option<IpAddr>,
+    iif: Option<String>,
+    oif: Option<String>,
+    mark: u32,
+    tos: u8,
+}
+
+fn parse_selectors(words: &[String]) -> Result<Selectors, CliError> {
+    let mut s = Selectors::default();
+    let mut it = words.iter();
+    while let Some(w) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| CliError::Selector(format!("{w} needs a value")))?;
+        let bad = || CliError::Selector(format!("{w} {value}"));
+        let number = |v: &str| {
+            v.strip_prefix("0x").map_or_else(
+                || v.parse::<u32>().ok(),
+                |h| u32::from_str_radix(h, 16).ok(),
+            )
+        };
+        match w.as_str() {
+            "from" => s.from = Some(value.parse().map_err(|_| bad())?),
+            "iif" => s.iif = Some(value.clone()),
+            "oif" => s.oif = Some(value.clone()),
+            "mark" => s.mark = number(value).ok_or_else(bad)?,
+            "tos" | "dsfield" => {
+                s.tos = number(value)
+                    .and_then(|t| u8::try_from(t).ok())
+                    .ok_or_else(bad)?
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(s)
+}
+
+fn dev_name(t: &MirroredTables, ifindex: u32, guard: &Guard) -> String {
+    t.links
+        .get(ifindex, guard)
+        .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
+}
+
+fn dev_index(t: &MirroredTables, name: &str, guard: &Guard) -> Result<u32, CliError> {
+    t.links
+        .by_name(name, guard)
+        .map(|l| l.ifindex)
+        .ok_or_else(|| CliError::NoDevice(name.to_owned()))
+}
+
+/// The name `ip` prints for a table id.
+pub fn table_name(id: u32) -> String {
+    match id {
+        ids::LOCAL => "local".into(),
+        ids::MAIN => "main".into(),
+        ids::DEFAULT => "default".into(),
+        n => n.to_string(),
+    }
+}
+
+/// The keyword `ip` prints for a route type.
+pub fn type_name(t: RouteType) -> &'static str {
+    match t {
+        RouteType::Unicast => "unicast",
+        RouteType::Local => "local",
+        RouteType::Broadcast => "broadcast",
+        RouteType::Anycast => "anycast",
+        RouteType::Multicast => "multicast",
+        RouteType::Blackhole => "blackhole",
+        RouteType::Unreachable => "unreachable",
+        RouteType::Prohibit => "prohibit",
+        RouteType::Throw => "throw",
+    }
+}
+
+/// A hash of the flow to pick among multipath next hops (not the kernel's hash: with ECMP,
+/// the next hop printed may differ from the one `ip route get` names).
+fn flow_hash(src: IpAddr, dst: IpAddr) -> u32 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (src, dst).hash(&mut h);
+    h.finish() as u32
+}
+
+/// Looks `args.addr` up in the mirrored tables and prints the answer as `ip route get` does:
+/// the type when not unicast, the address, `from` when given, `via`, `dev`, `table` when not
+/// main, `src` (IPv6: always `from`, and the metric).
+///
+/// ```
+/// use netlink_mirror::MirroredTables;
+/// use netlink_mirror::cli::{route_get, RouteGetArgs};
+/// use fib_trie::{InsertFlags, NextHop, Route};
+///
+/// let t = MirroredTables::new(addr_table::NetnsId(1), false);
+/// t.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
+/// let args = RouteGetArgs { addr: "8.8.8.8".parse().unwrap(), selectors: vec![], netns: None };
+/// assert_eq!(route_get(&t, &args).unwrap(), "8.8.8.8 via 10.0.0.1 dev if2");
+/// ```
+///
+/// # Errors
+/// Bad selectors, unknown devices, and lookup failures ([`CliError::Lookup`], printed as the
+/// kernel's answer).
+pub fn route_get(t: &MirroredTables, args: &RouteGetArgs) -> Result<String, CliError> {
+    let sel = parse_selectors(&args.selectors)?;
+    let guard = crossbeam_epoch::pin();
+    let iif = sel
+        .iif
+        .as_deref()
+        .map(|n| dev_index(t, n, &guard))
+        .transpose()?;
+    let oif = sel
+        .oif
+        .as_deref()
+        .map(|n| dev_index(t, n, &guard))
+        .transpose()?;
+    match args.addr {
+        IpAddr::V4(d) => {
+            let from = match sel.from {
+                None => None,
+                Some(IpAddr::V4(f)) => Some(u32::from(f)),
+                Some(other) => return Err(CliError::Family(other)),
+            };
+            get::<u32>(t, &t.fib4, u32::from(d), from, iif, oif, &sel, &guard)
+        }
+        IpAddr::V6(d) => {
+            let from = match sel.from {
+                None => None,
+                Some(IpAddr::V6(f)) => Some(u128::from(f)),
+                Some(other) => return Err(CliError::Family(other)),
+            };
+            get::<u128>(t, &t.fib6, u128::from(d), from, iif, oif, &sel, &guard)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn get<K: IpKey>(
+    t: &MirroredTables,
+    fib: &Fib<K>,
+    dst: K,
+    from: Option<K>,
+    iif: Option<u32>,
+    oif: Option<u32>,
+    sel: &Selectors,
+    guard: &Guard,
+) -> Result<String, CliError> {
+    let flow = Flow {
+        dst,
+        src: from.unwrap_or(K::ZERO),
+        tos: sel.tos,
+        iif: iif.unwrap_or(0),
+        oif: oif.unwrap_or(0),
+        mark: sel.mark,
+        scope: Scope::UNIVERSE,
+    };
+    let r: FibResult<'_, K> = fib.lookup(&flow, guard).map_err(CliError::Lookup)?;
+    let v6 = K::FAMILY == libc::AF_INET6 as u8;
+    let rtype = r.route_type();
+    let hop: Option<&NextHop<K>> = if r.alias.info.nexthops.len() > 1 {
+        r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
+    } else {
+        r.alias.info.nexthops.get(r.nh_sel)
+    };
+    let mut out = String::new();
+    if rtype != RouteType::Unicast {
+        let _ = write!(out, "{} ", type_name(rtype));
+    }
+    let _ = write!(out, "{}", dst.to_ip());
+    if let Some(f) = from {
+        let _ = write!(out, " from {}", f.to_ip());
+    } else if v6 {
+        let _ = write!(out, " from ::");
+    }
+    if let Some(gw) = hop.and_then(|h| h.gateway) {
+        let _ = write!(out, " via {}", gw.to_ip());
+    }
+    // Packets to local addresses leave through the loopback device.
+    let local = matches!(rtype, RouteType::Local);
+    let out_dev = if local {
+        t.links
+            .to_vec()
+            .into_iter()
+            .find(|l| l.flags.contains(neigh_table::LinkFlags::LOOPBACK))
+            .map(|l| l.ifindex)
+    } else {
+        hop.map(|h| h.ifindex)
+    };
+    if let Some(i) = out_dev {
+        let _ = write!(out, " dev {}", dev_name(t, i, guard));
+    }
+    // Without custom rules the kernel looks local and main up as one table: main.
+    let table = match r.table() {
+        ids::LOCAL if !fib.has_custom_rules() => ids::MAIN,
+        id => id,
+    };
+    if table != ids::MAIN {
+        let _ = write!(out, " table {}", table_name(table));
+    }
+    // With `from`, the flow's source is that address and the kernel prints no `src`; input
+    // routes (`iif`) have none either.
+    let src = if iif.is_some() || from.is_some() {
+        None
+    } else {
+        prefsrc::<K>(t, r.alias, dst, hop, guard)
+    };
+    if let Some(s) = src {
+        let _ = write!(out, " src {s}");
+    }
+    if iif.is_some() {
+        if let Some(name) = &sel.iif {
+            let _ = write!(out, " iif {name}");
+        }
+    }
+    if v6 {
+        let _ = write!(out, " metric {}", r.alias.info.priority);
+    }
+    Ok(out)
+}
+
+/// The source address the kernel would pick (`fib_result_prefsrc`, or the destination
+/// itself for local routes).
+fn prefsrc<K: IpKey>(
+    t: &MirroredTables,
+    alias: &FibAlias<K>,
+    dst: K,
+    hop: Option<&NextHop<K>>,
+    guard: &Guard,
+) -> Option<IpAddr> {
+    if let Some(p) = alias.info.prefsrc {
+        return Some(p.to_ip());
+    }
+    if alias.route_type == RouteType::Local {
+        return Some(dst.to_ip());
+    }
+    let hop = hop?;
+    match dst.to_ip() {
+        IpAddr::V4(_) => {
+            let gw = hop.gateway.map(|g| match g.to_ip() {
+                IpAddr::V4(a) => a,
+                IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
+            });
+            t.addrs
+                .select_src_v4(hop.ifindex, gw, AddrScope(alias.info.scope.0), guard)
+                .map(IpAddr::V4)
+        }
+        IpAddr::V6(d) => t.addrs.select_src_v6(hop.ifindex, d, guard).map(IpAddr::V6),
+    }
+}
+
+/// Lists what `args.what` names, one object per line (multipath next hops indented).
+pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
+    let guard = crossbeam_epoch::pin();
+    let mut out = String::new();
+    match args.what {
+        ShowWhat::Routes => {
+            show_routes(t, &t.fib4, &mut out, &guard);
+            show_routes(t, &t.fib6, &mut out, &guard);
+        }
+        ShowWhat::Addrs => {
+            for (ifindex, list) in t.addrs.interfaces::<Ipv4Addr>(&guard) {
+                for a in list {
+                    let _ = writeln!(
+                        out,
+                        "{}: {} inet {}/{} scope {}{}",
+                        ifindex,
+                        dev_name(t, ifindex, &guard),
+                        a.addr,
+                        a.prefix_len,
+                        scope_name(a.scope.0),
+                        if a.is_secondary() { " secondary" } else { "" }
+                    );
+                }
+            }
+            for (ifindex, list) in t.addrs.interfaces::<Ipv6Addr>(&guard) {
+                for a in list {
+                    let _ = writeln!(
+                        out,
+                        "{}: {} inet6 {}/{} scope {}",
+                        ifindex,
+                        dev_name(t, ifindex, &guard),
+                        a.addr,
+                        a.prefix_len,
+                        scope_name(a.scope.0)
+                    );
+                }
+            }
+        }
+        ShowWhat::Neigh => {
+            for n in t.neigh.to_vec() {
+                let _ = write!(out, "{} dev {}", n.addr, dev_name(t, n.ifindex, &guard));
+                if let Some(m) = n.lladdr {
+                    let _ = write!(
+                        out,
+                        " lladdr {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                        m[0], m[1], m[2], m[3], m[4], m[5]
+                    );
+                }
+                let _ = writeln!(out, " {}", n.state);
+            }
+        }
+        ShowWhat::Rules => {
+            for r in t.fib4.rules(&guard) {
+                let _ = writeln!(out, "{}", rule_text(t, r, &guard));
+            }
+            for r in t.fib6.rules(&guard) {
+                let _ = writeln!(out, "{}", rule_text(t, r, &guard));
+            }
+        }
+        ShowWhat::Policies => {
+            for p in t.policies.dump() {
+                let dir = match p.dir {
+                    Direction::In => "in",
+                    Direction::Out => "out",
+                    Direction::Fwd => "fwd",
+                };
+                let action = match p.action {
+                    Action::Allow => "allow".to_owned(),
+                    Action::Block => "block".to_owned(),
+                    Action::Ipsec(id) => format!("allow tmpl {}", id.0),
+                };
+                let _ = write!(out, "src {} dst {}", p.selector.src, p.selector.dst);
+                if p.selector.proto != 0 {
+                    let _ = write!(out, " proto {}", p.selector.proto);
+                }
+                let _ = write!(out, " dir {dir} priority {} action {action}", p.priority);
+                if p.ptype == PolicyType::Sub {
+                    let _ = write!(out, " ptype sub");
+                }
+                if p.if_id != 0 {
+                    let _ = write!(out, " if_id {}", p.if_id);
+                }
+                let _ = writeln!(out, " index {}", p.index);
+            }
+        }
+        ShowWhat::Links => {
+            for l in t.links.to_vec() {
+                let _ = writeln!(
+                    out,
+                    "{}: {} mtu {} state {}{}",
+                    l.ifindex,
+                    l.name,
+                    l.mtu,
+                    l.oper,
+                    if l.is_up() { " up" } else { "" }
+                );
+            }
+        }
+    }
+    out
+}
+
+fn scope_name(s: u8) -> String {
+    match s {
+        0 => "global".into(),
+        200 => "site".into(),
+        253 => "link".into(),
+        254 => "host".into(),
+        255 => "nowhere".into(),
+        n => n.to_string(),
+    }
+}
+
+fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, guard: &Guard) {
+    for id in fib.table_ids() {
+        let Some(table) = fib.table(id, guard) else {
+            continue;
+        };
+        for (prefix, plen, a) in table.dump(guard) {
+            if a.route_type != RouteType::Unicast {
+                let _ = write!(out, "{} ", type_name(a.route_type));
+            }
+            let _ = write!(out, "{}/{plen}", prefix.to_ip());
+            let info = &a.info;
+            if let [h] = info.nexthops.as_slice() {
+                if let Some(g) = h.gateway {
+                    let _ = write!(out, " via {}", g.to_ip());
+                }
+                let _ = write!(out, " dev {}", dev_name(t, h.ifindex, guard));
+            }
+            if id != ids::MAIN {
+                let _ = write!(out, " table {}", table_name(id));
+            }
+            let _ = write!(out, " proto {}", info.protocol);
+            if info.scope != Scope::UNIVERSE {
+                let _ = write!(out, " scope {}", scope_name(info.scope.0));
+            }
+            if let Some(s) = info.prefsrc {
+                let _ = write!(out, " src {}", s.to_ip());
+            }
+            if info.priority != 0 {
+                let _ = write!(out, " metric {}", info.priority);
+            }
+            out.push('\n');
+            if info.nexthops.len() > 1 {
+                for h in &info.nexthops {
+                    let _ = write!(out, "\tnexthop");
+                    if let Some(g) = h.gateway {
+                        let _ = write!(out, " via {}", g.to_ip());
+                    }
+                    let _ = writeln!(
+                        out,
+                        " dev {} weight {}",
+                        dev_name(t, h.ifindex, guard),
+                        h.weight
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn rule_text<K: IpKey>(t: &MirroredTables, r: &FibRule<K>, guard: &Guard) -> String {
+    let mut s = format!("{}:\t", r.priority);
+    if r.invert {
+        s.push_str("not ");
+    }
+    match r.src {
+        Some((k, l)) => {
+            let _ = write!(s, "from {}/{l}", k.to_ip());
+        }
+        None => s.push_str("from all"),
+    }
+    if let Some((k, l)) = r.dst {
+        let _ = write!(s, " to {}/{l}", k.to_ip());
+    }
+    if r.tos != 0 {
+        let _ = write!(s, " tos {:#x}", r.tos);
+    }
+    if r.fwmask != 0 {
+        let _ = write!(s, " fwmark {:#x}/{:#x}", r.fwmark, r.fwmask);
+    }
+    if r.iif != 0 {
+        let _ = write!(s, " iif {}", dev_name(t, r.iif, guard));
+    }
+    if r.oif != 0 {
+        let _ = write!(s, " oif {}", dev_name(t, r.oif, guard));
+    }
+    match r.action {
+        RuleAction::Lookup(id) => {
+            let _ = write!(s, " lookup {}", table_name(id));
+        }
+        RuleAction::Goto(p) => {
+            let _ = write!(s, " goto {p}");
+        }
+        RuleAction::Nop => s.push_str(" nop"),
+        RuleAction::Blackhole => s.push_str(" blackhole"),
+        RuleAction::Unreachable => s.push_str(" unreachable"),
+        RuleAction::Prohibit => s.push_str(" prohibit"),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use addr_table::{IfAddr, NetnsId};
+    use fib_trie::{InsertFlags, Route};
+    use neigh_table::{Link, LinkFlags};
+
+    use super::*;
+
+    fn tables() -> MirroredTables {
+        let t = MirroredTables::new(NetnsId(1), false);
+        let mut lo = Link::new(1, "lo");
+        lo.flags = LinkFlags::UP | LinkFlags::LOOPBACK;
+        t.links.upsert(lo);
+        t.links.upsert(Link::new(2, "d0"));
+        t.addrs
+            .add(IfAddr::new(Ipv4Addr::new(10, 1, 0, 1), 24, 2))
+            .unwrap();
+        let gw = u32::from(Ipv4Addr::new(10, 1, 0, 4));
+        t.fib4
+            .insert(
+                &Route::unicast(0x0a09_0000, 16, 254, vec![NextHop::new(Some(gw), 2)]),
+                InsertFlags::ADD,
+            )
+            .unwrap();
+        let mut connected = Route::unicast(0x0a01_0000, 24, 254, vec![NextHop::new(None, 2)]);
+        connected.info.scope = Scope::LINK;
+        connected.info.prefsrc = Some(0x0a01_0001);
+        t.fib4.insert(&connected, InsertFlags::ADD).unwrap();
+        let mut local = Route::unicast(0x0a01_0001, 32, 255, vec![NextHop::new(None, 2)]);
+        local.route_type = RouteType::Local;
+        local.info.scope = Scope::HOST;
+        local.info.prefsrc = Some(0x0a01_0001);
+        t.fib4.insert(&local, InsertFlags::ADD).unwrap();
+        t.fib4
+            .insert(
+                &Route::reject(0x0a0a_0000, 16, 254, RouteType::Blackhole),
+                InsertFlags::ADD,
+            )
+            .unwrap();
+        t
+    }
+
+    fn get(t: &MirroredTables, line: &str) -> Result<String, CliError> {
+        let mut words = line.split_whitespace().map(str::to_owned);
+        let addr = words.next().unwrap().parse().unwrap();
+        route_get(
+            t,
+            &RouteGetArgs {
+                addr,
+                selectors: words.collect(),
+                netns: None,
+            },
+        )
+    }
+
+    #[test]
+    fn formats_like_ip_route_get() {
+        let t = tables();
+        assert_eq!(
+            get(&t, "10.9.1.1").unwrap(),
+            "10.9.1.1 via 10.1.0.4 dev d0 src 10.1.0.1"
+        );
+        assert_eq!(
+            get(&t, "10.1.0.1").unwrap(),
+            "local 10.1.0.1 dev lo src 10.1.0.1"
+        );
+        assert_eq!(
+            get(&t, "10.1.0.7 from 10.1.0.1").unwrap(),
+            "10.1.0.7 from 10.1.0.1 dev d0"
+        );
+        assert_eq!(
+            get(&t, "8.8.8.8").unwrap_err().to_string(),
+            "RTNETLINK answers: Network is unreachable"
+        );
+        assert_eq!(
+            get(&t, "10.10.0.1").unwrap_err().to_string(),
+            "RTNETLINK answers: Invalid argument"
+        );
+        assert_eq!(
+            get(&t, "10.9.1.1 iif nope"),
+            Err(CliError::NoDevice("nope".into()))
+        );
+        assert!(matches!(
+            get(&t, "10.9.1.1 from"),
+            Err(CliError::Selector(_))
+        ));
+    }
+
+    #[test]
+    fn table_is_printed_when_not_main() {
+        let t = tables();
+        t.fib4
+            .insert(
+                &Route::unicast(0, 0, 100, vec![NextHop::new(Some(0x0a01_0005), 2)]),
+                InsertFlags::ADD,
+            )
+            .unwrap();
+        let mut rule = FibRule::new(10, RuleAction::Lookup(100));
+        rule.fwmark = 7;
+        rule.fwmask = u32::MAX;
+        t.fib4.add_rule(rule).unwrap();
+        assert_eq!(
+            get(&t, "8.8.8.8 mark 7").unwrap(),
+            "8.8.8.8 via 10.1.0.5 dev d0 table 100 src 10.1.0.1"
+        );
+        // With custom rules, local answers come from the local table by name.
+        assert_eq!(
+            get(&t, "10.1.0.1").unwrap(),
+            "local 10.1.0.1 dev lo table local src 10.1.0.1"
+        );
+        let listing = show(
+            &t,
+            &ShowArgs {
+                what: ShowWhat::Rules,
+                netns: None,
+            },
+        );
+        assert!(
+            listing.contains("10:\tfrom all fwmark 0x7/0xffffffff lookup 100"),
+            "{listing}"
+        );
+        let routes = show(
+            &t,
+            &ShowArgs {
+                what: ShowWhat::Routes,
+                netns: None,
+            },
+        );
+        assert!(
+            routes.contains("blackhole 10.10.0.0/16 proto 4"),
+            "{routes}"
+        );
+    }
+}

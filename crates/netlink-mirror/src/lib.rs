@@ -1,0 +1,76 @@
+//! Mirrors one network namespace's kernel state (links, addresses, routes of every table
+//! and type, neighbours, policy rules, xfrm policies) over netlink into xfwd's lock-free
+//! tables: the user-space counterpart of what the kernel keeps in `net_device`s,
+//! `in_ifaddr`/`inet6_ifaddr`, `fib_table`s and `fib_rules`, `neigh_table`s and the xfrm SPD.
+//!
+//! # How it keeps the copy exact
+//! - A control thread per namespace enters the namespace (only itself: `setns` on that
+//!   thread), opens an `NETLINK_ROUTE` socket subscribed to the link, neighbour, IPv4/IPv6
+//!   address, route and rule groups, and an `NETLINK_XFRM` socket subscribed to
+//!   `XFRMNLGRP_POLICY`, both with a large receive buffer (`SO_RCVBUFFORCE`).
+//! - Subscribe, then dump: each kind is dumped in turn (links first, since rules name
+//!   interfaces); dump entries are applied as they arrive, events that arrive meanwhile are
+//!   kept and applied after the dumps. A dump the kernel flags `NLM_F_DUMP_INTR` is restarted.
+//! - Everything is applied as an idempotent upsert or a tolerant delete ([`apply`]), so an
+//!   event seen again after a dump that already held it changes nothing.
+//! - `ENOBUFS` (events lost) starts a resynchronisation: dump everything again, apply it, and
+//!   sweep what the dumps no longer hold. When a link loses `IFF_UP` or goes away the kernel
+//!   flushes its IPv4 routes without notifications, so the routes are re-dumped then too.
+//! - Mapping a message ([`map`]) is total: a message the tables cannot represent (nexthop
+//!   objects, encapsulation, uid-range rules, marked policies, ...) is a [`MapError`],
+//!   counted by kind in [`MirrorStats`] and logged with `tracing`, never a panic and never
+//!   silently dropped. Messages outside the mirror's scope (cloned routes, bridge FDB, proxy
+//!   and multicast neighbours) are counted as ignored.
+//!
+//! # Readers and writers
+//! Only the control thread writes the tables; it bumps [`MirroredTables::generation`] after
+//! every applied change (after publishing it), then tells the [`Observer`], if any.
+//! Readers (the dataplane's run loops) look up under their own epoch guard and never wait for
+//! the mirror. [`NeighResolver::request`] only queues (no syscall, no blocking); the control
+//! thread sends `RTM_NEWNEIGH` with `NTF_USE` for it, rate-limited, and the resolved neighbour
+//! comes back as an ordinary event.
+//!
+//! # Example
+//! ```no_run
+//! use std::time::Duration;
+//! use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+//! use netlink_mirror::cli::{route_get, RouteGetArgs};
+//!
+//! let mirror = Mirror::start(NetnsSpec::Name("fwd".into()), MirrorOptions::default())?;
+//! mirror.wait_synced(Duration::from_secs(60))?;
+//! let tables = mirror.tables().clone(); // the Arcs the dataplane shares
+//! let guard = crossbeam_epoch::pin();
+//! let hop = tables.fib4.lookup(&fib_trie::Flow::to(0x0808_0808), &guard);
+//! let args = RouteGetArgs { addr: "8.8.8.8".parse()?, selectors: vec![], netns: None };
+//! println!("{}", route_get(&tables, &args)?);
+//! # drop(hop);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod change;
+pub mod cli;
+mod control;
+pub mod error;
+pub mod key;
+pub mod map;
+mod mirror;
+pub mod netns;
+mod resolver;
+mod socket;
+pub mod stats;
+pub mod tables;
+
+pub use change::{Change, ChangeOp, Observer};
+pub use error::{MapError, MirrorError};
+pub use mirror::{DEFAULT_RCVBUF, Mirror, MirrorHandle, MirrorOptions};
+pub use netns::NetnsSpec;
+pub use resolver::NeighResolver;
+pub use stats::MirrorStats;
+pub use tables::MirroredTables;
+
+/// The README's example, compiled (not run: it needs a namespace) as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,231 @@
+//! Kernel messages to table entries: every `RTM_*` and `XFRM_MSG_*` message the mirror
+//! subscribes to maps to one [`Mapped`] value, an [`Ignored`] reason for messages outside the
+//! mirror's scope, or a [`MapError`]. The mapping is total and pure (no tables, no I/O), so it is
+//! unit-tested without privileges.
+#![forbid(unsafe_code)]
+
+mod addr;
+mod link;
+mod neigh;
+mod route;
+mod rule;
+mod xfrm;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use addr_table::IfAddr;
+use fib_trie::{FibRule, Route};
+use neigh_table::{Link, Neighbour};
+use netlink_packet_route::RouteNetlinkMessage;
+use policy_tree::{Direction, PolicySpec, PolicyType, Selector};
+
+use crate::error::MapError;
+
+pub use addr::map_addr;
+pub use link::map_link;
+pub use neigh::map_neigh;
+pub use route::map_route;
+pub use rule::map_rule;
+pub use xfrm::map_xfrm;
+
+/// How a route notification asks to be inserted: from the netlink flags of the message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Upsert {
+    /// A dump entry (no flags): add after the routes of the same key unless identical.
+    Dump,
+    /// `NLM_F_CREATE` without append or replace: added before the routes of the same key.
+    Prepend,
+    /// `NLM_F_APPEND`: added after the routes of the same key.
+    Append,
+    /// `NLM_F_REPLACE`: replaced the first route of the same key.
+    Replace,
+}
+
+impl Upsert {
+    /// The insert mode a message with netlink flags `flags` describes; `dump` for dump parts.
+    pub fn from_nl_flags(flags: u16, dump: bool) -> Upsert {
+        use netlink_packet_core::{NLM_F_APPEND, NLM_F_REPLACE};
+        if dump {
+            Upsert::Dump
+        } else if flags & NLM_F_REPLACE != 0 {
+            Upsert::Replace
+        } else if flags & NLM_F_APPEND != 0 {
+            Upsert::Append
+        } else {
+            Upsert::Prepend
+        }
+    }
+}
+
+/// An interface address of either family.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AddrEntry {
+    /// An IPv4 address.
+    V4(IfAddr<Ipv4Addr>),
+    /// An IPv6 address.
+    V6(IfAddr<Ipv6Addr>),
+}
+
+impl AddrEntry {
+    /// The interface.
+    pub fn ifindex(&self) -> u32 {
+        match self {
+            AddrEntry::V4(a) => a.ifindex,
+            AddrEntry::V6(a) => a.ifindex,
+        }
+    }
+    /// The address.
+    pub fn addr(&self) -> IpAddr {
+        match self {
+            AddrEntry::V4(a) => IpAddr::V4(a.addr),
+            AddrEntry::V6(a) => IpAddr::V6(a.addr),
+        }
+    }
+    /// The prefix length.
+    pub fn prefix_len(&self) -> u8 {
+        match self {
+            AddrEntry::V4(a) => a.prefix_len,
+            AddrEntry::V6(a) => a.prefix_len,
+        }
+    }
+}
+
+/// A policy rule as the kernel reports it: the FIB's rule plus the interface names that
+/// select on (`iif NAME`, `oif NAME`), resolved to indexes against the link table when
+/// applied (a name with no interface never matches, as in the kernel).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RuleEntry<K> {
+    /// The rule; `iif`/`oif` are filled in from the names when applied.
+    pub rule: FibRule<K>,
+    /// `FRA_IIFNAME`.
+    pub iifname: Option<String>,
+    /// `FRA_OIFNAME`.
+    pub oifname: Option<String>,
+}
+
+/// The identity of an xfrm policy: what the kernel compares on update and delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PolicyKey {
+    /// The selector.
+    pub selector: Selector,
+    /// The direction.
+    pub dir: Direction,
+    /// Main or sub.
+    pub ptype: PolicyType,
+    /// The xfrm interface id.
+    pub if_id: u32,
+}
+
+/// What one kernel message means for the tables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mapped {
+    /// `RTM_NEWLINK`: the interface exists with these properties.
+    Link(Link),
+    /// `RTM_DELLINK`: the interface is gone.
+    LinkGone(u32),
+    /// `RTM_NEWADDR`.
+    Addr(AddrEntry),
+    /// `RTM_DELADDR`.
+    AddrGone(AddrEntry),
+    /// `RTM_NEWROUTE`, IPv4.
+    Route4(Route<u32>, Upsert),
+    /// `RTM_DELROUTE`, IPv4.
+    Route4Gone(Route<u32>),
+    /// `RTM_NEWROUTE`, IPv6.
+    Route6(Route<u128>, Upsert),
+    /// `RTM_DELROUTE`, IPv6.
+    Route6Gone(Route<u128>),
+    /// `RTM_NEWNEIGH`.
+    Neigh(Neighbour),
+    /// `RTM_DELNEIGH`.
+    NeighGone {
+        /// The interface.
+        ifindex: u32,
+        /// The neighbour's address.
+        addr: IpAddr,
+    },
+    /// `RTM_NEWRULE`, IPv4.
+    Rule4(RuleEntry<u32>),
+    /// `RTM_DELRULE`, IPv4.
+    Rule4Gone(RuleEntry<u32>),
+    /// `RTM_NEWRULE`, IPv6.
+    Rule6(RuleEntry<u128>),
+    /// `RTM_DELRULE`, IPv6.
+    Rule6Gone(RuleEntry<u128>),
+    /// `XFRM_MSG_NEWPOLICY` / `XFRM_MSG_UPDPOLICY`.
+    Policy(PolicySpec),
+    /// `XFRM_MSG_DELPOLICY`.
+    PolicyGone(PolicyKey),
+    /// `XFRM_MSG_FLUSHPOLICY`.
+    PolicyFlush(PolicyType),
+    /// A message outside what the mirror keeps (see [`Ignored`]).
+    Ignored(Ignored),
+}
+
+/// Messages the mirror deliberately leaves out, counted by reason: they describe state that
+/// is not part of forwarding (route cache clones, bridge FDB, MPLS), not changes it failed to
+/// represent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Ignored {
+    /// A message type the mirror does not subscribe to (tc, nsid, netconf, ...).
+    MessageType,
+    /// An address family other than IPv4/IPv6 (bridge, MPLS, ...), or a per-family link
+    /// message (`AF_BRIDGE` port notifications).
+    Family,
+    /// A cloned route (`RTM_F_CLONED`: the route cache / exceptions).
+    ClonedRoute,
+    /// A proxy neighbour entry (`NTF_PROXY`).
+    ProxyNeigh,
+    /// A neighbour entry for a multicast address: the kernel makes these on demand without
+    /// notifying, and the MAC follows from the address (RFC 1112, RFC 2464).
+    MulticastNeigh,
+    /// An xfrm message about states (SAs) or events, not policies.
+    XfrmNonPolicy,
+}
+
+impl Ignored {
+    /// A short stable name for counting.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ignored::MessageType => "message-type",
+            Ignored::Family => "family",
+            Ignored::ClonedRoute => "cloned-route",
+            Ignored::ProxyNeigh => "proxy-neigh",
+            Ignored::MulticastNeigh => "multicast-neigh",
+            Ignored::XfrmNonPolicy => "xfrm-non-policy",
+        }
+    }
+}
+
+/// Maps one `NETLINK_ROUTE` message; `nl_flags` are the netlink header flags and `dump` says
+/// whether it is part of a dump (which carries no insert flags).
+///
+/// # Errors
+/// The [`MapError`] describing what could not be represented.
+pub fn map_rtnl(msg: &RouteNetlinkMessage, nl_flags: u16, dump: bool) -> Result<Mapped, MapError> {
+    use RouteNetlinkMessage as M;
+    match msg {
+        M::NewLink(m) => map_link(m, true),
+        M::DelLink(m) => map_link(m, false),
+        M::NewAddress(m) => map_addr(m, true),
+        M::DelAddress(m) => map_addr(m, false),
+        M::NewRoute(m) => map_route(m, Some(Upsert::from_nl_flags(nl_flags, dump))),
+        M::DelRoute(m) => map_route(m, None),
+        M::NewNeighbour(m) => map_neigh(m, true),
+        M::DelNeighbour(m) => map_neigh(m, false),
+        M::NewRule(m) => map_rule(m, true),
+        M::DelRule(m) => map_rule(m, false),
+        _ => Ok(Mapped::Ignored(Ignored::MessageType)),
+    }
+}
+
+/// An [`IpAddr`] of the family the key type names, or a family error.
+pub(crate) fn key_of<K: crate::key::IpKey>(
+    ip: IpAddr,
+    message: &'static str,
+) -> Result<K, MapError> {
+    K::from_ip(ip).ok_or_else(|| MapError::Family {
+        message,
+        detail: format!("{ip} in an {} message", K::NAME),
+    })
+}

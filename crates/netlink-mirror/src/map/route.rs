@@ -1,0 +1,315 @@
+//! `RTM_NEWROUTE` / `RTM_DELROUTE` to fib-trie routes.
+#![forbid(unsafe_code)]
+
+use fib_trie::{NextHop, NextHopFlags, Route, RouteInfo, RouteType, Scope};
+use netlink_packet_route::AddressFamily;
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteNextHop, RouteType as NlType,
+    RouteVia,
+};
+
+use super::{Ignored, Mapped, Upsert, key_of};
+use crate::error::MapError;
+use crate::key::IpKey;
+
+const MESSAGE: &str = "route";
+
+/// Maps a route message: `upsert` is `Some` for `RTM_NEWROUTE`, `None` for `RTM_DELROUTE`.
+///
+/// # Errors
+/// Types the FIB does not hold, source-specific routes, nexthop objects, encapsulation,
+/// addresses of the wrong family, and routes the FIB would refuse.
+pub fn map_route(msg: &RouteMessage, upsert: Option<Upsert>) -> Result<Mapped, MapError> {
+    if msg.header.flags.contains(RouteFlags::Cloned) {
+        return Ok(Mapped::Ignored(Ignored::ClonedRoute));
+    }
+    match msg.header.address_family {
+        AddressFamily::Inet => {
+            let r = route_of::<u32>(msg)?;
+            Ok(match upsert {
+                Some(u) => Mapped::Route4(r, u),
+                None => Mapped::Route4Gone(r),
+            })
+        }
+        AddressFamily::Inet6 => {
+            let r = route_of::<u128>(msg)?;
+            Ok(match upsert {
+                Some(u) => Mapped::Route6(r, u),
+                None => Mapped::Route6Gone(r),
+            })
+        }
+        _ => Ok(Mapped::Ignored(Ignored::Family)),
+    }
+}
+
+fn route_type(t: NlType) -> Result<RouteType, MapError> {
+    Ok(match t {
+        NlType::Unicast => RouteType::Unicast,
+        NlType::Local => RouteType::Local,
+        NlType::Broadcast => RouteType::Broadcast,
+        NlType::Anycast => RouteType::Anycast,
+        NlType::Multicast => RouteType::Multicast,
+        NlType::BlackHole => RouteType::Blackhole,
+        NlType::Unreachable => RouteType::Unreachable,
+        NlType::Prohibit => RouteType::Prohibit,
+        NlType::Throw => RouteType::Throw,
+        other => return Err(MapError::RouteType(u8::from(other))),
+    })
+}
+
+fn address<K: IpKey>(a: &RouteAddress) -> Result<K, MapError> {
+    match a {
+        RouteAddress::Inet(v4) => key_of(std::net::IpAddr::V4(*v4), MESSAGE),
+        RouteAddress::Inet6(v6) => key_of(std::net::IpAddr::V6(*v6), MESSAGE),
+        other => Err(MapError::Family {
+            message: MESSAGE,
+            detail: format!("{other:?}"),
+        }),
+    }
+}
+
+fn via<K: IpKey>(v: &RouteVia) -> Result<K, MapError> {
+    match v {
+        RouteVia::Inet(v4) => key_of(std::net::IpAddr::V4(*v4), MESSAGE),
+        RouteVia::Inet6(v6) => key_of(std::net::IpAddr::V6(*v6), MESSAGE),
+        other => Err(MapError::Family {
+            message: MESSAGE,
+            detail: format!("via {other:?}"),
+        }),
+    }
+}
+
+/// The gateway among a next hop's (or a single-path route's) attributes.
+fn gateway<K: IpKey>(attrs: &[RouteAttribute]) -> Result<Option<K>, MapError> {
+    for a in attrs {
+        match a {
+            RouteAttribute::Gateway(g) => return address(g).map(Some),
+            RouteAttribute::Via(v) => return via(v).map(Some),
+            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
+                return Err(MapError::Encap);
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+fn next_hop<K: IpKey>(nh: &RouteNextHop) -> Result<NextHop<K>, MapError> {
+    Ok(NextHop {
+        gateway: gateway(&nh.attributes)?,
+        ifindex: nh.interface_index,
+        weight: u16::from(nh.hops) + 1,
+        flags: NextHopFlags(u32::from(nh.flags.bits())),
+    })
+}
+
+/// Builds the route a message describes (both for additions and deletions).
+pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapError> {
+    let h = &msg.header;
+    if h.source_prefix_length != 0 {
+        return Err(MapError::SourceSpecific(h.source_prefix_length));
+    }
+    let route_type = route_type(h.kind)?;
+    let mut prefix = K::ZERO;
+    let mut table = u32::from(h.table);
+    let mut priority = 0;
+    let mut prefsrc = None;
+    let mut oif = 0;
+    let mut multipath = None;
+    for a in &msg.attributes {
+        match a {
+            RouteAttribute::Destination(d) => prefix = address(d)?,
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Priority(p) => priority = *p,
+            RouteAttribute::PrefSource(s) => prefsrc = Some(address(s)?),
+            RouteAttribute::Oif(i) => oif = *i,
+            RouteAttribute::MultiPath(hops) => multipath = Some(hops),
+            RouteAttribute::NhId(id) => return Err(MapError::NexthopObject(*id)),
+            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
+                return Err(MapError::Encap);
+            }
+            RouteAttribute::Source(_) => return Err(MapError::SourceSpecific(0)),
+            // Gateway/Via are read below; metrics (TCP parameters, MTU), cache info,
+            // RA preference and expiry do not change the forwarding decision.
+            _ => {}
+        }
+    }
+    let nexthops = if !route_type.has_next_hops() {
+        // Reject routes carry `dev lo` in IPv6: not a next hop.
+        Vec::new()
+    } else if let Some(hops) = multipath {
+        hops.iter().map(next_hop).collect::<Result<_, _>>()?
+    } else {
+        // Single path: the next-hop flags travel in the low byte of rtm_flags.
+        vec![NextHop {
+            gateway: gateway(&msg.attributes)?,
+            ifindex: oif,
+            weight: 1,
+            flags: NextHopFlags(h.flags.bits() & 0xff),
+        }]
+    };
+    let route = Route {
+        prefix,
+        plen: h.destination_prefix_length,
+        table,
+        tos: h.tos,
+        route_type,
+        info: RouteInfo {
+            protocol: u8::from(h.protocol),
+            scope: Scope(u8::from(h.scope)),
+            priority,
+            prefsrc,
+            nexthops,
+        },
+    };
+    route.validate()?;
+    Ok(route)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use netlink_packet_route::route::{RouteHeader, RouteNextHopFlags, RouteProtocol, RouteScope};
+
+    use super::*;
+
+    fn v4_message(kind: NlType) -> RouteMessage {
+        let mut m = RouteMessage::default();
+        m.header.address_family = AddressFamily::Inet;
+        m.header.destination_prefix_length = 16;
+        m.header.table = RouteHeader::RT_TABLE_MAIN;
+        m.header.protocol = RouteProtocol::Static;
+        m.header.scope = RouteScope::Universe;
+        m.header.kind = kind;
+        m.attributes = vec![
+            RouteAttribute::Table(254),
+            RouteAttribute::Destination(RouteAddress::Inet(Ipv4Addr::new(10, 9, 0, 0))),
+            RouteAttribute::Priority(5),
+            RouteAttribute::Gateway(RouteAddress::Inet(Ipv4Addr::new(10, 1, 0, 2))),
+            RouteAttribute::Oif(3),
+        ];
+        m
+    }
+
+    #[test]
+    fn unicast_v4_with_gateway_metric_and_protocol() {
+        let Mapped::Route4(r, Upsert::Append) = map_route(
+            &v4_message(NlType::Unicast),
+            Some(Upsert::from_nl_flags(
+                netlink_packet_core::NLM_F_APPEND,
+                false,
+            )),
+        )
+        .unwrap() else {
+            panic!("not an appended IPv4 route");
+        };
+        assert_eq!(
+            (r.prefix, r.plen, r.table, r.info.priority),
+            (0x0a09_0000, 16, 254, 5)
+        );
+        assert_eq!(r.info.protocol, 4);
+        assert_eq!(r.info.nexthops, vec![NextHop::new(Some(0x0a01_0002), 3)]);
+    }
+
+    #[test]
+    fn table_attribute_overrides_the_header_byte() {
+        let mut m = v4_message(NlType::Unicast);
+        m.header.table = 252; // RT_TABLE_COMPAT when the id does not fit
+        m.attributes.push(RouteAttribute::Table(1000));
+        let Mapped::Route4Gone(r) = map_route(&m, None).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.table, 1000);
+    }
+
+    #[test]
+    fn multipath_weights_are_hops_plus_one() {
+        let mut m = v4_message(NlType::Unicast);
+        m.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_) | RouteAttribute::Oif(_)));
+        let hop = |gw: [u8; 4], ifindex, hops| {
+            let mut h = RouteNextHop::default();
+            h.flags = RouteNextHopFlags::empty();
+            h.hops = hops;
+            h.interface_index = ifindex;
+            h.attributes = vec![RouteAttribute::Gateway(RouteAddress::Inet(gw.into()))];
+            h
+        };
+        m.attributes.push(RouteAttribute::MultiPath(vec![
+            hop([10, 1, 0, 2], 3, 1),
+            hop([10, 2, 0, 2], 4, 0),
+        ]));
+        let Mapped::Route4(r, _) = map_route(&m, Some(Upsert::Dump)).unwrap() else {
+            panic!()
+        };
+        let weights: Vec<_> = r
+            .info
+            .nexthops
+            .iter()
+            .map(|h| (h.ifindex, h.weight))
+            .collect();
+        assert_eq!(weights, vec![(3, 2), (4, 1)]);
+    }
+
+    #[test]
+    fn reject_routes_drop_the_loopback_device() {
+        let mut m = v4_message(NlType::Unreachable);
+        m.header.address_family = AddressFamily::Inet6;
+        m.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet6("2001:db8::".parse().unwrap())),
+            RouteAttribute::Oif(1),
+        ];
+        m.header.destination_prefix_length = 32;
+        let Mapped::Route6(r, _) = map_route(&m, Some(Upsert::Dump)).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.route_type, RouteType::Unreachable);
+        assert!(r.info.nexthops.is_empty());
+        assert_eq!(
+            r.prefix,
+            u128::from("2001:db8::".parse::<Ipv6Addr>().unwrap())
+        );
+    }
+
+    #[test]
+    fn unrepresentable_routes_are_typed_errors() {
+        let mut nat = v4_message(NlType::Nat);
+        assert_eq!(map_route(&nat, None), Err(MapError::RouteType(10)));
+        nat.header.kind = NlType::Unicast;
+        nat.attributes.push(RouteAttribute::NhId(7));
+        assert_eq!(map_route(&nat, None), Err(MapError::NexthopObject(7)));
+        let mut from = v4_message(NlType::Unicast);
+        from.header.source_prefix_length = 8;
+        assert_eq!(map_route(&from, None), Err(MapError::SourceSpecific(8)));
+        let mut mixed = v4_message(NlType::Unicast);
+        mixed
+            .attributes
+            .push(RouteAttribute::PrefSource(RouteAddress::Inet6(
+                Ipv6Addr::LOCALHOST,
+            )));
+        assert!(matches!(
+            map_route(&mixed, None),
+            Err(MapError::Family { .. })
+        ));
+        let mut host_bits = v4_message(NlType::Unicast);
+        host_bits.header.destination_prefix_length = 8;
+        assert!(matches!(
+            map_route(&host_bits, None),
+            Err(MapError::Route(_))
+        ));
+    }
+
+    #[test]
+    fn cloned_routes_and_other_families_are_ignored() {
+        let mut m = v4_message(NlType::Unicast);
+        m.header.flags = RouteFlags::Cloned;
+        assert_eq!(
+            map_route(&m, None),
+            Ok(Mapped::Ignored(Ignored::ClonedRoute))
+        );
+        let mut mpls = v4_message(NlType::Unicast);
+        mpls.header.address_family = AddressFamily::Mpls;
+        assert_eq!(map_route(&mpls, None), Ok(Mapped::Ignored(Ignored::Family)));
+    }
+}

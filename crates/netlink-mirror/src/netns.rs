@@ -1,0 +1,74 @@
+//! Which network namespace a mirror watches, and entering it from the control thread.
+#![forbid(unsafe_code)]
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use addr_table::NetnsId;
+use nix::sched::{CloneFlags, setns};
+
+use crate::error::MirrorError;
+
+/// A network namespace to mirror.
+///
+/// ```
+/// use netlink_mirror::NetnsSpec;
+/// let spec = NetnsSpec::Name("blue".into());
+/// assert_eq!(spec.path().unwrap().to_str(), Some("/run/netns/blue"));
+/// assert!(NetnsSpec::Current.path().is_none());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum NetnsSpec {
+    /// The namespace of the thread that starts the mirror.
+    Current,
+    /// A named namespace (`ip netns add NAME`: `/run/netns/NAME`).
+    Name(String),
+    /// A namespace file (`/proc/PID/ns/net`, a bind mount).
+    Path(PathBuf),
+}
+
+impl NetnsSpec {
+    /// The namespace file, `None` for the current namespace.
+    pub fn path(&self) -> Option<PathBuf> {
+        match self {
+            NetnsSpec::Current => None,
+            NetnsSpec::Name(n) => Some(PathBuf::from("/run/netns").join(n)),
+            NetnsSpec::Path(p) => Some(p.clone()),
+        }
+    }
+
+    /// Parses a command-line value: empty or `-` for the current namespace, a value with a
+    /// `/` for a path, else a name.
+    pub fn parse(s: &str) -> NetnsSpec {
+        match s {
+            "" | "-" => NetnsSpec::Current,
+            s if s.contains('/') => NetnsSpec::Path(PathBuf::from(s)),
+            s => NetnsSpec::Name(s.to_owned()),
+        }
+    }
+}
+
+/// Moves the calling thread into the namespace (only this thread: the process stays where it
+/// is) and returns the namespace's id (its inode number).
+pub(crate) fn enter(spec: &NetnsSpec) -> Result<NetnsId, MirrorError> {
+    let path = spec
+        .path()
+        .unwrap_or_else(|| PathBuf::from("/proc/thread-self/ns/net"));
+    let err = |source| MirrorError::Netns {
+        path: path.clone(),
+        source,
+    };
+    let file = File::open(&path).map_err(err)?;
+    let ino = file.metadata().map_err(err)?.ino();
+    if spec.path().is_some() {
+        setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| err(e.into()))?;
+    }
+    Ok(NetnsId(ino))
+}
+
+/// `net.ipv4.conf.all.promote_secondaries` of the calling thread's namespace.
+pub(crate) fn promote_secondaries() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/promote_secondaries")
+        .is_ok_and(|s| s.trim() == "1")
+}

@@ -1,0 +1,287 @@
+//! netlink-mirror against the live kernel (privileged): in throwaway namespaces, `ip` adds,
+//! replaces and deletes routes (several tables and types, multipath with weights, metrics,
+//! preferred sources), addresses, neighbours, links, rules and xfrm policies, and the mirror
+//! must converge, within a bounded wait, to exactly what a fresh dump of the namespace holds;
+//! `route get` must answer as `ip route get` does; a neighbour resolution request must make
+//! the kernel resolve; two namespaces are mirrored at once.
+
+mod netlink_mirror_common;
+
+use std::net::IpAddr;
+
+use netlink_mirror::cli::{RouteGetArgs, route_get};
+use netlink_mirror::{MirrorOptions, MirroredTables};
+use netlink_mirror_common::{CONVERGE, converge, get_fields, mirror, netns, wait_for};
+use xfwd_lab::netns::Netns;
+
+fn ip(ns: &Netns, line: &str) {
+    ns.ip(line.split_whitespace())
+        .unwrap_or_else(|e| panic!("ip {line}: {e}"));
+}
+
+/// Two veth pairs inside `ns`: d0 (10.1.0.1/24, 2001:db8:1::1/64) and d1 (10.2.0.1/24,
+/// 2001:db8:2::1/64), peers p0/p1 in the same namespace, all up.
+fn two_links(ns: &Netns) {
+    for i in 0..2 {
+        ip(ns, &format!("link add d{i} type veth peer name p{i}"));
+        ip(ns, &format!("link set d{i} up"));
+        ip(ns, &format!("link set p{i} up"));
+        ip(ns, &format!("addr add 10.{}.0.1/24 dev d{i}", i + 1));
+        ip(
+            ns,
+            &format!("addr add 2001:db8:{}::1/64 dev d{i} nodad", i + 1),
+        );
+    }
+}
+
+/// `route get` from the mirror equals `ip route get` in type, via, dev, src and table.
+fn same_answer(ns: &Netns, t: &MirroredTables, query: &str) {
+    let kernel = ns.ip(["route", "get"].into_iter().chain(query.split_whitespace()));
+    let mut words = query.split_whitespace().map(str::to_owned);
+    let addr: IpAddr = words.next().unwrap().parse().unwrap();
+    let ours = route_get(
+        t,
+        &RouteGetArgs {
+            addr,
+            selectors: words.collect(),
+            netns: None,
+        },
+    );
+    match (kernel, ours) {
+        (Ok(k), Ok(o)) => assert_eq!(
+            get_fields(k.lines().next().unwrap_or_default()),
+            get_fields(&o),
+            "route get {query}: kernel {k:?}, mirror {o:?}"
+        ),
+        (Err(k), Err(o)) => {
+            let o = o.to_string();
+            assert!(
+                k.to_string().contains(&o),
+                "route get {query}: kernel {k}, mirror {o}"
+            );
+        }
+        (k, o) => panic!("route get {query}: kernel {k:?}, mirror {o:?}"),
+    }
+}
+
+#[test]
+fn routes_of_every_table_and_type_converge() {
+    if !xfwd_lab::privileged("routes_of_every_table_and_type_converge") {
+        return;
+    }
+    let ns = netns("routes");
+    two_links(&ns);
+    let live = mirror(&ns, MirrorOptions::default());
+    let steps = [
+        "route add 10.9.0.0/16 via 10.1.0.2 metric 5",
+        "route append 10.9.0.0/16 via 10.2.0.2 metric 5",
+        "route add 10.9.0.0/16 via 10.2.0.3 metric 7 src 10.1.0.1",
+        "route replace 10.9.0.0/16 via 10.1.0.4 metric 5",
+        "route add 10.8.0.0/16 nexthop via 10.1.0.2 weight 3 nexthop via 10.2.0.2 weight 1",
+        "route add 192.0.2.0/24 via 10.1.0.2 table 100",
+        "route add blackhole 198.51.100.0/24 table 100",
+        "route add unreachable 203.0.113.0/24",
+        "route add prohibit 203.0.113.128/25",
+        "route add throw 10.0.0.0/8 table 200",
+        "route add 10.10.0.0/16 dev d1 scope link",
+        "route add 10.11.0.0/16 via 10.1.0.2 tos 0x10",
+        "route del 10.9.0.0/16 via 10.1.0.4 metric 5",
+        "route del 10.8.0.0/16",
+        "-6 route add 2001:db8:9::/48 via 2001:db8:1::2 dev d0",
+        "-6 route append 2001:db8:9::/48 via 2001:db8:2::2 dev d1",
+        "-6 route add 2001:db8:8::/48 dev d0",
+        "-6 route append 2001:db8:8::/48 dev d1",
+        "-6 route add 2001:db8:7::/48 nexthop via 2001:db8:1::2 dev d0 weight 2 nexthop via 2001:db8:2::2 dev d1",
+        "-6 route add blackhole 2001:db8:6::/48",
+        "-6 route add 2001:db8:5::/48 via 2001:db8:1::2 table 300 metric 10",
+        "-6 route del 2001:db8:9::/48 via 2001:db8:1::2 dev d0",
+        "-6 route del 2001:db8:7::/48",
+        "-6 route replace 2001:db8:5::/48 via 2001:db8:2::2 table 300 metric 10",
+    ];
+    for step in steps {
+        ip(&ns, step);
+        converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after `ip {step}`: {e}"));
+    }
+    let t = live.tables();
+    for q in [
+        "10.9.1.1",
+        "10.9.1.1 from 10.1.0.1",
+        "10.1.0.1",
+        "10.1.0.77",
+        "10.10.3.3",
+        "203.0.113.1",
+        "203.0.113.200",
+        "8.8.8.8",
+        "2001:db8:9::1",
+        "2001:db8:8::1",
+        "2001:db8:6::1",
+        "2001:db8:1::1",
+    ] {
+        same_answer(&ns, t, q);
+    }
+    let s = live.stats();
+    assert!(s.errors.is_empty(), "no message refused: {:?}", s.errors);
+    assert!(s.applied > 0 && s.dumps >= 8, "{s:?}");
+}
+
+#[test]
+fn addresses_neighbours_and_links_converge() {
+    if !xfwd_lab::privileged("addresses_neighbours_and_links_converge") {
+        return;
+    }
+    let ns = netns("addrs");
+    two_links(&ns);
+    let live = mirror(&ns, MirrorOptions::default());
+    let steps = [
+        "addr add 10.1.0.9/24 dev d0",
+        "addr add 10.3.0.1/16 dev d0 label d0:x",
+        "addr add 2001:db8:3::1/64 dev d1 nodad",
+        "addr del 10.1.0.9/24 dev d0",
+        "-6 addr del 2001:db8:3::1/64 dev d1",
+        "neigh add 10.1.0.2 lladdr 02:00:00:00:00:02 dev d0 nud permanent",
+        "neigh add 2001:db8:1::2 lladdr 02:00:00:00:00:03 dev d0 nud permanent",
+        "neigh replace 10.1.0.2 lladdr 02:00:00:00:00:04 dev d0 nud permanent",
+        "neigh del 2001:db8:1::2 dev d0",
+        "link add d2 type veth peer name p2",
+        "link set d2 mtu 9000",
+        "link set d2 up",
+        "addr add 10.4.0.1/24 dev d2",
+        "route add 10.44.0.0/16 via 10.4.0.2",
+        // The kernel flushes IPv4 routes through a link that goes down without telling.
+        "link set d2 down",
+        "link set d2 up",
+        "link del d2",
+    ];
+    for step in steps {
+        ip(&ns, step);
+        converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after `ip {step}`: {e}"));
+    }
+    let g = crossbeam_epoch::pin();
+    let d0 = live.tables().links.by_name("d0", &g).expect("d0").ifindex;
+    let n = live
+        .tables()
+        .neigh
+        .lookup(d0, "10.1.0.2".parse().unwrap(), &g)
+        .expect("neighbour");
+    assert_eq!(n.usable_mac(), Some([2, 0, 0, 0, 0, 4]));
+    assert!(
+        live.tables()
+            .addrs
+            .is_local("10.3.0.1".parse().unwrap(), &g)
+    );
+    assert!(
+        !live
+            .tables()
+            .addrs
+            .is_local("10.1.0.9".parse().unwrap(), &g)
+    );
+    assert!(live.stats().route_redumps >= 1, "{:?}", live.stats());
+}
+
+#[test]
+fn rules_and_xfrm_policies_converge() {
+    if !xfwd_lab::privileged("rules_and_xfrm_policies_converge") {
+        return;
+    }
+    let ns = netns("rules");
+    two_links(&ns);
+    let live = mirror(&ns, MirrorOptions::default());
+    let steps = [
+        "route add default via 10.2.0.2 table 100",
+        "rule add fwmark 7 table 100 pref 100",
+        "rule add from 10.1.0.0/24 to 192.0.2.0/24 table 100 pref 110",
+        "rule add iif d1 table 100 pref 120",
+        "rule add iif later0 table 100 pref 130",
+        "rule add not from 10.0.0.0/8 unreachable pref 140",
+        "rule add fwmark 9 goto 32766 pref 150",
+        "-6 rule add from 2001:db8:1::/64 table 100 pref 100",
+        "rule del pref 110",
+        "xfrm policy add src 10.1.0.0/24 dst 10.2.0.0/24 dir fwd priority 10 action block",
+        "xfrm policy add src 10.1.0.0/16 dst 10.2.0.0/16 dir fwd priority 20",
+        "xfrm policy add src 10.1.0.1/32 dst 10.2.0.1/32 proto tcp dport 443 dir out priority 5 tmpl src 10.1.0.1 dst 10.2.0.1 proto esp mode tunnel",
+        "xfrm policy add src 2001:db8:1::/64 dst 2001:db8:2::/64 dir in priority 7 action block",
+        "xfrm policy update src 10.1.0.0/24 dst 10.2.0.0/24 dir fwd priority 30 action allow",
+        "xfrm policy delete src 10.1.0.0/16 dst 10.2.0.0/16 dir fwd",
+        "link add later0 type veth peer name later1",
+        "xfrm policy flush",
+    ];
+    for step in steps {
+        ip(&ns, step);
+        converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after `ip {step}`: {e}"));
+        if step.starts_with("xfrm policy update") {
+            assert_eq!(live.tables().policies.len(), 4);
+        }
+    }
+    let t = live.tables();
+    for q in ["8.8.8.8 mark 7", "8.8.8.8", "8.8.8.8 mark 9", "10.1.0.1"] {
+        same_answer(&ns, t, q);
+    }
+    let g = crossbeam_epoch::pin();
+    let later = t.links.by_name("later0", &g).expect("later0").ifindex;
+    assert!(
+        t.fib4.rules(&g).iter().any(|r| r.iif == later),
+        "rule re-linked to the new device"
+    );
+    assert!(t.policies.is_empty());
+    assert!(live.stats().errors.is_empty(), "{:?}", live.stats().errors);
+}
+
+#[test]
+fn neighbour_resolution_request_resolves() {
+    if !xfwd_lab::privileged("neighbour_resolution_request_resolves") {
+        return;
+    }
+    let a = netns("resa");
+    let b = netns("resb");
+    ip(
+        &a,
+        &format!("link add d0 type veth peer name e0 netns {}", b.name()),
+    );
+    ip(&a, "link set d0 up");
+    ip(&a, "addr add 10.5.0.1/24 dev d0");
+    ip(&b, "link set e0 up");
+    ip(&b, "addr add 10.5.0.2/24 dev e0");
+    let live = mirror(&a, MirrorOptions::default());
+    let mirror_b = mirror(&b, MirrorOptions::default());
+    let g = crossbeam_epoch::pin();
+    let d0 = live.tables().links.by_name("d0", &g).expect("d0").ifindex;
+    // Several mirrors at once: each sees its own namespace.
+    assert!(
+        live.tables()
+            .addrs
+            .is_local("10.5.0.1".parse().unwrap(), &g)
+    );
+    assert!(
+        !live
+            .tables()
+            .addrs
+            .is_local("10.5.0.2".parse().unwrap(), &g)
+    );
+    assert!(
+        mirror_b
+            .tables()
+            .addrs
+            .is_local("10.5.0.2".parse().unwrap(), &g)
+    );
+    drop(g);
+    let peer: IpAddr = "10.5.0.2".parse().unwrap();
+    let resolver = live.resolver();
+    assert!(resolver.request(d0, peer));
+    assert!(
+        resolver.request(d0, peer),
+        "queued again; the control thread rate-limits it"
+    );
+    wait_for(&live, "the peer's MAC", |t| {
+        t.neigh
+            .lookup(d0, peer, &crossbeam_epoch::pin())
+            .and_then(|n| n.usable_mac())
+            .is_some()
+    });
+    let s = live.stats();
+    assert_eq!(
+        (s.resolve_requested, s.resolve_sent, s.resolve_rate_limited),
+        (2, 1, 1),
+        "{s:?}"
+    );
+    assert_eq!(s.resolve_errors, 0);
+}
