@@ -7,7 +7,7 @@
 //! the bench writes at the top of `CRITERION_HOME` (memory, chain lengths: what criterion cannot
 //! time) are appended as they are.
 
-mod machine;
+pub(crate) mod machine;
 mod plot;
 mod report;
 mod results;
@@ -40,7 +40,7 @@ pub struct Options {
 }
 
 /// The repository's root directory.
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
@@ -84,6 +84,9 @@ fn extra_tables(home: &Path) -> anyhow::Result<Vec<String>> {
 pub fn run(options: &Options) -> anyhow::Result<()> {
     let root = workspace_root();
     let name = options.name.as_str();
+    if name == "e2e" {
+        return crate::e2e::run(options.quick, options.report_only, &options.criterion_args);
+    }
     let bench_file = root.join("benches/benches").join(format!("{name}.rs"));
     if !bench_file.is_file() {
         bail!(

@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod e2e;
 mod exec;
 mod fuzz;
 mod lab;
