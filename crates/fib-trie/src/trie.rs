@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering};
+use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering, deep_count};
 use crate::key::TrieKey;
 use crate::node::{Alias, Child, NodeRef, load};
 
@@ -278,12 +278,47 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     where
         F: FnMut(&'g V) -> bool,
     {
-        // The key's direct-table entry, if the table is built. Most lookups that backtrack end
-        // there: start loading it now, so its miss overlaps the descent's.
-        let entry = self.direct.slot(key);
-        if let Some(entry) = entry {
+        // The key's direct-table entry, if the table is built.
+        let table = self.direct.table();
+        let entry = table.and_then(|t| t.entry(key));
+        if let (Some(table), Some(entry)) = (table, entry) {
+            if table.is_final(key) {
+                // No prefix longer than the slot lies inside it: the entry's is the answer.
+                let Some(leaf) = load(entry, guard) else {
+                    return None;
+                };
+                if let Some(alias) = covering(leaf, key) {
+                    if accept(&alias.value) {
+                        return Some(Match {
+                            key: leaf.key,
+                            plen: K::BITS - alias.slen,
+                            value: &alias.value,
+                        });
+                    }
+                    // Refused: search the kernel's way, without the shortcuts.
+                    return self.lookup_from_root(key, guard, accept, None);
+                }
+            }
+            // Most lookups that backtrack end at the entry: start loading it now, so its miss
+            // overlaps the descent's.
             prefetch(std::ptr::from_ref(entry));
         }
+        self.lookup_from_root(key, guard, accept, entry)
+    }
+
+    /// [`lookup`](Self::lookup) by descent and backtracking, stopping at the cut when given the
+    /// key's direct-table `entry`.
+    #[inline(always)]
+    fn lookup_from_root<'g, F>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        mut accept: F,
+        entry: Option<&Child<K, V>>,
+    ) -> Option<Match<'g, K, V>>
+    where
+        F: FnMut(&'g V) -> bool,
+    {
         let found = match self.search(key, guard, |a| accept(&a.value), entry) {
             Found::Hit(leaf, alias) => Some((leaf, alias)),
             Found::Miss => None,
@@ -584,14 +619,10 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         let root = crate::bulk::build(&keys, &mut aliases, true, guard);
         if keys.len() >= DIRECT_MIN_LEAVES {
             // Build the direct table from the new leaves before the root is published.
-            let mut slot_wide = Vec::new();
-            collect_leaves(root, guard, &mut |leaf| {
-                if leaf.slen() >= crate::direct::cut::<K>() {
-                    slot_wide.push(leaf);
-                }
-            });
+            let mut leaves = Vec::with_capacity(keys.len());
+            collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
             let mut writer = writer;
-            writer.enable(&self.direct, slot_wide, guard);
+            writer.enable(&self.direct, leaves, guard);
         }
         self.leaves.store(keys.len(), Ordering::Relaxed);
         self.aliases.store(added, Ordering::Relaxed);
@@ -669,6 +700,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         let old_aliases = leaf.map_or(0, |l| l.aliases().len());
         self.aliases.fetch_add(new.len(), Ordering::Relaxed);
         self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
+        // The slot's final bit goes off before a longer prefix appears in it, and back on
+        // after its last one is gone.
+        let old_deep = deep_count::<K, V>(leaf.map_or(&[], |l| l.aliases()));
+        let new_deep = deep_count::<K, V>(&new);
+        writer.before_change(&self.direct, key, old_deep, new_deep);
 
         let fresh = match (leaf, new.is_empty()) {
             (None, true) => return Ok(()),
@@ -717,6 +753,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         writer.update(&self.direct, key, leaf, fresh, guard, |k, plen| {
             self.search_slot_wide(k, plen, guard)
         });
+        writer.after_change(&self.direct, key, old_deep, new_deep);
         if let Some(old) = leaf {
             retire(old, guard);
         }
@@ -748,15 +785,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
 
     /// Builds and publishes the direct table from the trie's leaves. Writer only.
     fn enable_direct(&self, writer: &mut DirectWriter, guard: &Guard) {
-        let mut slot_wide = Vec::new();
+        let mut leaves = Vec::with_capacity(self.leaf_count());
         if let Some(root) = self.root(guard) {
-            collect_leaves(root, guard, &mut |leaf| {
-                if leaf.slen() >= crate::direct::cut::<K>() {
-                    slot_wide.push(leaf);
-                }
-            });
+            collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
         }
-        writer.enable(&self.direct, slot_wide, guard);
+        writer.enable(&self.direct, leaves, guard);
     }
 
     /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
@@ -773,7 +806,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     pub fn check_direct_table(&self) -> Result<(), String> {
         let writer = self.lock();
         let guard = &epoch::pin();
-        writer.check(&self.direct, guard, |k| {
+        let mut deep = vec![0u32; 1 << crate::direct::DIRECT_BITS];
+        if let Some(root) = self.root(guard) {
+            collect_leaves(root, guard, &mut |leaf| {
+                deep[crate::direct::slot_of(leaf.key)] += deep_count::<K, V>(leaf.aliases());
+            });
+        }
+        writer.check(&self.direct, guard, &deep, |k| {
             self.search_slot_wide(k, u8::MAX, guard)
         })
     }
