@@ -283,10 +283,9 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         let entry = table.and_then(|t| t.entry(key));
         if let (Some(table), Some(entry)) = (table, entry) {
             if table.is_final(key) {
-                // No prefix longer than the slot lies inside it: the entry's is the answer.
-                let Some(leaf) = load(entry, guard) else {
-                    return None;
-                };
+                // No prefix longer than the slot lies inside it: the entry's is the answer
+                // (none when the entry is empty).
+                let leaf = load(entry, guard)?;
                 if let Some(alias) = covering(leaf, key) {
                     if accept(&alias.value) {
                         return Some(Match {
