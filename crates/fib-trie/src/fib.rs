@@ -185,10 +185,15 @@ impl<K: TrieKey> Snapshot<K> {
 /// assert_eq!(marked.table(), 100);
 /// # Ok::<(), fib_trie::RouteError>(())
 /// ```
+#[repr(C, align(128))]
 pub struct Fib<K: TrieKey> {
     snapshot: Atomic<Snapshot<K>>,
-    writer: Mutex<()>,
+    /// On a cache line of its own: taking it must not evict `snapshot` from readers' caches.
+    writer: WriterLock,
 }
+
+#[repr(align(128))]
+struct WriterLock(Mutex<()>);
 
 impl<K: TrieKey> std::fmt::Debug for Fib<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -225,7 +230,7 @@ impl<K: TrieKey> Fib<K> {
         let snapshot = Snapshot::with_rules(tables, Self::default_rules(), false, Some(merged));
         Fib {
             snapshot: Atomic::new(snapshot),
-            writer: Mutex::new(()),
+            writer: WriterLock(Mutex::new(())),
         }
     }
 
@@ -238,7 +243,7 @@ impl<K: TrieKey> Fib<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+        self.writer.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Publishes a new snapshot and retires the old one. Writer only.

@@ -158,10 +158,17 @@ pub enum TableLookup<'g, K> {
 /// assert_eq!(r.plen, 0);
 /// # Ok::<(), fib_trie::RouteError>(())
 /// ```
+#[repr(C, align(128))]
 pub struct FibTable<K: TrieKey> {
     id: u32,
     store: StoreCell<K>,
-    /// This table's routes (aliases) and prefix addresses (leaves with one of its aliases).
+    /// This table's routes (aliases) and prefix addresses (leaves with one of its aliases),
+    /// on a cache line of their own (writers bump them; lookups read `store`).
+    counts: Counts,
+}
+
+#[repr(align(128))]
+struct Counts {
     routes: AtomicUsize,
     prefixes: AtomicUsize,
 }
@@ -185,8 +192,10 @@ impl<K: TrieKey> FibTable<K> {
         FibTable {
             id,
             store: StoreCell::new(store),
-            routes: AtomicUsize::new(0),
-            prefixes: AtomicUsize::new(0),
+            counts: Counts {
+                routes: AtomicUsize::new(0),
+                prefixes: AtomicUsize::new(0),
+            },
         }
     }
 
@@ -213,12 +222,12 @@ impl<K: TrieKey> FibTable<K> {
 
     /// The number of routes.
     pub fn route_count(&self) -> usize {
-        self.routes.load(Ordering::Relaxed)
+        self.counts.routes.load(Ordering::Relaxed)
     }
 
     /// The number of distinct prefix addresses (leaves) with a route of this table.
     pub fn prefix_count(&self) -> usize {
-        self.prefixes.load(Ordering::Relaxed)
+        self.counts.prefixes.load(Ordering::Relaxed)
     }
 
     /// The number of distinct shared route infos this table's routes use (a walk: slow path).
@@ -340,9 +349,9 @@ impl<K: TrieKey> FibTable<K> {
         // A refused route leaves its info unused: `info` is the only other reference.
         infos.release(&info, 1);
         if result.is_ok() && added {
-            self.routes.fetch_add(1, Ordering::Relaxed);
+            self.counts.routes.fetch_add(1, Ordering::Relaxed);
             if new_prefix {
-                self.prefixes.fetch_add(1, Ordering::Relaxed);
+                self.counts.prefixes.fetch_add(1, Ordering::Relaxed);
             }
         }
         result
@@ -374,9 +383,9 @@ impl<K: TrieKey> FibTable<K> {
                 Ok::<_, RouteError>(Some(list))
             })?;
             let removed = removed.ok_or(RouteError::NotFound)?;
-            self.routes.fetch_sub(1, Ordering::Relaxed);
+            self.counts.routes.fetch_sub(1, Ordering::Relaxed);
             if last_of_prefix {
-                self.prefixes.fetch_sub(1, Ordering::Relaxed);
+                self.counts.prefixes.fetch_sub(1, Ordering::Relaxed);
             }
             infos.sweep();
             infos.retire(Arc::clone(&removed.info));

@@ -157,10 +157,21 @@ enum Found<'g, K, V> {
 /// fn shared<T: Sync>() {}
 /// shared::<fib_trie::LcTrie<u32, std::rc::Rc<u32>>>();
 /// ```
+#[repr(C, align(128))]
 pub struct LcTrie<K: TrieKey, V> {
     root: Child<K, V>,
     /// The fallback leaf of each top-bits slot (see `direct`).
     direct: Direct<K, V>,
+    /// What only writers change, on cache lines of its own: a writer taking the lock or
+    /// counting a leaf must not evict the line every lookup reads (`root`, `direct`) from the
+    /// readers' caches (that false sharing made lookups several times slower while a writer
+    /// ran).
+    side: WriterSide,
+}
+
+/// The writer's lock and the counters, apart from the readers' fields.
+#[repr(align(128))]
+struct WriterSide {
     writer: Mutex<DirectWriter>,
     leaves: AtomicUsize,
     aliases: AtomicUsize,
@@ -212,9 +223,11 @@ impl<K: TrieKey, V> Default for LcTrie<K, V> {
         LcTrie {
             root: Child::new(std::ptr::null_mut()),
             direct: Direct::default(),
-            writer: Mutex::new(DirectWriter::default()),
-            leaves: AtomicUsize::new(0),
-            aliases: AtomicUsize::new(0),
+            side: WriterSide {
+                writer: Mutex::new(DirectWriter::default()),
+                leaves: AtomicUsize::new(0),
+                aliases: AtomicUsize::new(0),
+            },
         }
     }
 }
@@ -244,12 +257,12 @@ impl<K, V> Copy for Slot<'_, K, V> {}
 impl<K: TrieKey, V> LcTrie<K, V> {
     /// The number of leaves (distinct prefix addresses).
     pub fn leaf_count(&self) -> usize {
-        self.leaves.load(Ordering::Relaxed)
+        self.side.leaves.load(Ordering::Relaxed)
     }
 
     /// The number of aliases (prefix entries) over all leaves.
     pub fn alias_count(&self) -> usize {
-        self.aliases.load(Ordering::Relaxed)
+        self.side.aliases.load(Ordering::Relaxed)
     }
 
     /// Whether the trie holds no prefix.
@@ -623,8 +636,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             let mut writer = writer;
             writer.enable(&self.direct, leaves, guard);
         }
-        self.leaves.store(keys.len(), Ordering::Relaxed);
-        self.aliases.store(added, Ordering::Relaxed);
+        self.side.leaves.store(keys.len(), Ordering::Relaxed);
+        self.side.aliases.store(added, Ordering::Relaxed);
         self.root.store(root.as_ptr(), Ordering::Release);
         Ok(added)
     }
@@ -697,8 +710,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             },
         };
         let old_aliases = leaf.map_or(0, |l| l.aliases().len());
-        self.aliases.fetch_add(new.len(), Ordering::Relaxed);
-        self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
+        self.side.aliases.fetch_add(new.len(), Ordering::Relaxed);
+        self.side.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
         // The slot's final bit goes off before a longer prefix appears in it, and back on
         // after its last one is gone.
         let old_deep = deep_count::<K, V>(leaf.map_or(&[], |l| l.aliases()));
@@ -721,7 +734,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             }
             (Some(old), true) => {
                 self.replace_in(slot, None, guard);
-                self.leaves.fetch_sub(1, Ordering::Relaxed);
+                self.side.leaves.fetch_sub(1, Ordering::Relaxed);
                 self.rebalance(&path, Some(old.slen()), guard);
                 None
             }
@@ -731,7 +744,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 // bit, holding both.
                 let fresh = NodeRef::new_leaf(key, new);
                 push_suffix(&path, fresh.slen());
-                self.leaves.fetch_add(1, Ordering::Relaxed);
+                self.side.leaves.fetch_add(1, Ordering::Relaxed);
                 match found {
                     None => self.replace_in(slot, Some(fresh), guard),
                     Some(other) => {
@@ -828,7 +841,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     fn lock(&self) -> MutexGuard<'_, DirectWriter> {
-        self.writer
+        self.side
+            .writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
