@@ -116,12 +116,6 @@ impl<K: TrieKey, V> Direct<K, V> {
         self.table.get()
     }
 
-    /// The entry of `key`'s slot, once the table is built.
-    #[inline(always)]
-    pub(crate) fn slot(&self, key: K) -> Option<&Child<K, V>> {
-        self.table.get()?.entry(key)
-    }
-
     /// The table's size in bytes (0 before it is built).
     pub(crate) fn bytes(&self) -> usize {
         self.table.get().map_or(0, |t| {

@@ -480,14 +480,18 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             // step and in half steps: from each node, prefetch the child slot the key selects
             // (and, first, the key's direct-table entry); then read each slot and prefetch the
             // child. Each half step issues one independent miss per key.
+            // Keys whose slot is final need only their entry: their paths are not warmed.
             let mut nodes: [Option<NodeRef<'g, K, V>>; BATCH] = [None; BATCH];
-            nodes
-                .iter_mut()
-                .take(keys.len())
-                .for_each(|n| *n = Some(root));
-            for &key in keys {
-                if let Some(entry) = self.direct.slot(key) {
-                    prefetch(std::ptr::from_ref(entry));
+            let table = self.direct.table();
+            for (node, &key) in nodes.iter_mut().zip(keys) {
+                *node = Some(root);
+                if let Some(table) = table {
+                    if let Some(entry) = table.entry(key) {
+                        prefetch(std::ptr::from_ref(entry));
+                    }
+                    if table.is_final(key) {
+                        *node = None;
+                    }
                 }
             }
             let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
