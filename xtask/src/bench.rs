@@ -117,11 +117,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     if !options.features.is_empty() {
         command_line.push_str(&format!(" --features {}", options.features.join(",")));
     }
-    if with_dpdk {
-        command_line.push_str(" (dpdk feature on: libdpdk-dev installed)");
-    }
     if !options.criterion_args.is_empty() {
         command_line.push_str(&format!(" -- {}", options.criterion_args.join(" ")));
+    }
+    if with_dpdk {
+        command_line.push_str(" (feature dpdk on: libdpdk-dev is installed)");
     }
 
     if !options.report_only {
