@@ -4,6 +4,7 @@
 //! the command that failed as context.
 
 mod bench;
+mod demo;
 mod exec;
 mod lab;
 mod setup;
@@ -21,6 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The main job: xfwd forwarding traffic across the virtual lab, checked and summarised.
+    Demo(demo::Options),
     /// Install the Debian packages the build and tests need, and mount bpffs (as root).
     Setup(setup::Options),
     /// Manage the virtual lab: network namespaces src ─ fwd ─ dst joined by veth pairs.
@@ -34,6 +37,7 @@ enum Command {
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(options) => demo::run(&options),
         Command::Setup(options) => setup::run(&options),
         Command::Lab(options) => lab::run(&options),
         Command::Test(options) => test::run(&options),

@@ -10,11 +10,13 @@ use crate::exec::{exec, is_root};
 ///
 /// - clang, llvm, libelf-dev, zlib1g-dev, pkg-config, m4, make, binutils, libpcap-dev: xsk-rs
 ///   builds libbpf and libxdp from source;
+/// - clang, libbpf-dev: the forwarder's XDP program (`crates/forwarder/bpf/`, bpf_helpers.h);
 /// - iproute2: the lab (`ip netns`, veth).
 pub const PACKAGES: &[&str] = &[
     "binutils",
     "clang",
     "iproute2",
+    "libbpf-dev",
     "libelf-dev",
     "libpcap-dev",
     "llvm",

@@ -1,0 +1,352 @@
+//! Start-up, run and shutdown of a forwarder instance in the calling thread's namespace.
+//!
+//! Order of start-up (every step's resources are released if a later one fails, because each
+//! is an owned value dropped on the error path):
+//! 1. find the interfaces (index, MAC, addresses) with getifaddrs(3);
+//! 2. load the XDP program, give each interface its XSKMAP block, fill the local-address set;
+//! 3. open one run loop per queue (UMEM + one socket per interface), register the sockets;
+//! 4. attach the XDP program to every interface (traffic starts flowing to the sockets);
+//! 5. open the punt device and the control socket; start the loop threads (pinned), the
+//!    control and metrics threads;
+//! 6. watch the links every [`MONITOR_PERIOD`] (up/down, removal, addresses) until stopped.
+//!
+//! On stop (SIGINT/SIGTERM set the flag): the loops finish their turn and close their
+//! sockets, the XDP program is detached from every interface, the control socket file and
+//! the punt device are removed.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nix::net::if_::InterfaceFlags;
+
+use crate::config::{Config, XdpMode};
+use crate::counters::QueueCounters;
+use crate::processor::Processor;
+use crate::punt::Punt;
+use crate::runloop::{LoopOptions, PortSpec, PortState, QueueLoop};
+use crate::serve::{ControlSocket, SnapshotFn, serve_metrics, spawn_named};
+use crate::stats::Stats;
+use crate::xdp::{XDP_COUNTERS, XdpProgram};
+
+/// How often the link monitor looks at the interfaces.
+pub const MONITOR_PERIOD: Duration = Duration::from_millis(200);
+
+/// One interface as getifaddrs(3) reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkView {
+    /// Index.
+    pub ifindex: u32,
+    /// MAC, when it has one.
+    pub mac: Option<[u8; 6]>,
+    /// Up with carrier (IFF_UP and IFF_RUNNING).
+    pub up: bool,
+    /// Its IPv4 and IPv6 addresses.
+    pub addrs: Vec<IpAddr>,
+}
+
+/// All interfaces of the calling thread's namespace, by name.
+///
+/// # Errors
+/// When getifaddrs(3) fails.
+pub fn links() -> anyhow::Result<std::collections::BTreeMap<String, LinkView>> {
+    let mut out = std::collections::BTreeMap::<String, LinkView>::new();
+    for entry in nix::ifaddrs::getifaddrs().context("getifaddrs")? {
+        let view = out.entry(entry.interface_name.clone()).or_default();
+        let Some(address) = entry.address else {
+            continue;
+        };
+        if let Some(link) = address.as_link_addr() {
+            view.ifindex = link.ifindex() as u32;
+            view.mac = link.addr().filter(|m| *m != [0; 6]);
+            view.up = entry.flags.contains(InterfaceFlags::IFF_UP)
+                && entry.flags.contains(InterfaceFlags::IFF_RUNNING);
+        } else if let Some(v4) = address.as_sockaddr_in() {
+            view.addrs.push(IpAddr::V4(v4.ip()));
+        } else if let Some(v6) = address.as_sockaddr_in6() {
+            view.addrs.push(IpAddr::V6(v6.ip()));
+        }
+    }
+    Ok(out)
+}
+
+/// Every local address of the namespace (all interfaces, as the kernel's weak host model
+/// accepts any of them on any link).
+fn local_addresses(views: &std::collections::BTreeMap<String, LinkView>) -> BTreeSet<IpAddr> {
+    views
+        .values()
+        .flat_map(|v| v.addrs.iter().copied())
+        .collect()
+}
+
+/// Brings the XDP program's local set in line with `wanted`.
+fn sync_locals(xdp: &mut XdpProgram, wanted: &BTreeSet<IpAddr>, current: &mut BTreeSet<IpAddr>) {
+    for gone in current.difference(wanted).copied().collect::<Vec<_>>() {
+        xdp.remove_local(gone);
+        current.remove(&gone);
+        tracing::info!(%gone, "local address removed");
+    }
+    for new in wanted.difference(current).copied().collect::<Vec<_>>() {
+        match xdp.add_local(new) {
+            Ok(()) => {
+                current.insert(new);
+                tracing::debug!(%new, "local address added");
+            }
+            Err(e) => tracing::warn!(%new, "local address not added: {e}"),
+        }
+    }
+}
+
+/// What differs between processors, for start-up and reports.
+pub struct Pipeline<P> {
+    /// `bare` or `router`.
+    pub mode: &'static str,
+    /// Builds the processor of queue `q` (called on the queue's thread).
+    pub make: Arc<dyn Fn(u32) -> P + Send + Sync>,
+    /// Drop reason names of the processor.
+    pub drop_reasons: &'static [&'static str],
+    /// The mirrored tables' generation, when there is a mirror.
+    pub generation: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+}
+
+/// The interfaces of `config`, found in the calling thread's namespace.
+///
+/// # Errors
+/// When an interface does not exist or has no MAC.
+pub fn resolve_ports(config: &Config) -> anyhow::Result<Vec<PortSpec>> {
+    let views = links()?;
+    config
+        .interfaces
+        .iter()
+        .map(|name| {
+            let view = views
+                .get(name)
+                .filter(|v| v.ifindex != 0)
+                .with_context(|| format!("no interface {name} in this namespace"))?;
+            let mac = view
+                .mac
+                .with_context(|| format!("{name} has no Ethernet address"))?;
+            Ok(PortSpec {
+                name: name.clone(),
+                ifindex: view.ifindex,
+                mac,
+            })
+        })
+        .collect()
+}
+
+/// Runs an instance until `stop` is set (or every interface is gone).
+///
+/// `metrics` is a listener bound beforehand (so that it can live in another namespace than
+/// the forwarder). `ready` is called once traffic flows.
+///
+/// # Errors
+/// Any start-up failure (everything started so far is undone), or every interface vanishing.
+pub fn run<P: Processor + 'static>(
+    config: &Config,
+    pipeline: Pipeline<P>,
+    metrics: Option<TcpListener>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let ports = resolve_ports(config)?;
+    let mut xdp = XdpProgram::load()?;
+    for (slot, port) in ports.iter().enumerate() {
+        xdp.set_port(port.ifindex, slot as u32)?;
+    }
+    let mut locals = BTreeSet::new();
+    sync_locals(&mut xdp, &local_addresses(&links()?), &mut locals);
+    let states: Arc<[PortState]> = ports.iter().map(|_| PortState::default()).collect();
+    let options = LoopOptions {
+        sizes: config.rings,
+        zero_copy: config.zero_copy,
+        busy_poll: config.busy_poll,
+    };
+    let mut loops = Vec::new();
+    let mut counters = Vec::new();
+    for queue in 0..config.queues {
+        let queue_counters = Arc::new(QueueCounters::new(queue, ports.len()));
+        loops.push(QueueLoop::open(
+            queue,
+            &ports,
+            states.clone(),
+            &options,
+            &mut xdp,
+            queue_counters.clone(),
+        )?);
+        counters.push(queue_counters);
+    }
+    for port in &ports {
+        xdp.attach(
+            &port.name,
+            port.ifindex,
+            config.xdp_mode == XdpMode::Generic,
+        )?;
+    }
+    let punt = match &config.punt_device {
+        Some(name) => Some(Arc::new(Punt::open(name)?)),
+        None => None,
+    };
+    let control = ControlSocket::bind(&config.control_socket)?;
+    let xdp = Arc::new(Mutex::new(xdp));
+
+    let port_names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
+    let snapshot: SnapshotFn = {
+        let xdp = xdp.clone();
+        let counters = counters.clone();
+        let states = states.clone();
+        let names = port_names.clone();
+        let drop_names = pipeline.drop_reasons;
+        let generation = pipeline.generation.clone();
+        let mode = pipeline.mode;
+        Arc::new(move || {
+            let (xdp_counters, local_addresses) = {
+                let program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+                (program.counters(), program.locals().len())
+            };
+            Stats {
+                uptime_seconds: started.elapsed().as_secs_f64(),
+                mode: mode.to_owned(),
+                interfaces: names.clone(),
+                up: states
+                    .iter()
+                    .map(|s| s.up.load(Ordering::Relaxed) && !s.gone.load(Ordering::Relaxed))
+                    .collect(),
+                queues: counters
+                    .iter()
+                    .map(|c| c.snapshot(&names, drop_names))
+                    .collect(),
+                xdp: XDP_COUNTERS
+                    .iter()
+                    .zip(xdp_counters)
+                    .map(|(k, n)| ((*k).to_owned(), n))
+                    .collect(),
+                local_addresses,
+                netlink_generation: generation.as_ref().map(|g| g()),
+            }
+        })
+    };
+
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut threads = Vec::new();
+    let result = (|| -> anyhow::Result<()> {
+        for (index, mut queue_loop) in loops.drain(..).enumerate() {
+            let cpu = config
+                .cpus
+                .as_ref()
+                .map_or(index % online, |cpus| cpus[index]);
+            let make = pipeline.make.clone();
+            let punt = punt.clone();
+            let stop = stop.clone();
+            threads.push(spawn_named(&format!("xfwd-q{index}"), move || {
+                pin_to_cpu(cpu);
+                let mut processor = make(index as u32);
+                queue_loop.run(&mut processor, punt.as_deref(), &stop);
+            })?);
+        }
+        {
+            let snapshot = snapshot.clone();
+            let stop = stop.clone();
+            threads.push(spawn_named("xfwd-control", move || {
+                control.serve(&*snapshot, &stop);
+            })?);
+        }
+        if let Some(listener) = metrics {
+            let snapshot = snapshot.clone();
+            let stop = stop.clone();
+            threads.push(spawn_named("xfwd-metrics", move || {
+                serve_metrics(&listener, &*snapshot, &stop);
+            })?);
+        }
+        tracing::info!(
+            mode = pipeline.mode,
+            interfaces = %port_names.join(","),
+            queues = config.queues,
+            control = %config.control_socket.display(),
+            punt = punt.as_ref().map_or("off", |p| p.name()),
+            "forwarding"
+        );
+        monitor(&ports, &states, &xdp, &mut locals, &stop)
+    })();
+
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        let _ = thread.join();
+    }
+    let final_stats = snapshot();
+    tracing::info!(
+        rx = final_stats.rx_packets(),
+        tx = final_stats.tx_packets(),
+        dropped = final_stats.dropped(),
+        punted = final_stats.punted(),
+        "stopped; detaching the XDP program"
+    );
+    drop(snapshot);
+    // The last owner of the program detaches it from every interface.
+    drop(xdp);
+    result
+}
+
+/// Watches the links until `stop`: marks ports up/down/gone and keeps the local set in step.
+fn monitor(
+    ports: &[PortSpec],
+    states: &[PortState],
+    xdp: &Mutex<XdpProgram>,
+    locals: &mut BTreeSet<IpAddr>,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(MONITOR_PERIOD);
+        let Ok(views) = links() else { continue };
+        for (port, state) in ports.iter().zip(states) {
+            if state.gone.load(Ordering::Relaxed) {
+                continue;
+            }
+            match views.get(&port.name).filter(|v| v.ifindex == port.ifindex) {
+                None => {
+                    tracing::error!(
+                        iface = %port.name,
+                        "interface removed; its socket is closed to traffic (restart xfwd to serve a new one)"
+                    );
+                    state.gone.store(true, Ordering::Relaxed);
+                    state.up.store(false, Ordering::Relaxed);
+                    let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+                    program.remove_port(port.ifindex);
+                    program.detach(port.ifindex);
+                }
+                Some(view) => {
+                    if state.up.swap(view.up, Ordering::Relaxed) != view.up {
+                        if view.up {
+                            tracing::info!(iface = %port.name, "link up");
+                        } else {
+                            tracing::warn!(iface = %port.name, "link down; frames for it are dropped");
+                        }
+                    }
+                }
+            }
+        }
+        let wanted = local_addresses(&views);
+        if wanted != *locals {
+            let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+            sync_locals(&mut program, &wanted, locals);
+        }
+        if states.iter().all(|s| s.gone.load(Ordering::Relaxed)) {
+            bail!("every interface is gone");
+        }
+    }
+    Ok(())
+}
+
+/// Pins the calling thread to `cpu` (a warning when the kernel refuses).
+fn pin_to_cpu(cpu: usize) {
+    let mut set = nix::sched::CpuSet::new();
+    let pinned = set
+        .set(cpu)
+        .and_then(|()| nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set));
+    if let Err(e) = pinned {
+        tracing::warn!(cpu, "not pinned: {e}");
+    }
+}

@@ -1,0 +1,502 @@
+//! The `xfwd` command line: `run` and `stats` (`route get` and `show` arrive with the
+//! netlink mirror).
+#![forbid(unsafe_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+use crate::app::{self, Pipeline};
+use crate::bare::{BARE_DROP_REASONS, Bare, BareRoute};
+use crate::config::{Config, ConfigError, ConfigFile, XdpMode, default_control_socket};
+use crate::serve::query_stats;
+
+/// Exit status for a bad command line or configuration (sysexits EX_USAGE).
+pub const EX_USAGE: u8 = 64;
+
+/// xfwd: a user-space IPv4/IPv6 router on AF_XDP.
+#[derive(Debug, Parser)]
+#[command(name = "xfwd", version, about)]
+pub struct Cli {
+    /// Log filter (tracing EnvFilter syntax; RUST_LOG overrides).
+    #[arg(long, global = true, default_value = "info")]
+    pub log: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Forward between interfaces until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Live per-queue counters and rates of the running instance (over its control socket).
+    Stats(StatsArgs),
+    /// Send complete UDP test frames from one namespace and check what arrives in another.
+    Probe(ProbeArgs),
+}
+
+/// `xfwd probe`.
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Namespace to send from.
+    #[arg(long)]
+    pub from_netns: Option<String>,
+    /// Interface to send from.
+    #[arg(long)]
+    pub iface: String,
+    /// Ethernet destination of sent frames (the forwarder's MAC on that link).
+    #[arg(long)]
+    pub to_mac: String,
+    /// IP source address.
+    #[arg(long)]
+    pub src: std::net::IpAddr,
+    /// IP destinations, used in turn (comma-separated).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub dst: Vec<std::net::IpAddr>,
+    /// Namespace to capture in.
+    #[arg(long)]
+    pub to_netns: Option<String>,
+    /// Interface to capture on.
+    #[arg(long)]
+    pub capture: String,
+    /// Frames to send.
+    #[arg(long, default_value_t = 1000)]
+    pub count: u64,
+    /// Frames per second (0 = as fast as possible).
+    #[arg(long, default_value_t = 10_000)]
+    pub rate: u64,
+    /// TTL / hop limit of sent frames.
+    #[arg(long, default_value_t = 64)]
+    pub ttl: u8,
+    /// UDP payload bytes.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+    /// Milliseconds to wait for stragglers after the last frame.
+    #[arg(long, default_value_t = 500)]
+    pub linger_ms: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `xfwd run`.
+#[derive(Debug, Args, Default)]
+pub struct RunArgs {
+    /// Interfaces to serve, comma-separated (overrides the file's `interfaces`).
+    #[arg(long, value_delimiter = ',')]
+    pub iface: Vec<String>,
+    /// Run loops = receive queues used on every interface (default 1).
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// Enter this network namespace (`ip netns` name) first.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// TOML configuration file (flags override its values).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Busy polling on the sockets; the loops spin instead of sleeping.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// Serve Prometheus metrics on this loopback address:port (bound before entering --netns,
+    /// so it lives in the caller's namespace).
+    #[arg(long)]
+    pub metrics: Option<String>,
+    /// Bare port forwarding: frames from one interface of a pair leave through the other with
+    /// MACs rewritten, no lookups (the AF_XDP ceiling). Pairs: 1st+2nd, 3rd+4th, ...
+    #[arg(long)]
+    pub bare: bool,
+    /// Bare mode: the MAC behind an interface, written as destination of frames sent there
+    /// (IF=aa:bb:cc:dd:ee:ff; repeat or comma-separate).
+    #[arg(long, value_delimiter = ',')]
+    pub peer_mac: Vec<String>,
+    /// CPU per queue, comma-separated (default: queue q on CPU q mod online CPUs).
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Option<Vec<usize>>,
+    /// Zero-copy AF_XDP (drivers that support it; not veth).
+    #[arg(long)]
+    pub zero_copy: bool,
+    /// XDP attach mode.
+    #[arg(long, value_enum)]
+    pub xdp_mode: Option<XdpMode>,
+    /// Control socket path (default /run/xfwd/xfwd.sock, or /run/xfwd/NETNS.sock).
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+    /// Punt device name (a TAP created in the forwarder's namespace).
+    #[arg(long)]
+    pub punt_device: Option<String>,
+    /// No punt device: frames the pipeline punts are dropped and counted.
+    #[arg(long, conflicts_with = "punt_device")]
+    pub no_punt: bool,
+    /// RX ring entries per socket (power of two; the fill ring gets twice as many).
+    #[arg(long)]
+    pub rx_ring: Option<u32>,
+    /// TX ring entries per socket (power of two).
+    #[arg(long)]
+    pub tx_ring: Option<u32>,
+    /// UMEM chunk size, 2048 or 4096.
+    #[arg(long)]
+    pub frame_size: Option<u32>,
+}
+
+/// `xfwd stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// The instance's namespace (finds /run/xfwd/NETNS.sock).
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Control socket path (overrides --netns).
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+    /// Print every this many seconds (rates between prints).
+    #[arg(long)]
+    pub watch: Option<f64>,
+    /// With --watch: stop after this many prints.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RunArgs {
+    /// The configuration: the file (if any) overridden by the flags, validated.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] listing what is wrong.
+    pub fn config(&self) -> Result<Config, ConfigError> {
+        let mut file = match &self.config {
+            Some(path) => ConfigFile::load(path)?,
+            None => ConfigFile::default(),
+        };
+        if !self.iface.is_empty() {
+            file.interfaces = Some(self.iface.clone());
+        }
+        file.queues = self.queues.or(file.queues);
+        file.cpus = self.cpus.clone().or(file.cpus);
+        if self.busy_poll {
+            file.busy_poll = Some(true);
+        }
+        if self.zero_copy {
+            file.zero_copy = Some(true);
+        }
+        file.xdp_mode = self.xdp_mode.or(file.xdp_mode);
+        file.metrics = self.metrics.clone().or(file.metrics);
+        file.control_socket = self.control.clone().or(file.control_socket);
+        if self.no_punt {
+            file.punt_device = Some(String::new());
+        } else if let Some(name) = &self.punt_device {
+            file.punt_device = Some(name.clone());
+        }
+        file.rings.rx = self.rx_ring.or(file.rings.rx);
+        file.rings.tx = self.tx_ring.or(file.rings.tx);
+        file.rings.frame_size = self.frame_size.or(file.rings.frame_size);
+        if self.bare {
+            file.bare.enabled = true;
+        }
+        let mut bad = Vec::new();
+        for pair in &self.peer_mac {
+            match pair.split_once('=') {
+                Some((name, mac)) => {
+                    file.bare.peer_macs.insert(name.to_owned(), mac.to_owned());
+                }
+                None => bad.push(format!("--peer-mac {pair:?} is not IF=MAC")),
+            }
+        }
+        match file.validate(self.netns.as_deref()) {
+            Ok(config) if bad.is_empty() => Ok(config),
+            Ok(_) => Err(ConfigError::Invalid(bad)),
+            Err(ConfigError::Invalid(mut problems)) => {
+                problems.extend(bad);
+                Err(ConfigError::Invalid(problems))
+            }
+            Err(other) => Err(other),
+        }
+    }
+}
+
+/// Enters the named network namespace for the calling thread (and the threads it spawns).
+///
+/// # Errors
+/// When the namespace does not exist or setns(2) fails.
+pub fn enter_netns(name: &str) -> anyhow::Result<()> {
+    let path = Path::new("/run/netns").join(name);
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+        .with_context(|| format!("entering network namespace {name}"))
+}
+
+/// `xfwd run`: returns the process exit status.
+pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
+    let config = match args.config() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("xfwd: {error}");
+            return Ok(EX_USAGE);
+        }
+    };
+    // Bound before entering the namespace: metrics stay reachable from the caller's loopback.
+    let metrics = match config.metrics {
+        Some(addr) => {
+            Some(TcpListener::bind(addr).with_context(|| format!("binding metrics on {addr}"))?)
+        }
+        None => None,
+    };
+    if let Some(netns) = &args.netns {
+        enter_netns(netns)?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
+    }
+    match &config.bare {
+        Some(peer_macs) => {
+            let ports = app::resolve_ports(&config)?;
+            let mut routes = Vec::new();
+            for pair in ports.chunks(2) {
+                let [a, b] = pair else { continue };
+                for (from, to) in [(a, b), (b, a)] {
+                    routes.push(BareRoute {
+                        ingress: from.ifindex,
+                        egress: to.ifindex,
+                        src_mac: to.mac,
+                        dst_mac: peer_macs[&to.name],
+                    });
+                }
+            }
+            let pipeline = Pipeline {
+                mode: "bare",
+                make: Arc::new(move |_queue| Bare::new(routes.clone())),
+                drop_reasons: BARE_DROP_REASONS,
+                generation: None,
+            };
+            app::run(&config, pipeline, metrics, stop)?;
+        }
+        None => {
+            eprintln!(
+                "xfwd: the routing pipeline (crates/dataplane + crates/netlink-mirror) is not part of this build yet; \
+                 run with --bare --peer-mac IF=MAC,... for port forwarding"
+            );
+            return Ok(EX_USAGE);
+        }
+    }
+    Ok(0)
+}
+
+/// `xfwd probe`: exit status 0 when every frame arrived with valid checksums.
+pub fn probe(args: &ProbeArgs) -> anyhow::Result<u8> {
+    use crate::probe::{Capture, ProbeSpec, send};
+    let Some(to_mac) = crate::punt::parse_mac(&args.to_mac) else {
+        eprintln!("xfwd: --to-mac {:?} is not aa:bb:cc:dd:ee:ff", args.to_mac);
+        return Ok(EX_USAGE);
+    };
+    let enter = |ns: &Option<String>| ns.as_deref().map_or(Ok(()), enter_netns);
+    let (iface, from) = (args.iface.clone(), args.from_netns.clone());
+    let src_mac = std::thread::scope(|s| {
+        s.spawn(|| -> anyhow::Result<[u8; 6]> {
+            enter(&from)?;
+            app::links()?
+                .remove(&iface)
+                .and_then(|v| v.mac)
+                .with_context(|| format!("no MAC for {iface}"))
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("panicked"))?
+    })?;
+    let spec = ProbeSpec {
+        tx_iface: args.iface.clone(),
+        tx_src_mac: src_mac,
+        tx_dst_mac: to_mac,
+        src_ip: args.src,
+        dst_ips: args.dst.clone(),
+        ttl: args.ttl,
+        count: args.count,
+        rate: args.rate,
+        payload_len: args.payload,
+        rx_iface: args.capture.clone(),
+        linger: Duration::from_millis(args.linger_ms),
+    };
+    let run_id = std::process::id()
+        ^ (std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()));
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    let done = AtomicBool::new(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let report = std::thread::scope(|s| -> anyhow::Result<_> {
+        let capture = s.spawn(|| -> anyhow::Result<_> {
+            enter(&args.to_netns)?;
+            let capture = Capture::open(&spec.rx_iface);
+            let _ = ready_tx.send(());
+            Ok(capture?.collect(run_id, &done, spec.linger))
+        });
+        let _ = ready_rx.recv();
+        let sender = s.spawn(|| -> anyhow::Result<_> {
+            enter(&args.from_netns)?;
+            send(&spec, run_id, &stop)
+        });
+        let sent = sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"));
+        done.store(true, std::sync::atomic::Ordering::Release);
+        let mut report = capture
+            .join()
+            .map_err(|_| anyhow::anyhow!("capture panicked"))??;
+        let (sent, seconds) = sent??;
+        report.sent = sent;
+        report.send_seconds = seconds;
+        Ok(report)
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "sent {} in {:.2} s, received {} ({} distinct, {:.2}% delivered), bad checksums {}",
+            report.sent,
+            report.send_seconds,
+            report.received,
+            report.unique,
+            report.delivery() * 100.0,
+            report.bad_checksum
+        );
+        for (src, dst, n) in &report.macs {
+            println!("  {n} frames {src} -> {dst}");
+        }
+        for (ttl, n) in &report.ttls {
+            println!("  {n} frames with TTL/hop limit {ttl}");
+        }
+    }
+    let ok = report.sent == args.count && report.unique == report.sent && report.bad_checksum == 0;
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// `xfwd stats`.
+pub fn stats(args: &StatsArgs) -> anyhow::Result<u8> {
+    let path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| default_control_socket(args.netns.as_deref()));
+    let mut previous = None;
+    let mut printed = 0u64;
+    loop {
+        let now = query_stats(&path)?;
+        if args.json {
+            println!("{}", serde_json::to_string(&now)?);
+        } else {
+            print!("{}", now.render(previous.as_ref()));
+        }
+        printed += 1;
+        let Some(every) = args.watch else { break };
+        if args.count.is_some_and(|n| printed >= n) {
+            break;
+        }
+        if !args.json {
+            println!();
+        }
+        previous = Some(now);
+        std::thread::sleep(Duration::from_secs_f64(every.max(0.1)));
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let cli = Cli::try_parse_from(args).unwrap();
+        match cli.command {
+            Command::Run(args) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_become_a_config() {
+        let args = run_args(&[
+            "xfwd",
+            "run",
+            "--iface",
+            "fwd0,fwd1",
+            "--bare",
+            "--peer-mac",
+            "fwd0=02:58:46:00:00:01,fwd1=02:58:46:00:00:04",
+            "--queues",
+            "2",
+            "--netns",
+            "lab-fwd",
+            "--no-punt",
+            "--metrics",
+            "127.0.0.1:9587",
+        ]);
+        let config = args.config().unwrap();
+        assert_eq!(config.interfaces, ["fwd0", "fwd1"]);
+        assert_eq!(config.queues, 2);
+        assert_eq!(config.punt_device, None);
+        assert_eq!(config.control_socket, Path::new("/run/xfwd/lab-fwd.sock"));
+        assert_eq!(config.bare.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn bad_flags_are_all_reported() {
+        let args = run_args(&[
+            "xfwd",
+            "run",
+            "--bare",
+            "--peer-mac",
+            "nonsense",
+            "--rx-ring",
+            "3",
+        ]);
+        let text = args.config().unwrap_err().to_string();
+        for needle in [
+            "no interfaces",
+            "rings.rx = 3",
+            "\"nonsense\" is not IF=MAC",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing in {text}");
+        }
+        assert!(Cli::try_parse_from(["xfwd", "run", "--no-punt", "--punt-device", "x"]).is_err());
+        assert!(Cli::try_parse_from(["xfwd", "run", "--queues", "-1"]).is_err());
+    }
+
+    #[test]
+    fn config_file_and_flags_merge() {
+        let dir = std::env::temp_dir().join(format!("xfwd-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.toml");
+        std::fs::write(&path, "interfaces = [\"eth0\"]\nqueues = 4\n").unwrap();
+        let args = run_args(&[
+            "xfwd",
+            "run",
+            "--config",
+            path.to_str().unwrap(),
+            "--queues",
+            "2",
+        ]);
+        let config = args.config().unwrap();
+        assert_eq!(
+            (config.interfaces.as_slice(), config.queues),
+            (&["eth0".to_owned()][..], 2)
+        );
+        std::fs::write(&path, "interfaces = 3\n").unwrap();
+        let text = args.config().unwrap_err().to_string();
+        assert!(text.contains("x.toml"), "{text}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,30 @@
+//! `xfwd`: see `xfwd --help` and docs/forwarder.md.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use forwarder::cli::{Cli, Command, probe, run, stats};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let result = match &cli.command {
+        Command::Run(args) => run(args),
+        Command::Stats(args) => stats(args),
+        Command::Probe(args) => probe(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("xfwd: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! The punt path: frames that reached user space but belong to the kernel's stack are
+//! written into a TAP device, from which the kernel receives them as if they had arrived on
+//! a link of their own.
+//!
+//! Design and limits (see also `docs/forwarder.md`):
+//! - One TAP device per xfwd instance (default `xfwd-punt`), created in the forwarder's
+//!   namespace, up, without addresses; every run loop writes to the same descriptor (a
+//!   `write(2)` of one frame is atomic on a TAP).
+//! - The destination MAC is rewritten to the TAP's own MAC, otherwise the kernel would see a
+//!   frame for another host and drop it.
+//! - The kernel sees the TAP as the ingress interface, not the original one: reverse-path
+//!   filtering must be off or loose for it (xfwd sets `rp_filter = 0` on the TAP; the
+//!   effective value is the maximum of `all` and the device's), and anything keyed by ingress
+//!   interface (policy routing `iif`, netfilter `-i`, link-local scope) sees the TAP.
+//! - Replies leave through the kernel's ordinary route and do not come back through xfwd:
+//!   replies on the forwarder's own links go out directly.
+//! - One `write(2)` per punted frame: the punt path is a slow path, rate bounded by the
+//!   caller's processor, not a way to forward in bulk.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+/// Default name of the punt device.
+pub const DEFAULT_PUNT_DEVICE: &str = "xfwd-punt";
+
+/// An open TAP device.
+#[derive(Debug)]
+pub struct Punt {
+    file: File,
+    name: String,
+    mac: [u8; 6],
+}
+
+impl Punt {
+    /// Creates (or attaches to) the TAP device `name` in the calling thread's namespace,
+    /// brings it up and turns reverse-path filtering off on it.
+    ///
+    /// # Errors
+    /// When /dev/net/tun cannot be opened, the name is invalid, or `ip` fails.
+    pub fn open(name: &str) -> anyhow::Result<Self> {
+        if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+            bail!(
+                "punt device name {name:?} must have 1..{} bytes",
+                libc::IFNAMSIZ
+            );
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .context("opening /dev/net/tun")?;
+        // SAFETY: ifreq is plain old data; all-zero is a valid value to fill in.
+        let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (dst, src) in request.ifr_name.iter_mut().zip(name.bytes()) {
+            *dst = src as libc::c_char;
+        }
+        request.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: TUNSETIFF reads and writes one ifreq, which `request` is; the descriptor is
+        // open for the call's duration.
+        let result = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut request) };
+        if result < 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("creating TAP device {name}"));
+        }
+        let run = |args: &[&str]| -> anyhow::Result<String> {
+            let out = Command::new("ip")
+                .args(args)
+                .output()
+                .context("running ip")?;
+            if !out.status.success() {
+                bail!(
+                    "ip {}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+            }
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        };
+        run(&["link", "set", "dev", name, "up"])?;
+        let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/rp_filter"), "0");
+        let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/accept_local"), "1");
+        let json = run(&["-j", "link", "show", "dev", name])?;
+        let mac = parse_mac_from_ip_json(&json)
+            .with_context(|| format!("no MAC for {name} in `ip -j link show`"))?;
+        Ok(Punt {
+            file,
+            name: name.to_owned(),
+            mac,
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The device's MAC (written as destination of punted frames).
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// Hands one frame to the kernel; rewrites its destination MAC first.
+    ///
+    /// # Errors
+    /// When the frame is shorter than an Ethernet header or the write fails.
+    pub fn inject(&self, frame: &mut [u8]) -> std::io::Result<()> {
+        if frame.len() < 14 {
+            return Err(std::io::Error::other("runt frame"));
+        }
+        frame[..6].copy_from_slice(&self.mac);
+        (&self.file).write_all(frame)
+    }
+}
+
+/// The `address` of the first link in `ip -j link show` output.
+pub fn parse_mac_from_ip_json(json: &str) -> Option<[u8; 6]> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    parse_mac(value.get(0)?.get("address")?.as_str()?)
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+///
+/// ```
+/// assert_eq!(forwarder::punt::parse_mac("02:58:46:00:00:0a"), Some([2, 0x58, 0x46, 0, 0, 10]));
+/// assert_eq!(forwarder::punt::parse_mac("02:58:46:00:00"), None);
+/// ```
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
