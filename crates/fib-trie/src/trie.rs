@@ -482,20 +482,33 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             // child. Each half step issues one independent miss per key.
             // Keys whose slot is final need only their entry: their paths are not warmed.
             let mut nodes: [Option<NodeRef<'g, K, V>>; BATCH] = [None; BATCH];
+            let mut finals = [false; BATCH];
             let table = self.direct.table();
-            for (node, &key) in nodes.iter_mut().zip(keys) {
+            for ((node, fin), &key) in nodes.iter_mut().zip(&mut finals).zip(keys) {
                 *node = Some(root);
                 if let Some(table) = table {
                     if let Some(entry) = table.entry(key) {
                         prefetch(std::ptr::from_ref(entry));
                     }
-                    if table.is_final(key) {
+                    *fin = table.is_final(key);
+                    if *fin {
                         *node = None;
                     }
                 }
             }
             let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
-            for _ in 0..WARM_LEVELS {
+            for level in 0..WARM_LEVELS {
+                if level == 1 {
+                    // The final keys' entries have had a half step to arrive: warm their leaves.
+                    for (&key, _) in keys.iter().zip(&finals).filter(|(_, f)| **f) {
+                        if let Some(leaf) = table
+                            .and_then(|t| t.entry(key))
+                            .and_then(|e| load(e, guard))
+                        {
+                            prefetch(leaf.as_ptr());
+                        }
+                    }
+                }
                 for ((slot, node), &key) in slots.iter_mut().zip(&nodes).zip(keys) {
                     *slot = node.and_then(|n| {
                         let index = (key ^ n.key).shr(n.pos);
