@@ -23,15 +23,22 @@ use xfwd_benches::data::routes::{self, Route};
 const KEYS: usize = 4096;
 
 /// One address family's plumbing for the peers.
-trait Family: TrieKey {
+trait Family: TrieKey + std::fmt::LowerHex {
     type Net: Copy;
     fn random(rng: &mut StdRng) -> Self;
+    /// The keys as DPDK's bulk lookup takes them.
+    #[cfg(feature = "dpdk")]
+    fn rte_keys(keys: &[Self]) -> rte::Keys;
 }
 
 impl Family for u32 {
     type Net = Ipv4Net;
     fn random(rng: &mut StdRng) -> u32 {
         rng.random()
+    }
+    #[cfg(feature = "dpdk")]
+    fn rte_keys(keys: &[u32]) -> rte::Keys {
+        rte::Keys::V4(keys.to_vec())
     }
 }
 
@@ -40,6 +47,156 @@ impl Family for u128 {
     fn random(rng: &mut StdRng) -> u128 {
         // Global unicast 2000::/3: uniform IPv6 keys would almost never match.
         (rng.random::<u128>() >> 3) | (1 << 125)
+    }
+    #[cfg(feature = "dpdk")]
+    fn rte_keys(keys: &[u128]) -> rte::Keys {
+        rte::Keys::V6(xfwd_benches::dpdk::v6_bytes(keys))
+    }
+}
+
+/// DPDK's `rte_fib` (DIR-24-8, IPv4) and `rte_fib6` (TRIE, IPv6) as peers (feature `dpdk`).
+#[cfg(feature = "dpdk")]
+mod rte {
+    use std::collections::HashMap;
+
+    use xfwd_benches::dpdk::{RteFib, RteFib6, tbl8_groups};
+
+    /// Bulk lookups per call: the whole key set, DPDK's best case (its lookup prefetches
+    /// ahead within a call).
+    const BURST: usize = super::KEYS;
+
+    /// A table and the answer each of its next hop ids stands for.
+    pub struct Rte {
+        fib: Fib,
+        /// Next hop id -> (value, prefix length); id 0 is DPDK's "no route", (0, 0).
+        answers: Vec<(u32, u8)>,
+    }
+
+    enum Fib {
+        V4(RteFib),
+        V6(RteFib6),
+    }
+
+    /// Keys in DPDK's form.
+    pub enum Keys {
+        V4(Vec<u32>),
+        V6(Vec<[u8; 16]>),
+    }
+
+    /// Next hop ids for the distinct (value, prefix length) pairs of a table: the ids a router
+    /// would give its next hops, with the answer each stands for.
+    fn ids<K>(p: &[(K, u8, u32)]) -> (Vec<u64>, Vec<(u32, u8)>) {
+        let mut by_answer = HashMap::new();
+        let mut answers = vec![(0, 0)];
+        let ids = p
+            .iter()
+            .map(|&(_, l, v)| {
+                *by_answer.entry((v, l)).or_insert_with(|| {
+                    answers.push((v, l));
+                    answers.len() as u64 - 1
+                })
+            })
+            .collect();
+        (ids, answers)
+    }
+
+    /// The routes to add, shortest prefixes first, each prefix once with its first answer (as
+    /// in the tries; DPDK's add would replace it). Short first because DPDK 22.11 mishandles
+    /// adding (and deleting) a /0 or /1 over existing more-specifics: the /0 added after the rest
+    /// of bgp-full-v4 took over addresses its /16s cover (the same range overflow the FFI
+    /// wrapper's test shows for deletes).
+    fn add_order<K: Copy + Ord + std::hash::Hash>(
+        p: &[(K, u8, u32)],
+        ids: &[u64],
+    ) -> Vec<(K, u8, u64)> {
+        let mut seen = std::collections::HashSet::new();
+        let mut routes: Vec<(K, u8, u64)> = p
+            .iter()
+            .zip(ids)
+            .filter(|((k, l, _), _)| seen.insert((*k, *l)))
+            .map(|(&(k, l, _), &id)| (k, l, id))
+            .collect();
+        routes.sort_by_key(|&(k, l, _)| (l, k));
+        routes
+    }
+
+    impl Rte {
+        pub fn v4(p: &[(u32, u8, u32)]) -> Self {
+            let (ids, answers) = ids(p);
+            let groups = tbl8_groups(p.iter().map(|r| r.1));
+            let mut fib = RteFib::new(p.len() + 1024, groups + 1024).expect("rte_fib");
+            for (k, l, id) in add_order(p, &ids) {
+                fib.add(k, l, id).expect("rte_fib_add");
+            }
+            Rte {
+                fib: Fib::V4(fib),
+                answers,
+            }
+        }
+
+        pub fn v6(p: &[(u128, u8, u32)]) -> Self {
+            let (ids, answers) = ids(p);
+            let groups = tbl8_groups(p.iter().map(|r| r.1));
+            let mut fib = RteFib6::new(p.len() + 1024, groups + 1024).expect("rte_fib6");
+            for (k, l, id) in add_order(p, &ids) {
+                fib.add(k, l, id).expect("rte_fib6_add");
+            }
+            Rte {
+                fib: Fib::V6(fib),
+                answers,
+            }
+        }
+
+        /// The function id: `dpdk-rte-fib` or `dpdk-rte-fib6`.
+        pub fn name(&self) -> &'static str {
+            match self.fib {
+                Fib::V4(_) => "dpdk-rte-fib",
+                Fib::V6(_) => "dpdk-rte-fib6",
+            }
+        }
+
+        /// Looks up every key (in bursts of `BURST`) and folds the answers into a checksum.
+        pub fn checksum(&self, keys: &Keys) -> u64 {
+            let mut sum = 0;
+            self.for_each_answer(keys, |v, l| sum = super::fold(sum, v, l));
+            sum
+        }
+
+        /// Looks up every key (in bursts of `BURST`) and passes each (value, plen) to `f`.
+        #[inline(always)]
+        pub fn for_each_answer(&self, keys: &Keys, mut f: impl FnMut(u32, u8)) {
+            let mut hops = [0u64; BURST];
+            let mut answer = |hops: &[u64]| {
+                for &nh in hops {
+                    let (v, l) = self.answers[nh as usize];
+                    f(v, l);
+                }
+            };
+            match (&self.fib, keys) {
+                (Fib::V4(fib), Keys::V4(keys)) => {
+                    for chunk in keys.chunks(BURST) {
+                        fib.lookup_bulk(chunk, &mut hops);
+                        answer(&hops[..chunk.len()]);
+                    }
+                }
+                (Fib::V6(fib), Keys::V6(keys)) => {
+                    for chunk in keys.chunks(BURST) {
+                        fib.lookup_bulk(chunk, &mut hops);
+                        answer(&hops[..chunk.len()]);
+                    }
+                }
+                _ => unreachable!("keys of the table's family"),
+            }
+        }
+
+        /// Adds `k/l` with the id of an existing answer, then deletes it.
+        pub fn add_delete_v4(&mut self, k: u32, l: u8) {
+            let Fib::V4(fib) = &mut self.fib else {
+                unreachable!()
+            };
+            fib.add(k, l, 1).expect("rte_fib_add");
+            fib.delete(k, l).expect("rte_fib_delete");
+        }
     }
 }
 
@@ -56,6 +213,8 @@ struct Engines<K: Family> {
     prefix_trie: PrefixMap<K::Net, u32>,
     ip_network_table: IpNetworkTable<u32>,
     iptrie: Peer<K>,
+    #[cfg(feature = "dpdk")]
+    rte: rte::Rte,
 }
 
 enum Peer<K: Family> {
@@ -116,6 +275,8 @@ fn build_v4(p: &[(u32, u8, u32)]) -> Engines<u32> {
         prefix_trie,
         ip_network_table,
         iptrie: Peer::V4(rtrie.compress()),
+        #[cfg(feature = "dpdk")]
+        rte: rte::Rte::v4(p),
     }
 }
 
@@ -135,6 +296,8 @@ fn build_v6(p: &[(u128, u8, u32)]) -> Engines<u128> {
         prefix_trie,
         ip_network_table,
         iptrie: Peer::V6(rtrie.compress()),
+        #[cfg(feature = "dpdk")]
+        rte: rte::Rte::v6(p),
     }
 }
 
@@ -208,7 +371,8 @@ where
     };
     let mut batched = vec![None; keys.len()];
     e.ours.lookup_batch(keys, &mut batched, guard, |_| true);
-    vec![
+    #[allow(unused_mut, reason = "the dpdk feature adds a peer")]
+    let mut sums = vec![
         (
             "fib-trie",
             sum(&|k| ours_of(e.ours.lookup(k, guard, |_| true))),
@@ -231,7 +395,20 @@ where
         ("prefix-trie", sum(&|k| e.prefix_trie(k))),
         ("ip_network_table", sum(&|k| e.ip_network_table(k))),
         ("iptrie", sum(&|k| e.iptrie(k))),
-    ]
+    ];
+    #[cfg(feature = "dpdk")]
+    {
+        let mut rte = Vec::with_capacity(keys.len());
+        e.rte
+            .for_each_answer(&K::rte_keys(keys), |v, l| rte.push((v, l)));
+        // Name the first key DPDK answers differently, if any, before the checksums disagree.
+        for (&k, &theirs) in keys.iter().zip(&rte) {
+            let ours = ours_of(e.ours.lookup(k, guard, |_| true));
+            assert_eq!(theirs, ours, "{} differs on key {k:x}", e.rte.name());
+        }
+        sums.push((e.rte.name(), e.rte.checksum(&K::rte_keys(keys))));
+    }
+    sums
 }
 
 fn lookup_group<K: Family>(c: &mut Criterion, group: &str, table: &str, e: &Engines<K>, keys: &[K])
@@ -296,6 +473,13 @@ where
             })
         });
     });
+    #[cfg(feature = "dpdk")]
+    {
+        let rte_keys = K::rte_keys(keys);
+        g.bench_function(BenchmarkId::new(e.rte.name(), table), |b| {
+            b.iter(|| e.rte.checksum(&rte_keys));
+        });
+    }
     g.bench_function(BenchmarkId::new("reference", table), |b| {
         b.iter(|| {
             keys.iter().fold(0, |s, &k| {
@@ -404,6 +588,10 @@ fn build(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("reference", "bgp-full-v4"), |b| {
         b.iter(|| build_reference(&v4))
     });
+    #[cfg(feature = "dpdk")]
+    g.bench_function(BenchmarkId::new("dpdk-rte-fib", "bgp-full-v4"), |b| {
+        b.iter(|| rte::Rte::v4(&v4))
+    });
     g.finish();
 }
 
@@ -420,6 +608,8 @@ fn update(c: &mut Criterion) {
         ours,
         mut prefix_trie,
         mut ip_network_table,
+        #[cfg(feature = "dpdk")]
+        mut rte,
         ..
     } = e;
     let mut g = c.benchmark_group("fib-trie/update");
@@ -449,7 +639,16 @@ fn update(c: &mut Criterion) {
             ip_network_table.remove(net)
         });
     });
+    #[cfg(feature = "dpdk")]
+    g.bench_function(BenchmarkId::new("dpdk-rte-fib", "bgp-full-v4"), |b| {
+        b.iter(|| {
+            i = (i + 1) % fresh.len();
+            rte.add_delete_v4(fresh[i], 24);
+        });
+    });
     g.finish();
+    #[cfg(feature = "dpdk")]
+    drop(rte);
 
     // Lookups while another thread inserts and deletes /24s as fast as it can.
     let ours = Arc::new(ours);

@@ -13,6 +13,9 @@
 //! println!("{} IPv4 prefixes", table.len());
 //! # Ok::<(), xfwd_benches::data::Error>(())
 //! ```
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod data;
+#[cfg(feature = "dpdk")]
+#[allow(unsafe_code, reason = "FFI to DPDK's rte_fib and rte_fib6")]
+pub mod dpdk;

@@ -7,6 +7,7 @@
 //! the bench writes at the top of `CRITERION_HOME` (memory, chain lengths: what criterion cannot
 //! time) are appended as they are.
 
+pub mod dpdk;
 pub(crate) mod machine;
 mod plot;
 mod report;
@@ -102,6 +103,15 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         )
     })?;
     let home = root.join("target").join(format!("criterion-{name}"));
+    let (with_dpdk, dpdk_note) = if options.report_only {
+        (false, None)
+    } else {
+        dpdk::prepare(name, &options.features)
+    };
+    let mut features = options.features.clone();
+    if with_dpdk {
+        features.push("dpdk".into());
+    }
 
     let mut command_line = format!("cargo xtask bench {name}");
     if options.quick {
@@ -112,6 +122,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     }
     if !options.criterion_args.is_empty() {
         command_line.push_str(&format!(" -- {}", options.criterion_args.join(" ")));
+    }
+    if with_dpdk {
+        command_line.push_str(" (feature dpdk on: libdpdk-dev is installed)");
     }
 
     if !options.report_only {
@@ -125,8 +138,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             .current_dir(&root)
             .env("CRITERION_HOME", &home)
             .args(["bench", "--locked", "-p", "xfwd-benches", "--bench", name]);
-        if !options.features.is_empty() {
-            command.arg("--features").arg(options.features.join(","));
+        if !features.is_empty() {
+            command.arg("--features").arg(features.join(","));
         }
         command.arg("--");
         if options.quick {
@@ -151,6 +164,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             "mode",
             "criterion --quick: indicative only, wider error bars".into(),
         );
+    }
+
+    if let Some(note) = dpdk_note {
+        machine.note("dpdk peers", note);
     }
 
     let out_dir = root.join("docs/benchmarks");

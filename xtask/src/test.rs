@@ -31,7 +31,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     step("setup".into(), &mut || {
         crate::setup::run(&crate::setup::Options {})
     });
-    let mut cargo_steps = [
+    let cargo_steps = [
         {
             let mut c = Command::new(&cargo);
             c.args(["test", "--workspace", "--locked"]);
@@ -59,6 +59,21 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             c
         },
     ];
+    let mut cargo_steps: Vec<Command> = cargo_steps.into();
+    if crate::bench::dpdk::installed() {
+        // The DPDK FFI wrapper of the benches (feature `dpdk`), only where libdpdk-dev is.
+        let mut c = Command::new(&cargo);
+        c.args([
+            "test",
+            "--locked",
+            "-p",
+            "xfwd-benches",
+            "--features",
+            "dpdk",
+            "--lib",
+        ]);
+        cargo_steps.insert(1, c);
+    }
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         eprintln!("CI=true: a privileged test that cannot run fails instead of skipping");
     }

@@ -17,12 +17,20 @@
 //! new leaf is linked and before the old one is retired, so an entry never names a freed leaf,
 //! and a racing reader sees the old or the new leaf, each a consistent version.
 //!
+//! Beside each entry, a "final" bit says that no prefix longer than `DIRECT_BITS` lies inside
+//! the slot. Then every prefix covering a key of the slot covers the whole slot, and the longest
+//! of them is the entry's: a lookup whose slot is final answers from the entry without walking
+//! the trie at all (on bgp-full-v4, 61% of the IPv4 space). The writer counts the longer
+//! prefixes of each slot; it clears the bit before linking a slot's first one and sets it after
+//! unlinking its last, so a reader that trusts the bit answers as before or after the change.
+//! The bits take 8 KiB, so they stay in the first-level cache.
+//!
 //! Small tries do without: the table (512 KiB) is built, complete, and published once the trie
 //! reaches [`DIRECT_MIN_LEAVES`] leaves; until then lookups backtrack the kernel's way.
 #![forbid(unsafe_code)]
 
 use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_epoch::Guard;
 
@@ -49,9 +57,42 @@ pub(crate) fn slot_of<K: TrieKey>(key: K) -> usize {
     key.shr(cut::<K>()).low_usize()
 }
 
-/// The readers' half: one entry per slot, published once (complete) and freed with the trie.
+/// The readers' half: one entry and one final bit per slot, published once (complete) and
+/// freed with the trie.
 pub(crate) struct Direct<K, V> {
-    table: OnceLock<Box<[Child<K, V>]>>,
+    table: OnceLock<Table<K, V>>,
+}
+
+/// The entries and the final bits (bit `s % 64` of word `s / 64` for slot `s`).
+pub(crate) struct Table<K, V> {
+    entries: Box<[Child<K, V>]>,
+    finals: Box<[AtomicU64]>,
+}
+
+impl<K: TrieKey, V> Table<K, V> {
+    /// The entry of `key`'s slot.
+    #[inline(always)]
+    pub(crate) fn entry(&self, key: K) -> Option<&Child<K, V>> {
+        self.entries.get(slot_of(key))
+    }
+
+    /// Whether no prefix longer than [`DIRECT_BITS`] lies inside `key`'s slot.
+    #[inline(always)]
+    pub(crate) fn is_final(&self, key: K) -> bool {
+        let s = slot_of(key);
+        self.finals
+            .get(s / 64)
+            .is_some_and(|w| w.load(Ordering::Acquire) & (1 << (s % 64)) != 0)
+    }
+
+    fn set_final(&self, s: usize, on: bool) {
+        let bit = 1u64 << (s % 64);
+        if on {
+            self.finals[s / 64].fetch_or(bit, Ordering::Release);
+        } else {
+            self.finals[s / 64].fetch_and(!bit, Ordering::Release);
+        }
+    }
 }
 
 impl<K, V> Default for Direct<K, V> {
@@ -69,17 +110,18 @@ impl<K: TrieKey, V> Direct<K, V> {
         self.table.get().is_some()
     }
 
-    /// The entry of `key`'s slot, once the table is built.
+    /// The table, once built.
     #[inline(always)]
-    pub(crate) fn slot(&self, key: K) -> Option<&Child<K, V>> {
-        self.table.get()?.get(slot_of(key))
+    pub(crate) fn table(&self) -> Option<&Table<K, V>> {
+        self.table.get()
     }
 
     /// The table's size in bytes (0 before it is built).
     pub(crate) fn bytes(&self) -> usize {
-        self.table
-            .get()
-            .map_or(0, |t| std::mem::size_of_val::<[Child<K, V>]>(t))
+        self.table.get().map_or(0, |t| {
+            std::mem::size_of_val::<[Child<K, V>]>(&t.entries)
+                + std::mem::size_of_val::<[AtomicU64]>(&t.finals)
+        })
     }
 }
 
@@ -97,10 +139,18 @@ pub(crate) fn covering<'g, K: TrieKey, V: 'g>(
         .find(|a| a.slen >= cut && diff.shr(a.slen) == K::ZERO)
 }
 
-/// The writer's half: the prefix length each entry stands for (meaningless where null).
+/// The writer's half: the prefix length each entry stands for (meaningless where null), and
+/// each slot's count of prefixes longer than [`DIRECT_BITS`].
 #[derive(Default)]
 pub(crate) struct DirectWriter {
     plen: Vec<u8>,
+    deep: Vec<u32>,
+}
+
+/// The number of aliases of `leaf` longer than [`DIRECT_BITS`] (inside one slot).
+pub(crate) fn deep_count<K: TrieKey, V>(aliases: &[Alias<V>]) -> u32 {
+    let cut = cut::<K>();
+    aliases.iter().filter(|a| a.slen < cut).count() as u32
 }
 
 /// The suffix lengths of `leaf`'s aliases that cover whole slots, in order.
@@ -118,8 +168,8 @@ fn slots<K: TrieKey>(key: K, slen: u8) -> std::ops::Range<usize> {
 }
 
 impl DirectWriter {
-    /// Builds and publishes the table from `leaves` (every leaf of the trie with a slot-wide
-    /// prefix). Writer only; a no-op when already built.
+    /// Builds and publishes the table from `leaves` (every leaf of the trie). Writer only; a
+    /// no-op when already built.
     pub(crate) fn enable<'g, K: TrieKey, V: 'g>(
         &mut self,
         direct: &Direct<K, V>,
@@ -127,15 +177,73 @@ impl DirectWriter {
         guard: &'g Guard,
     ) {
         direct.table.get_or_init(|| {
-            let table: Box<[Child<K, V>]> = (0..1usize << DIRECT_BITS)
+            let entries: Box<[Child<K, V>]> = (0..1usize << DIRECT_BITS)
                 .map(|_| Child::new(std::ptr::null_mut()))
                 .collect();
-            self.plen = vec![0; table.len()];
+            self.plen = vec![0; entries.len()];
+            self.deep = vec![0; entries.len()];
             for leaf in leaves {
-                self.offer(&table, leaf, guard);
+                self.deep[slot_of(leaf.key)] += deep_count::<K, V>(leaf.aliases());
+                if leaf.slen() >= cut::<K>() {
+                    self.offer(&entries, leaf, guard);
+                }
             }
-            table
+            let finals = self
+                .deep
+                .chunks(64)
+                .map(|c| {
+                    let bits = c
+                        .iter()
+                        .enumerate()
+                        .fold(0u64, |w, (i, &d)| w | (u64::from(d == 0) << i));
+                    AtomicU64::new(bits)
+                })
+                .collect();
+            Table { entries, finals }
         });
+    }
+
+    /// Before the leaf at `key` changes from `old_deep` to `new_deep` aliases longer than
+    /// [`DIRECT_BITS`]: counts the added ones, and clears the slot's final bit when it gains
+    /// its first (before the prefix can be seen).
+    pub(crate) fn before_change<K: TrieKey, V>(
+        &mut self,
+        direct: &Direct<K, V>,
+        key: K,
+        old_deep: u32,
+        new_deep: u32,
+    ) {
+        let Some(table) = direct.table.get() else {
+            return;
+        };
+        if new_deep > old_deep {
+            let s = slot_of(key);
+            if self.deep[s] == 0 {
+                table.set_final(s, false);
+            }
+            self.deep[s] += new_deep - old_deep;
+        }
+    }
+
+    /// After the change [`before_change`](Self::before_change) announced is published: counts
+    /// the removed ones, and sets the final bit when the slot lost its last.
+    pub(crate) fn after_change<K: TrieKey, V>(
+        &mut self,
+        direct: &Direct<K, V>,
+        key: K,
+        old_deep: u32,
+        new_deep: u32,
+    ) {
+        let Some(table) = direct.table.get() else {
+            return;
+        };
+        if new_deep < old_deep {
+            let s = slot_of(key);
+            self.deep[s] -= old_deep - new_deep;
+            if self.deep[s] == 0 {
+                table.set_final(s, true);
+            }
+        }
     }
 
     /// Makes `leaf` the entry of every slot where it holds a longer slot-wide prefix than the
@@ -176,7 +284,7 @@ impl DirectWriter {
         guard: &'g Guard,
         mut shorter: impl FnMut(K, u8) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)>,
     ) {
-        let Some(table) = direct.table.get() else {
+        let Some(Table { entries: table, .. }) = direct.table.get() else {
             return;
         };
         let Some(old) = old.filter(|_| slot_slens(old).next().is_some()) else {
@@ -235,17 +343,19 @@ impl DirectWriter {
         }
     }
 
-    /// Checks every entry against `best(slot base)` (for tests). Writer only.
+    /// Checks every entry against `best(slot base)` and every final bit against `deep`, each
+    /// slot's count of prefixes longer than [`DIRECT_BITS`] (for tests). Writer only.
     pub(crate) fn check<'g, K: TrieKey, V: 'g>(
         &self,
         direct: &Direct<K, V>,
         guard: &'g Guard,
+        deep: &[u32],
         mut best: impl FnMut(K) -> Option<(NodeRef<'g, K, V>, &'g Alias<V>)>,
     ) -> Result<(), String> {
         let Some(table) = direct.table.get() else {
             return Ok(());
         };
-        for (s, entry) in table.iter().enumerate() {
+        for (s, entry) in table.entries.iter().enumerate() {
             let base = K::from_usize(s).shl(cut::<K>());
             let want = best(base);
             let got = load(entry, guard);
@@ -256,6 +366,15 @@ impl DirectWriter {
                 if self.plen[s] != K::BITS - alias.slen {
                     return Err(format!("direct entry {s} has the wrong length"));
                 }
+            }
+            if self.deep[s] != deep[s] {
+                return Err(format!(
+                    "slot {s} counts {} deep prefixes, not {}",
+                    self.deep[s], deep[s]
+                ));
+            }
+            if table.is_final(base) != (deep[s] == 0) {
+                return Err(format!("slot {s} has the wrong final bit"));
             }
         }
         Ok(())

@@ -8,7 +8,10 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
-use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
+use crate::store::Store;
+use crate::table::{
+    FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids, lookup_raw,
+};
 
 /// What a matching rule does (`FR_ACT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -116,6 +119,12 @@ struct Snapshot<K: TrieKey> {
     /// Whether rules other than the three defaults were ever configured (the kernel's
     /// `fib_has_custom_rules`): until then local and main answer as one merged trie.
     custom_rules: bool,
+    /// Until then, the store local and main share: lookups walk it once. Held here (not
+    /// reached through the tables) so that a reader of this snapshot keeps walking it after
+    /// the unmerge gives the tables their own.
+    merged: Option<Arc<Store<K>>>,
+    /// The default table, consulted after the merged trie.
+    default: Option<Arc<FibTable<K>>>,
 }
 
 impl<K: TrieKey> Snapshot<K> {
@@ -123,7 +132,10 @@ impl<K: TrieKey> Snapshot<K> {
         tables: HashMap<u32, Arc<FibTable<K>>>,
         rules: Vec<FibRule<K>>,
         custom_rules: bool,
+        merged: Option<Arc<Store<K>>>,
     ) -> Self {
+        let merged = merged.filter(|_| !custom_rules);
+        let default = tables.get(&ids::DEFAULT).cloned();
         let goto_index = rules
             .iter()
             .map(|r| match r.action {
@@ -136,6 +148,8 @@ impl<K: TrieKey> Snapshot<K> {
             rules,
             goto_index,
             custom_rules,
+            merged,
+            default,
         }
     }
 }
@@ -144,9 +158,14 @@ impl<K: TrieKey> Snapshot<K> {
 /// and policy rules, all readable without locks.
 ///
 /// With only the default rules (0: lookup local, 32766: lookup main, 32767: lookup default),
-/// a lookup answers as the kernel does with its merged local+main trie: the longest prefix of
-/// either table, local first among equals, then the default table. Once a rule is added or
-/// deleted, rules are evaluated in order, each table on its own.
+/// local and main share one trie, as in the kernel: their routes hang off the same leaves,
+/// tagged with the table id (local before main within a prefix length), and a lookup walks it
+/// once: the longest prefix of either table, local first among equals, then the default table.
+/// The first rule added or deleted unmerges them (`fib_unmerge`): the new rules are published,
+/// then each table gets its own trie, built from the shared one under its writer lock; from
+/// then on rules are evaluated in order, each table on its own. Table handles stay valid
+/// across the unmerge, and each table's lookups, dumps and counts only ever show its own
+/// routes.
 ///
 /// ```
 /// use fib_trie::{Fib, FibRule, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction};
@@ -166,10 +185,15 @@ impl<K: TrieKey> Snapshot<K> {
 /// assert_eq!(marked.table(), 100);
 /// # Ok::<(), fib_trie::RouteError>(())
 /// ```
+#[repr(C, align(128))]
 pub struct Fib<K: TrieKey> {
     snapshot: Atomic<Snapshot<K>>,
-    writer: Mutex<()>,
+    /// On a cache line of its own: taking it must not evict `snapshot` from readers' caches.
+    writer: WriterLock,
 }
+
+#[repr(align(128))]
+struct WriterLock(Mutex<()>);
 
 impl<K: TrieKey> std::fmt::Debug for Fib<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,13 +219,18 @@ impl<K: TrieKey> Fib<K> {
 
     /// A FIB with the local, main and default tables and the default rules.
     pub fn new() -> Self {
-        let tables = [ids::LOCAL, ids::MAIN, ids::DEFAULT]
-            .into_iter()
-            .map(|id| (id, Arc::new(FibTable::new(id))))
-            .collect();
+        let (local, main, merged) = FibTable::merged_pair(ids::LOCAL, ids::MAIN);
+        let tables = [
+            (ids::LOCAL, Arc::new(local)),
+            (ids::MAIN, Arc::new(main)),
+            (ids::DEFAULT, Arc::new(FibTable::new(ids::DEFAULT))),
+        ]
+        .into_iter()
+        .collect();
+        let snapshot = Snapshot::with_rules(tables, Self::default_rules(), false, Some(merged));
         Fib {
-            snapshot: Atomic::new(Snapshot::with_rules(tables, Self::default_rules(), false)),
-            writer: Mutex::new(()),
+            snapshot: Atomic::new(snapshot),
+            writer: WriterLock(Mutex::new(())),
         }
     }
 
@@ -214,7 +243,7 @@ impl<K: TrieKey> Fib<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+        self.writer.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Publishes a new snapshot and retires the old one. Writer only.
@@ -260,7 +289,12 @@ impl<K: TrieKey> Fib<K> {
         let mut tables = snap.tables.clone();
         tables.insert(id, Arc::clone(&table));
         self.publish(
-            Snapshot::with_rules(tables, snap.rules.clone(), snap.custom_rules),
+            Snapshot::with_rules(
+                tables,
+                snap.rules.clone(),
+                snap.custom_rules,
+                snap.merged.clone(),
+            ),
             guard,
         );
         table
@@ -313,10 +347,7 @@ impl<K: TrieKey> Fib<K> {
         let mut rules = snap.rules.clone();
         let at = rules.partition_point(|r| r.priority <= rule.priority);
         rules.insert(at, rule);
-        self.publish(
-            Snapshot::with_rules(snap.tables.clone(), rules, true),
-            guard,
-        );
+        self.publish_custom(snap, rules, guard);
         Ok(())
     }
 
@@ -335,11 +366,30 @@ impl<K: TrieKey> Fib<K> {
             .ok_or(RuleError::NotFound)?;
         let mut rules = snap.rules.clone();
         rules.remove(at);
+        self.publish_custom(snap, rules, guard);
+        Ok(())
+    }
+
+    /// Publishes changed `rules` (custom from now on) and, the first time, unmerges local and
+    /// main (`fib_unmerge`): readers of the new snapshot look each table up alone (which works
+    /// on the shared store too), then each table gets its own trie. Writer only.
+    fn publish_custom(&self, snap: &Snapshot<K>, rules: Vec<FibRule<K>>, guard: &Guard) {
+        let was_merged = snap.merged.is_some();
+        let tables = snap.tables.clone();
         self.publish(
-            Snapshot::with_rules(snap.tables.clone(), rules, true),
+            Snapshot::with_rules(tables.clone(), rules, true, None),
             guard,
         );
-        Ok(())
+        if was_merged {
+            if let (Some(local), Some(main)) = (tables.get(&ids::LOCAL), tables.get(&ids::MAIN)) {
+                FibTable::unmerge(local, main);
+            }
+        }
+    }
+
+    /// Whether local and main still share one trie (no custom rule yet).
+    pub fn is_merged(&self) -> bool {
+        self.load(&epoch::pin()).merged.is_some()
     }
 
     /// Routes `flow` (`fib_lookup`): rules in order, or the merged local+main fast path while
@@ -353,18 +403,13 @@ impl<K: TrieKey> Fib<K> {
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
         let snap = self.load(guard);
-        if !snap.custom_rules {
-            let raw = |id| snap.tables.get(&id).and_then(|t| t.lookup_raw(flow, guard));
-            // Longest prefix of either table; local first among equals (its alias sorts first
-            // in the kernel's merged trie).
-            let merged = match (raw(ids::LOCAL), raw(ids::MAIN)) {
-                (Some(l), Some(m)) => Some(if m.plen > l.plen { m } else { l }),
-                (l, m) => l.or(m),
-            };
-            let answer = match classify(merged) {
+        if let Some(merged) = &snap.merged {
+            // One walk of the merged trie: the longest prefix of either table, local first
+            // among equals (its aliases sort first within a length), then the default table.
+            let answer = match classify(lookup_raw(&merged.trie, None, flow, guard)) {
                 TableLookup::Continue => snap
-                    .tables
-                    .get(&ids::DEFAULT)
+                    .default
+                    .as_ref()
                     .map_or(TableLookup::Continue, |t| t.lookup(flow, guard)),
                 answer => answer,
             };

@@ -27,8 +27,11 @@
 //!   [`RouteInfo`]) with the kernel's insert flags ([`InsertFlags`]: create, excl, replace,
 //!   append), delete by [`RouteSelector`], and lookups that honour tos, scope, route type and
 //!   dead next hops.
-//! - [`Fib`]: tables by id plus [`FibRule`]s. With only the default rules it answers as the
-//!   kernel's merged local+main trie; otherwise it walks the rules in order.
+//! - [`Fib`]: tables by id plus [`FibRule`]s. With only the default rules, local and main
+//!   share one trie (aliases tagged with their table, local first within a length) and a
+//!   lookup walks it once, as the kernel's merged trie; the first custom rule unmerges them
+//!   (`store.rs`: a table reaches its trie through a pointer the unmerge swaps) and rules are
+//!   then walked in order.
 //!
 //! # Concurrency (epochs stand in for RCU)
 //! Readers pin a `crossbeam_epoch::Guard` (once per batch of packets) and pass it to
@@ -72,6 +75,7 @@ mod node;
 mod reference;
 mod route;
 mod stats;
+mod store;
 mod table;
 mod trie;
 

@@ -3,15 +3,15 @@
 #![forbid(unsafe_code)]
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_epoch::Guard;
 
 use crate::key::TrieKey;
 use crate::node::Alias;
-use crate::route::{
-    FibAlias, InsertFlags, Route, RouteError, RouteInfo, RouteSelector, RouteType, Scope,
-};
+use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector, RouteType, Scope};
+use crate::store::{Infos, Store, StoreCell};
 use crate::trie::{LcTrie, check_prefix};
 
 /// The well-known table ids.
@@ -141,7 +141,12 @@ pub enum TableLookup<'g, K> {
     Continue,
 }
 
-/// One routing table: the LC-trie plus the writer's interning of shared route information.
+/// One routing table: its routes in an LC-trie, with the writer's interning of shared route
+/// information.
+///
+/// The local and main tables of a [`Fib`](crate::Fib) share one trie while the rules are the
+/// defaults (aliases carry their table id; each table sees only its own); the first custom rule
+/// gives each its own trie. A table's handle stays valid across that change.
 ///
 /// ```
 /// use fib_trie::{FibTable, Flow, InsertFlags, NextHop, Route, TableLookup};
@@ -153,55 +158,26 @@ pub enum TableLookup<'g, K> {
 /// assert_eq!(r.plen, 0);
 /// # Ok::<(), fib_trie::RouteError>(())
 /// ```
+#[repr(C, align(128))]
 pub struct FibTable<K: TrieKey> {
     id: u32,
-    trie: LcTrie<K, FibAlias<K>>,
-    infos: Mutex<Infos<K>>,
+    store: StoreCell<K>,
+    /// This table's routes (aliases) and prefix addresses (leaves with one of its aliases),
+    /// on a cache line of their own (writers bump them; lookups read `store`).
+    counts: Counts,
 }
 
-/// The writer's interning of [`RouteInfo`]s (the kernel's `fib_info_hash`).
-struct Infos<K> {
-    /// Every info in use, once.
-    set: HashSet<Arc<RouteInfo<K>>>,
-    /// Infos of deleted routes: dropped from `set` once nothing but `set` and this list holds
-    /// them (retired leaves keep a reference until the epoch frees them).
-    dying: Vec<Arc<RouteInfo<K>>>,
-}
-
-impl<K: TrieKey> Infos<K> {
-    fn intern(&mut self, info: &RouteInfo<K>) -> Arc<RouteInfo<K>> {
-        if let Some(shared) = self.set.get(info) {
-            return Arc::clone(shared);
-        }
-        let shared = Arc::new(info.clone());
-        self.set.insert(Arc::clone(&shared));
-        shared
-    }
-
-    /// Forgets `info` if only the set and `holders` other references hold it.
-    fn release(&mut self, info: &Arc<RouteInfo<K>>, holders: usize) {
-        if Arc::strong_count(info) <= 1 + holders {
-            self.set.remove(info);
-        }
-    }
-
-    fn sweep(&mut self) {
-        let Infos { set, dying } = self;
-        dying.retain(|i| {
-            let dead = Arc::strong_count(i) <= 2;
-            if dead {
-                set.remove(i);
-            }
-            !dead
-        });
-    }
+#[repr(align(128))]
+struct Counts {
+    routes: AtomicUsize,
+    prefixes: AtomicUsize,
 }
 
 impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FibTable")
             .field("id", &self.id)
-            .field("trie", &self.trie)
+            .field("routes", &self.route_count())
             .finish()
     }
 }
@@ -209,14 +185,28 @@ impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
 impl<K: TrieKey> FibTable<K> {
     /// An empty table with this id.
     pub fn new(id: u32) -> Self {
+        Self::on(id, Arc::new(Store::new()))
+    }
+
+    fn on(id: u32, store: Arc<Store<K>>) -> Self {
         FibTable {
             id,
-            trie: LcTrie::new(),
-            infos: Mutex::new(Infos {
-                set: HashSet::new(),
-                dying: Vec::new(),
-            }),
+            store: StoreCell::new(store),
+            counts: Counts {
+                routes: AtomicUsize::new(0),
+                prefixes: AtomicUsize::new(0),
+            },
         }
+    }
+
+    /// Two empty tables sharing one store (the merged local and main tables) and that store.
+    pub(crate) fn merged_pair(a: u32, b: u32) -> (Self, Self, Arc<Store<K>>) {
+        let store = Arc::new(Store::new());
+        (
+            Self::on(a, Arc::clone(&store)),
+            Self::on(b, Arc::clone(&store)),
+            store,
+        )
     }
 
     /// The table id.
@@ -224,30 +214,46 @@ impl<K: TrieKey> FibTable<K> {
         self.id
     }
 
-    /// The trie (for statistics and plain prefix lookups).
-    pub fn trie(&self) -> &LcTrie<K, FibAlias<K>> {
-        &self.trie
+    /// The trie holding the table's routes (for statistics and plain prefix lookups). While
+    /// local and main are merged, it holds both tables' routes.
+    pub fn trie<'g>(&self, guard: &'g Guard) -> &'g LcTrie<K, FibAlias<K>> {
+        &self.store.load(guard).trie
     }
 
     /// The number of routes.
     pub fn route_count(&self) -> usize {
-        self.trie.alias_count()
+        self.counts.routes.load(Ordering::Relaxed)
     }
 
-    /// The number of distinct prefix addresses (leaves).
+    /// The number of distinct prefix addresses (leaves) with a route of this table.
     pub fn prefix_count(&self) -> usize {
-        self.trie.leaf_count()
+        self.counts.prefixes.load(Ordering::Relaxed)
     }
 
-    /// The number of distinct shared route infos.
+    /// The number of distinct shared route infos this table's routes use (a walk: slow path).
     pub fn info_count(&self) -> usize {
-        let mut infos = self.lock_infos();
-        infos.sweep();
-        infos.set.len()
+        let guard = &crossbeam_epoch::pin();
+        let mut seen = HashSet::new();
+        self.trie(guard).for_each(guard, |_, aliases| {
+            for a in aliases.iter().filter(|a| a.value.table == self.id) {
+                seen.insert(Arc::as_ptr(&a.value.info));
+            }
+        });
+        seen.len()
     }
 
-    fn lock_infos(&self) -> std::sync::MutexGuard<'_, Infos<K>> {
-        self.infos.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on the current store with its writer lock held (retrying if the unmerge
+    /// replaced the store while this writer waited for the lock).
+    fn write<R>(&self, f: impl FnOnce(&Store<K>, &mut Infos<K>) -> R) -> R {
+        loop {
+            let guard = &crossbeam_epoch::pin();
+            let store = self.store.load(guard);
+            let mut infos = store.lock();
+            if !Arc::ptr_eq(store, self.store.load(guard)) {
+                continue;
+            }
+            return f(store, &mut infos);
+        }
     }
 
     /// Adds a route (`fib_table_insert`). Within a prefix, routes are ordered by tos
@@ -259,7 +265,17 @@ impl<K: TrieKey> FibTable<K> {
     /// to replace without `create`), or a validation error; the table is then unchanged.
     pub fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
         let slen = route.validate()?;
-        let mut infos = self.lock_infos();
+        self.write(|store, infos| self.insert_locked(store, infos, route, slen, flags))
+    }
+
+    fn insert_locked(
+        &self,
+        store: &Store<K>,
+        infos: &mut Infos<K>,
+        route: &Route<K>,
+        slen: u8,
+        flags: InsertFlags,
+    ) -> Result<(), RouteError> {
         infos.sweep();
         let info = infos.intern(&route.info);
         let new = FibAlias {
@@ -268,10 +284,15 @@ impl<K: TrieKey> FibTable<K> {
             route_type: route.route_type,
             info: Arc::clone(&info),
         };
-        let (tos, prio) = (route.tos, route.info.priority);
-        let result = self.trie.modify(route.prefix, |old| {
+        let (id, tos, prio) = (self.id, route.tos, route.info.priority);
+        let (mut added, mut new_prefix) = (false, false);
+        let result = store.trie.modify(route.prefix, |old| {
             let start = old.partition_point(|a| a.slen < slen);
             let end = old.partition_point(|a| a.slen <= slen);
+            // Within a length, tables sort by id descending (local before main, the kernel's
+            // merged order); only this table's routes are compared.
+            let start = start + old[start..end].partition_point(|a| a.value.table > id);
+            let end = start + old[start..end].partition_point(|a| a.value.table >= id);
             let section = &old[start..end];
             // `fib_find_alias`: the first route that sorts at or after the new one.
             let first = section.iter().position(|a| {
@@ -313,6 +334,8 @@ impl<K: TrieKey> FibTable<K> {
             if !flags.create {
                 return Err(RouteError::NotFound);
             }
+            new_prefix = !old.iter().any(|a| a.value.table == id);
+            added = true;
             let mut list = Vec::with_capacity(old.len() + 1);
             list.extend_from_slice(&old[..at]);
             list.push(Alias {
@@ -325,7 +348,12 @@ impl<K: TrieKey> FibTable<K> {
         drop(new);
         // A refused route leaves its info unused: `info` is the only other reference.
         infos.release(&info, 1);
-        drop(infos);
+        if result.is_ok() && added {
+            self.counts.routes.fetch_add(1, Ordering::Relaxed);
+            if new_prefix {
+                self.counts.prefixes.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         result
     }
 
@@ -335,59 +363,105 @@ impl<K: TrieKey> FibTable<K> {
     /// [`RouteError::NotFound`] when no route matches; a prefix error for a bad prefix.
     pub fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
         let slen = check_prefix(selector.prefix, selector.plen)?;
-        let mut infos = self.lock_infos();
-        let mut removed = None;
-        self.trie.modify(selector.prefix, |old| {
-            let i = old
-                .iter()
-                .position(|a| {
-                    a.slen == slen && a.value.tos == selector.tos && selector.matches(&a.value)
-                })
-                .ok_or(RouteError::NotFound)?;
-            let mut list = old.to_vec();
-            removed = Some(list.remove(i).value);
-            Ok::<_, RouteError>(Some(list))
-        })?;
-        let removed = removed.ok_or(RouteError::NotFound)?;
-        infos.sweep();
-        infos.dying.push(Arc::clone(&removed.info));
-        Ok(removed)
+        let id = self.id;
+        self.write(|store, infos| {
+            let mut removed = None;
+            let mut last_of_prefix = false;
+            store.trie.modify(selector.prefix, |old| {
+                let i = old
+                    .iter()
+                    .position(|a| {
+                        a.slen == slen
+                            && a.value.table == id
+                            && a.value.tos == selector.tos
+                            && selector.matches(&a.value)
+                    })
+                    .ok_or(RouteError::NotFound)?;
+                let mut list = old.to_vec();
+                removed = Some(list.remove(i).value);
+                last_of_prefix = !list.iter().any(|a| a.value.table == id);
+                Ok::<_, RouteError>(Some(list))
+            })?;
+            let removed = removed.ok_or(RouteError::NotFound)?;
+            self.counts.routes.fetch_sub(1, Ordering::Relaxed);
+            if last_of_prefix {
+                self.counts.prefixes.fetch_sub(1, Ordering::Relaxed);
+            }
+            infos.sweep();
+            infos.retire(Arc::clone(&removed.info));
+            Ok(removed)
+        })
     }
 
     /// Looks `flow` up in this table alone (`fib_table_lookup`): the longest prefix with a route
     /// whose tos is 0 or the flow's, whose scope is at least the flow's, and, for types with next
     /// hops, with a live next hop (on `flow.oif` if set). Reject types answer at once.
     pub fn lookup<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
-        classify(self.lookup_raw(flow, guard))
-    }
-
-    /// The first route [`lookup`](Self::lookup) accepts, before its type is interpreted.
-    pub(crate) fn lookup_raw<'g>(
-        &self,
-        flow: &Flow<K>,
-        guard: &'g Guard,
-    ) -> Option<FibResult<'g, K>> {
-        let mut nh_sel = 0;
-        let found = self
-            .trie
-            .lookup(flow.dst, guard, |a| accept(a, flow, &mut nh_sel));
-        found.map(|m| FibResult {
-            prefix: m.key,
-            plen: m.plen,
-            alias: m.value,
-            nh_sel,
-        })
+        classify(lookup_raw(self.trie(guard), Some(self.id), flow, guard))
     }
 
     /// Every route in key order, and within a prefix address longest prefix first, in table
     /// order (like `ip route show table N`, which sorts the same way).
     pub fn dump<'g>(&self, guard: &'g Guard) -> Vec<(K, u8, &'g FibAlias<K>)> {
         let mut out = Vec::with_capacity(self.route_count());
-        self.trie.for_each(guard, |key, aliases| {
-            out.extend(aliases.iter().map(|a| (key, K::BITS - a.slen, &a.value)));
+        self.trie(guard).for_each(guard, |key, aliases| {
+            out.extend(
+                aliases
+                    .iter()
+                    .filter(|a| a.value.table == self.id)
+                    .map(|a| (key, K::BITS - a.slen, &a.value)),
+            );
         });
         out
     }
+
+    /// Gives `local` and `main`, while they share a store, each its own (`fib_unmerge`): both
+    /// new tries are built (bulk) from the shared one under its writer lock, then swapped in.
+    /// Readers that loaded the shared store keep using it, unchanged, until they unpin.
+    pub(crate) fn unmerge(local: &FibTable<K>, main: &FibTable<K>) {
+        main.write(|shared, _infos| {
+            let guard = &crossbeam_epoch::pin();
+            if !Arc::ptr_eq(local.store.load(guard), main.store.load(guard)) {
+                return;
+            }
+            for table in [local, main] {
+                let trie = LcTrie::new();
+                let mut routes = Vec::with_capacity(table.route_count());
+                shared.trie.for_each(guard, |key, aliases| {
+                    routes.extend(
+                        aliases
+                            .iter()
+                            .filter(|a| a.value.table == table.id)
+                            .map(|a| (key, K::BITS - a.slen, a.value.clone())),
+                    );
+                });
+                trie.insert_many(routes)
+                    .expect("prefixes of a trie are canonical");
+                table.store.swap(Arc::new(Store::with_trie(trie)), guard);
+            }
+        });
+    }
+}
+
+/// The first route [`FibTable::lookup`] accepts in `trie` (only routes of `table` when given),
+/// before its type is interpreted.
+#[inline]
+pub(crate) fn lookup_raw<'g, K: TrieKey>(
+    trie: &'g LcTrie<K, FibAlias<K>>,
+    table: Option<u32>,
+    flow: &Flow<K>,
+    guard: &'g Guard,
+) -> Option<FibResult<'g, K>> {
+    let mut nh_sel = 0;
+    let found = trie.lookup(flow.dst, guard, |a| {
+        table.is_none_or(|t| a.table == t) && accept(a, flow, &mut nh_sel)
+    });
+    found.map(|m| FibResult {
+        prefix: m.key,
+        plen: m.plen,
+        alias: m.value,
+        nh_sel,
+    })
 }
 
 /// Whether a lookup may take `alias` for `flow`; sets `nh_sel` to the first usable next hop.

@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard};
 
-use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering};
+use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering, deep_count};
 use crate::key::TrieKey;
 use crate::node::{Alias, Child, NodeRef, load};
 
@@ -157,10 +157,21 @@ enum Found<'g, K, V> {
 /// fn shared<T: Sync>() {}
 /// shared::<fib_trie::LcTrie<u32, std::rc::Rc<u32>>>();
 /// ```
+#[repr(C, align(128))]
 pub struct LcTrie<K: TrieKey, V> {
     root: Child<K, V>,
     /// The fallback leaf of each top-bits slot (see `direct`).
     direct: Direct<K, V>,
+    /// What only writers change, on cache lines of its own: a writer taking the lock or
+    /// counting a leaf must not evict the line every lookup reads (`root`, `direct`) from the
+    /// readers' caches (that false sharing made lookups several times slower while a writer
+    /// ran).
+    side: WriterSide,
+}
+
+/// The writer's lock and the counters, apart from the readers' fields.
+#[repr(align(128))]
+struct WriterSide {
     writer: Mutex<DirectWriter>,
     leaves: AtomicUsize,
     aliases: AtomicUsize,
@@ -212,9 +223,11 @@ impl<K: TrieKey, V> Default for LcTrie<K, V> {
         LcTrie {
             root: Child::new(std::ptr::null_mut()),
             direct: Direct::default(),
-            writer: Mutex::new(DirectWriter::default()),
-            leaves: AtomicUsize::new(0),
-            aliases: AtomicUsize::new(0),
+            side: WriterSide {
+                writer: Mutex::new(DirectWriter::default()),
+                leaves: AtomicUsize::new(0),
+                aliases: AtomicUsize::new(0),
+            },
         }
     }
 }
@@ -244,12 +257,12 @@ impl<K, V> Copy for Slot<'_, K, V> {}
 impl<K: TrieKey, V> LcTrie<K, V> {
     /// The number of leaves (distinct prefix addresses).
     pub fn leaf_count(&self) -> usize {
-        self.leaves.load(Ordering::Relaxed)
+        self.side.leaves.load(Ordering::Relaxed)
     }
 
     /// The number of aliases (prefix entries) over all leaves.
     pub fn alias_count(&self) -> usize {
-        self.aliases.load(Ordering::Relaxed)
+        self.side.aliases.load(Ordering::Relaxed)
     }
 
     /// Whether the trie holds no prefix.
@@ -278,12 +291,46 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     where
         F: FnMut(&'g V) -> bool,
     {
-        // The key's direct-table entry, if the table is built. Most lookups that backtrack end
-        // there: start loading it now, so its miss overlaps the descent's.
-        let entry = self.direct.slot(key);
-        if let Some(entry) = entry {
+        // The key's direct-table entry, if the table is built.
+        let table = self.direct.table();
+        let entry = table.and_then(|t| t.entry(key));
+        if let (Some(table), Some(entry)) = (table, entry) {
+            if table.is_final(key) {
+                // No prefix longer than the slot lies inside it: the entry's is the answer
+                // (none when the entry is empty).
+                let leaf = load(entry, guard)?;
+                if let Some(alias) = covering(leaf, key) {
+                    if accept(&alias.value) {
+                        return Some(Match {
+                            key: leaf.key,
+                            plen: K::BITS - alias.slen,
+                            value: &alias.value,
+                        });
+                    }
+                    // Refused: search the kernel's way, without the shortcuts.
+                    return self.lookup_from_root(key, guard, accept, None);
+                }
+            }
+            // Most lookups that backtrack end at the entry: start loading it now, so its miss
+            // overlaps the descent's.
             prefetch(std::ptr::from_ref(entry));
         }
+        self.lookup_from_root(key, guard, accept, entry)
+    }
+
+    /// [`lookup`](Self::lookup) by descent and backtracking, stopping at the cut when given the
+    /// key's direct-table `entry`.
+    #[inline(always)]
+    fn lookup_from_root<'g, F>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        mut accept: F,
+        entry: Option<&Child<K, V>>,
+    ) -> Option<Match<'g, K, V>>
+    where
+        F: FnMut(&'g V) -> bool,
+    {
         let found = match self.search(key, guard, |a| accept(&a.value), entry) {
             Found::Hit(leaf, alias) => Some((leaf, alias)),
             Found::Miss => None,
@@ -433,18 +480,35 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             // step and in half steps: from each node, prefetch the child slot the key selects
             // (and, first, the key's direct-table entry); then read each slot and prefetch the
             // child. Each half step issues one independent miss per key.
+            // Keys whose slot is final need only their entry: their paths are not warmed.
             let mut nodes: [Option<NodeRef<'g, K, V>>; BATCH] = [None; BATCH];
-            nodes
-                .iter_mut()
-                .take(keys.len())
-                .for_each(|n| *n = Some(root));
-            for &key in keys {
-                if let Some(entry) = self.direct.slot(key) {
-                    prefetch(std::ptr::from_ref(entry));
+            let mut finals = [false; BATCH];
+            let table = self.direct.table();
+            for ((node, fin), &key) in nodes.iter_mut().zip(&mut finals).zip(keys) {
+                *node = Some(root);
+                if let Some(table) = table {
+                    if let Some(entry) = table.entry(key) {
+                        prefetch(std::ptr::from_ref(entry));
+                    }
+                    *fin = table.is_final(key);
+                    if *fin {
+                        *node = None;
+                    }
                 }
             }
             let mut slots: [Option<&'g Child<K, V>>; BATCH] = [None; BATCH];
-            for _ in 0..WARM_LEVELS {
+            for level in 0..WARM_LEVELS {
+                if level == 1 {
+                    // The final keys' entries have had a half step to arrive: warm their leaves.
+                    for (&key, _) in keys.iter().zip(&finals).filter(|(_, f)| **f) {
+                        if let Some(leaf) = table
+                            .and_then(|t| t.entry(key))
+                            .and_then(|e| load(e, guard))
+                        {
+                            prefetch(leaf.as_ptr());
+                        }
+                    }
+                }
                 for ((slot, node), &key) in slots.iter_mut().zip(&nodes).zip(keys) {
                     *slot = node.and_then(|n| {
                         let index = (key ^ n.key).shr(n.pos);
@@ -584,17 +648,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         let root = crate::bulk::build(&keys, &mut aliases, true, guard);
         if keys.len() >= DIRECT_MIN_LEAVES {
             // Build the direct table from the new leaves before the root is published.
-            let mut slot_wide = Vec::new();
-            collect_leaves(root, guard, &mut |leaf| {
-                if leaf.slen() >= crate::direct::cut::<K>() {
-                    slot_wide.push(leaf);
-                }
-            });
+            let mut leaves = Vec::with_capacity(keys.len());
+            collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
             let mut writer = writer;
-            writer.enable(&self.direct, slot_wide, guard);
+            writer.enable(&self.direct, leaves, guard);
         }
-        self.leaves.store(keys.len(), Ordering::Relaxed);
-        self.aliases.store(added, Ordering::Relaxed);
+        self.side.leaves.store(keys.len(), Ordering::Relaxed);
+        self.side.aliases.store(added, Ordering::Relaxed);
         self.root.store(root.as_ptr(), Ordering::Release);
         Ok(added)
     }
@@ -667,8 +727,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             },
         };
         let old_aliases = leaf.map_or(0, |l| l.aliases().len());
-        self.aliases.fetch_add(new.len(), Ordering::Relaxed);
-        self.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
+        self.side.aliases.fetch_add(new.len(), Ordering::Relaxed);
+        self.side.aliases.fetch_sub(old_aliases, Ordering::Relaxed);
+        // The slot's final bit goes off before a longer prefix appears in it, and back on
+        // after its last one is gone.
+        let old_deep = deep_count::<K, V>(leaf.map_or(&[], |l| l.aliases()));
+        let new_deep = deep_count::<K, V>(&new);
+        writer.before_change(&self.direct, key, old_deep, new_deep);
 
         let fresh = match (leaf, new.is_empty()) {
             (None, true) => return Ok(()),
@@ -686,7 +751,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             }
             (Some(old), true) => {
                 self.replace_in(slot, None, guard);
-                self.leaves.fetch_sub(1, Ordering::Relaxed);
+                self.side.leaves.fetch_sub(1, Ordering::Relaxed);
                 self.rebalance(&path, Some(old.slen()), guard);
                 None
             }
@@ -696,7 +761,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 // bit, holding both.
                 let fresh = NodeRef::new_leaf(key, new);
                 push_suffix(&path, fresh.slen());
-                self.leaves.fetch_add(1, Ordering::Relaxed);
+                self.side.leaves.fetch_add(1, Ordering::Relaxed);
                 match found {
                     None => self.replace_in(slot, Some(fresh), guard),
                     Some(other) => {
@@ -717,6 +782,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         writer.update(&self.direct, key, leaf, fresh, guard, |k, plen| {
             self.search_slot_wide(k, plen, guard)
         });
+        writer.after_change(&self.direct, key, old_deep, new_deep);
         if let Some(old) = leaf {
             retire(old, guard);
         }
@@ -748,15 +814,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
 
     /// Builds and publishes the direct table from the trie's leaves. Writer only.
     fn enable_direct(&self, writer: &mut DirectWriter, guard: &Guard) {
-        let mut slot_wide = Vec::new();
+        let mut leaves = Vec::with_capacity(self.leaf_count());
         if let Some(root) = self.root(guard) {
-            collect_leaves(root, guard, &mut |leaf| {
-                if leaf.slen() >= crate::direct::cut::<K>() {
-                    slot_wide.push(leaf);
-                }
-            });
+            collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
         }
-        writer.enable(&self.direct, slot_wide, guard);
+        writer.enable(&self.direct, leaves, guard);
     }
 
     /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
@@ -773,7 +835,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     pub fn check_direct_table(&self) -> Result<(), String> {
         let writer = self.lock();
         let guard = &epoch::pin();
-        writer.check(&self.direct, guard, |k| {
+        let mut deep = vec![0u32; 1 << crate::direct::DIRECT_BITS];
+        if let Some(root) = self.root(guard) {
+            collect_leaves(root, guard, &mut |leaf| {
+                deep[crate::direct::slot_of(leaf.key)] += deep_count::<K, V>(leaf.aliases());
+            });
+        }
+        writer.check(&self.direct, guard, &deep, |k| {
             self.search_slot_wide(k, u8::MAX, guard)
         })
     }
@@ -790,7 +858,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     fn lock(&self) -> MutexGuard<'_, DirectWriter> {
-        self.writer
+        self.side
+            .writer
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }

@@ -145,3 +145,92 @@ fn readers_see_stable_routes_while_a_writer_churns() {
 fn readers_see_stable_routes_with_the_direct_table() {
     stress::<2>(Duration::from_millis(1500), true);
 }
+
+/// The unmerge under readers: local and main routes that never change must resolve the same
+/// (from the merged trie, then from their own tries) while a writer changes other routes of
+/// both tables and, halfway, adds the first custom rule.
+#[test]
+fn readers_see_stable_routes_across_the_unmerge() {
+    use fib_trie::{Fib, FibRule, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction, ids};
+
+    let fib = Arc::new(Fib::<u32>::new());
+    // Stable: local 10.S.0.1/32 and main 10.S.0.0/16 for S in 0..16 (probes 10.S.0.1 and
+    // 10.S.1.1); volatile: /24s of 11.0.0.0/8 in both tables.
+    for s in 0..16 {
+        let mut local = Route::unicast(
+            stable_key(s) | 1,
+            32,
+            ids::LOCAL,
+            vec![NextHop::new(None, 1)],
+        );
+        local.route_type = RouteType::Local;
+        fib.insert(&local, InsertFlags::ADD).unwrap();
+        let main = Route::unicast(stable_key(s), 16, ids::MAIN, vec![NextHop::new(Some(s), 2)]);
+        fib.insert(&main, InsertFlags::ADD).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let checked = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (fib, stop, checked) = (Arc::clone(&fib), Arc::clone(&stop), Arc::clone(&checked));
+            thread::spawn(move || {
+                let mut rng = StdRng::seed_from_u64(r);
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = epoch::pin();
+                    for _ in 0..64 {
+                        let s = rng.random_range(0..16);
+                        let local = fib.lookup(&Flow::to(stable_key(s) | 1), &guard).unwrap();
+                        assert_eq!((local.table(), local.plen), (ids::LOCAL, 32));
+                        let main = fib
+                            .lookup(&Flow::to(stable_key(s) | 0x101), &guard)
+                            .unwrap();
+                        assert_eq!((main.table(), main.plen), (ids::MAIN, 16));
+                        assert_eq!(main.alias.info.nexthops[0].gateway, Some(s));
+                    }
+                    checked.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let changes = if cfg!(miri) { 40 } else { 4000 };
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut live = Vec::new();
+    for i in 0..changes {
+        if i == changes / 2 {
+            assert!(fib.is_merged());
+            fib.add_rule(FibRule::new(100, RuleAction::Nop)).unwrap();
+            assert!(!fib.is_merged());
+        }
+        if live.len() < 64 && rng.random_bool(0.6) {
+            let table = if rng.random_bool(0.5) {
+                ids::LOCAL
+            } else {
+                ids::MAIN
+            };
+            let key = 0x0b00_0000 | (rng.random_range(0..0x1_0000u32) << 8);
+            let route = Route::unicast(key, 24, table, vec![NextHop::new(None, 3)]);
+            if fib.insert(&route, InsertFlags::ADD).is_ok() {
+                live.push(route);
+            }
+        } else if !live.is_empty() {
+            let route = live.swap_remove(rng.random_range(0..live.len()));
+            fib.delete(&fib_trie::RouteSelector::exact(&route)).unwrap();
+        }
+    }
+    // Let the readers run a little after the last change.
+    let deadline = Instant::now() + Duration::from_millis(if cfg!(miri) { 0 } else { 50 });
+    while Instant::now() < deadline {
+        thread::yield_now();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert!(cfg!(miri) || checked.load(Ordering::Relaxed) > 0);
+    let guard = epoch::pin();
+    let counts: Vec<usize> = [ids::LOCAL, ids::MAIN]
+        .iter()
+        .map(|&id| fib.table(id, &guard).unwrap().route_count())
+        .collect();
+    assert_eq!(counts.iter().sum::<usize>(), 32 + live.len());
+}

@@ -523,7 +523,7 @@ proptest! {
             prop_assert_eq!(t.delete(&RouteSelector::exact(&f.route)), Err(RouteError::NotFound));
         }
         prop_assert_eq!(t.route_count(), flat.len());
-        t.trie().check_invariants().unwrap();
+        t.trie(&epoch::pin()).check_invariants().unwrap();
         let g = &epoch::pin();
         let probes = flows.iter().map(|&(d, tos, oif, scope)| (d, tos, oif, scope))
             .chain(flat.iter().map(|f| (f.route.prefix, f.route.tos, 0, 0)));
@@ -543,5 +543,151 @@ proptest! {
         let dump = t.dump(g);
         prop_assert!(dump.windows(2).all(|w| w[0].0 <= w[1].0));
         prop_assert_eq!(dump.len(), flat.len());
+    }
+}
+
+/// One step of the merge/unmerge differential: a route change in local, main or default, or a
+/// rule change (the first of which unmerges local and main).
+#[derive(Clone, Debug)]
+enum Step {
+    Add(Route<u32>),
+    Delete(prop::sample::Index),
+    AddRule(u32),
+    DeleteRule(prop::sample::Index),
+}
+
+fn step_strategy() -> impl Strategy<Value = Step> {
+    let table = prop::sample::select(vec![ids::LOCAL, ids::MAIN, ids::MAIN, ids::DEFAULT]);
+    prop_oneof![
+        // Few distinct prefixes, so that local and main often hold the same one.
+        8 => (route_strategy(), table, prop::sample::select(vec![(0u32, 0u8), (NET, 8), (NET, 16), (NET | 0x0001_0000, 16), (NET, 24), (NET | 0x0101_0100, 24)]), any::<bool>()).prop_map(|(mut r, t, (p, l), coarse)| {
+            r.table = t;
+            if coarse {
+                (r.prefix, r.plen) = (p, l);
+            }
+            Step::Add(r)
+        }),
+        3 => any::<prop::sample::Index>().prop_map(Step::Delete),
+        1 => (1u32..30000).prop_map(Step::AddRule),
+        1 => any::<prop::sample::Index>().prop_map(Step::DeleteRule),
+    ]
+}
+
+/// What `Fib::lookup` should answer with the default rules (plus `nop` rules once `merged` is
+/// false): (table, prefix, plen, metric) or the error.
+fn fib_oracle(
+    routes: &[Route<u32>],
+    merged: bool,
+    flow: &Flow<u32>,
+) -> Result<(u32, u32, u8, u32), LookupError> {
+    let best = |tables: &[u32]| {
+        routes
+            .iter()
+            .filter(|r| tables.contains(&r.table))
+            .filter(|r| (flow.dst ^ r.prefix) & u32::prefix_mask(r.plen) == 0)
+            .filter(|r| r.tos == 0 || r.tos == flow.tos)
+            .filter(|r| r.info.scope >= flow.scope)
+            .filter(|r| {
+                !r.route_type.has_next_hops()
+                    || r.info
+                        .nexthops
+                        .iter()
+                        .any(|h| h.is_alive() && (flow.oif == 0 || h.ifindex == flow.oif))
+            })
+            // The merged trie's order: longer prefix, then local before main, tos, metric.
+            .min_by_key(|r| {
+                (
+                    std::cmp::Reverse(r.plen),
+                    std::cmp::Reverse(r.table),
+                    std::cmp::Reverse(r.tos),
+                    r.info.priority,
+                )
+            })
+            .filter(|r| r.route_type != RouteType::Throw)
+    };
+    let lookups: &[&[u32]] = if merged {
+        &[&[ids::LOCAL, ids::MAIN], &[ids::DEFAULT]]
+    } else {
+        &[&[ids::LOCAL], &[ids::MAIN], &[ids::DEFAULT]]
+    };
+    for tables in lookups {
+        if let Some(r) = best(tables) {
+            return match r.route_type {
+                RouteType::Blackhole => Err(LookupError::Blackhole),
+                RouteType::Unreachable => Err(LookupError::Unreachable),
+                RouteType::Prohibit => Err(LookupError::Prohibit),
+                _ => Ok((r.table, r.prefix, r.plen, r.info.priority)),
+            };
+        }
+    }
+    Err(LookupError::NoRoute)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+    #[test]
+    fn fib_merges_until_the_first_rule_and_answers_the_same(
+        steps in prop::collection::vec(step_strategy(), 1..80),
+        flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10]), 0u32..3, prop::sample::select(vec![0u8, 254])), 8),
+    ) {
+        let fib = Fib::<u32>::new();
+        let mut routes: Vec<Route<u32>> = Vec::new();
+        let mut rules: Vec<FibRule<u32>> = Vec::new();
+        let mut merged = true;
+        for step in steps {
+            match step {
+                Step::Add(r) => {
+                    let taken = routes.iter().any(|o| o.table == r.table && o.prefix == r.prefix && o.plen == r.plen && o.tos == r.tos && o.info.priority == r.info.priority);
+                    prop_assert_eq!(fib.insert(&r, InsertFlags::ADD).is_err(), taken);
+                    if !taken {
+                        routes.push(r);
+                    }
+                }
+                Step::Delete(i) if !routes.is_empty() => {
+                    let r = routes.remove(i.index(routes.len()));
+                    prop_assert!(fib.delete(&RouteSelector::exact(&r)).is_ok());
+                }
+                Step::AddRule(priority) => {
+                    let rule = FibRule::new(priority, RuleAction::Nop);
+                    prop_assert_eq!(fib.add_rule(rule.clone()).is_err(), rules.contains(&rule));
+                    if !rules.contains(&rule) {
+                        rules.push(rule);
+                    }
+                    merged = false;
+                }
+                Step::DeleteRule(i) if !rules.is_empty() => {
+                    let rule = rules.remove(i.index(rules.len()));
+                    prop_assert!(fib.delete_rule(&rule).is_ok());
+                    merged = false;
+                }
+                Step::Delete(_) | Step::DeleteRule(_) => {}
+            }
+            prop_assert_eq!(fib.is_merged(), merged);
+            let g = &epoch::pin();
+            let probes = flows.iter().copied()
+                .chain(routes.iter().rev().take(4).map(|r| (r.prefix, r.tos, 0, 0)));
+            for (dst, tos, oif, scope) in probes {
+                let flow = Flow { tos, oif, scope: Scope(scope), ..Flow::to(dst) };
+                let got = fib.lookup(&flow, g).map(|r| (r.table(), r.prefix, r.plen, r.alias.info.priority));
+                prop_assert_eq!(got, fib_oracle(&routes, merged, &flow), "flow {:?}", flow);
+            }
+        }
+        // Each table holds exactly its routes, merged or not.
+        let g = &epoch::pin();
+        for id in [ids::LOCAL, ids::MAIN, ids::DEFAULT] {
+            let t = fib.table(id, g).unwrap();
+            let mut want: Vec<(u32, u8, u8, u32)> = routes.iter().filter(|r| r.table == id)
+                .map(|r| (r.prefix, r.plen, r.tos, r.info.priority)).collect();
+            let mut got: Vec<(u32, u8, u8, u32)> = t.dump(g).iter()
+                .map(|(k, l, a)| (*k, *l, a.tos, a.info.priority)).collect();
+            want.sort_unstable();
+            got.sort_unstable();
+            prop_assert_eq!(t.route_count(), want.len());
+            let mut prefixes: Vec<u32> = want.iter().map(|w| w.0).collect();
+            prefixes.dedup();
+            prop_assert_eq!(t.prefix_count(), prefixes.len());
+            prop_assert_eq!(got, want);
+            t.trie(g).check_invariants().unwrap();
+        }
     }
 }
