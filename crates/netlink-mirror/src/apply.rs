@@ -547,13 +547,17 @@ fn same_key<K: IpKey>(fib: &Fib<K>, r: &Route<K>) -> Vec<Route<K>> {
         return Vec::new();
     };
     let slen = K::BITS - r.plen;
+    // While local and main share one trie, it holds both tables' routes: keep this table's.
     table
-        .trie()
+        .trie(&guard)
         .get(r.prefix, &guard)
         .unwrap_or_default()
         .iter()
         .filter(|a| {
-            a.slen == slen && a.value.tos == r.tos && a.value.info.priority == r.info.priority
+            a.value.table == r.table
+                && a.slen == slen
+                && a.value.tos == r.tos
+                && a.value.info.priority == r.info.priority
         })
         .map(|a| RouteId::of_alias(r.prefix, r.plen, &a.value).into_route())
         .collect()
