@@ -272,18 +272,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
             }
             let pipeline = Pipeline {
                 mode: "bare",
-                make: Arc::new(move |_queue| Bare::new(routes.clone())),
+                make: Arc::new(move |_queue| Ok(Bare::new(routes.clone()))),
                 drop_reasons: BARE_DROP_REASONS,
                 generation: None,
+                report: None,
+                locals: None,
             };
             app::run(&config, pipeline, metrics, stop)?;
         }
         None => {
-            eprintln!(
-                "xfwd: the routing pipeline (crates/dataplane + crates/netlink-mirror) is not part of this build yet; \
-                 run with --bare --peer-mac IF=MAC,... for port forwarding"
-            );
-            return Ok(EX_USAGE);
+            let pipeline = crate::router::pipeline(dataplane::Config::default())?;
+            app::run(&config, pipeline, metrics, stop)?;
         }
     }
     Ok(0)

@@ -31,8 +31,9 @@
 //! let ports = app::resolve_ports(&config)?;
 //! let routes = vec![BareRoute { ingress: ports[0].ifindex, egress: ports[1].ifindex,
 //!                               src_mac: ports[1].mac, dst_mac: [2, 0, 0, 0, 0, 1] }];
-//! let pipeline = app::Pipeline { mode: "bare", make: Arc::new(move |_| Bare::new(routes.clone())),
-//!                                drop_reasons: BARE_DROP_REASONS, generation: None };
+//! let pipeline = app::Pipeline { mode: "bare", make: Arc::new(move |_| Ok(Bare::new(routes.clone()))),
+//!                                drop_reasons: BARE_DROP_REASONS, generation: None,
+//!                                report: None, locals: None };
 //! app::run(&config, pipeline, None, Arc::new(AtomicBool::new(false)))?; // until the flag is set
 //! # Ok::<(), anyhow::Error>(())
 //! ```
@@ -42,9 +43,11 @@ pub mod bare;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod locals;
 pub mod probe;
 pub mod processor;
 pub mod punt;
+pub mod router;
 pub mod runloop;
 pub mod serve;
 pub mod stats;
