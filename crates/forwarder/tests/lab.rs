@@ -721,6 +721,22 @@ fn routing_icmp_errors_route_changes_and_malformed_frames() {
     );
     // A route of type unreachable: ICMP destination unreachable (host unreachable).
     ip_in(&fwd, &["route", "add", "unreachable", "198.51.100.0/24"]);
+    // `xfwd route get` answers from a mirror of fwd, as `ip route get` does.
+    let get = |addr: &str| {
+        Command::new(XFWD)
+            .args(["route", "get", addr, "--netns", &fwd])
+            .output()
+            .unwrap()
+    };
+    let out = get("198.18.2.1");
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && line.contains(&format!("via {} dev fwd1", topology::DST0.ipv4)),
+        "{line}"
+    );
+    let out = get("198.51.100.7");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No route to host"));
     probe_ttl(&lab, src4, IpAddr::from([198, 51, 100, 7]), 64, 3);
     let got = icmp_received(&listen4, false, Duration::from_millis(500));
     assert!(
