@@ -18,9 +18,10 @@
 //! - the XDP program is attached through BPF links: it is detached on shutdown and also when
 //!   the process dies (SIGKILL), so a crash leaves no program behind.
 //!
-//! Processors: [`bare::Bare`] (port forwarding with MAC rewrite, no lookups: the AF_XDP
-//! ceiling). The routing pipeline (crate `dataplane` over the `netlink-mirror` tables) plugs
-//! in through the same trait once those crates exist.
+//! Processors: [`router::Router`] (the default: the `dataplane` pipeline over the tables a
+//! `netlink-mirror` keeps of the namespace, whose observer also feeds the XDP program's
+//! local-address map through [`locals::LocalAddrFeed`]) and [`bare::Bare`] (port forwarding
+//! with MAC rewrite, no lookups: the AF_XDP ceiling).
 //!
 //! ```no_run
 //! use std::sync::{Arc, atomic::AtomicBool};
