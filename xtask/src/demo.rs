@@ -2,15 +2,18 @@
 //!
 //! 1. builds `xfwd` (release unless `--debug`) and runs `setup`;
 //! 2. brings up the lab with extra prefixes routed via `dst` (taken down at the end, also on
-//!    failure and Ctrl-C);
-//! 3. starts `xfwd run` in `fwd` on both veths;
-//! 4. sends UDP probes from `src` to addresses spread over the extra prefixes (IPv4, then
-//!    IPv6) with `xfwd probe`, printing xfwd's live counters every second;
-//! 5. checks delivery, MACs and checksums, stops xfwd with SIGTERM, checks that no XDP
-//!    program stays attached, and prints a summary.
-//!
-//! Until the routing pipeline (crates dataplane and netlink-mirror) is part of xfwd, the demo
-//! runs xfwd's bare processor: MACs rewritten, no route lookup, TTL untouched.
+//!    failure and Ctrl-C), and loads a slice of bgp-full-v4 (`--routes`, default 20,000
+//!    prefixes spread over the table) with `ip -batch`: in `fwd` via `dst`, in `dst` as local
+//!    routes (so `dst` accepts traffic to them, as it does for the lab's extra prefixes);
+//! 3. starts `xfwd run` in `fwd` on both veths: the routing pipeline over the netlink mirror
+//!    of `fwd` (or, with `--bare`, the bare processor: MACs rewritten, no lookups, the AF_XDP
+//!    ceiling);
+//! 4. sends a few warm-up probes (dst's neighbour entry is resolved through xfwd's hold
+//!    buffer and an `NTF_USE` request), then UDP probes from `src` to addresses inside the
+//!    BGP prefixes (IPv4) and the lab's extra prefixes (IPv6) with `xfwd probe`, printing
+//!    xfwd's live counters every second;
+//! 5. checks delivery, MACs, checksums and the TTL (decremented by one when routing), stops
+//!    xfwd with SIGTERM, checks that no XDP program stays attached, and prints a summary.
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -49,6 +52,71 @@ pub struct Options {
     /// Build and run the debug binary (faster to build, slower to forward).
     #[arg(long)]
     debug: bool,
+    /// Prefixes of bgp-full-v4 loaded into fwd (via dst) and probed (routing mode).
+    #[arg(long, default_value_t = 20_000)]
+    routes: usize,
+    /// Run xfwd's bare processor instead of the routing pipeline.
+    #[arg(long)]
+    bare: bool,
+}
+
+/// Whether a BGP prefix may be routed via dst in the lab: no default route, nothing that
+/// overlaps the lab's own ranges (198.18.0.0/15), loopback, 0/8, 10/8, multicast or class E,
+/// and no host routes (so `network + 1` is inside).
+fn usable(addr: std::net::Ipv4Addr, len: u8) -> bool {
+    let first = addr.octets()[0];
+    let lab = u32::from(addr) >> 17 == u32::from(std::net::Ipv4Addr::new(198, 18, 0, 0)) >> 17;
+    (8..=24).contains(&len) && !lab && !matches!(first, 0 | 10 | 127) && first < 224
+}
+
+/// Picks `count` prefixes spread over bgp-full-v4 and returns them with one address inside
+/// each.
+fn bgp_slice(count: usize) -> anyhow::Result<Vec<(std::net::Ipv4Addr, u8)>> {
+    let table = xfwd_benches::data::routes::BGP_FULL_V4
+        .load()
+        .context("loading bgp-full-v4")?;
+    let candidates: Vec<(std::net::Ipv4Addr, u8)> = table
+        .iter()
+        .map(|r| (r.prefix.addr, r.prefix.len))
+        .filter(|(a, l)| usable(*a, *l))
+        .collect();
+    let step = (candidates.len() / count.max(1)).max(1);
+    let mut picked: Vec<(std::net::Ipv4Addr, u8)> =
+        candidates.into_iter().step_by(step).take(count).collect();
+    picked.sort();
+    picked.dedup();
+    Ok(picked)
+}
+
+/// Loads `prefixes` into the lab: via dst in fwd, local in dst.
+fn load_routes(lab: &Lab, prefixes: &[(std::net::Ipv4Addr, u8)]) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let (mut via, mut local) = (String::new(), String::new());
+    for (addr, len) in prefixes {
+        let _ = writeln!(
+            via,
+            "route replace {addr}/{len} via {} dev {}",
+            topology::DST0.ipv4,
+            topology::FWD1.name
+        );
+        let _ = writeln!(local, "route replace local {addr}/{len} dev lo");
+    }
+    for (role, batch) in [(Role::Fwd, via), (Role::Dst, local)] {
+        let mut child = Command::new("ip")
+            .args(["-n", &lab.netns(role), "-batch", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .context("ip -batch")?;
+        std::io::Write::write_all(
+            &mut child.stdin.take().context("ip -batch stdin")?,
+            batch.as_bytes(),
+        )?;
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("ip -n {} -batch failed: {status}", lab.netns(role));
+        }
+    }
+    Ok(())
 }
 
 /// One probe run's report, as `xfwd probe --json` prints it.
@@ -91,6 +159,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     );
     let lab = lab.up_scoped()?;
     let fwd = lab.netns(Role::Fwd);
+    let bgp = if options.bare {
+        Vec::new()
+    } else {
+        let started = Instant::now();
+        let bgp = bgp_slice(options.routes)?;
+        load_routes(&lab, &bgp)?;
+        eprintln!(
+            "demo: {} prefixes of bgp-full-v4 loaded in fwd (via dst) and dst (local) in {:.1} s",
+            bgp.len(),
+            started.elapsed().as_secs_f64()
+        );
+        bgp
+    };
     let control = PathBuf::from(format!("/run/xfwd/demo-{}.sock", std::process::id()));
     let mut xfwd_run = Command::new(&xfwd);
     xfwd_run
@@ -99,30 +180,55 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .arg("--queues")
         .arg(options.queues.to_string())
         .arg("--control")
-        .arg(&control)
-        .args(["--bare", "--peer-mac"])
-        .arg(format!(
+        .arg(&control);
+    if options.bare {
+        xfwd_run.args(["--bare", "--peer-mac"]).arg(format!(
             "{}={},{}={}",
             topology::FWD0.name,
             topology::SRC0.mac_string(),
             topology::FWD1.name,
             topology::DST0.mac_string()
         ));
+    }
     eprintln!("+ {}", crate::exec::describe(&xfwd_run));
     let child = xfwd_run.spawn().context("starting xfwd")?;
     let mut xfwd_child = ChildGuard(Some(child));
     wait_for_stats(&xfwd, &control, &mut xfwd_child, &interrupted)?;
 
-    let v4: Vec<IpAddr> = lab
-        .extra_ipv4_prefixes()
-        .take(256)
-        .map(|(net, _)| IpAddr::from((u32::from(net) + 1).to_be_bytes()))
-        .collect();
+    // At most 4096 destinations (one command-line argument holds them all), spread over the
+    // loaded prefixes.
+    let v4: Vec<IpAddr> = if bgp.is_empty() {
+        lab.extra_ipv4_prefixes()
+            .take(256)
+            .map(|(net, _)| IpAddr::from((u32::from(net) + 1).to_be_bytes()))
+            .collect()
+    } else {
+        let step = (bgp.len() / 4096).max(1);
+        bgp.iter()
+            .step_by(step)
+            .take(4096)
+            .map(|(net, _)| IpAddr::from((u32::from(*net) + 1).to_be_bytes()))
+            .collect()
+    };
     let v6: Vec<IpAddr> = lab
         .extra_ipv6_prefixes()
         .take(256)
         .map(|(net, _)| IpAddr::from((u128::from(net) + 1).to_be_bytes()))
         .collect();
+    if !options.bare {
+        // dst's neighbour entries in fwd: the first probes wait in xfwd's hold buffer while
+        // the mirror asks the kernel to resolve (NTF_USE).
+        for (src, dst) in [
+            (IpAddr::V4(topology::SRC0.ipv4), v4[0]),
+            (IpAddr::V6(topology::SRC0.ipv6), v6[0]),
+        ] {
+            let warm = probe(&xfwd, &lab, &control, src, &[dst], 3, 100, &interrupted)?;
+            eprintln!(
+                "demo: warm-up to {dst}: {}/{} delivered through the hold buffer",
+                warm.unique, warm.sent
+            );
+        }
+    }
     let mut reports = Vec::new();
     for (family, src, dsts, count) in [
         ("IPv4", IpAddr::V4(topology::SRC0.ipv4), &v4, options.count),
@@ -158,11 +264,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let leftover = String::from_utf8_lossy(&still.stdout).contains("prog/xdp");
 
     println!("\n== xfwd demo summary ==");
-    println!(
-        "mode: bare (MAC rewrite, no lookups); lab {}",
-        options.prefix
-    );
+    if options.bare {
+        println!(
+            "mode: bare (MAC rewrite, no lookups); lab {}",
+            options.prefix
+        );
+    } else {
+        println!(
+            "mode: router (dataplane over the netlink mirror); {} bgp-full-v4 prefixes via dst; lab {}",
+            bgp.len(),
+            options.prefix
+        );
+    }
     println!("xfwd: {final_stats}");
+    let ttl = if options.bare { 64 } else { 63 };
     let mut failed = Vec::new();
     for (family, report) in &reports {
         let delivery = report.unique as f64 / report.sent.max(1) as f64;
@@ -182,6 +297,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         );
         if delivery < options.min_delivery {
             failed.push(format!("{family}: {:.2}% delivered", delivery * 100.0));
+        }
+        if report.ttls.iter().any(|(t, _)| *t != ttl) {
+            failed.push(format!("{family}: TTLs {:?}, expected {ttl}", report.ttls));
         }
         if report.bad_checksum > 0 {
             failed.push(format!("{family}: {} bad checksums", report.bad_checksum));
@@ -314,13 +432,43 @@ fn stats_line(xfwd: &Path, control: &Path) -> Option<String> {
         .flat_map(|q| q["drops"].as_array().into_iter().flatten())
         .filter_map(|d| d[1].as_u64())
         .sum();
-    Some(format!(
+    let group = |name: &str| -> String {
+        let mut totals: Vec<(String, u64)> = Vec::new();
+        for q in value["pipeline"].as_array().into_iter().flatten() {
+            for pair in q[name].as_array().into_iter().flatten() {
+                let (Some(k), Some(n)) = (pair[0].as_str(), pair[1].as_u64()) else {
+                    continue;
+                };
+                match totals.iter_mut().find(|(t, _)| t == k) {
+                    Some((_, total)) => *total += n,
+                    None => totals.push((k.to_owned(), n)),
+                }
+            }
+        }
+        totals
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut line = format!(
         "rx {} tx {} dropped {} (up {:.1} s)",
         sum("rx_packets"),
         sum("tx_packets"),
         dropped,
         value["uptime_seconds"].as_f64().unwrap_or(0.0)
-    ))
+    );
+    if value["mode"] == "router" {
+        line.push_str(&format!(
+            "; pipeline [{}]; drops [{}]; dst-cache [{}]; netlink generation {}",
+            group("verdicts"),
+            group("drops"),
+            group("dst_cache"),
+            value["netlink_generation"].as_u64().unwrap_or(0)
+        ));
+    }
+    Some(line)
 }
 
 #[allow(clippy::too_many_arguments, reason = "one call site, all plain values")]

@@ -25,6 +25,7 @@ use nix::net::if_::InterfaceFlags;
 
 use crate::config::{Config, XdpMode};
 use crate::counters::QueueCounters;
+use crate::locals::LocalAddrFeed;
 use crate::processor::Processor;
 use crate::punt::Punt;
 use crate::runloop::{LoopOptions, PortSpec, PortState, QueueLoop};
@@ -100,16 +101,25 @@ fn sync_locals(xdp: &mut XdpProgram, wanted: &BTreeSet<IpAddr>, current: &mut BT
     }
 }
 
+/// Adds a pipeline's own counters to a stats snapshot.
+pub type ReportFn = Arc<dyn Fn(&mut Stats) + Send + Sync>;
+
 /// What differs between processors, for start-up and reports.
 pub struct Pipeline<P> {
     /// `bare` or `router`.
     pub mode: &'static str,
-    /// Builds the processor of queue `q` (called on the queue's thread).
-    pub make: Arc<dyn Fn(u32) -> P + Send + Sync>,
+    /// Builds the processor of queue `q` (called on the queue's thread; an error stops the
+    /// instance).
+    pub make: Arc<dyn Fn(u32) -> anyhow::Result<P> + Send + Sync>,
     /// Drop reason names of the processor.
     pub drop_reasons: &'static [&'static str],
     /// The mirrored tables' generation, when there is a mirror.
     pub generation: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    /// Adds the pipeline's own counters (and the mirror's) to a stats snapshot.
+    pub report: Option<ReportFn>,
+    /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:
+    /// polled with getifaddrs(3) every [`MONITOR_PERIOD`].
+    pub locals: Option<Arc<LocalAddrFeed>>,
 }
 
 /// The interfaces of `config`, found in the calling thread's namespace.
@@ -158,7 +168,10 @@ pub fn run<P: Processor + 'static>(
         xdp.set_port(port.ifindex, slot as u32)?;
     }
     let mut locals = BTreeSet::new();
-    sync_locals(&mut xdp, &local_addresses(&links()?), &mut locals);
+    match &pipeline.locals {
+        Some(feed) => feed.fill(&mut xdp),
+        None => sync_locals(&mut xdp, &local_addresses(&links()?), &mut locals),
+    }
     let states: Arc<[PortState]> = ports.iter().map(|_| PortState::default()).collect();
     let options = LoopOptions {
         sizes: config.rings,
@@ -192,6 +205,9 @@ pub fn run<P: Processor + 'static>(
     };
     let control = ControlSocket::bind(&config.control_socket)?;
     let xdp = Arc::new(Mutex::new(xdp));
+    if let Some(feed) = &pipeline.locals {
+        feed.attach(xdp.clone());
+    }
 
     let port_names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
     let snapshot: SnapshotFn = {
@@ -201,13 +217,14 @@ pub fn run<P: Processor + 'static>(
         let names = port_names.clone();
         let drop_names = pipeline.drop_reasons;
         let generation = pipeline.generation.clone();
+        let report = pipeline.report.clone();
         let mode = pipeline.mode;
         Arc::new(move || {
             let (xdp_counters, local_addresses) = {
                 let program = xdp.lock().unwrap_or_else(|e| e.into_inner());
                 (program.counters(), program.locals().len())
             };
-            Stats {
+            let mut stats = Stats {
                 uptime_seconds: started.elapsed().as_secs_f64(),
                 mode: mode.to_owned(),
                 interfaces: names.clone(),
@@ -226,7 +243,12 @@ pub fn run<P: Processor + 'static>(
                     .collect(),
                 local_addresses,
                 netlink_generation: generation.as_ref().map(|g| g()),
+                ..Stats::default()
+            };
+            if let Some(report) = &report {
+                report(&mut stats);
             }
+            stats
         })
     };
 
@@ -243,8 +265,13 @@ pub fn run<P: Processor + 'static>(
             let stop = stop.clone();
             threads.push(spawn_named(&format!("xfwd-q{index}"), move || {
                 pin_to_cpu(cpu);
-                let mut processor = make(index as u32);
-                queue_loop.run(&mut processor, punt.as_deref(), &stop);
+                match make(index as u32) {
+                    Ok(mut processor) => queue_loop.run(&mut processor, punt.as_deref(), &stop),
+                    Err(e) => {
+                        tracing::error!(queue = index, "no processor: {e:#}");
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
             })?);
         }
         {
@@ -269,7 +296,14 @@ pub fn run<P: Processor + 'static>(
             punt = punt.as_ref().map_or("off", |p| p.name()),
             "forwarding"
         );
-        monitor(&ports, &states, &xdp, &mut locals, &stop)
+        let poll_addresses = pipeline.locals.is_none();
+        monitor(
+            &ports,
+            &states,
+            &xdp,
+            poll_addresses.then_some(&mut locals),
+            &stop,
+        )
     })();
 
     stop.store(true, Ordering::Relaxed);
@@ -285,17 +319,21 @@ pub fn run<P: Processor + 'static>(
         "stopped; detaching the XDP program"
     );
     drop(snapshot);
+    if let Some(feed) = &pipeline.locals {
+        feed.detach();
+    }
     // The last owner of the program detaches it from every interface.
     drop(xdp);
     result
 }
 
-/// Watches the links until `stop`: marks ports up/down/gone and keeps the local set in step.
+/// Watches the links until `stop`: marks ports up/down/gone and (with `locals`) keeps the
+/// local set in step.
 fn monitor(
     ports: &[PortSpec],
     states: &[PortState],
     xdp: &Mutex<XdpProgram>,
-    locals: &mut BTreeSet<IpAddr>,
+    mut locals: Option<&mut BTreeSet<IpAddr>>,
     stop: &AtomicBool,
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
@@ -328,10 +366,12 @@ fn monitor(
                 }
             }
         }
-        let wanted = local_addresses(&views);
-        if wanted != *locals {
-            let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
-            sync_locals(&mut program, &wanted, locals);
+        if let Some(locals) = locals.as_deref_mut() {
+            let wanted = local_addresses(&views);
+            if wanted != *locals {
+                let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+                sync_locals(&mut program, &wanted, locals);
+            }
         }
         if states.iter().all(|s| s.gone.load(Ordering::Relaxed)) {
             bail!("every interface is gone");

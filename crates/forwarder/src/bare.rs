@@ -9,7 +9,7 @@
 
 use crossbeam_epoch::Guard;
 
-use crate::processor::{PacketBuf, Processor, Verdict};
+use crate::processor::{FramePool, PacketBuf, Processor, Verdict};
 
 /// Drop reasons of the bare processor.
 pub const BARE_DROP_REASONS: &[&str] = &["runt", "no_pair"];
@@ -39,7 +39,7 @@ pub struct BareRoute {
 /// let mut bare = Bare::new(vec![route]);
 /// let mut frames = [VecFrame::new(&[0u8; 60], 2048)];
 /// let mut verdicts = [Verdict::default()];
-/// bare.process(1, &mut frames, &mut verdicts, &crossbeam_epoch::pin());
+/// bare.process(1, &mut frames, &mut verdicts, &crossbeam_epoch::pin(), &mut dataplane::HeapPool::new(2048, 0));
 /// assert_eq!(verdicts[0], Verdict::Transmit { ifindex: 2 });
 /// assert_eq!(&frames[0].data()[..12], &[4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2]);
 /// ```
@@ -56,12 +56,13 @@ impl Bare {
 }
 
 impl Processor for Bare {
-    fn process<F: PacketBuf>(
+    fn process<F: PacketBuf, S: FramePool>(
         &mut self,
         ingress: u32,
         frames: &mut [F],
         verdicts: &mut [Verdict],
         _guard: &Guard,
+        _spare: &mut S,
     ) {
         let Some(route) = self.routes.iter().find(|r| r.ingress == ingress) else {
             verdicts.fill(Verdict::Drop(DROP_NO_PAIR));
@@ -114,7 +115,13 @@ mod tests {
             VecFrame::new(&payload[..13], 2048),
         ];
         let mut verdicts = [Verdict::Undecided; 2];
-        bare.process(6, &mut frames, &mut verdicts, &crossbeam_epoch::pin());
+        bare.process(
+            6,
+            &mut frames,
+            &mut verdicts,
+            &crossbeam_epoch::pin(),
+            &mut dataplane::HeapPool::new(2048, 0),
+        );
         assert_eq!(
             verdicts,
             [Verdict::Transmit { ifindex: 5 }, Verdict::Drop(0)]
@@ -125,7 +132,13 @@ mod tests {
         assert_eq!(frames[1].data(), &payload[..13], "a runt stays untouched");
 
         let mut verdicts = [Verdict::Undecided; 2];
-        bare.process(9, &mut frames, &mut verdicts, &crossbeam_epoch::pin());
+        bare.process(
+            9,
+            &mut frames,
+            &mut verdicts,
+            &crossbeam_epoch::pin(),
+            &mut dataplane::HeapPool::new(2048, 0),
+        );
         assert_eq!(verdicts, [Verdict::Drop(DROP_NO_PAIR); 2]);
         assert_eq!(bare.drop_reasons()[DROP_NO_PAIR as usize], "no_pair");
     }

@@ -1,5 +1,5 @@
-//! The `xfwd` command line: `run` and `stats` (`route get` and `show` arrive with the
-//! netlink mirror).
+//! The `xfwd` command line: `run`, `stats`, `probe`, and `route get` / `show` answered from a
+//! netlink mirror of the namespace (the same tables the routing pipeline reads).
 #![forbid(unsafe_code)]
 
 use std::net::TcpListener;
@@ -40,6 +40,67 @@ pub enum Command {
     Stats(StatsArgs),
     /// Send complete UDP test frames from one namespace and check what arrives in another.
     Probe(ProbeArgs),
+    /// Route lookups in the mirrored tables (`xfwd route get ADDR [from A] [iif D] [oif D]
+    /// [mark N] [--netns NS]`), printed like `ip route get`.
+    Route {
+        /// What to do.
+        #[command(subcommand)]
+        command: RouteCommand,
+    },
+    /// List the mirrored tables: routes, addrs, neigh, rules, policies, links.
+    Show(netlink_mirror::cli::ShowArgs),
+}
+
+/// `xfwd route ...`.
+#[derive(Debug, Subcommand)]
+pub enum RouteCommand {
+    /// The route the pipeline would use for a destination.
+    Get(netlink_mirror::cli::RouteGetArgs),
+}
+
+/// Starts a mirror of `netns` (the current namespace if `None`) and waits until it is synced.
+///
+/// # Errors
+/// When the namespace cannot be entered or the mirror does not sync.
+pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandle> {
+    use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+    let spec = netns.map_or(NetnsSpec::Current, NetnsSpec::parse);
+    let handle = Mirror::start(spec.clone(), MirrorOptions::default())
+        .with_context(|| format!("starting the mirror of {spec:?}"))?;
+    handle
+        .wait_synced(crate::router::SYNC_TIMEOUT)
+        .context("synchronising the mirror")?;
+    Ok(handle)
+}
+
+/// `xfwd route get`: prints the route; exit status 2 when there is none (with the kernel's
+/// message on stderr).
+///
+/// # Errors
+/// When the mirror cannot start.
+pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
+    let RouteCommand::Get(args) = command;
+    let mirror = mirror(args.netns.as_deref())?;
+    match netlink_mirror::cli::route_get(mirror.tables(), args) {
+        Ok(line) => {
+            println!("{line}");
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            Ok(2)
+        }
+    }
+}
+
+/// `xfwd show`.
+///
+/// # Errors
+/// When the mirror cannot start.
+pub fn show(args: &netlink_mirror::cli::ShowArgs) -> anyhow::Result<u8> {
+    let mirror = mirror(args.netns.as_deref())?;
+    print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+    Ok(0)
 }
 
 /// `xfwd probe`.
@@ -272,18 +333,17 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
             }
             let pipeline = Pipeline {
                 mode: "bare",
-                make: Arc::new(move |_queue| Bare::new(routes.clone())),
+                make: Arc::new(move |_queue| Ok(Bare::new(routes.clone()))),
                 drop_reasons: BARE_DROP_REASONS,
                 generation: None,
+                report: None,
+                locals: None,
             };
             app::run(&config, pipeline, metrics, stop)?;
         }
         None => {
-            eprintln!(
-                "xfwd: the routing pipeline (crates/dataplane + crates/netlink-mirror) is not part of this build yet; \
-                 run with --bare --peer-mac IF=MAC,... for port forwarding"
-            );
-            return Ok(EX_USAGE);
+            let pipeline = crate::router::pipeline(dataplane::Config::default())?;
+            app::run(&config, pipeline, metrics, stop)?;
         }
     }
     Ok(0)

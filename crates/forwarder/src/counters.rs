@@ -81,6 +81,9 @@ pub struct QueueCounters {
     pub batches: AtomicU64,
     /// Frames punted to the kernel.
     pub punted: AtomicU64,
+    /// Spare frames the processor sent (ICMP errors in copies, fragments, released held
+    /// packets).
+    pub spare_sent: AtomicU64,
     /// Times the loop slept in poll(2) with nothing to do.
     pub idle_polls: AtomicU64,
     /// Drops by processor reason.
@@ -106,6 +109,7 @@ impl QueueCounters {
             ports: (0..ports).map(|_| PortCounters::default()).collect(),
             batches: AtomicU64::new(0),
             punted: AtomicU64::new(0),
+            spare_sent: AtomicU64::new(0),
             idle_polls: AtomicU64::new(0),
             processor_drops: std::array::from_fn(|_| AtomicU64::new(0)),
             loop_drops: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -187,6 +191,7 @@ impl QueueCounters {
                 .collect(),
             batches: load(&self.batches),
             punted: load(&self.punted),
+            spare_sent: load(&self.spare_sent),
             idle_polls: load(&self.idle_polls),
             drops,
             epoch_pin_age_seconds: pin_age,
@@ -224,6 +229,9 @@ pub struct QueueSnapshot {
     pub batches: u64,
     /// Frames punted to the kernel.
     pub punted: u64,
+    /// Spare frames sent by the processor.
+    #[serde(default)]
+    pub spare_sent: u64,
     /// Idle sleeps.
     pub idle_polls: u64,
     /// Non-zero drop counters by reason name.

@@ -18,9 +18,10 @@
 //! - the XDP program is attached through BPF links: it is detached on shutdown and also when
 //!   the process dies (SIGKILL), so a crash leaves no program behind.
 //!
-//! Processors: [`bare::Bare`] (port forwarding with MAC rewrite, no lookups: the AF_XDP
-//! ceiling). The routing pipeline (crate `dataplane` over the `netlink-mirror` tables) plugs
-//! in through the same trait once those crates exist.
+//! Processors: [`router::Router`] (the default: the `dataplane` pipeline over the tables a
+//! `netlink-mirror` keeps of the namespace, whose observer also feeds the XDP program's
+//! local-address map through [`locals::LocalAddrFeed`]) and [`bare::Bare`] (port forwarding
+//! with MAC rewrite, no lookups: the AF_XDP ceiling).
 //!
 //! ```no_run
 //! use std::sync::{Arc, atomic::AtomicBool};
@@ -31,8 +32,9 @@
 //! let ports = app::resolve_ports(&config)?;
 //! let routes = vec![BareRoute { ingress: ports[0].ifindex, egress: ports[1].ifindex,
 //!                               src_mac: ports[1].mac, dst_mac: [2, 0, 0, 0, 0, 1] }];
-//! let pipeline = app::Pipeline { mode: "bare", make: Arc::new(move |_| Bare::new(routes.clone())),
-//!                                drop_reasons: BARE_DROP_REASONS, generation: None };
+//! let pipeline = app::Pipeline { mode: "bare", make: Arc::new(move |_| Ok(Bare::new(routes.clone()))),
+//!                                drop_reasons: BARE_DROP_REASONS, generation: None,
+//!                                report: None, locals: None };
 //! app::run(&config, pipeline, None, Arc::new(AtomicBool::new(false)))?; // until the flag is set
 //! # Ok::<(), anyhow::Error>(())
 //! ```
@@ -42,9 +44,11 @@ pub mod bare;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod locals;
 pub mod probe;
 pub mod processor;
 pub mod punt;
+pub mod router;
 pub mod runloop;
 pub mod serve;
 pub mod stats;

@@ -3,12 +3,21 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use forwarder::cli::{Cli, Command, probe, run, stats};
+use forwarder::cli::{Cli, Command, probe, route, run, show, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&cli.log))
+        .or_else(|_| {
+            // Queries print their answer on stdout: only warnings on stderr unless asked.
+            let quiet = matches!(cli.command, Command::Route { .. } | Command::Show(_));
+            let level = if quiet && cli.log == "info" {
+                "warn"
+            } else {
+                &cli.log
+            };
+            tracing_subscriber::EnvFilter::try_new(level)
+        })
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -19,6 +28,8 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Stats(args) => stats(args),
         Command::Probe(args) => probe(args),
+        Command::Route { command } => route(command),
+        Command::Show(args) => show(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -187,6 +187,33 @@ pub fn send(spec: &ProbeSpec, run: u32, stop: &AtomicBool) -> anyhow::Result<(u6
     Ok((sent, start.elapsed().as_secs_f64()))
 }
 
+/// Sends `frames` as they are (complete Ethernet frames, for example malformed ones) out of
+/// `iface` of the calling thread's namespace.
+///
+/// # Errors
+/// When the socket cannot be opened or a send fails.
+pub fn send_raw(iface: &str, frames: &[Vec<u8>]) -> anyhow::Result<()> {
+    let fd = packet_socket()?;
+    let addr = bind_to(&fd, iface)?;
+    for frame in frames {
+        // SAFETY: `frame` and `addr` are valid for the sizes passed; sendto keeps neither.
+        let n = unsafe {
+            libc::sendto(
+                fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                0,
+                (&raw const addr).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error()).context("sending a raw frame");
+        }
+    }
+    Ok(())
+}
+
 /// A capture socket, opened before sending starts.
 #[derive(Debug)]
 pub struct Capture {

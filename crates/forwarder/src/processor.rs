@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 use crossbeam_epoch::Guard;
+pub use dataplane::FramePool;
 
 /// A frame of a batch: the packet bytes of one UMEM chunk, writable in place.
 pub trait PacketBuf {
@@ -78,6 +79,9 @@ pub enum Verdict {
     Punt,
     /// Drop it, counting the reason (an index into [`Processor::drop_reasons`]).
     Drop(u16),
+    /// The processor is done with the frame without it being a drop (its content was copied
+    /// elsewhere: a hold buffer, spare frames): the loop recycles it uncounted.
+    Recycle,
     /// Not decided (the initial value of a verdict slot); the run loop drops and counts it.
     #[default]
     Undecided,
@@ -85,17 +89,27 @@ pub enum Verdict {
 
 /// The packet pipeline a run loop drives. One instance per run loop (queue), so `&mut self`
 /// state such as a route cache needs no synchronisation.
+///
+/// `spare` is the loop's supply of spare frames (free UMEM chunks of the same UMEM): a
+/// processor may allocate one, write a packet into it and send it out of one of the loop's
+/// ports (ICMP errors that need a copy, IPv4 fragments, packets released from a hold buffer).
 pub trait Processor: Send {
     /// Decides the fate of a batch of frames received on interface `ingress`: writes
     /// `verdicts[i]` for `frames[i]` (both have the same length, at most 64). The loop pinned
     /// `guard` for this batch.
-    fn process<F: PacketBuf>(
+    fn process<F: PacketBuf, S: FramePool>(
         &mut self,
         ingress: u32,
         frames: &mut [F],
         verdicts: &mut [Verdict],
         guard: &Guard,
+        spare: &mut S,
     );
+
+    /// Called once per loop turn (received something or not) under its own epoch pin: time
+    /// for work that does not wait for a packet (releasing held packets, forwarding
+    /// neighbour resolution requests, publishing counters). Must not block.
+    fn turn<S: FramePool>(&mut self, _guard: &Guard, _spare: &mut S) {}
 
     /// Names of the drop reasons this processor reports, by index (snake_case, for metrics).
     fn drop_reasons(&self) -> &'static [&'static str];

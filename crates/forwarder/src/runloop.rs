@@ -29,7 +29,7 @@ use xsk_rs::umem::frame::DataMut;
 use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
 
 use crate::counters::{LoopDrop, QueueCounters, bump};
-use crate::processor::{PacketBuf, Processor, Verdict};
+use crate::processor::{FramePool, PacketBuf, Processor, Verdict};
 use crate::punt::Punt;
 use crate::xdp::XdpProgram;
 
@@ -38,6 +38,9 @@ pub const BATCH: usize = 64;
 
 /// How long an idle loop sleeps in poll(2) before it looks at the stop flag again.
 const IDLE_POLL_MS: i32 = 50;
+
+/// Spare frames a processor may hold at once (allocated, not yet sent or freed).
+const SPARE_SLOTS: usize = 16;
 
 /// Loop turns between two reads of the sockets' XDP_STATISTICS.
 const STATS_EVERY: u32 = 4096;
@@ -124,6 +127,7 @@ pub struct QueueLoop {
     counters: Arc<QueueCounters>,
     busy_poll: bool,
     pending_cap: usize,
+    spare: [Option<FrameDesc>; SPARE_SLOTS],
 }
 
 impl std::fmt::Debug for QueueLoop {
@@ -221,6 +225,7 @@ impl QueueLoop {
             counters,
             busy_poll: options.busy_poll,
             pending_cap: sizes.tx as usize,
+            spare: [None; SPARE_SLOTS],
         })
     }
 
@@ -266,6 +271,19 @@ impl QueueLoop {
                     punt,
                 );
             }
+            {
+                let guard = crossbeam_epoch::pin();
+                let mut pool = UmemPool {
+                    umem: &self.umem,
+                    free: &mut self.free,
+                    slots: &mut self.spare,
+                    ports: &mut self.ports,
+                    states: &self.states,
+                    counters: &self.counters,
+                    pending_cap: self.pending_cap,
+                };
+                processor.turn(&guard, &mut pool);
+            }
             let mut in_flight = false;
             for index in 0..self.ports.len() {
                 if self.states[index].gone.load(Ordering::Relaxed) {
@@ -309,7 +327,8 @@ impl QueueLoop {
         processor: &mut P,
         punt: Option<&Punt>,
     ) {
-        let counters = &*self.counters;
+        let counters_arc = self.counters.clone();
+        let counters = &*counters_arc;
         let ingress = self.ports[index].ifindex;
         let bytes: usize = descs.iter().map(|d| d.lengths().data()).sum();
         bump(&counters.ports[index].rx_packets, descs.len() as u64);
@@ -323,9 +342,18 @@ impl QueueLoop {
                 // mutably once: no two `DataMut` alias.
                 .map(|desc| UmemFrame(unsafe { self.umem.data_mut(desc) }))
                 .collect();
+            let mut pool = UmemPool {
+                umem: &self.umem,
+                free: &mut self.free,
+                slots: &mut self.spare,
+                ports: &mut self.ports,
+                states: &self.states,
+                counters,
+                pending_cap: self.pending_cap,
+            };
             let guard = crossbeam_epoch::pin();
             counters.set_pinned(true);
-            processor.process(ingress, &mut frames, verdicts, &guard);
+            processor.process(ingress, &mut frames, verdicts, &guard, &mut pool);
             counters.set_pinned(false);
             drop(guard);
             bump(&counters.batches, 1);
@@ -370,6 +398,7 @@ impl QueueLoop {
                     self.free.push(*desc);
                 }
                 Verdict::Drop(u16::MAX) => self.free.push(*desc), // counted above
+                Verdict::Recycle => self.free.push(*desc),
                 Verdict::Drop(reason) => {
                     counters.processor_drop(reason);
                     self.free.push(*desc);
@@ -477,6 +506,90 @@ impl QueueLoop {
     /// Frames on the free list (not in any ring).
     pub fn free_frames(&self) -> usize {
         self.free.len()
+    }
+}
+
+/// The loop's spare frames as a [`FramePool`]: chunks from the free list, sent by moving
+/// them to an egress port's pending TX list (the same checks as a `Transmit` verdict).
+struct UmemPool<'a> {
+    umem: &'a Umem,
+    free: &'a mut Vec<FrameDesc>,
+    slots: &'a mut [Option<FrameDesc>; SPARE_SLOTS],
+    ports: &'a mut [Port],
+    states: &'a [PortState],
+    counters: &'a QueueCounters,
+    pending_cap: usize,
+}
+
+impl FramePool for UmemPool<'_> {
+    fn alloc(&mut self) -> Option<u64> {
+        let slot = self.slots.iter().position(Option::is_none)?;
+        let desc = self.free.pop()?;
+        self.slots[slot] = Some(desc);
+        Some(slot as u64)
+    }
+
+    fn chunk(&mut self, handle: u64) -> &mut [u8] {
+        let Some(Some(desc)) = self.slots.get_mut(handle as usize) else {
+            return &mut [];
+        };
+        // SAFETY: the descriptor came off the loop's free list in `alloc`, so no ring and no
+        // other reference holds its frame; it stays in its slot (borrowed mutably with
+        // `self`) until `send` or `free`.
+        let mut data = unsafe { self.umem.data_mut(desc) };
+        let capacity = data.cursor().buf_len();
+        data.cursor().set_pos(capacity);
+        let contents = data.contents_mut();
+        let (ptr, len) = (contents.as_mut_ptr(), contents.len());
+        // SAFETY: `ptr..ptr+len` is the frame's data segment inside the UMEM mapping, which
+        // outlives `'a`; the returned borrow is tied to `&mut self`, which also holds the only
+        // access to the descriptor's slot, so nothing else reads or writes it meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+
+    fn send(&mut self, handle: u64, offset: usize, len: usize, ifindex: u32) {
+        let Some(mut desc) = self.slots.get_mut(handle as usize).and_then(Option::take) else {
+            return;
+        };
+        {
+            // SAFETY: as in `chunk`: the frame belongs to this pool's slot alone.
+            let mut data = unsafe { self.umem.data_mut(&mut desc) };
+            let capacity = data.cursor().buf_len();
+            let end = offset.saturating_add(len).min(capacity);
+            data.cursor().set_pos(capacity);
+            if offset > 0 {
+                data.contents_mut().copy_within(offset.min(end)..end, 0);
+            }
+            data.cursor().set_pos(end - offset.min(end));
+        }
+        let egress = self.ports.iter().position(|p| p.ifindex == ifindex);
+        match egress {
+            None => {
+                self.counters.loop_drop(LoopDrop::UnknownEgress, 1);
+                self.free.push(desc);
+            }
+            Some(e)
+                if !self.states[e].up.load(Ordering::Relaxed)
+                    || self.states[e].gone.load(Ordering::Relaxed) =>
+            {
+                self.counters.loop_drop(LoopDrop::EgressDown, 1);
+                self.free.push(desc);
+            }
+            Some(e) if self.ports[e].pending.len() >= self.pending_cap => {
+                self.counters.loop_drop(LoopDrop::TxRingFull, 1);
+                self.free.push(desc);
+            }
+            Some(e) => {
+                bump(&self.counters.spare_sent, 1);
+                self.ports[e].pending.push(desc);
+            }
+        }
+    }
+
+    fn free(&mut self, handle: u64) {
+        if let Some(desc) = self.slots.get_mut(handle as usize).and_then(Option::take) {
+            self.free.push(desc);
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::counters::QueueSnapshot;
+use crate::router::PipelineSnapshot;
 
 /// Everything a running instance reports at one moment.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -27,6 +28,13 @@ pub struct Stats {
     pub local_addresses: usize,
     /// The mirrored kernel state's generation, when a mirror runs.
     pub netlink_generation: Option<u64>,
+    /// The routing pipeline's counters per queue (routing mode).
+    #[serde(default)]
+    pub pipeline: Vec<PipelineSnapshot>,
+    /// The netlink mirror's counters (routing mode): applied, unchanged, swept, dumps,
+    /// dump_restarts, resyncs, route_redumps, overruns, errors, resolve_*.
+    #[serde(default)]
+    pub mirror: Vec<(String, u64)>,
 }
 
 impl Stats {
@@ -46,6 +54,29 @@ impl Stats {
     pub fn punted(&self) -> u64 {
         self.queues.iter().map(|q| q.punted).sum()
     }
+    /// The routing pipeline's counters of one group (`verdicts`, `drops`, `punts`,
+    /// `icmp_sent`, `events`, `dst_cache`) summed over queues.
+    pub fn pipeline_sum(&self, group: &str) -> Vec<(String, u64)> {
+        let mut out: Vec<(String, u64)> = Vec::new();
+        for q in &self.pipeline {
+            let pairs = match group {
+                "verdicts" => &q.verdicts,
+                "drops" => &q.drops,
+                "punts" => &q.punts,
+                "icmp_sent" => &q.icmp_sent,
+                "events" => &q.events,
+                _ => &q.dst_cache,
+            };
+            for (name, n) in pairs {
+                match out.iter_mut().find(|(k, _)| k == name) {
+                    Some((_, total)) => *total += n,
+                    None => out.push((name.clone(), *n)),
+                }
+            }
+        }
+        out
+    }
+
     /// Drops summed over queues by reason.
     pub fn drops_by_reason(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = Vec::new();
@@ -115,6 +146,37 @@ impl Stats {
         );
         for (reason, n) in self.drops_by_reason() {
             let _ = writeln!(out, "  drop {reason}: {n}");
+        }
+        let join = |pairs: &[(String, u64)], all: bool| -> String {
+            let text: Vec<String> = pairs
+                .iter()
+                .filter(|(_, n)| all || *n > 0)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            if text.is_empty() {
+                "-".to_owned()
+            } else {
+                text.join(", ")
+            }
+        };
+        if !self.pipeline.is_empty() {
+            for group in [
+                "verdicts",
+                "drops",
+                "punts",
+                "icmp_sent",
+                "events",
+                "dst_cache",
+            ] {
+                let _ = writeln!(
+                    out,
+                    "pipeline {group}: {}",
+                    join(&self.pipeline_sum(group), group == "verdicts")
+                );
+            }
+        }
+        if !self.mirror.is_empty() {
+            let _ = writeln!(out, "mirror: {}", join(&self.mirror, false));
         }
         let xdp: Vec<String> = self
             .xdp
@@ -273,6 +335,74 @@ impl Stats {
             );
             lines.push(format!("{name} {generation}"));
         }
+        if !self.pipeline.is_empty() {
+            for (group, metric, label, help) in [
+                (
+                    "verdicts",
+                    "pipeline_frames_total",
+                    "verdict",
+                    "Frames of the routing pipeline by verdict (rx: all).",
+                ),
+                (
+                    "drops",
+                    "pipeline_drops_total",
+                    "reason",
+                    "Frames the routing pipeline dropped, by reason.",
+                ),
+                (
+                    "punts",
+                    "pipeline_punts_total",
+                    "reason",
+                    "Frames the routing pipeline punted, by reason.",
+                ),
+                (
+                    "icmp_sent",
+                    "pipeline_icmp_sent_total",
+                    "kind",
+                    "ICMP errors sent, by kind.",
+                ),
+                (
+                    "events",
+                    "pipeline_events_total",
+                    "event",
+                    "Routing pipeline events (hold buffer, fragments, ICMP suppressed, resolutions).",
+                ),
+                (
+                    "dst_cache",
+                    "dst_cache_total",
+                    "result",
+                    "Route cache lookups by result (hits, misses, ...).",
+                ),
+            ] {
+                let name = family(metric, "counter", help);
+                for q in &self.pipeline {
+                    let pairs = match group {
+                        "verdicts" => &q.verdicts,
+                        "drops" => &q.drops,
+                        "punts" => &q.punts,
+                        "icmp_sent" => &q.icmp_sent,
+                        "events" => &q.events,
+                        _ => &q.dst_cache,
+                    };
+                    for (key, n) in pairs {
+                        lines.push(format!(
+                            "{name}{{queue=\"{}\",{label}=\"{key}\"}} {n}",
+                            q.queue
+                        ));
+                    }
+                }
+            }
+        }
+        if !self.mirror.is_empty() {
+            let name = family(
+                "netlink_mirror_total",
+                "counter",
+                "Netlink mirror counters (applied, resyncs, overruns, resolutions, ...).",
+            );
+            for (key, n) in &self.mirror {
+                lines.push(format!("{name}{{counter=\"{key}\"}} {n}"));
+            }
+        }
         // Families first (HELP/TYPE), then samples grouped: Prometheus accepts samples of a
         // family only after its TYPE line, so interleave by family prefix.
         let mut text = String::new();
@@ -323,6 +453,7 @@ mod tests {
             xdp: vec![("redirect".into(), rx), ("pass_arp".into(), 0)],
             local_addresses: 4,
             netlink_generation: None,
+            ..Stats::default()
         }
     }
 

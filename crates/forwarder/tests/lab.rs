@@ -19,6 +19,22 @@ struct Xfwd {
 
 impl Xfwd {
     fn start(lab: &Lab, extra: &[&str]) -> Xfwd {
+        let peers = format!(
+            "fwd0={},fwd1={}",
+            topology::SRC0.mac_string(),
+            topology::DST0.mac_string()
+        );
+        let mut args = vec!["--bare", "--peer-mac", &peers];
+        args.extend_from_slice(extra);
+        Xfwd::spawn(lab, &args)
+    }
+
+    /// Routing mode (the default): the dataplane over the netlink mirror of fwd.
+    fn start_routing(lab: &Lab) -> Xfwd {
+        Xfwd::spawn(lab, &[])
+    }
+
+    fn spawn(lab: &Lab, extra: &[&str]) -> Xfwd {
         let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
         let child = Command::new(XFWD)
             .args([
@@ -27,14 +43,7 @@ impl Xfwd {
                 &lab.netns(Role::Fwd),
                 "--iface",
                 "fwd0,fwd1",
-                "--bare",
             ])
-            .arg("--peer-mac")
-            .arg(format!(
-                "fwd0={},fwd1={}",
-                topology::SRC0.mac_string(),
-                topology::DST0.mac_string()
-            ))
             .arg("--control")
             .arg(&control)
             .args([
@@ -417,4 +426,397 @@ fn link_down_up_and_interface_removal() {
     let status = xfwd.signal("-TERM");
     assert!(status.success(), "{status}");
     assert!(!xdp_attached(&lab));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing mode: the dataplane pipeline over the netlink mirror of fwd.
+
+fn ip_in(ns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Makes fwd's kernel resolve dst0 (v4 and v6: a datagram from fwd's stack to each address
+/// makes it send ARP / ND) so that probes do not wait in the hold buffer.
+fn resolve_dst(lab: &Lab) {
+    let fwd = lab.netns(Role::Fwd);
+    for addr in [
+        IpAddr::V4(topology::DST0.ipv4),
+        IpAddr::V6(topology::DST0.ipv6),
+    ] {
+        let any: SocketAddr = if addr.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        }
+        .parse()
+        .unwrap();
+        let socket = xfwd_lab::netns::run_in(&fwd, || UdpSocket::bind(any))
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let _ = socket.send_to(b"resolve", SocketAddr::new(addr, 9));
+            std::thread::sleep(Duration::from_millis(100));
+            let neigh = ip_in(&fwd, &["neigh", "show", &addr.to_string(), "dev", "fwd1"]);
+            if neigh.contains(&topology::DST0.mac_string()) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fwd never resolved {addr}: {neigh}"
+            );
+        }
+    }
+}
+
+/// A raw ICMP (v4) or ICMPv6 socket in namespace `ns` that sees every ICMP message arriving
+/// there.
+fn icmp_listener(ns: &str, v6: bool) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    xfwd_lab::netns::run_in(ns, move || {
+        let (family, proto) = if v6 {
+            (libc::AF_INET6, libc::IPPROTO_ICMPV6)
+        } else {
+            (libc::AF_INET, libc::IPPROTO_ICMP)
+        };
+        // SAFETY: plain socket(2); the descriptor is owned below.
+        let fd = unsafe { libc::socket(family, libc::SOCK_RAW, proto) };
+        assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+        let timeout = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 200_000,
+        };
+        // SAFETY: setsockopt reads one timeval of the size passed.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                (&raw const timeout).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        // SAFETY: `fd` is a fresh descriptor nothing else owns.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+    })
+    .unwrap()
+}
+
+/// The ICMP messages (type, code, source address, checksum valid) the listener got within
+/// `wait`. IPv4 raw sockets get the IP header (its source, and the ICMP checksum is checked
+/// here); ICMPv6 raw sockets get the message alone (the kernel checks its checksum).
+fn icmp_received(
+    fd: &std::os::fd::OwnedFd,
+    v6: bool,
+    wait: Duration,
+) -> Vec<(u8, u8, IpAddr, bool)> {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + wait;
+    let mut out = Vec::new();
+    while Instant::now() < deadline {
+        let mut buf = [0u8; 2048];
+        // SAFETY: sockaddr_storage is plain data, big enough for any address.
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut from_len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        // SAFETY: `buf` and `from` are writable for the lengths passed.
+        let n = unsafe {
+            libc::recvfrom(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                0,
+                (&raw mut from).cast(),
+                &mut from_len,
+            )
+        };
+        if n <= 0 {
+            continue;
+        }
+        let msg = &buf[..n as usize];
+        if v6 {
+            // SAFETY: the kernel filled a sockaddr_in6 for an AF_INET6 socket.
+            let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&raw const from).cast()) };
+            let src = IpAddr::from(std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr));
+            out.push((msg[0], msg[1], src, true));
+        } else {
+            let ihl = usize::from(msg[0] & 0xf) * 4;
+            let src = IpAddr::from([msg[12], msg[13], msg[14], msg[15]]);
+            let icmp = &msg[ihl..];
+            out.push((icmp[0], icmp[1], src, ones_complement_sum(icmp) == 0xffff));
+        }
+    }
+    out
+}
+
+fn probe_ttl(lab: &Lab, src: IpAddr, dst: IpAddr, ttl: u8, count: u64) {
+    let out = Command::new(XFWD)
+        .args([
+            "probe",
+            "--json",
+            "--from-netns",
+            &lab.netns(Role::Src),
+            "--iface",
+            "src0",
+        ])
+        .args(["--to-mac", &topology::FWD0.mac_string()])
+        .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
+        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+        .args([
+            "--count",
+            &count.to_string(),
+            "--rate",
+            "100",
+            "--linger-ms",
+            "100",
+        ])
+        .args(["--ttl", &ttl.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        !out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn assert_routed(report: &Report, count: u64) {
+    assert_eq!(report.sent, count);
+    assert_eq!(report.unique, count, "every probe arrives: {report:?}");
+    assert_eq!(report.bad_checksum, 0, "checksums valid: {report:?}");
+    assert_eq!(
+        report
+            .macs
+            .iter()
+            .map(|(s, d, _)| (s.as_str(), d.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            topology::FWD1.mac_string().as_str(),
+            topology::DST0.mac_string().as_str()
+        )],
+        "MACs rewritten: source = fwd1, destination = dst0"
+    );
+    assert_eq!(report.ttls, [(63, count)], "TTL / hop limit decremented");
+}
+
+/// A pipeline counter of `group` summed over queues.
+fn pipeline(stats: &serde_json::Value, group: &str, key: &str) -> u64 {
+    stats["pipeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q[group].as_array().unwrap().iter())
+        .filter(|pair| pair[0] == key)
+        .map(|pair| pair[1].as_u64().unwrap())
+        .sum()
+}
+
+fn pipeline_group(stats: &serde_json::Value, group: &str) -> Vec<serde_json::Value> {
+    stats["pipeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q[group].as_array().unwrap().clone())
+        .collect()
+}
+
+/// Waits until the published pipeline counters satisfy `ok` (they are published every 100 ms).
+fn wait_stats(
+    xfwd: &Xfwd,
+    what: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = xfwd.stats().unwrap();
+        if ok(&stats) {
+            return stats;
+        }
+        assert!(Instant::now() < deadline, "{what}: {stats:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn routing_v4_v6_ttl_checksums_macs_and_held_until_resolved() {
+    if !xfwd_lab::privileged("routing_v4_v6_ttl_checksums_macs_and_held_until_resolved") {
+        return;
+    }
+    let lab = lab("fwdr");
+    let xfwd = Xfwd::start_routing(&lab);
+    let fwd = lab.netns(Role::Fwd);
+    resolve_dst(&lab);
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let src6 = IpAddr::V6(topology::SRC0.ipv6);
+    assert_routed(&probe(&lab, src4, v4_target(), 1000), 1000);
+    assert_routed(&probe(&lab, src6, v6_target(), 500), 500);
+    let stats = wait_stats(&xfwd, "pipeline counters", |s| {
+        pipeline(s, "verdicts", "transmit") >= 1500
+    });
+    assert_eq!(stats["mode"], "router");
+    assert!(pipeline(&stats, "dst_cache", "hits") > 0, "{stats:#}");
+    assert!(stats["netlink_generation"].as_u64().unwrap() > 0);
+
+    // An unresolved neighbour: the first packets wait in the hold buffer, the mirror asks the
+    // kernel to resolve (NTF_USE), and they leave once the neighbour table has the MAC.
+    for addr in [
+        topology::DST0.ipv4.to_string(),
+        topology::DST0.ipv6.to_string(),
+    ] {
+        ip_in(&fwd, &["neigh", "del", &addr, "dev", "fwd1"]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_routed(&probe(&lab, src4, v4_target(), 3), 3);
+    assert_routed(&probe(&lab, src6, v6_target(), 3), 3);
+    let stats = wait_stats(&xfwd, "held packets released", |s| {
+        pipeline(s, "events", "held_released") >= 6
+    });
+    assert!(pipeline(&stats, "verdicts", "held") >= 6, "{stats:#}");
+    assert!(pipeline(&stats, "events", "resolutions") >= 2, "{stats:#}");
+    let resolve_sent = stats["mirror"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p[0] == "resolve_sent")
+        .and_then(|p| p[1].as_u64())
+        .unwrap();
+    assert!(resolve_sent >= 2, "{stats:#}");
+}
+
+#[test]
+fn routing_icmp_errors_route_changes_and_malformed_frames() {
+    if !xfwd_lab::privileged("routing_icmp_errors_route_changes_and_malformed_frames") {
+        return;
+    }
+    let lab = lab("fwdri");
+    let xfwd = Xfwd::start_routing(&lab);
+    let (src, fwd) = (lab.netns(Role::Src), lab.netns(Role::Fwd));
+    resolve_dst(&lab);
+
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let src6 = IpAddr::V6(topology::SRC0.ipv6);
+    // TTL 1: ICMP time exceeded from fwd0's address, back at src, checksum valid.
+    let listen4 = icmp_listener(&src, false);
+    let listen6 = icmp_listener(&src, true);
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let got = icmp_received(&listen4, false, Duration::from_millis(500));
+    assert!(
+        got.contains(&(11, 0, IpAddr::V4(topology::FWD0.ipv4), true)),
+        "time exceeded: {got:?}"
+    );
+    probe_ttl(&lab, src6, v6_target(), 1, 3);
+    let got = icmp_received(&listen6, true, Duration::from_millis(500));
+    assert!(
+        got.iter().any(|m| m.0 == 3 && m.1 == 0),
+        "ICMPv6 time exceeded: {got:?}"
+    );
+    // A route of type unreachable: ICMP destination unreachable (host unreachable).
+    ip_in(&fwd, &["route", "add", "unreachable", "198.51.100.0/24"]);
+    // `xfwd route get` answers from a mirror of fwd, as `ip route get` does.
+    let get = |addr: &str| {
+        Command::new(XFWD)
+            .args(["route", "get", addr, "--netns", &fwd])
+            .output()
+            .unwrap()
+    };
+    let out = get("198.18.2.1");
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && line.contains(&format!("via {} dev fwd1", topology::DST0.ipv4)),
+        "{line}"
+    );
+    let out = get("198.51.100.7");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No route to host"));
+    probe_ttl(&lab, src4, IpAddr::from([198, 51, 100, 7]), 64, 3);
+    let got = icmp_received(&listen4, false, Duration::from_millis(500));
+    assert!(
+        got.iter().any(|m| m.0 == 3 && m.1 == 1 && m.3),
+        "unreachable: {got:?}"
+    );
+    let stats = wait_stats(&xfwd, "ICMP errors counted", |s| {
+        pipeline(s, "verdicts", "reply") >= 3
+    });
+    assert!(!pipeline_group(&stats, "icmp_sent").is_empty(), "{stats:#}");
+
+    // A route changed mid-traffic: traffic follows within a bounded time.
+    assert_routed(&probe(&lab, src4, v4_target(), 200), 200);
+    ip_in(&fwd, &["route", "replace", "blackhole", "198.18.2.0/24"]);
+    // 500 probes at 5000/s: 100 ms of traffic; the mirror applies the change in milliseconds.
+    let blocked = probe(&lab, src4, v4_target(), 500);
+    assert!(blocked.unique <= 50, "blackholed within 10 ms: {blocked:?}");
+    let via = topology::DST0.ipv4.to_string();
+    ip_in(
+        &fwd,
+        &[
+            "route",
+            "replace",
+            "198.18.2.0/24",
+            "via",
+            &via,
+            "dev",
+            "fwd1",
+        ],
+    );
+    let back = probe(&lab, src4, v4_target(), 500);
+    assert!(back.unique >= 450, "back within 10 ms: {back:?}");
+    assert_eq!(back.bad_checksum, 0);
+
+    // Malformed frames: dropped and counted by reason.
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&topology::FWD0.mac);
+    frame.extend_from_slice(&topology::SRC0.mac);
+    frame.extend_from_slice(&[0x08, 0x00]);
+    let mut ip = vec![
+        0x45, 0, 0, 28, 0, 1, 0, 0, 64, 17, 0, 0, // version/IHL .. checksum
+    ];
+    ip.extend_from_slice(&topology::SRC0.ipv4.octets());
+    ip.extend_from_slice(&[198, 18, 2, 1]);
+    ip.extend_from_slice(&[0x13, 0x88, 0x00, 0x35, 0, 8, 0, 0]); // UDP, no checksum
+    let checksum = !ones_complement_sum(&ip[..20]);
+    ip[10..12].copy_from_slice(&checksum.to_be_bytes());
+    let valid: Vec<u8> = frame.iter().chain(&ip).copied().collect();
+    let mut bad_checksum = valid.clone();
+    bad_checksum[14 + 10] ^= 0xff;
+    let mut truncated = valid.clone();
+    truncated[14 + 3] = 200; // total length beyond the frame
+    truncated[14 + 10..14 + 12].fill(0);
+    let sum = !ones_complement_sum(&truncated[14..34]);
+    truncated[14 + 10..14 + 12].copy_from_slice(&sum.to_be_bytes());
+    let frames: Vec<Vec<u8>> = (0..5)
+        .flat_map(|_| [bad_checksum.clone(), truncated.clone()])
+        .collect();
+    xfwd_lab::netns::run_in(&src, || forwarder::probe::send_raw("src0", &frames))
+        .unwrap()
+        .unwrap();
+    let stats = wait_stats(&xfwd, "malformed frames counted", |s| {
+        pipeline(s, "drops", "bad_checksum") >= 5 && pipeline(s, "drops", "truncated") >= 5
+    });
+    let drops = serde_json::to_string(&stats["queues"][0]["drops"]).unwrap();
+    assert!(
+        drops.contains("bad_checksum")
+            && drops.contains("truncated")
+            && drops.contains("blackhole"),
+        "{drops}"
+    );
+}
+
+fn ones_complement_sum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
 }
