@@ -71,9 +71,19 @@ impl<K: TrieKey> Infos<K> {
         }
     }
 
-    /// Remembers the info of a deleted route, to forget once unused.
+    /// Remembers the info of a deleted route, to forget once unused. An info shared by many
+    /// routes (one next hop for a whole BGP feed) is remembered once: pushing it per delete
+    /// made `dying`, and the sweep every change walks, grow with every delete.
     pub(crate) fn retire(&mut self, info: Arc<RouteInfo<K>>) {
-        self.dying.push(info);
+        if !self.dying.iter().any(|d| Arc::ptr_eq(d, &info)) {
+            self.dying.push(info);
+        }
+    }
+
+    /// How many infos wait to be forgotten.
+    #[cfg(test)]
+    pub(crate) fn dying_len(&self) -> usize {
+        self.dying.len()
     }
 
     pub(crate) fn sweep(&mut self) {
@@ -129,5 +139,36 @@ impl<K: TrieKey> Drop for StoreCell<K> {
             let guard = epoch::unprotected();
             drop(self.ptr.load(Ordering::Relaxed, guard).into_owned());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::NextHop;
+
+    #[test]
+    fn a_shared_info_is_retired_once() {
+        let mut infos = Infos::<u32> {
+            set: HashSet::new(),
+            dying: Vec::new(),
+        };
+        let info = RouteInfo {
+            nexthops: vec![NextHop::new(Some(0x0a00_0001), 2)],
+            ..RouteInfo::default()
+        };
+        let shared = infos.intern(&info);
+        let holders: Vec<_> = (0..100).map(|_| infos.intern(&info)).collect();
+        assert!(holders.iter().all(|h| Arc::ptr_eq(h, &shared)));
+        for h in holders {
+            infos.sweep();
+            infos.retire(h);
+        }
+        assert_eq!(infos.dying_len(), 1);
+        infos.sweep();
+        assert_eq!(infos.dying_len(), 1, "still used by `shared`");
+        drop(shared);
+        infos.sweep();
+        assert_eq!((infos.dying_len(), infos.set.len()), (0, 0));
     }
 }
