@@ -165,6 +165,7 @@ fn overrun_resync_equals_fresh_dump() {
     ip_batch(&ns, adds.chain(replaces).chain(deletes));
     converge(&live, &ns, Duration::from_secs(300)).unwrap();
     let s = live.stats();
+    eprintln!("overrun: converged; {s:?}");
     assert!(
         s.overruns >= 1 && s.resyncs >= 1,
         "the burst overran the buffer: {s:?}"

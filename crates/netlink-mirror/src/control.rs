@@ -92,8 +92,8 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Control {
-    pub route: NlSocket,
-    pub xfrm: Option<NlSocket>,
+    pub route: Channel,
+    pub xfrm: Option<Channel>,
     pub applier: Applier,
     pub requests: Receiver<(u32, IpAddr)>,
     pub limiter: RateLimiter,
@@ -145,12 +145,83 @@ fn unreachable_kind() -> RouteNetlinkMessage {
     RouteNetlinkMessage::GetLink(LinkMessage::default())
 }
 
-/// Dumps one kind on `sock`: requests, applies each entry as an upsert, keeps events that
-/// arrive meanwhile in `pending`, restarts on `NLM_F_DUMP_INTR`, then sweeps what the dump
-/// did not hold. Returns whether the socket overran meanwhile.
+/// The two sockets of one netlink protocol.
+///
+/// `events` joins the multicast groups and carries nothing else; `cmd` joins none and
+/// carries dumps and requests. Sharing one socket breaks under an event flood, for two
+/// reasons in the kernel's netlink code:
+/// - the next part of a dump is produced when a `recvmsg` finds the queue at most half full;
+///   if events fill it at that moment, the step fails with `ENOBUFS` and is only retried by a
+///   later successful `recvmsg`, so once the queue drains the dump stalls for good;
+/// - after the first dropped event the socket is congested and drops every further event
+///   without reporting it again until a `recvmsg` leaves its queue empty, which a stream of
+///   dump replies in the same queue can postpone for the whole dump.
+pub(crate) struct Channel {
+    pub events: NlSocket,
+    pub cmd: NlSocket,
+}
+
+/// Events read from an event socket, with what the reads saw.
+#[derive(Default)]
+struct Drained {
+    /// An `ENOBUFS`: events were lost.
+    overrun: bool,
+    /// The queue was found empty (which ends a congestion: later losses are reported).
+    empty: bool,
+}
+
+/// Reads up to `limit` datagrams of event socket `sock`, handing each decoded event to
+/// `each`; undecodable ones are counted.
+fn read_events<I: NetlinkDeserializable>(
+    sock: &mut NlSocket,
+    applier: &Applier,
+    limit: usize,
+    mut each: impl FnMut(u16, I),
+) -> io::Result<Drained> {
+    let mut out = Drained::default();
+    for _ in 0..limit {
+        match sock.recv()? {
+            Recv::Empty => {
+                out.empty = true;
+                break;
+            }
+            Recv::Overrun => {
+                inc(&applier.counters.overruns);
+                out.overrun = true;
+            }
+            Recv::Data => {
+                let mut bad = Vec::new();
+                sock.messages::<I>(
+                    |m| {
+                        if let NetlinkPayload::InnerMessage(msg) = m.payload {
+                            each(m.header.flags, msg);
+                        }
+                    },
+                    |kind, e| bad.push(format!("type {kind}: {e}")),
+                );
+                for b in bad {
+                    applier.map_failed(&MapError::Decode(b));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Datagrams of an event socket read per turn while a dump runs.
+const EVENTS_PER_TURN: usize = 64;
+/// A dump that times out is retried on a fresh command socket this many times.
+const DUMP_TIMEOUTS: u32 = 3;
+
+/// Dumps one kind on `ch.cmd`: requests, applies each entry as an upsert, keeps events that
+/// arrive on `ch.events` meanwhile in `pending`, restarts on `NLM_F_DUMP_INTR`, then sweeps
+/// what the dump did not hold. Returns whether events were lost meanwhile.
+///
+/// The event socket is read until empty after the dump's last part, so that a loss during
+/// the dump is seen here and not blamed on a later, clean, stretch.
 #[allow(clippy::too_many_arguments)]
 fn dump_kind<I>(
-    sock: &mut NlSocket,
+    ch: &mut Channel,
     applier: &mut Applier,
     kind: Kind,
     request: impl Fn() -> I,
@@ -163,43 +234,65 @@ where
     I: NetlinkSerializable + NetlinkDeserializable,
 {
     let mut overrun = false;
-    let mut failures = 0;
+    let (mut failures, mut timeouts) = (0, 0);
     loop {
-        let seq = sock.dump(request())?;
-        let port = sock.port();
+        let seq = ch.cmd.dump(request())?;
+        let port = ch.cmd.port();
         let mut seen = Seen::default();
-        let (mut done, mut intr, mut failed) = (false, false, None);
+        let (mut done, mut intr, mut failed, mut timed_out) = (false, false, None, false);
         let mut last = Instant::now();
-        while !done {
+        loop {
             if stop.load(Ordering::Relaxed) {
                 return Err(SyncError::Stopped);
             }
-            match sock.recv()? {
+            let drained = read_events(&mut ch.events, applier, EVENTS_PER_TURN, |f, m| {
+                pending.push((f, m));
+            })?;
+            overrun |= drained.overrun;
+            if done {
+                if drained.empty {
+                    break;
+                }
+                continue;
+            }
+            match ch.cmd.recv()? {
                 Recv::Overrun => {
-                    inc(&applier.counters.overruns);
-                    overrun = true;
+                    // Only replies land here, and the kernel never drops dump parts; a lost
+                    // error reply would show as a timeout.
+                    tracing::warn!(?kind, "command socket overran");
                     continue;
                 }
                 Recv::Empty => {
                     if last.elapsed() > settings.dump_timeout {
-                        return Err(
-                            io::Error::new(io::ErrorKind::TimedOut, "dump timed out").into()
-                        );
+                        timed_out = true;
+                        break;
                     }
-                    sock.wait(settings.poll_interval.max(Duration::from_millis(50)))?;
+                    if drained.empty {
+                        wait_any(
+                            &[&ch.cmd, &ch.events],
+                            settings.poll_interval.max(Duration::from_millis(50)),
+                        )?;
+                    }
                     continue;
                 }
                 Recv::Data => last = Instant::now(),
             }
             let mut bad = Vec::new();
-            sock.messages::<I>(
+            ch.cmd.messages::<I>(
                 |m| {
                     let ours = m.header.sequence_number == seq && m.header.port_number == port;
-                    if ours && m.header.flags & NLM_F_DUMP_INTR != 0 {
+                    if !ours {
+                        // A refused neighbour request (the only other thing sent here).
+                        if matches!(&m.payload, NetlinkPayload::Error(e) if e.code.is_some()) {
+                            inc(&applier.counters.resolve_errors);
+                        }
+                        return;
+                    }
+                    if m.header.flags & NLM_F_DUMP_INTR != 0 {
                         intr = true;
                     }
                     match m.payload {
-                        NetlinkPayload::InnerMessage(msg) if ours => {
+                        NetlinkPayload::InnerMessage(msg) => {
                             match map(&msg, m.header.flags, true) {
                                 Ok(mapped) => {
                                     seen.record(&mapped);
@@ -208,16 +301,10 @@ where
                                 Err(e) => applier.map_failed(&e),
                             }
                         }
-                        NetlinkPayload::InnerMessage(msg) => pending.push((m.header.flags, msg)),
-                        NetlinkPayload::Done(_) if ours => done = true,
-                        NetlinkPayload::Error(e) if ours => {
+                        NetlinkPayload::Done(_) => done = true,
+                        NetlinkPayload::Error(e) => {
                             failed = Some(e.raw_code());
                             done = true;
-                        }
-                        NetlinkPayload::Error(e)
-                            if m.header.port_number == port && e.code.is_some() =>
-                        {
-                            inc(&applier.counters.resolve_errors);
                         }
                         _ => {}
                     }
@@ -227,6 +314,22 @@ where
             for b in bad {
                 applier.map_failed(&MapError::Decode(b));
             }
+        }
+        if timed_out {
+            timeouts += 1;
+            tracing::warn!(
+                ?kind,
+                timeouts,
+                "dump timed out; retrying on a fresh socket"
+            );
+            if timeouts >= DUMP_TIMEOUTS {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "dump timed out").into());
+            }
+            ch.cmd
+                .reopen()
+                .map_err(|e| SyncError::Io(io::Error::other(e.to_string())))?;
+            inc(&applier.counters.dump_restarts);
+            continue;
         }
         if let Some(code) = failed {
             failures += 1;
@@ -257,11 +360,16 @@ impl Control {
         map_xfrm(m)
     }
 
-    /// Dumps `kinds` on the route socket, then applies the events that arrived meanwhile.
-    /// Returns whether the socket overran during the synchronisation.
+    /// Dumps `kinds` on the route channel, then applies the events that arrived meanwhile.
+    /// Returns whether events were lost in a way these dumps do not repair.
+    ///
+    /// The queued events are applied first, until the event socket is empty: that ends any
+    /// congestion, so every loss from the first dump request on is reported. Losses before it
+    /// are repaired by the dumps when `kinds` is every kind; a partial re-dump reports them.
     fn sync_route(&mut self, kinds: &[Kind]) -> Result<bool, SyncError> {
+        let before = self.drain_route(usize::MAX)?;
+        let mut overrun = before && kinds.len() < ROUTE_KINDS.len();
         let mut pending = Vec::new();
-        let mut overrun = false;
         for &kind in kinds {
             overrun |= dump_kind(
                 &mut self.route,
@@ -281,12 +389,16 @@ impl Control {
     }
 
     fn sync_xfrm(&mut self) -> Result<bool, SyncError> {
-        let Some(sock) = self.xfrm.as_mut() else {
+        if self.xfrm.is_none() {
+            return Ok(false);
+        }
+        self.drain_xfrm(usize::MAX)?;
+        let Some(ch) = self.xfrm.as_mut() else {
             return Ok(false);
         };
         let mut pending = Vec::new();
         let overrun = dump_kind(
-            sock,
+            ch,
             &mut self.applier,
             Kind::Policy,
             || XfrmMessage::GetPolicy(DelGetMessage::default()),
@@ -296,10 +408,7 @@ impl Control {
             &self.stop,
         )?;
         for (_, msg) in pending {
-            match map_xfrm(&msg) {
-                Ok(m) => self.applier.apply(m),
-                Err(e) => self.applier.map_failed(&e),
-            }
+            self.apply_policy_event(&msg);
         }
         Ok(overrun)
     }
@@ -311,7 +420,14 @@ impl Control {
         }
     }
 
-    /// Synchronises until a pass finishes without an overrun.
+    fn apply_policy_event(&mut self, msg: &XfrmMessage) {
+        match map_xfrm(msg) {
+            Ok(m) => self.applier.apply(m),
+            Err(e) => self.applier.map_failed(&e),
+        }
+    }
+
+    /// Synchronises until a pass finishes without losing events.
     fn full_sync(&mut self, resync: bool) -> Result<(), SyncError> {
         let mut again = resync;
         let mut first = true;
@@ -354,13 +470,15 @@ impl Control {
 
     /// One round: wait, read and apply events, resynchronise if needed, send requests.
     fn step(&mut self) -> Result<(), SyncError> {
-        let mut socks = vec![&self.route];
+        let mut socks = vec![&self.route.events, &self.route.cmd];
         if let Some(x) = &self.xfrm {
-            socks.push(x);
+            socks.push(&x.events);
         }
         wait_any(&socks, self.settings.poll_interval)?;
-        let route_overrun = self.drain_route()?;
-        let xfrm_overrun = self.drain_xfrm()?;
+        // Bounded so that resolver requests and stop are served during floods.
+        let route_overrun = self.drain_route(4096)?;
+        let xfrm_overrun = self.drain_xfrm(4096)?;
+        self.drain_replies()?;
         if route_overrun || xfrm_overrun {
             tracing::warn!("netlink receive buffer overran; resynchronising");
             self.full_sync(true)?;
@@ -376,86 +494,87 @@ impl Control {
         Ok(())
     }
 
-    /// Reads and applies every queued event of the route socket; says whether it overran.
-    fn drain_route(&mut self) -> Result<bool, SyncError> {
+    /// Reads and applies up to `limit` datagrams of route events, or until none is queued;
+    /// says whether events were lost.
+    fn drain_route(&mut self, limit: usize) -> Result<bool, SyncError> {
+        let mut events = Vec::new();
         let mut overrun = false;
-        // Bounded so that resolver requests and stop are served during floods.
-        for _ in 0..4096 {
-            match self.route.recv()? {
-                Recv::Empty => break,
-                Recv::Overrun => {
-                    inc(&self.applier.counters.overruns);
-                    overrun = true;
-                }
-                Recv::Data => {
-                    let port = self.route.port();
-                    let mut events = Vec::new();
-                    let mut refused = Vec::new();
-                    let mut bad = Vec::new();
-                    self.route.messages::<RouteNetlinkMessage>(
-                        |m| match m.payload {
-                            NetlinkPayload::InnerMessage(msg) => events.push((m.header.flags, msg)),
-                            NetlinkPayload::Error(e)
-                                if m.header.port_number == port && e.code.is_some() =>
-                            {
-                                refused.push(e.to_io());
-                            }
-                            _ => {}
-                        },
-                        |kind, e| bad.push(format!("type {kind}: {e}")),
-                    );
-                    for e in refused {
-                        inc(&self.applier.counters.resolve_errors);
-                        tracing::debug!(error = %e, "neighbour request refused");
-                    }
-                    for b in bad {
-                        self.applier.map_failed(&MapError::Decode(b));
-                    }
-                    for (flags, msg) in events {
-                        self.apply_route_event(&msg, flags);
-                    }
-                }
+        let mut left = limit;
+        while left > 0 {
+            let turn = left.min(EVENTS_PER_TURN);
+            left -= turn;
+            let drained = read_events(&mut self.route.events, &self.applier, turn, |f, m| {
+                events.push((f, m));
+            })?;
+            overrun |= drained.overrun;
+            for (flags, msg) in events.drain(..) {
+                self.apply_route_event(&msg, flags);
+            }
+            if drained.empty {
+                break;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(SyncError::Stopped);
             }
         }
         Ok(overrun)
     }
 
-    fn drain_xfrm(&mut self) -> Result<bool, SyncError> {
-        let Some(sock) = self.xfrm.as_mut() else {
-            return Ok(false);
-        };
+    /// [`Control::drain_route`] for the xfrm channel.
+    fn drain_xfrm(&mut self, limit: usize) -> Result<bool, SyncError> {
+        let mut events = Vec::new();
         let mut overrun = false;
-        for _ in 0..4096 {
-            match sock.recv()? {
-                Recv::Empty => break,
-                Recv::Overrun => {
-                    inc(&self.applier.counters.overruns);
-                    overrun = true;
-                }
+        let mut left = limit;
+        while left > 0 {
+            let Some(ch) = self.xfrm.as_mut() else {
+                return Ok(false);
+            };
+            let turn = left.min(EVENTS_PER_TURN);
+            left -= turn;
+            let drained = read_events(&mut ch.events, &self.applier, turn, |_, m| {
+                events.push(m);
+            })?;
+            overrun |= drained.overrun;
+            for msg in events.drain(..) {
+                self.apply_policy_event(&msg);
+            }
+            if drained.empty {
+                break;
+            }
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(SyncError::Stopped);
+            }
+        }
+        Ok(overrun)
+    }
+
+    /// Reads what the kernel answered to neighbour requests on the route command socket
+    /// (only refusals: the requests ask for no acknowledgement).
+    fn drain_replies(&mut self) -> Result<(), SyncError> {
+        let port = self.route.cmd.port();
+        loop {
+            match self.route.cmd.recv()? {
+                Recv::Empty => return Ok(()),
+                Recv::Overrun => tracing::warn!("route command socket overran"),
                 Recv::Data => {
-                    let mut events = Vec::new();
-                    let mut bad = Vec::new();
-                    sock.messages::<XfrmMessage>(
+                    let mut refused = Vec::new();
+                    self.route.cmd.messages::<RouteNetlinkMessage>(
                         |m| {
-                            if let NetlinkPayload::InnerMessage(msg) = m.payload {
-                                events.push(msg);
+                            if let NetlinkPayload::Error(e) = m.payload {
+                                if m.header.port_number == port && e.code.is_some() {
+                                    refused.push(e.to_io());
+                                }
                             }
                         },
-                        |kind, e| bad.push(format!("xfrm type {kind}: {e}")),
+                        |_, _| {},
                     );
-                    for b in bad {
-                        self.applier.map_failed(&MapError::Decode(b));
-                    }
-                    for msg in events {
-                        match map_xfrm(&msg) {
-                            Ok(m) => self.applier.apply(m),
-                            Err(e) => self.applier.map_failed(&e),
-                        }
+                    for e in refused {
+                        inc(&self.applier.counters.resolve_errors);
+                        tracing::debug!(error = %e, "neighbour request refused");
                     }
                 }
             }
         }
-        Ok(overrun)
     }
 
     /// Sends the queued neighbour resolution requests that pass the rate limits.
@@ -468,6 +587,7 @@ impl Control {
             }
             match self
                 .route
+                .cmd
                 .request(resolve_message(ifindex, addr), NLM_F_CREATE | NLM_F_REPLACE)
             {
                 Ok(_) => inc(&self.applier.counters.resolve_sent),

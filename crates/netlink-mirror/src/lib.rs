@@ -7,15 +7,19 @@
 //! - A control thread per namespace enters the namespace (only itself: `setns` on that
 //!   thread), opens an `NETLINK_ROUTE` socket subscribed to the link, neighbour, IPv4/IPv6
 //!   address, route and rule groups, and an `NETLINK_XFRM` socket subscribed to
-//!   `XFRMNLGRP_POLICY`, both with a large receive buffer (`SO_RCVBUFFORCE`).
+//!   `XFRMNLGRP_POLICY`, both with a large receive buffer (`SO_RCVBUFFORCE`); dumps and
+//!   requests go over a second, unsubscribed, socket of each protocol, so an event flood can
+//!   neither stall a dump nor hide its losses behind the dump's replies.
 //! - Subscribe, then dump: each kind is dumped in turn (links first, since rules name
 //!   interfaces); dump entries are applied as they arrive, events that arrive meanwhile are
 //!   kept and applied after the dumps. A dump the kernel flags `NLM_F_DUMP_INTR` is restarted.
 //! - Everything is applied as an idempotent upsert or a tolerant delete ([`apply`]), so an
 //!   event seen again after a dump that already held it changes nothing.
-//! - `ENOBUFS` (events lost) starts a resynchronisation: dump everything again, apply it, and
-//!   sweep what the dumps no longer hold. When a link loses `IFF_UP` or goes away the kernel
-//!   flushes its IPv4 routes without notifications, so the routes are re-dumped then too.
+//! - `ENOBUFS` (events lost) starts a resynchronisation: read the event socket until empty
+//!   (which ends the kernel's silent congestion drops), dump everything again, apply it, and
+//!   sweep what the dumps no longer hold; repeated while events are lost during the dumps.
+//!   When a link loses `IFF_UP` or goes away the kernel flushes its IPv4 routes without
+//!   notifications, so the routes are re-dumped then too.
 //! - Mapping a message ([`map`]) is total: a message the tables cannot represent (nexthop
 //!   objects, encapsulation, uid-range rules, marked policies, ...) is a [`MapError`],
 //!   counted by kind in [`MirrorStats`] and logged with `tracing`, never a panic and never

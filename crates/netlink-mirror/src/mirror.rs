@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::apply::Applier;
 use crate::change::Observer;
-use crate::control::{Control, Phase, ROUTE_GROUPS, Settings, SyncState, XFRM_GROUPS};
+use crate::control::{Channel, Control, Phase, ROUTE_GROUPS, Settings, SyncState, XFRM_GROUPS};
 use crate::error::MirrorError;
 use crate::netns::{self, NetnsSpec};
 use crate::resolver::{NeighResolver, RateLimiter};
@@ -19,11 +19,16 @@ use crate::tables::MirroredTables;
 /// Default receive buffer: 64 MiB holds a burst of several hundred thousand route events.
 pub const DEFAULT_RCVBUF: usize = 64 << 20;
 
+/// Receive buffer of the command sockets (dump replies, request errors): one dump part
+/// (at most 32 KiB) is queued at a time.
+const COMMAND_RCVBUF: usize = 1 << 20;
+
 /// How a mirror runs. `MirrorOptions::default()` suits a router.
 #[derive(Clone)]
 pub struct MirrorOptions {
-    /// Receive buffer of each netlink socket, set with `SO_RCVBUFFORCE` (needs
-    /// `CAP_NET_ADMIN`; else `SO_RCVBUF`, capped by `net.core.rmem_max`).
+    /// Receive buffer of each event socket (the one joined to the multicast groups), set
+    /// with `SO_RCVBUFFORCE` (needs `CAP_NET_ADMIN`; else `SO_RCVBUF`, capped by
+    /// `net.core.rmem_max`). Dumps and requests use a separate socket.
     pub rcvbuf: usize,
     /// Mirror xfrm policies (a `NETLINK_XFRM` socket).
     pub xfrm: bool,
@@ -109,17 +114,15 @@ impl Mirror {
                     let opened = (|| {
                         let netns = netns::enter(&spec)?;
                         let tables = MirroredTables::new(netns, netns::promote_secondaries());
-                        let route = NlSocket::open(
-                            netlink_sys::protocols::NETLINK_ROUTE,
-                            &ROUTE_GROUPS,
-                            options.rcvbuf,
-                        )?;
+                        let channel = |protocol, groups: &[u32]| {
+                            Ok::<_, MirrorError>(Channel {
+                                events: NlSocket::open(protocol, groups, options.rcvbuf)?,
+                                cmd: NlSocket::open(protocol, &[], COMMAND_RCVBUF)?,
+                            })
+                        };
+                        let route = channel(netlink_sys::protocols::NETLINK_ROUTE, &ROUTE_GROUPS)?;
                         let xfrm = if options.xfrm {
-                            Some(NlSocket::open(
-                                netlink_sys::protocols::NETLINK_XFRM,
-                                &XFRM_GROUPS,
-                                options.rcvbuf,
-                            )?)
+                            Some(channel(netlink_sys::protocols::NETLINK_XFRM, &XFRM_GROUPS)?)
                         } else {
                             None
                         };
@@ -132,7 +135,7 @@ impl Mirror {
                             return;
                         }
                     };
-                    let rcvbuf = route.rcvbuf();
+                    let rcvbuf = route.events.rcvbuf();
                     if ready_tx.send(Ok((tables.clone(), rcvbuf))).is_err() {
                         return;
                     }
@@ -219,6 +222,24 @@ impl MirrorHandle {
     /// Whether the first synchronisation finished.
     pub fn is_synced(&self) -> bool {
         *self.sync.phase.lock().unwrap_or_else(|e| e.into_inner()) == Phase::Synced
+    }
+
+    /// Why the control thread stopped, if it failed (the tables then stay as they were and
+    /// no longer follow the kernel).
+    ///
+    /// ```no_run
+    /// # use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+    /// let m = Mirror::start(NetnsSpec::Current, MirrorOptions::default())?;
+    /// if let Some(why) = m.failure() {
+    ///     eprintln!("the mirror stopped following the kernel: {why}");
+    /// }
+    /// # Ok::<(), netlink_mirror::MirrorError>(())
+    /// ```
+    pub fn failure(&self) -> Option<String> {
+        match &*self.sync.phase.lock().unwrap_or_else(|e| e.into_inner()) {
+            Phase::Failed(e) => Some(e.clone()),
+            _ => None,
+        }
     }
 
     /// Waits until the first synchronisation finished (every kind dumped and applied).

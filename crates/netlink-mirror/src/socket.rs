@@ -36,6 +36,10 @@ pub(crate) struct NlSocket {
     port: u32,
     seq: u32,
     buf: Vec<u8>,
+    /// How it was opened, to open it again ([`NlSocket::reopen`]).
+    protocol: isize,
+    groups: Vec<u32>,
+    rcvbuf_asked: usize,
 }
 
 /// Receive buffer for one datagram (dump parts are at most a few tens of KiB).
@@ -69,7 +73,21 @@ impl NlSocket {
             port: addr.port_number(),
             seq: 0,
             buf: Vec::with_capacity(RECV_BUF),
+            protocol,
+            groups: groups.to_vec(),
+            rcvbuf_asked: rcvbuf,
         })
+    }
+
+    /// Replaces the socket by a fresh one opened the same way (in the calling thread's
+    /// namespace): the kernel forgets a dump in progress on the old one, and whatever it had
+    /// queued.
+    pub fn reopen(&mut self) -> Result<(), MirrorError> {
+        let fresh = NlSocket::open(self.protocol, &self.groups, self.rcvbuf_asked)?;
+        let seq = self.seq;
+        *self = fresh;
+        self.seq = seq;
+        Ok(())
     }
 
     /// The socket's port id (the `nlmsg_pid` of replies to its requests).
@@ -100,11 +118,6 @@ impl NlSocket {
     /// Sends a dump request for `payload`.
     pub fn dump<I: NetlinkSerializable>(&mut self, payload: I) -> io::Result<u32> {
         self.request(payload, NLM_F_DUMP)
-    }
-
-    /// Waits up to `timeout` for something to read.
-    pub fn wait(&self, timeout: Duration) -> io::Result<bool> {
-        wait_any(&[self], timeout).map(|r| r[0])
     }
 
     /// Reads one datagram into the buffer.

@@ -47,6 +47,12 @@ pub fn snapshot(t: &MirroredTables) -> Vec<String> {
 pub fn converge(live: &MirrorHandle, ns: &Netns, timeout: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {
+        if let Some(why) = live.failure() {
+            return Err(format!(
+                "the mirror stopped: {why}; stats {:?}",
+                live.stats()
+            ));
+        }
         let fresh = mirror(ns, MirrorOptions::default());
         let want = snapshot(fresh.tables());
         let got = snapshot(live.tables());
