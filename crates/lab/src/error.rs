@@ -22,6 +22,9 @@ pub enum LabError {
         /// How many fit at that length.
         max: usize,
     },
+    /// A queue count the lab's veth links cannot have.
+    #[error("{0} queues per veth: use 1..={max}", max = crate::Lab::MAX_QUEUES)]
+    InvalidQueues(u32),
     /// A link did not come up in time.
     #[error("{iface} in {netns} is not up after {timeout:?}")]
     LinkDown {

@@ -35,6 +35,7 @@ pub struct Lab {
     prefix: String,
     extra_prefixes: usize,
     extra_ipv4_len: u8,
+    queues: u32,
 }
 
 impl Lab {
@@ -42,6 +43,8 @@ impl Lab {
     pub const DEFAULT_PREFIX: &'static str = "xfwd-lab";
     /// The default IPv4 length of the extra prefixes.
     pub const DEFAULT_EXTRA_IPV4_LEN: u8 = 24;
+    /// The most RX/TX queues a lab veth can be given ([`with_queues`](Self::with_queues)).
+    pub const MAX_QUEUES: u32 = 64;
 
     /// A lab whose namespaces are `PREFIX-src`, `PREFIX-fwd` and `PREFIX-dst`, with no extra
     /// prefixes.
@@ -55,6 +58,7 @@ impl Lab {
             prefix: prefix.to_owned(),
             extra_prefixes: 0,
             extra_ipv4_len: Self::DEFAULT_EXTRA_IPV4_LEN,
+            queues: 1,
         })
     }
 
@@ -104,6 +108,32 @@ impl Lab {
         self.extra_prefixes = count;
         self.extra_ipv4_len = ipv4_len;
         Ok(self)
+    }
+
+    /// Gives every veth of the lab `queues` RX and `queues` TX queues on both ends (default 1,
+    /// veth's own default), for multi-queue AF_XDP: on veth, a frame sent on TX queue *q*
+    /// arrives on the peer's RX queue *q*.
+    ///
+    /// # Errors
+    /// [`LabError::InvalidQueues`] unless `queues` is 1..=[`MAX_QUEUES`](Self::MAX_QUEUES).
+    ///
+    /// ```
+    /// let lab = xfwd_lab::Lab::new("doc")?.with_queues(2)?;
+    /// assert_eq!(lab.queues(), 2);
+    /// assert!(xfwd_lab::Lab::new("doc")?.with_queues(0).is_err());
+    /// # Ok::<(), xfwd_lab::LabError>(())
+    /// ```
+    pub fn with_queues(mut self, queues: u32) -> Result<Self, LabError> {
+        if !(1..=Self::MAX_QUEUES).contains(&queues) {
+            return Err(LabError::InvalidQueues(queues));
+        }
+        self.queues = queues;
+        Ok(self)
+    }
+
+    /// RX (and TX) queues of each veth end.
+    pub fn queues(&self) -> u32 {
+        self.queues
     }
 
     /// The lab's name prefix.
@@ -175,12 +205,13 @@ impl Lab {
 
         for (end, peer) in LINKS {
             // Run inside the first end's namespace, so the host's namespace never sees either end.
-            node(end.role).add_veth(
+            node(end.role).add_veth_queues(
                 end.name,
                 end.mac,
                 node(peer.role).name(),
                 peer.name,
                 peer.mac,
+                self.queues,
             )?;
         }
         for (end, peer) in LINKS {
@@ -391,6 +422,46 @@ mod tests {
         );
         assert_eq!(SRC0.role, Role::Src);
         assert_eq!(DST0.role, Role::Dst);
+    }
+
+    /// `with_queues(2)` gives all four veth ends two RX and two TX queues; the default one.
+    #[test]
+    fn veth_queue_counts() {
+        if !crate::privileged("veth_queue_counts") {
+            return;
+        }
+        for queues in [1, 2] {
+            let lab = Lab::unique("vq")
+                .unwrap()
+                .with_queues(queues)
+                .unwrap()
+                .up_scoped()
+                .unwrap();
+            for iface in INTERFACES {
+                // The real queue counts (`ip -d` shows the allocated ones, which veth sets to
+                // the number of possible CPUs when none are asked for): sysfs, as seen from
+                // inside the namespace.
+                let ns = lab.netns(iface.role);
+                let dir = format!("/sys/class/net/{}/queues", iface.name);
+                let listing = crate::command::ip(["netns", "exec", &ns, "ls", &dir]).unwrap();
+                let count = |kind: &str| {
+                    listing
+                        .split_whitespace()
+                        .filter(|q| q.starts_with(kind))
+                        .count()
+                };
+                assert_eq!(
+                    (count("rx-"), count("tx-")),
+                    (queues as usize, queues as usize),
+                    "{}: {listing}",
+                    iface.name
+                );
+            }
+        }
+        assert!(matches!(
+            Lab::new("t").unwrap().with_queues(65),
+            Err(LabError::InvalidQueues(65))
+        ));
     }
 
     /// A failure at any step of `up` leaves none of the lab's namespaces behind.

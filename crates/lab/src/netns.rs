@@ -158,23 +158,41 @@ impl Netns {
         peer_name: &str,
         peer_mac: [u8; 6],
     ) -> Result<(), LabError> {
-        self.ip([
-            "link",
-            "add",
-            name,
-            "address",
-            &format_mac(mac),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            peer_name,
-            "address",
-            &format_mac(peer_mac),
-            "netns",
-            peer_netns,
-        ])
-        .map(drop)
+        self.add_veth_queues(name, mac, peer_netns, peer_name, peer_mac, 1)
+    }
+
+    /// As [`add_veth`](Self::add_veth), with `queues` RX and `queues` TX queues on both ends
+    /// (`numrxqueues` / `numtxqueues`; 1 is veth's default and adds nothing to the command).
+    ///
+    /// On veth the peer's receive queue is the sender's transmit queue, and the kernel attaches
+    /// a native XDP program only when the device has at least as many RX queues as its peer
+    /// has TX queues: equal counts on both ends satisfy both directions.
+    ///
+    /// # Errors
+    /// The failing `ip link add`.
+    pub fn add_veth_queues(
+        &self,
+        name: &str,
+        mac: [u8; 6],
+        peer_netns: &str,
+        peer_name: &str,
+        peer_mac: [u8; 6],
+        queues: u32,
+    ) -> Result<(), LabError> {
+        let (mac, peer_mac, count) = (format_mac(mac), format_mac(peer_mac), queues.to_string());
+        let counts: &[&str] = if queues > 1 {
+            &["numtxqueues", &count, "numrxqueues", &count]
+        } else {
+            &[]
+        };
+        let mut args = vec!["link", "add", name, "address", &mac];
+        args.extend_from_slice(counts);
+        args.extend([
+            "type", "veth", "peer", "name", peer_name, "address", &peer_mac,
+        ]);
+        args.extend_from_slice(counts);
+        args.extend(["netns", peer_netns]);
+        self.ip(args).map(drop)
     }
 
     /// Runs `f` on a thread inside this namespace; see [`run_in`].
