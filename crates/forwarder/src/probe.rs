@@ -259,6 +259,20 @@ impl Capture {
 
     /// Collects this run's probes until `done` is set and `linger` has passed since.
     pub fn collect(&self, run: u32, done: &AtomicBool, linger: Duration) -> ProbeReport {
+        self.collect_matching(done, linger, |frame| probe_seq(frame, run))
+    }
+
+    /// Collects, until `done` is set and `linger` has passed since, every UDP-over-IPv4/IPv6
+    /// frame to which `identify` gives an id (frames it returns `None` for are ignored): the
+    /// same checks as [`collect`](Self::collect) (MACs, TTL / hop limit, IPv4 header and UDP
+    /// checksums), with `unique` counting distinct ids. This is how other generators' probes
+    /// are checked, for example `pktgen`'s (id = flow and sequence number).
+    pub fn collect_matching(
+        &self,
+        done: &AtomicBool,
+        linger: Duration,
+        identify: impl Fn(&[u8]) -> Option<u64>,
+    ) -> ProbeReport {
         let mut report = ProbeReport::default();
         let mut seen = std::collections::HashSet::new();
         let mut buf = vec![0u8; 65_536];
@@ -288,7 +302,10 @@ impl Capture {
                 continue;
             }
             let frame = &buf[..n as usize];
-            if let Some((seq, check)) = inspect(frame, run) {
+            let Some(seq) = identify(frame) else {
+                continue;
+            };
+            if let Some(check) = check_udp(frame) {
                 report.received += 1;
                 seen.insert(seq);
                 if !check.checksums_ok {
@@ -315,8 +332,8 @@ struct Check {
     checksums_ok: bool,
 }
 
-/// If `frame` is a probe of `run`: its sequence number and checks.
-fn inspect(frame: &[u8], run: u32) -> Option<(u64, Check)> {
+/// If `frame` is an `xfwd probe` frame of `run`: its sequence number.
+fn probe_seq(frame: &[u8], run: u32) -> Option<u64> {
     let packet = SlicedPacket::from_ethernet(frame).ok()?;
     let Some(TransportSlice::Udp(udp)) = &packet.transport else {
         return None;
@@ -328,7 +345,21 @@ fn inspect(frame: &[u8], run: u32) -> Option<(u64, Check)> {
     if payload.len() < 20 || &payload[..8] != MAGIC || payload[8..12] != run.to_be_bytes() {
         return None;
     }
-    let seq = u64::from_be_bytes(payload[12..20].try_into().ok()?);
+    Some(u64::from_be_bytes(payload[12..20].try_into().ok()?))
+}
+
+/// If `frame` is a probe of `run`: its sequence number and checks.
+#[cfg(test)]
+fn inspect(frame: &[u8], run: u32) -> Option<(u64, Check)> {
+    Some((probe_seq(frame, run)?, check_udp(frame)?))
+}
+
+/// The TTL / hop limit and checksum validity of a UDP datagram over IPv4 or IPv6.
+fn check_udp(frame: &[u8]) -> Option<Check> {
+    let packet = SlicedPacket::from_ethernet(frame).ok()?;
+    let Some(TransportSlice::Udp(udp)) = &packet.transport else {
+        return None;
+    };
     let udp_bytes = udp.slice();
     let (ttl, checksums_ok) = match &packet.net {
         Some(NetSlice::Ipv4(ip)) => {
@@ -349,7 +380,7 @@ fn inspect(frame: &[u8], run: u32) -> Option<(u64, Check)> {
         }
         _ => return None,
     };
-    Some((seq, Check { ttl, checksums_ok }))
+    Some(Check { ttl, checksums_ok })
 }
 
 /// Ones'-complement sum of big-endian 16-bit words (RFC 1071), not yet folded.
@@ -418,6 +449,23 @@ mod tests {
             assert!(!inspect(&frame, 7).unwrap().1.checksums_ok, "{src}");
         }
         assert!(probe_frame(&spec("198.18.0.2", "2001:db8::1"), 1, 1).is_err());
+    }
+
+    /// Any UDP frame is checked, probe or not; only `xfwd probe` frames get a sequence number.
+    #[test]
+    fn foreign_udp_frames_are_checked_too() {
+        let mut frame = Vec::new();
+        PacketBuilder::ethernet2([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2])
+            .ipv4([198, 18, 0, 2], [198, 18, 2, 1], 63)
+            .udp(1000, 9)
+            .write(&mut frame, b"not a probe of ours")
+            .unwrap();
+        assert!(probe_seq(&frame, 1).is_none());
+        let check = check_udp(&frame).unwrap();
+        assert_eq!((check.ttl, check.checksums_ok), (63, true));
+        frame[14 + 8] = 62; // TTL changed, IPv4 header checksum not updated
+        assert!(!check_udp(&frame).unwrap().checksums_ok);
+        assert!(check_udp(&[0u8; 60]).is_none(), "not IP");
     }
 
     #[test]

@@ -39,6 +39,40 @@ pub static ROUTER_DROP_REASONS: LazyLock<Vec<&'static str>> =
 /// Where a queue publishes its pipeline counters for the stats thread.
 pub type SharedCounters = Arc<Mutex<Counters>>;
 
+/// The published counters of every queue, by queue id.
+///
+/// Run loops build their processors on their own threads, so they register in whatever order
+/// the threads start: the queue id travels with each entry rather than being inferred from the
+/// order of registration.
+#[derive(Debug, Default, Clone)]
+pub struct CounterBoard(Arc<Mutex<Vec<(u32, SharedCounters)>>>);
+
+impl CounterBoard {
+    /// A new (zeroed) counter slot for `queue`.
+    pub fn register(&self, queue: u32) -> SharedCounters {
+        let counters = SharedCounters::default();
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((queue, counters.clone()));
+        counters
+    }
+
+    /// Every registered queue's last published counters, sorted by queue id.
+    pub fn snapshots(&self) -> Vec<PipelineSnapshot> {
+        let queues = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut out: Vec<PipelineSnapshot> = queues
+            .iter()
+            .map(|(queue, c)| {
+                let counters = c.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                PipelineSnapshot::new(*queue, &counters)
+            })
+            .collect();
+        out.sort_by_key(|p| p.queue);
+        out
+    }
+}
+
 /// Where a queue's neighbour resolution requests go: in `xfwd`,
 /// `netlink_mirror::NeighResolver::request` (non-blocking, no syscall).
 pub type Resolve = Box<dyn Fn(u32, std::net::IpAddr) -> bool + Send>;
@@ -215,20 +249,16 @@ pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipelin
         generation: m.generation.clone(),
         sock_netns,
     };
-    let shared: Arc<Mutex<Vec<SharedCounters>>> = Arc::default();
+    let board = CounterBoard::default();
     let resolver = mirror.resolver();
     let make = {
-        let shared = shared.clone();
+        let board = board.clone();
         move |queue: u32| -> anyhow::Result<Router> {
             let dp = Queue::new(dataplane::Config {
                 queue_id: queue,
                 ..config
             })?;
-            let counters = SharedCounters::default();
-            shared
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(counters.clone());
+            let counters = board.register(queue);
             let resolver = resolver.clone();
             let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
             Ok(Router::new(dp, tables.clone(), resolve, counters))
@@ -240,16 +270,7 @@ pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipelin
     };
     let mirror = Arc::new(mirror);
     let report = move |stats: &mut crate::stats::Stats| {
-        let queues = shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        stats.pipeline = queues
-            .iter()
-            .enumerate()
-            .map(|(q, c)| {
-                let counters = c.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                PipelineSnapshot::new(q as u32, &counters)
-            })
-            .collect();
-        stats.pipeline.sort_by_key(|p| p.queue);
+        stats.pipeline = board.snapshots();
         let ms = mirror.stats();
         stats.mirror = vec![
             ("applied".into(), ms.applied),
@@ -478,5 +499,19 @@ mod tests {
         assert_eq!(snap.verdicts[1], ("transmit".to_owned(), 1));
         assert_eq!(snap.drops, vec![("truncated".to_owned(), 1)]);
         assert_eq!(snap.icmp_sent.len(), 1);
+    }
+
+    /// Queues register from their own threads in any order; each snapshot carries the id of
+    /// the queue whose counters it holds.
+    #[test]
+    fn counter_board_labels_by_queue_not_by_registration_order() {
+        let board = CounterBoard::default();
+        let one = board.register(1);
+        let zero = board.register(0);
+        one.lock().unwrap().rx = 11;
+        zero.lock().unwrap().rx = 5;
+        let snaps = board.snapshots();
+        let rx: Vec<(u32, u64)> = snaps.iter().map(|s| (s.queue, s.verdicts[0].1)).collect();
+        assert_eq!(rx, [(0, 5), (1, 11)]);
     }
 }

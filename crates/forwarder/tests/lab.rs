@@ -1,6 +1,7 @@
 //! Privileged tests of the `xfwd` binary on the virtual lab (each test its own lab):
-//! forwarding, what the kernel keeps (ARP, ND, local addresses), lifecycle (SIGTERM, SIGKILL,
-//! failed start-up, link down/up, interface removal).
+//! forwarding (one queue, and two run loops on two-queue veths), what the kernel keeps (ARP,
+//! ND, local addresses), lifecycle (SIGTERM, SIGKILL, failed start-up, link down/up, interface
+//! removal).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -819,4 +820,159 @@ fn ones_complement_sum(bytes: &[u8]) -> u16 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
     sum as u16
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several queues: one run loop per queue, each with its own UMEM.
+
+/// The counters of queue `q` as `xfwd stats --json` reports them: (frames received on fwd0,
+/// frames sent on fwd1, pipeline `transmit` verdicts).
+fn queue_counts(stats: &serde_json::Value, q: usize) -> (u64, u64, u64) {
+    let queue = &stats["queues"][q];
+    assert_eq!(queue["queue"], q as u64, "queue snapshots in queue order");
+    let port = |i: usize, key: &str| queue["ports"][i][key].as_u64().unwrap();
+    let pipeline = &stats["pipeline"][q];
+    assert_eq!(pipeline["queue"], q as u64, "{stats:#}");
+    let transmit = pipeline["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "transmit")
+        .and_then(|pair| pair[1].as_u64())
+        .unwrap();
+    (port(0, "rx_packets"), port(1, "tx_packets"), transmit)
+}
+
+/// Sends `count` pktgen probes of `flows` from src0 on TX queues `queues` (on veth, the queue
+/// they arrive on at fwd0) at 10 kpps, and checks in dst, with a packet capture on dst0, what
+/// arrived: the probe ids seen, MACs, TTLs and checksums.
+fn pktgen_through(
+    lab: &Lab,
+    flows: &pktgen::FlowSet,
+    queues: &[u32],
+    count: u64,
+) -> (pktgen::TxReport, forwarder::probe::ProbeReport) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let capture = xfwd_lab::netns::run_in(&lab.netns(Role::Dst), || {
+        forwarder::probe::Capture::open(topology::DST0.name)
+    })
+    .unwrap()
+    .unwrap();
+    let done = AtomicBool::new(false);
+    let mut tx = pktgen::TxConfig::new(topology::SRC0.name);
+    tx.queues = queues.to_vec();
+    tx.size = pktgen::FrameSize::Fixed(128);
+    tx.count = Some(count);
+    tx.rate = Some(10_000.0);
+    std::thread::scope(|scope| {
+        let collector = scope.spawn(|| {
+            capture.collect_matching(&done, Duration::from_millis(300), |frame| {
+                pktgen::Probe::parse(frame).map(|p| u64::from(p.flow) << 32 | u64::from(p.seq))
+            })
+        });
+        let sent = xfwd_lab::netns::run_in(&lab.netns(Role::Src), || pktgen::transmit(&tx, flows))
+            .unwrap()
+            .expect("pktgen sends");
+        done.store(true, Ordering::Release);
+        (sent, collector.join().unwrap())
+    })
+}
+
+/// Routing with `--queues 2` on veths of two RX/TX queues: probes sent from src on TX queue
+/// *q* arrive at fwd0's RX queue *q*, are taken by run loop *q* (its own UMEM and sockets on
+/// both interfaces) and leave fwd1 on TX queue *q*; both loops forward, each only its own
+/// queue, IPv4 and IPv6 alike, with TTL / hop limit 63, MACs fwd1 → dst0 and valid checksums.
+#[test]
+fn routing_two_queues_two_run_loops() {
+    if !xfwd_lab::privileged("routing_two_queues_two_run_loops") {
+        return;
+    }
+    let lab = Lab::unique("fwdmq")
+        .unwrap()
+        .with_extra_prefixes(4, 24)
+        .unwrap()
+        .with_queues(2)
+        .unwrap()
+        .up_scoped()
+        .unwrap();
+    let xfwd = Xfwd::spawn(&lab, &["--queues", "2"]);
+    resolve_dst(&lab);
+    let endpoints = pktgen::Endpoints {
+        src_mac: topology::SRC0.mac,
+        dst_mac: topology::FWD0.mac,
+        src_v4: Some(topology::SRC0.ipv4),
+        src_v6: Some(topology::SRC0.ipv6),
+    };
+    // Flow ids are destination-major (d * 2 + source port index) and queue q sends the flows
+    // with id ≡ q (mod 2): each queue carries every destination, IPv4 and IPv6.
+    let dsts = [
+        v4_target(),
+        IpAddr::from([198, 18, 3, 1]),
+        v6_target(),
+        "2001:db8:1:1::1".parse().unwrap(),
+    ];
+    let flows = pktgen::FlowSet::new(
+        endpoints,
+        &dsts,
+        "1000-1001".parse().unwrap(),
+        pktgen::PortRange::single(9),
+    )
+    .unwrap();
+    let before = xfwd.stats().unwrap();
+    assert_eq!(before["queues"].as_array().unwrap().len(), 2, "{before:#}");
+
+    let total = 4000;
+    let (sent, got) = pktgen_through(&lab, &flows, &[0, 1], total);
+    assert_eq!(sent.sent, total, "{sent:?}");
+    assert!(sent.queues.iter().all(|q| q.sent == total / 2), "{sent:?}");
+    assert_eq!(got.unique, total, "every probe arrives once: {got:?}");
+    assert_eq!(got.received, total, "{got:?}");
+    assert_eq!(got.bad_checksum, 0, "{got:?}");
+    assert_eq!(
+        got.macs
+            .iter()
+            .map(|(s, d, _)| (s.as_str(), d.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            topology::FWD1.mac_string().as_str(),
+            topology::DST0.mac_string().as_str()
+        )],
+        "MACs rewritten: source = fwd1, destination = dst0"
+    );
+    assert_eq!(got.ttls, [(63, total)], "TTL / hop limit decremented");
+    let share = total / 2;
+    let stats = wait_stats(&xfwd, "both loops' pipeline counters", |s| {
+        (0..2).all(|q| queue_counts(s, q).2 >= share)
+    });
+    for q in 0..2 {
+        let (rx, tx, transmit) = queue_counts(&stats, q);
+        assert!(
+            rx >= share && tx >= share && transmit >= share,
+            "queue {q}: {stats:#}"
+        );
+    }
+    let xdp: Vec<(String, u64)> = serde_json::from_value(stats["xdp"].clone()).unwrap();
+    let no_socket = xdp
+        .iter()
+        .find(|(k, _)| k == "no_socket")
+        .map_or(0, |x| x.1);
+    assert_eq!(no_socket, 0, "every queue has its socket: {xdp:?}");
+
+    // Traffic on queue 1 alone is loop 1's alone.
+    let (sent, got) = pktgen_through(&lab, &flows, &[1], 500);
+    assert_eq!(
+        (sent.sent, got.unique, got.bad_checksum),
+        (500, 500, 0),
+        "{got:?}"
+    );
+    let after = wait_stats(&xfwd, "loop 1's pipeline counters", |s| {
+        queue_counts(s, 1).2 >= queue_counts(&stats, 1).2 + 500
+    });
+    let (rx0, tx0, _) = queue_counts(&stats, 0);
+    let (rx0_after, tx0_after, _) = queue_counts(&after, 0);
+    assert!(
+        rx0_after - rx0 < 10 && tx0_after - tx0 < 10,
+        "loop 0 stays idle: {after:#}"
+    );
+    assert!(queue_counts(&after, 1).0 >= queue_counts(&stats, 1).0 + 500);
 }

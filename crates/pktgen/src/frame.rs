@@ -10,7 +10,10 @@
 //! [`Template`], together with the partial (unfolded) one's-complement sums of both checksums.
 //! Writing a probe copies the template's 48 (IPv4) or 68 (IPv6) bytes, then patches the lengths,
 //! the sequence number and the time, and finishes both checksums from the partial sums: no pass
-//! over the padding, which stays zero in the UMEM frame it was prebuilt in.
+//! over the padding, which stays zero in the UMEM frame it was prebuilt in. The one exception is
+//! a frame reused across families: an IPv6 probe's header ends 20 bytes later than an IPv4
+//! one's, so an IPv4 probe clears those 20 bytes (where an earlier IPv6 probe of the same UMEM
+//! frame may have left its header) before its checksum counts them as zero.
 //!
 //! Frame sizes follow RFC 2544 and include the 4-byte Ethernet FCS, which the NIC (here: nobody,
 //! on veth) appends; a 64-byte frame is 60 bytes written.
@@ -209,9 +212,10 @@ impl Template {
     }
 
     /// Writes probe `seq` of this flow, `size` bytes with the FCS (so `size - 4` written), sent
-    /// at `time_ns`, into `frame`; returns the bytes written. Bytes of `frame` past the probe
-    /// header are not touched: they must be zero (a fresh UMEM frame, only ever written by this
-    /// function), or the UDP checksum is wrong.
+    /// at `time_ns`, into `frame`; returns the bytes written. Bytes of `frame` past the longest
+    /// (IPv6) probe header, [`MIN_FRAME_V6`]` - 4`, are not touched: they must be zero (a fresh
+    /// UMEM frame, only ever written by this function, for flows of either family), or the UDP
+    /// checksum is wrong.
     ///
     /// # Panics
     /// When `size` is below the family's minimum or `frame` is shorter than `size - 4` (a
@@ -236,6 +240,11 @@ impl Template {
         let probe = l4 + UDP_LEN;
         frame[probe + 6..probe + 10].copy_from_slice(&seq.to_be_bytes());
         frame[probe + 10..probe + 18].copy_from_slice(&time_ns.to_be_bytes());
+        // Padding the checksum takes for zero, which an IPv6 probe's header may have covered.
+        let longest = usize::from(MIN_FRAME_V6 - FCS_LEN);
+        if probe + PROBE_LEN < longest {
+            frame[probe + PROBE_LEN..wire.min(longest)].fill(0);
+        }
         let sum = self.udp_sum
             + 2 * u64::from(udp_len)
             + u64::from(seq >> 16)
@@ -325,9 +334,13 @@ mod tests {
     /// Writes a probe into a zeroed buffer and checks every field and both checksums with
     /// etherparse, an independent parser.
     fn check(flow: Flow, id: u32, size: u16, seq: u32, time: u64) {
+        check_in(&mut vec![0u8; 2048], flow, id, size, seq, time);
+    }
+
+    /// As `check`, in a buffer that earlier probes may have written (a reused UMEM frame).
+    fn check_in(buf: &mut [u8], flow: Flow, id: u32, size: u16, seq: u32, time: u64) {
         let ends = endpoints();
-        let mut buf = vec![0u8; 2048];
-        let len = Template::new(&ends, &flow, id).write(&mut buf, size, seq, time);
+        let len = Template::new(&ends, &flow, id).write(buf, size, seq, time);
         assert_eq!(len, usize::from(size) - 4);
         let frame = &buf[..len];
         let packet = SlicedPacket::from_ethernet(frame).expect("etherparse parses the probe");
@@ -393,6 +406,44 @@ mod tests {
                 check(flow, 0, size, 0, 0);
                 check(flow, u32::MAX, size, u32::MAX, u64::MAX);
             }
+        }
+    }
+
+    /// A UMEM frame carries IPv4 and IPv6 probes in turn (one queue sends flows of both
+    /// families): every probe's checksums stay valid whatever the frame held before.
+    #[test]
+    fn frames_reused_across_families_and_sizes() {
+        let v4 = Flow {
+            dst: IpAddr::V4(Ipv4Addr::new(198, 18, 2, 1)),
+            src_port: 1000,
+            dst_port: 9,
+        };
+        let v6 = Flow {
+            dst: IpAddr::V6("2001:db8:1::1".parse::<Ipv6Addr>().unwrap()),
+            src_port: 1001,
+            dst_port: 9,
+        };
+        let mut buf = vec![0u8; 2048];
+        let sequence = [
+            (v6, 128),
+            (v4, 128),
+            (v6, MIN_FRAME_V6),
+            (v4, MIN_FRAME_V4),
+            (v6, MAX_FRAME),
+            (v4, 70),
+            (v4, 594),
+            (v6, 100),
+            (v4, MAX_FRAME),
+        ];
+        for (n, (flow, size)) in sequence.into_iter().enumerate() {
+            check_in(
+                &mut buf,
+                flow,
+                n as u32,
+                size,
+                n as u32,
+                u64::MAX - n as u64,
+            );
         }
     }
 
