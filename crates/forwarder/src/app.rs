@@ -2,7 +2,8 @@
 //!
 //! Order of start-up (every step's resources are released if a later one fails, because each
 //! is an owned value dropped on the error path):
-//! 1. find the interfaces (index, MAC, addresses) with getifaddrs(3);
+//! 1. find the interfaces (index, MAC, addresses) with getifaddrs(3) and check that each has
+//!    at least `queues` receive and transmit queues ([`channels`](crate::channels));
 //! 2. load the XDP program, give each interface its XSKMAP block, fill the local-address set;
 //! 3. open one run loop per queue (UMEM + one socket per interface), register the sockets;
 //! 4. attach the XDP program to every interface (traffic starts flowing to the sockets);
@@ -163,6 +164,13 @@ pub fn run<P: Processor + 'static>(
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let ports = resolve_ports(config)?;
+    for port in &ports {
+        if let Some(found) = crate::channels::device_queues(&port.name) {
+            found
+                .check(&port.name, config.queues)
+                .map_err(anyhow::Error::msg)?;
+        }
+    }
     let mut xdp = XdpProgram::load()?;
     for (slot, port) in ports.iter().enumerate() {
         xdp.set_port(port.ifindex, slot as u32)?;
@@ -252,19 +260,22 @@ pub fn run<P: Processor + 'static>(
         })
     };
 
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let allowed = allowed_cpus();
     let mut threads = Vec::new();
     let result = (|| -> anyhow::Result<()> {
         for (index, mut queue_loop) in loops.drain(..).enumerate() {
-            let cpu = config
-                .cpus
-                .as_ref()
-                .map_or(index % online, |cpus| cpus[index]);
+            let cpu = match &config.cpus {
+                Some(cpus) => Some(cpus[index]),
+                None => default_cpu(&allowed, index),
+            };
             let make = pipeline.make.clone();
             let punt = punt.clone();
             let stop = stop.clone();
+            tracing::debug!(queue = index, ?cpu, "run loop CPU");
             threads.push(spawn_named(&format!("xfwd-q{index}"), move || {
-                pin_to_cpu(cpu);
+                if let Some(cpu) = cpu {
+                    pin_to_cpu(cpu);
+                }
                 match make(index as u32) {
                     Ok(mut processor) => queue_loop.run(&mut processor, punt.as_deref(), &stop),
                     Err(e) => {
@@ -378,6 +389,31 @@ fn monitor(
         }
     }
     Ok(())
+}
+
+/// The CPUs the process may run on (its affinity mask: `taskset`, a cgroup cpuset), in
+/// increasing order; empty when the mask cannot be read.
+pub fn allowed_cpus() -> Vec<usize> {
+    let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
+        return Vec::new();
+    };
+    (0..nix::sched::CpuSet::count())
+        .filter(|&cpu| set.is_set(cpu).unwrap_or(false))
+        .collect()
+}
+
+/// The CPU run loop `index` is pinned to without `--cpus`: the `index`-th allowed CPU, round
+/// robin when there are more loops than CPUs (two loops then share a CPU); `None` (not
+/// pinned) when no CPU is known.
+///
+/// ```
+/// use forwarder::app::default_cpu;
+/// assert_eq!(default_cpu(&[2, 3], 0), Some(2));
+/// assert_eq!(default_cpu(&[2, 3], 3), Some(3));
+/// assert_eq!(default_cpu(&[], 0), None);
+/// ```
+pub fn default_cpu(allowed: &[usize], index: usize) -> Option<usize> {
+    (!allowed.is_empty()).then(|| allowed[index % allowed.len()])
 }
 
 /// Pins the calling thread to `cpu` (a warning when the kernel refuses).

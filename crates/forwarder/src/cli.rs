@@ -177,7 +177,8 @@ pub struct RunArgs {
     /// (IF=aa:bb:cc:dd:ee:ff; repeat or comma-separate).
     #[arg(long, value_delimiter = ',')]
     pub peer_mac: Vec<String>,
-    /// CPU per queue, comma-separated (default: queue q on CPU q mod online CPUs).
+    /// CPU per queue, comma-separated (default: queue q on the q-th CPU xfwd may run on,
+    /// round robin).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Option<Vec<usize>>,
     /// Zero-copy AF_XDP (drivers that support it; not veth).

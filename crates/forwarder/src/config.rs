@@ -4,7 +4,7 @@
 //! ```toml
 //! interfaces = ["fwd0", "fwd1"]
 //! queues = 1
-//! cpus = [1]                 # one per queue; default: queue q on CPU q mod online CPUs
+//! cpus = [1]                 # one per queue; default: the q-th CPU of the affinity mask (round robin)
 //! busy_poll = false
 //! zero_copy = false          # veth has no zero-copy
 //! xdp_mode = "native"        # or "generic"
@@ -158,7 +158,8 @@ pub struct Config {
     pub interfaces: Vec<String>,
     /// Run loops.
     pub queues: u32,
-    /// CPU per queue (None: not pinned).
+    /// CPU per queue (None: loop q on the q-th CPU of the process's affinity mask, round
+    /// robin; see [`crate::app::default_cpu`]).
     pub cpus: Option<Vec<usize>>,
     /// Busy polling.
     pub busy_poll: bool,

@@ -41,6 +41,7 @@
 
 pub mod app;
 pub mod bare;
+pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod counters;

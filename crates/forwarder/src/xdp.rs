@@ -195,12 +195,20 @@ impl XdpProgram {
             .program_mut(PROGRAM_NAME)
             .and_then(|p| p.try_into().ok())
             .ok_or_else(|| XdpError::Load("program vanished".to_owned()))?;
-        let link = program
-            .attach_to_if_index(ifindex, flags)
-            .map_err(|e| XdpError::Attach {
+        let link = program.attach_to_if_index(ifindex, flags).map_err(|e| {
+            let mut reason = verbose(&e);
+            if !generic && reason.contains("os error 28") {
+                // veth refuses native XDP with ENOSPC when its peer could send on a queue
+                // it has no NAPI context for.
+                reason.push_str(
+                    " (a veth needs at least as many RX queues as its peer has TX queues)",
+                );
+            }
+            XdpError::Attach {
                 iface: iface.to_owned(),
-                reason: verbose(&e),
-            })?;
+                reason,
+            }
+        })?;
         self.links.insert(ifindex, link);
         Ok(())
     }

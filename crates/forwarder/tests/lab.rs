@@ -878,6 +878,35 @@ fn pktgen_through(
     })
 }
 
+/// Every one of `total` pktgen probes arrived once in dst, routed: MACs fwd1 → dst0, TTL /
+/// hop limit 63, IPv4 header and UDP checksums valid.
+fn assert_pktgen_routed(got: &forwarder::probe::ProbeReport, total: u64) {
+    assert_eq!(got.unique, total, "every probe arrives once: {got:?}");
+    assert_eq!(got.received, total, "{got:?}");
+    assert_eq!(got.bad_checksum, 0, "{got:?}");
+    assert_eq!(
+        got.macs
+            .iter()
+            .map(|(s, d, _)| (s.as_str(), d.as_str()))
+            .collect::<Vec<_>>(),
+        [(
+            topology::FWD1.mac_string().as_str(),
+            topology::DST0.mac_string().as_str()
+        )],
+        "MACs rewritten: source = fwd1, destination = dst0"
+    );
+    assert_eq!(got.ttls, [(63, total)], "TTL / hop limit decremented");
+}
+
+fn pktgen_endpoints() -> pktgen::Endpoints {
+    pktgen::Endpoints {
+        src_mac: topology::SRC0.mac,
+        dst_mac: topology::FWD0.mac,
+        src_v4: Some(topology::SRC0.ipv4),
+        src_v6: Some(topology::SRC0.ipv6),
+    }
+}
+
 /// Routing with `--queues 2` on veths of two RX/TX queues: probes sent from src on TX queue
 /// *q* arrive at fwd0's RX queue *q*, are taken by run loop *q* (its own UMEM and sockets on
 /// both interfaces) and leave fwd1 on TX queue *q*; both loops forward, each only its own
@@ -897,12 +926,6 @@ fn routing_two_queues_two_run_loops() {
         .unwrap();
     let xfwd = Xfwd::spawn(&lab, &["--queues", "2"]);
     resolve_dst(&lab);
-    let endpoints = pktgen::Endpoints {
-        src_mac: topology::SRC0.mac,
-        dst_mac: topology::FWD0.mac,
-        src_v4: Some(topology::SRC0.ipv4),
-        src_v6: Some(topology::SRC0.ipv6),
-    };
     // Flow ids are destination-major (d * 2 + source port index) and queue q sends the flows
     // with id ≡ q (mod 2): each queue carries every destination, IPv4 and IPv6.
     let dsts = [
@@ -912,7 +935,7 @@ fn routing_two_queues_two_run_loops() {
         "2001:db8:1:1::1".parse().unwrap(),
     ];
     let flows = pktgen::FlowSet::new(
-        endpoints,
+        pktgen_endpoints(),
         &dsts,
         "1000-1001".parse().unwrap(),
         pktgen::PortRange::single(9),
@@ -925,21 +948,7 @@ fn routing_two_queues_two_run_loops() {
     let (sent, got) = pktgen_through(&lab, &flows, &[0, 1], total);
     assert_eq!(sent.sent, total, "{sent:?}");
     assert!(sent.queues.iter().all(|q| q.sent == total / 2), "{sent:?}");
-    assert_eq!(got.unique, total, "every probe arrives once: {got:?}");
-    assert_eq!(got.received, total, "{got:?}");
-    assert_eq!(got.bad_checksum, 0, "{got:?}");
-    assert_eq!(
-        got.macs
-            .iter()
-            .map(|(s, d, _)| (s.as_str(), d.as_str()))
-            .collect::<Vec<_>>(),
-        [(
-            topology::FWD1.mac_string().as_str(),
-            topology::DST0.mac_string().as_str()
-        )],
-        "MACs rewritten: source = fwd1, destination = dst0"
-    );
-    assert_eq!(got.ttls, [(63, total)], "TTL / hop limit decremented");
+    assert_pktgen_routed(&got, total);
     let share = total / 2;
     let stats = wait_stats(&xfwd, "both loops' pipeline counters", |s| {
         (0..2).all(|q| queue_counts(s, q).2 >= share)
@@ -975,4 +984,73 @@ fn routing_two_queues_two_run_loops() {
         "loop 0 stays idle: {after:#}"
     );
     assert!(queue_counts(&after, 1).0 >= queue_counts(&stats, 1).0 + 500);
+}
+
+/// More run loops than CPUs (`--queues 4`; on a machine with fewer than four CPUs loops share
+/// them round robin): every loop still forwards its own queue.
+#[test]
+fn routing_four_queues_more_loops_than_cpus() {
+    if !xfwd_lab::privileged("routing_four_queues_more_loops_than_cpus") {
+        return;
+    }
+    let lab = Lab::unique("fwdmq4")
+        .unwrap()
+        .with_extra_prefixes(4, 24)
+        .unwrap()
+        .with_queues(4)
+        .unwrap()
+        .up_scoped()
+        .unwrap();
+    let xfwd = Xfwd::spawn(&lab, &["--queues", "4"]);
+    resolve_dst(&lab);
+    // Flow d * 4 + p goes out on queue p: each queue carries one IPv4 and one IPv6 flow.
+    let flows = pktgen::FlowSet::new(
+        pktgen_endpoints(),
+        &[v4_target(), v6_target()],
+        "1000-1003".parse().unwrap(),
+        pktgen::PortRange::single(9),
+    )
+    .unwrap();
+    let total = 2000;
+    let (sent, got) = pktgen_through(&lab, &flows, &[0, 1, 2, 3], total);
+    assert_eq!(sent.sent, total, "{sent:?}");
+    assert_pktgen_routed(&got, total);
+    let stats = wait_stats(&xfwd, "every loop's pipeline counters", |s| {
+        (0..4).all(|q| queue_counts(s, q).2 >= total / 4)
+    });
+    for q in 0..4 {
+        let (rx, tx, _) = queue_counts(&stats, q);
+        assert!(rx >= total / 4 && tx >= total / 4, "queue {q}: {stats:#}");
+    }
+}
+
+/// `--queues 2` on veths with one queue: refused before anything is attached, naming the
+/// interface, what it has and how to give it more.
+#[test]
+fn more_queues_than_the_device_has_is_refused() {
+    if !xfwd_lab::privileged("more_queues_than_the_device_has_is_refused") {
+        return;
+    }
+    let lab = lab("fwdmqx");
+    let control = format!("/run/xfwd/test-mqx-{}.sock", lab.prefix());
+    let out = Command::new(XFWD)
+        .args([
+            "run",
+            "--netns",
+            &lab.netns(Role::Fwd),
+            "--iface",
+            "fwd0,fwd1",
+        ])
+        .args(["--queues", "2", "--no-punt", "--control", &control])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("fwd0 has 1 receive queue(s) and 1 transmit queue(s)")
+            && stderr.contains("--queues 2"),
+        "{stderr}"
+    );
+    assert!(!xdp_attached(&lab));
+    assert!(!Path::new(&control).exists());
 }
