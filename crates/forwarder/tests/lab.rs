@@ -878,6 +878,23 @@ fn pktgen_through(
     })
 }
 
+/// The Prometheus text served at `addr`.
+fn scrape(addr: SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// The value of one series (`name{labels}`) in Prometheus text; 0 when absent.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Every one of `total` pktgen probes arrived once in dst, routed: MACs fwd1 → dst0, TTL /
 /// hop limit 63, IPv4 header and UDP checksums valid.
 fn assert_pktgen_routed(got: &forwarder::probe::ProbeReport, total: u64) {
@@ -924,7 +941,12 @@ fn routing_two_queues_two_run_loops() {
         .unwrap()
         .up_scoped()
         .unwrap();
-    let xfwd = Xfwd::spawn(&lab, &["--queues", "2"]);
+    // A free loopback port for the Prometheus endpoint (bound by xfwd before it enters fwd).
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let xfwd = Xfwd::spawn(&lab, &["--queues", "2", "--metrics", &metrics.to_string()]);
     resolve_dst(&lab);
     // Flow ids are destination-major (d * 2 + source port index) and queue q sends the flows
     // with id ≡ q (mod 2): each queue carries every destination, IPv4 and IPv6.
@@ -959,6 +981,16 @@ fn routing_two_queues_two_run_loops() {
             rx >= share && tx >= share && transmit >= share,
             "queue {q}: {stats:#}"
         );
+    }
+    // The same per queue in the Prometheus text.
+    let text = scrape(metrics);
+    for q in 0..2 {
+        let rx = format!("xfwd_rx_packets_total{{queue=\"{q}\",iface=\"fwd0\"}}");
+        let tx = format!("xfwd_tx_packets_total{{queue=\"{q}\",iface=\"fwd1\"}}");
+        let transmit = format!("xfwd_pipeline_frames_total{{queue=\"{q}\",verdict=\"transmit\"}}");
+        for series in [rx, tx, transmit] {
+            assert!(metric(&text, &series) >= share, "{series}: {text}");
+        }
     }
     let xdp: Vec<(String, u64)> = serde_json::from_value(stats["xdp"].clone()).unwrap();
     let no_socket = xdp
