@@ -13,7 +13,8 @@
 //! - **Frames are prebuilt.** Each flow's headers are computed once ([`Template`]), with the
 //!   partial sums of both checksums; sending a probe copies 48 (IPv4) or 68 (IPv6) bytes into a
 //!   UMEM frame and patches lengths, sequence number, send time and the two checksums. The
-//!   padding behind the probe header is never written, so it stays zero.
+//!   padding behind the probe header is never written, so it stays zero (an IPv4 probe clears
+//!   the 20 bytes where an IPv6 probe sent earlier from the same UMEM frame had its header).
 //! - **Probe header** (18 bytes, right after UDP): magic `XF`, flow id (u32), sequence number
 //!   within the flow (u32), send time (u64 ns of CLOCK_MONOTONIC, which every network namespace
 //!   of a machine shares, so sender and receiver in different namespaces compare times).
