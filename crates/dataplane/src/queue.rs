@@ -397,14 +397,10 @@ impl Queue {
         frame.len = L2_LEN + meta.ip_len;
         let bytes = &frame.chunk[l2_start..l2_start + frame.len];
         match hop.dst_mac {
-            None => match self.hold.hold(
-                bytes,
-                hop.oif,
-                hop.next_hop,
-                meta.v6,
-                b.now,
-                &mut self.counters,
-            ) {
+            None => match self
+                .hold
+                .hold(bytes, &hop, meta.v6, b.now, &mut self.counters)
+            {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
             },
