@@ -34,7 +34,8 @@ fn two_links(ns: &Netns) {
     }
 }
 
-/// `route get` from the mirror equals `ip route get` in type, via, dev, src and table.
+/// `route get` from the mirror equals `ip route get` in type, via, dev, src, table and MTU
+/// (IPv4 shows it on a second, `cache`, line).
 fn same_answer(ns: &Netns, t: &MirroredTables, query: &str) {
     let kernel = ns.ip(["route", "get"].into_iter().chain(query.split_whitespace()));
     let mut words = query.split_whitespace().map(str::to_owned);
@@ -49,7 +50,7 @@ fn same_answer(ns: &Netns, t: &MirroredTables, query: &str) {
     );
     match (kernel, ours) {
         (Ok(k), Ok(o)) => assert_eq!(
-            get_fields(k.lines().next().unwrap_or_default()),
+            get_fields(&k),
             get_fields(&o),
             "route get {query}: kernel {k:?}, mirror {o:?}"
         ),
@@ -97,6 +98,10 @@ fn routes_of_every_table_and_type_converge() {
         "-6 route del 2001:db8:9::/48 via 2001:db8:1::2 dev d0",
         "-6 route del 2001:db8:7::/48",
         "-6 route replace 2001:db8:5::/48 via 2001:db8:2::2 table 300 metric 10",
+        "route add 10.12.0.0/16 via 10.1.0.2 mtu lock 1400 advmss 1360",
+        "route add 10.13.0.0/16 via 10.1.0.2 mtu 1400",
+        "route replace 10.13.0.0/16 via 10.1.0.2 mtu 1300 initcwnd 10",
+        "-6 route add 2001:db8:4::/48 dev d0 mtu 1300",
     ];
     for step in steps {
         ip(&ns, step);
@@ -116,6 +121,9 @@ fn routes_of_every_table_and_type_converge() {
         "2001:db8:8::1",
         "2001:db8:6::1",
         "2001:db8:1::1",
+        "10.12.0.1",
+        "10.13.0.1",
+        "2001:db8:4::1",
     ] {
         same_answer(&ns, t, q);
     }

@@ -11,7 +11,7 @@ use crate::counters::Counters;
 use crate::frag;
 use crate::parse::L2_LEN;
 use crate::pool::FramePool;
-use crate::route::{ip_of, neighbour_mac};
+use crate::route::{Hop, ip_of, neighbour_mac};
 use crate::verdict::DropReason;
 use crate::wire::ethernet::EthernetFrame;
 use crate::wire::ipv4::Ipv4Packet;
@@ -56,6 +56,8 @@ struct Held {
     len: usize,
     oif: u32,
     next_hop: u128,
+    /// The route's MTU when held (the link's, or the route's `mtu` metric if lower).
+    mtu: u32,
     v6: bool,
     since: u64,
 }
@@ -119,14 +121,12 @@ impl HoldBuffer {
     }
 
     /// Copies `frame` (untagged Ethernet header, then the IP packet) to wait for the neighbour
-    /// `next_hop` on `oif`; asks for a resolution when it is the neighbour's first frame or the
-    /// last request is older than the retry interval.
-    #[allow(clippy::too_many_arguments, reason = "one frame's facts")]
+    /// `hop.next_hop` on `hop.oif`; asks for a resolution when it is the neighbour's first
+    /// frame or the last request is older than the retry interval.
     pub(crate) fn hold(
         &mut self,
         frame: &[u8],
-        oif: u32,
-        next_hop: u128,
+        hop: &Hop,
         v6: bool,
         now: u64,
         counters: &mut Counters,
@@ -134,6 +134,7 @@ impl HoldBuffer {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
+        let (oif, next_hop) = (hop.oif, hop.next_hop);
         let idx = self
             .waiting
             .iter()
@@ -151,6 +152,7 @@ impl HoldBuffer {
             len: frame.len(),
             oif,
             next_hop,
+            mtu: hop.mtu,
             v6,
             since: now,
         });
@@ -292,12 +294,13 @@ impl HoldBuffer {
             eth.set_src_addr(src_mac);
         }
         let ip_len = h.len - L2_LEN;
-        if ip_len > link.mtu as usize {
-            // The MTU shrank while the frame waited: fragment what may be, drop the rest.
+        let mtu = h.mtu.min(link.mtu);
+        if ip_len > mtu as usize {
+            // Fragment what may be (DF clear, held whole), drop what the MTU shrank under.
             if h.v6 || Ipv4Packet::new_unchecked(&frame[L2_LEN..]).dont_frag() {
                 return Outcome::Dropped;
             }
-            return match frag::fragment_v4(frame, ip_len, link.mtu, h.oif, pool) {
+            return match frag::fragment_v4(frame, ip_len, mtu, h.oif, pool) {
                 Ok(n) => {
                     counters.fragmented += 1;
                     counters.fragments_out += n as u64;

@@ -16,7 +16,8 @@
 //! unicast → egress link and neighbour; local/anycast → local; broadcast/multicast → kernel;
 //! blackhole → drop; unreachable/prohibit/no route → ICMP) → local: a UDP endpoint or the
 //! kernel; forward: policy fwd (block → drop, IPsec → kernel), TTL/hop limit ≤ 1 → time
-//! exceeded, larger than the egress MTU → ICMP fragmentation needed (DF) / IPv4 fragments /
+//! exceeded, larger than the path MTU (the egress link's, or the route's `mtu` metric when
+//! lower) → ICMP fragmentation needed (DF) / IPv4 fragments /
 //! ICMPv6 packet too big, unresolved neighbour → hold buffer and a resolution request;
 //! otherwise rewrite MACs, decrement TTL with an RFC 1624 checksum update, transmit.
 //!

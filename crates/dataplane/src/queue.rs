@@ -333,25 +333,11 @@ impl Queue {
         hop: Hop,
         pool: &mut P,
     ) -> Verdict {
-        let flow = if meta.v6 {
-            policy_tree::Flow::v6(meta.src.into(), meta.dst.into())
-        } else {
-            policy_tree::Flow::v4((meta.src as u32).into(), (meta.dst as u32).into())
-        }
-        .proto(meta.proto);
-        let flow = match meta.ports {
-            Some((sport, dport)) => flow.ports(sport, dport),
-            None => flow,
-        };
-        match b
-            .tables
-            .policies
-            .lookup(&flow, Direction::Fwd, b.guard)
-            .map(|p| p.action)
-        {
-            Some(Action::Block) => return Verdict::Drop(DropReason::PolicyBlock),
-            Some(Action::Ipsec(_)) => return Verdict::Punt(PuntReason::Ipsec),
-            Some(Action::Allow) | None => {}
+        // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
+        if b.tables.policies.has_policies(Direction::Fwd) {
+            if let Some(verdict) = Self::fwd_policy(b, meta) {
+                return verdict;
+            }
         }
         if meta.ttl <= 1 {
             let kind = if meta.v6 {
@@ -397,14 +383,10 @@ impl Queue {
         frame.len = L2_LEN + meta.ip_len;
         let bytes = &frame.chunk[l2_start..l2_start + frame.len];
         match hop.dst_mac {
-            None => match self.hold.hold(
-                bytes,
-                hop.oif,
-                hop.next_hop,
-                meta.v6,
-                b.now,
-                &mut self.counters,
-            ) {
+            None => match self
+                .hold
+                .hold(bytes, &hop, meta.v6, b.now, &mut self.counters)
+            {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
             },
@@ -419,6 +401,26 @@ impl Queue {
                 }
             }
             Some(_) => Verdict::Transmit { ifindex: hop.oif },
+        }
+    }
+
+    /// The fwd policy's verdict on a forwarded packet, if it stops it.
+    fn fwd_policy(b: &Batch<'_>, meta: &Meta) -> Option<Verdict> {
+        let flow = if meta.v6 {
+            policy_tree::Flow::v6(meta.src.into(), meta.dst.into())
+        } else {
+            policy_tree::Flow::v4((meta.src as u32).into(), (meta.dst as u32).into())
+        }
+        .proto(meta.proto);
+        let flow = match meta.ports {
+            Some((sport, dport)) => flow.ports(sport, dport),
+            None => flow,
+        };
+        let policy = b.tables.policies.lookup(&flow, Direction::Fwd, b.guard)?;
+        match policy.action {
+            Action::Block => Some(Verdict::Drop(DropReason::PolicyBlock)),
+            Action::Ipsec(_) => Some(Verdict::Punt(PuntReason::Ipsec)),
+            Action::Allow => None,
         }
     }
 

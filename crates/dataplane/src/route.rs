@@ -22,7 +22,9 @@ pub struct Hop {
     pub src_mac: [u8; 6],
     /// The next hop's MAC address, when the neighbour is usable.
     pub dst_mac: Option<[u8; 6]>,
-    /// The egress MTU.
+    /// The path MTU: the egress link's, or the route's `mtu` metric when it is lower (the
+    /// kernel forwards by the route's metric when one is set; a larger one than the link's
+    /// cannot be sent here).
     pub mtu: u32,
     /// The route had several next hops (the choice depends on the flow: never cached).
     pub multipath: bool,
@@ -122,7 +124,7 @@ pub fn resolve(
     }
     // The FIB's tos selector compares DSCP bits.
     let dscp = tos & 0xfc;
-    let (route_type, nexthop, multipath) = if v6 {
+    let (route_type, nexthop, multipath, route_mtu) = if v6 {
         let flow = Flow {
             dst,
             src,
@@ -138,7 +140,7 @@ pub fn resolve(
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
-                (r.route_type(), nh, multipath)
+                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
             Err(e) => return Route::Reject(e.into()),
         }
@@ -158,7 +160,7 @@ pub fn resolve(
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
-                (r.route_type(), nh, multipath)
+                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
             Err(e) => return Route::Reject(e.into()),
         }
@@ -176,18 +178,37 @@ pub fn resolve(
     let Some((oif, next_hop)) = nexthop else {
         return Route::Reject(Reject::NoRoute);
     };
-    egress(tables, guard, v6, oif, next_hop, multipath)
+    let hop = Egress {
+        oif,
+        next_hop,
+        multipath,
+        route_mtu,
+    };
+    egress(tables, guard, v6, &hop)
 }
 
-/// The egress half of a decision: the link's MAC and MTU, and the neighbour's MAC if usable.
-pub fn egress(
-    tables: &Tables,
-    guard: &Guard,
-    v6: bool,
-    oif: u32,
-    next_hop: u128,
-    multipath: bool,
-) -> Route {
+/// What a route chose, for [`egress`] to complete.
+#[derive(Clone, Copy, Debug)]
+pub struct Egress {
+    /// The egress interface.
+    pub oif: u32,
+    /// The gateway, or the destination on a connected route.
+    pub next_hop: u128,
+    /// The route had several next hops.
+    pub multipath: bool,
+    /// The route's `mtu` metric, if set.
+    pub route_mtu: Option<u32>,
+}
+
+/// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
+/// usable.
+pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
+    let Egress {
+        oif,
+        next_hop,
+        multipath,
+        route_mtu,
+    } = *e;
     let Some(link) = tables.links.get(oif, guard) else {
         return Route::Drop(DropReason::NoEgressLink);
     };
@@ -203,7 +224,7 @@ pub fn egress(
         next_hop,
         src_mac,
         dst_mac,
-        mtu: link.mtu,
+        mtu: route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
         multipath,
     })
 }

@@ -420,6 +420,70 @@ fn too_big_with_df_gets_frag_needed_and_ipv6_packet_too_big() {
 }
 
 #[test]
+fn a_route_mtu_metric_below_the_link_mtu_is_the_path_mtu() {
+    let fx = fixture();
+    let via = |gw: u32| vec![fib_trie::NextHop::new(Some(gw), OUT)];
+    fx.tables
+        .fib4
+        .insert(
+            &fib_trie::Route::unicast(0x0900_0000, 8, 254, via(0x0a00_02fe)).with_mtu(1000),
+            fib_trie::InsertFlags::ADD,
+        )
+        .unwrap();
+    // A metric above the link's MTU cannot be sent here: the link's wins.
+    fx.tables
+        .fib4
+        .insert(
+            &fib_trie::Route::unicast(0x0b00_0000, 8, 254, via(0x0a00_02fe)).with_mtu(9000),
+            fib_trie::InsertFlags::ADD,
+        )
+        .unwrap();
+    let gw6 = v6("2001:db8:2::fe");
+    fx.tables
+        .fib6
+        .insert(
+            &fib_trie::Route::unicast(
+                v6("2001:db8:101::"),
+                48,
+                254,
+                vec![fib_trie::NextHop::new(Some(gw6), OUT)],
+            )
+            .with_mtu(1280),
+            fib_trie::InsertFlags::ADD,
+        )
+        .unwrap();
+
+    let o = run(&fx, &udp4(HOST4, [9, 1, 2, 3], 64, 53, 1100)); // DF set
+    assert_eq!(o.verdict, Verdict::Reply { ifindex: IN });
+    let (rest, _) = check_icmp4(&o.out, 3, 4, HOST4, LOCAL4);
+    assert_eq!(u16::from_be_bytes([rest[2], rest[3]]), 1000);
+    let o = run(&fx, &udp4(HOST4, [9, 1, 2, 3], 64, 53, 900));
+    assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+
+    let mut frame = udp4(HOST4, [9, 1, 2, 3], 64, 53, 1100);
+    patch4(&mut frame, |h| h.dont_fragment = false);
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let o = run_on(&mut queue, &fx, &frame, 256, 0);
+    assert_eq!(o.verdict, Verdict::Consumed);
+    assert_eq!(o.pool.sent.len(), 2);
+    for f in &o.pool.sent {
+        assert!(usize::from(check4(&f.bytes).total_len) <= 1000);
+    }
+
+    let o = run(&fx, &udp4(HOST4, [11, 1, 2, 3], 64, 53, 1400));
+    assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+    let o = run(&fx, &udp4(HOST4, [11, 1, 2, 3], 64, 53, 1480));
+    assert_eq!(o.verdict, Verdict::Reply { ifindex: IN });
+    let (rest, _) = check_icmp4(&o.out, 3, 4, HOST4, LOCAL4);
+    assert_eq!(u16::from_be_bytes([rest[2], rest[3]]), 1500);
+
+    let o = run(&fx, &udp6(HOST6, "2001:db8:101::9", 64, 53, 1300));
+    assert_eq!(o.verdict, Verdict::Reply { ifindex: IN });
+    let (rest, _) = check_icmp6(&o.out, 2, 0, HOST6, LOCAL6);
+    assert_eq!(u32::from_be_bytes(rest), 1280);
+}
+
+#[test]
 fn fragments_ipv4_without_df_into_spare_frames() {
     let fx = fixture();
     let mut frame = udp4(HOST4, [100, 64, 0, 1], 64, 53, 1400);
@@ -756,6 +820,44 @@ fn unresolved_neighbours_hold_frames_request_resolution_and_release_them() {
     let c = queue.counters();
     assert_eq!((c.held, c.held_released, c.resolutions), (2, 2, 1));
     assert_eq!(c.drops_of(DropReason::HoldFull), 1);
+}
+
+#[test]
+fn a_held_frame_is_fragmented_at_release_by_its_route_mtu() {
+    let fx = fixture();
+    fx.tables
+        .fib4
+        .insert(
+            &fib_trie::Route::unicast(
+                0x0900_0000,
+                8,
+                254,
+                vec![fib_trie::NextHop::new(Some(0x0a00_02c8), OUT)],
+            )
+            .with_mtu(1000),
+            fib_trie::InsertFlags::ADD,
+        )
+        .unwrap();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let mut frame = udp4(HOST4, [9, 0, 0, 1], 64, 53, 1100);
+    patch4(&mut frame, |h| h.dont_fragment = false);
+    assert_eq!(
+        run_on(&mut queue, &fx, &frame, 256, 0).verdict,
+        Verdict::Held
+    );
+    fx.tables.neigh.upsert(Neighbour::new(
+        OUT,
+        IpAddr::V4(Ipv4Addr::new(10, 0, 2, 200)),
+        Some([2, 0, 0, 0, 0, 0xc8]),
+        NudState::REACHABLE,
+    ));
+    let mut pool = HeapPool::new(2048, 8);
+    let guard = crossbeam_epoch::pin();
+    assert_eq!(queue.release_held(&fx.tables, &guard, 1, &mut pool), 1);
+    assert_eq!(pool.sent.len(), 2, "two fragments of at most 1000 bytes");
+    for s in &pool.sent {
+        assert!(usize::from(check4(&s.bytes).total_len) <= 1000);
+    }
 }
 
 #[test]

@@ -71,6 +71,7 @@ mod bulk;
 mod direct;
 mod fib;
 mod key;
+mod metrics;
 mod node;
 mod reference;
 mod route;
@@ -82,6 +83,7 @@ mod trie;
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
+pub use metrics::Metrics;
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{

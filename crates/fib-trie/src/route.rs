@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use crate::key::TrieKey;
+use crate::metrics::Metrics;
 
 /// The route types of `rtm_type` that a FIB holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,6 +124,8 @@ pub struct RouteInfo<K> {
     pub prefsrc: Option<K>,
     /// The next hops; more than one makes a multipath route.
     pub nexthops: Vec<NextHop<K>>,
+    /// The route's metrics (`RTA_METRICS`): path MTU and TCP parameters.
+    pub metrics: Metrics,
 }
 
 /// One route of a prefix as a leaf stores it (`fib_alias`).
@@ -197,6 +200,12 @@ impl<K: TrieKey> Route<K> {
     /// The same route with metric `priority`.
     pub fn with_priority(mut self, priority: u32) -> Self {
         self.info.priority = priority;
+        self
+    }
+
+    /// The same route with path MTU `mtu` (the `RTAX_MTU` metric; 0 unsets it).
+    pub fn with_mtu(mut self, mtu: u32) -> Self {
+        self.info.metrics.set(Metrics::MTU, mtu);
         self
     }
 

@@ -62,6 +62,33 @@ fn add_is_exclusive_prepend_and_append_order() {
 }
 
 #[test]
+fn metrics_make_a_route_distinct_but_deletes_ignore_them() {
+    let t = FibTable::<u32>::new(254);
+    let plain = Route::unicast(NET, 8, 254, via(1, 1));
+    let mtu = plain.clone().with_mtu(1400);
+    t.insert(&plain, InsertFlags::ADD).unwrap();
+    // The same key with other metrics is another fib_info: appended, not a duplicate.
+    t.insert(&mtu, InsertFlags::APPEND).unwrap();
+    assert_eq!(t.route_count(), 2);
+    let g = &epoch::pin();
+    let mtus: Vec<_> = t
+        .dump(g)
+        .iter()
+        .map(|(_, _, a)| a.info.metrics.mtu())
+        .collect();
+    assert_eq!(mtus, [None, Some(1400)]);
+    // Replace changes the MTU of the first route of the key.
+    t.insert(&plain.clone().with_mtu(1280), InsertFlags::REPLACE)
+        .unwrap();
+    let hit = found(&t, Flow::to(NET + 1), g).unwrap();
+    assert_eq!(hit.alias.info.metrics.mtu(), Some(1280));
+    // A delete naming the route without metrics removes the first match, as the kernel's.
+    let gone = t.delete(&RouteSelector::exact(&plain)).unwrap();
+    assert_eq!(gone.info.metrics.mtu(), Some(1280));
+    assert_eq!(t.route_count(), 1);
+}
+
+#[test]
 fn replace_change_and_metric_order() {
     let t = FibTable::<u32>::new(254);
     assert_eq!(

@@ -300,8 +300,15 @@ fn get<K: IpKey>(
             let _ = write!(out, " iif {name}");
         }
     }
+    let metrics = &r.alias.info.metrics;
     if v6 {
         let _ = write!(out, " metric {}", r.alias.info.priority);
+        if !metrics.is_empty() {
+            let _ = write!(out, " {metrics}");
+        }
+    } else if !metrics.is_empty() {
+        // `ip route get` shows an IPv4 route's metrics on the cached route's line.
+        let _ = write!(out, "\n    cache {metrics}");
     }
     Ok(out)
 }
@@ -478,6 +485,9 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             }
             if info.priority != 0 {
                 let _ = write!(out, " metric {}", info.priority);
+            }
+            if !info.metrics.is_empty() {
+                let _ = write!(out, " {}", info.metrics);
             }
             out.push('\n');
             if info.nexthops.len() > 1 {

@@ -1,6 +1,7 @@
 //! [`PolicyDb`]: the published structure (exact hashes and inexact bins) and its writer.
 
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_epoch::{Atomic, Guard};
@@ -157,6 +158,9 @@ struct Writer {
 pub struct PolicyDb {
     root: Atomic<Root>,
     writer: Mutex<Writer>,
+    /// Policies per direction (the kernel's `policy_count[dir]`), read without the lock so a
+    /// packet path can skip the lookup when a direction has none.
+    per_dir: [AtomicUsize; 3],
 }
 
 impl Default for PolicyDb {
@@ -203,6 +207,7 @@ impl PolicyDb {
                 counts,
                 seed,
             }),
+            per_dir: Default::default(),
         })
     }
 
@@ -274,6 +279,11 @@ impl PolicyDb {
         let removed = w.registry.flush(ptype);
         let hthresh = self.hthresh();
         self.rebuild(&mut w, hthresh);
+        let left = w.registry.dump();
+        for dir in Direction::ALL {
+            let n = left.iter().filter(|p| p.dir == dir).count();
+            self.per_dir[dir.slot()].store(n, Ordering::Release);
+        }
         removed
     }
 
@@ -304,6 +314,25 @@ impl PolicyDb {
     /// Whether there are no policies.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether any policy of direction `dir` exists, without locking: what the kernel checks
+    /// (`policy_count[dir]`) before it looks policies up for a packet. A change in progress
+    /// may be seen a moment late, as in the kernel.
+    ///
+    /// ```
+    /// use policy_tree::{Action, Direction, PolicyDb, PolicySpec, Selector};
+    ///
+    /// let db = PolicyDb::new();
+    /// assert!(!db.has_policies(Direction::Fwd));
+    /// let sel = Selector::new("10.0.0.0/8".parse()?, "0.0.0.0/0".parse()?)?;
+    /// db.add(PolicySpec::new(sel, Direction::Fwd).action(Action::Block))?;
+    /// assert!(db.has_policies(Direction::Fwd) && !db.has_policies(Direction::In));
+    /// # Ok::<(), policy_tree::Error>(())
+    /// ```
+    #[inline]
+    pub fn has_policies(&self, dir: Direction) -> bool {
+        self.per_dir[dir.slot()].load(Ordering::Acquire) != 0
     }
 
     /// Where the policies sit.
@@ -460,8 +489,21 @@ impl PolicyDb {
         out
     }
 
-    /// Writers only: replaces `remove` by `add` (same identity, so same place) in one step.
+    /// Writers only: replaces `remove` by `add` (same identity, so same place) in one step,
+    /// keeping the per-direction counts: raised before a new policy is published, lowered
+    /// after a removed one is unpublished.
     fn change(&self, w: &mut Writer, remove: Option<&Policy>, add: Option<&Policy>) {
+        if let (Some(a), None) = (add, remove) {
+            self.per_dir[a.dir.slot()].fetch_add(1, Ordering::Release);
+        }
+        self.change_published(w, remove, add);
+        if let (None, Some(r)) = (add, remove) {
+            self.per_dir[r.dir.slot()].fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    /// [`PolicyDb::change`] without the counts.
+    fn change_published(&self, w: &mut Writer, remove: Option<&Policy>, add: Option<&Policy>) {
         let Some(any) = remove.or(add) else {
             return;
         };

@@ -299,6 +299,14 @@ fn check_structure(db: &PolicyDb, reference: &LinearDb) -> Result<(), TestCaseEr
         counts.exact.iter().sum::<usize>() + counts.inexact,
         expected.len()
     );
+    for dir in Direction::ALL {
+        prop_assert_eq!(
+            db.has_policies(dir),
+            expected.iter().any(|p| p.dir == dir),
+            "has_policies({:?})",
+            dir
+        );
+    }
     Ok(())
 }
 

@@ -103,7 +103,7 @@ pub fn ip_batch(ns: &Netns, lines: impl IntoIterator<Item = String>) -> String {
 }
 
 /// The fields of an `ip route get` answer that the mirror renders: type, destination, via,
-/// dev, src, table (absent ones empty).
+/// dev, src, table, path MTU (absent ones empty).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GetFields {
     pub kind: String,
@@ -112,6 +112,7 @@ pub struct GetFields {
     pub dev: String,
     pub src: String,
     pub table: String,
+    pub mtu: String,
 }
 
 /// Parses one line of `ip route get` output (or of `route_get`).
@@ -141,9 +142,16 @@ pub fn get_fields(line: &str) -> GetFields {
             "dev" => &mut f.dev,
             "src" => &mut f.src,
             "table" => &mut f.table,
+            "mtu" => {
+                if words.peek() == Some(&"lock") {
+                    words.next();
+                    f.mtu.push_str("lock ");
+                }
+                &mut f.mtu
+            }
             _ => continue,
         };
-        *slot = words.next().unwrap_or_default().to_owned();
+        slot.push_str(words.next().unwrap_or_default());
     }
     f
 }

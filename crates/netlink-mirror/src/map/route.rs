@@ -1,11 +1,12 @@
 //! `RTM_NEWROUTE` / `RTM_DELROUTE` to fib-trie routes.
 #![forbid(unsafe_code)]
 
-use fib_trie::{NextHop, NextHopFlags, Route, RouteInfo, RouteType, Scope};
+use fib_trie::{Metrics, NextHop, NextHopFlags, Route, RouteInfo, RouteType, Scope};
+use netlink_packet_core::Nla;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteNextHop, RouteType as NlType,
-    RouteVia,
+    RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteMetric, RouteNextHop,
+    RouteType as NlType, RouteVia,
 };
 
 use super::{Ignored, Mapped, Upsert, key_of};
@@ -103,6 +104,52 @@ fn next_hop<K: IpKey>(nh: &RouteNextHop) -> Result<NextHop<K>, MapError> {
     })
 }
 
+/// The metrics of `RTA_METRICS`, every one kept (unknown numeric ones by id).
+fn metrics_of(list: &[RouteMetric]) -> Result<Metrics, MapError> {
+    let mut m = Metrics::default();
+    for metric in list {
+        let (id, value) = match metric {
+            RouteMetric::Lock(v) => (Metrics::LOCK, *v),
+            RouteMetric::Mtu(v) => (Metrics::MTU, *v),
+            RouteMetric::Window(v) => (Metrics::WINDOW, *v),
+            RouteMetric::Rtt(v) => (Metrics::RTT, *v),
+            RouteMetric::RttVar(v) => (Metrics::RTTVAR, *v),
+            RouteMetric::SsThresh(v) => (Metrics::SSTHRESH, *v),
+            RouteMetric::Cwnd(v) => (Metrics::CWND, *v),
+            RouteMetric::Advmss(v) => (Metrics::ADVMSS, *v),
+            RouteMetric::Reordering(v) => (Metrics::REORDERING, *v),
+            RouteMetric::Hoplimit(v) => (Metrics::HOPLIMIT, *v),
+            RouteMetric::InitCwnd(v) => (Metrics::INITCWND, *v),
+            RouteMetric::Features(v) => (Metrics::FEATURES, *v),
+            RouteMetric::RtoMin(v) => (Metrics::RTO_MIN, *v),
+            RouteMetric::InitRwnd(v) => (Metrics::INITRWND, *v),
+            RouteMetric::QuickAck(v) => (Metrics::QUICKACK, *v),
+            RouteMetric::FastopenNoCookie(v) => (Metrics::FASTOPEN_NO_COOKIE, *v),
+            RouteMetric::CcAlgo(name) => {
+                m.set_cc_algo(Some(name));
+                continue;
+            }
+            RouteMetric::Other(nla) => {
+                let mut bytes = [0u8; 4];
+                if nla.value_len() != bytes.len() {
+                    return Err(MapError::Decode(format!(
+                        "route metric {} of {} bytes",
+                        nla.kind(),
+                        nla.value_len()
+                    )));
+                }
+                nla.emit_value(&mut bytes);
+                (nla.kind(), u32::from_ne_bytes(bytes))
+            }
+            _ => {
+                return Err(MapError::Decode(format!("route metric {metric:?}")));
+            }
+        };
+        m.set(id, value);
+    }
+    Ok(m)
+}
+
 /// Builds the route a message describes (both for additions and deletions).
 pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapError> {
     let h = &msg.header;
@@ -116,6 +163,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
     let mut prefsrc = None;
     let mut oif = 0;
     let mut multipath = None;
+    let mut metrics = Metrics::default();
     for a in &msg.attributes {
         match a {
             RouteAttribute::Destination(d) => prefix = address(d)?,
@@ -129,8 +177,9 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
                 return Err(MapError::Encap);
             }
             RouteAttribute::Source(_) => return Err(MapError::SourceSpecific(0)),
-            // Gateway/Via are read below; metrics (TCP parameters, MTU), cache info,
-            // RA preference and expiry do not change the forwarding decision.
+            RouteAttribute::Metrics(list) => metrics = metrics_of(list)?,
+            // Gateway/Via are read below; cache info, RA preference and expiry do not
+            // change the forwarding decision.
             _ => {}
         }
     }
@@ -160,6 +209,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             priority,
             prefsrc,
             nexthops,
+            metrics,
         },
     };
     route.validate()?;
@@ -210,6 +260,33 @@ mod tests {
         );
         assert_eq!(r.info.protocol, 4);
         assert_eq!(r.info.nexthops, vec![NextHop::new(Some(0x0a01_0002), 3)]);
+    }
+
+    #[test]
+    fn metrics_are_kept_and_a_malformed_one_is_an_error() {
+        let mut m = v4_message(NlType::Unicast);
+        m.attributes.push(RouteAttribute::Metrics(vec![
+            RouteMetric::Lock(1 << Metrics::MTU),
+            RouteMetric::Mtu(1400),
+            RouteMetric::Advmss(1360),
+            RouteMetric::CcAlgo("cubic".into()),
+        ]));
+        let Mapped::Route4(r, _) = map_route(&m, Some(Upsert::Replace)).unwrap() else {
+            panic!("not an IPv4 route");
+        };
+        assert_eq!(
+            r.info.metrics.to_string(),
+            "mtu lock 1400 advmss 1360 congctl cubic"
+        );
+        assert_eq!(r.info.metrics.mtu(), Some(1400));
+
+        let odd = netlink_packet_core::DefaultNla::new(40, vec![1, 2]);
+        m.attributes
+            .push(RouteAttribute::Metrics(vec![RouteMetric::Other(odd)]));
+        assert!(matches!(
+            map_route(&m, Some(Upsert::Replace)),
+            Err(MapError::Decode(_))
+        ));
     }
 
     #[test]
