@@ -37,14 +37,7 @@ impl Xfwd {
 
     fn spawn(lab: &Lab, extra: &[&str]) -> Xfwd {
         let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
-        let child = Command::new(XFWD)
-            .args([
-                "run",
-                "--netns",
-                &lab.netns(Role::Fwd),
-                "--iface",
-                "fwd0,fwd1",
-            ])
+        let child = run_in_fwd(lab, "fwd0,fwd1")
             .arg("--control")
             .arg(&control)
             .args([
@@ -116,6 +109,13 @@ impl Drop for Xfwd {
             let _ = child.wait();
         }
     }
+}
+
+/// `xfwd run --netns <fwd> --iface <ifaces>`, to be completed by the caller.
+fn run_in_fwd(lab: &Lab, ifaces: &str) -> Command {
+    let mut command = Command::new(XFWD);
+    command.args(["run", "--netns", &lab.netns(Role::Fwd), "--iface", ifaces]);
+    command
 }
 
 fn lab(tag: &str) -> LabGuard {
@@ -312,15 +312,8 @@ fn failed_start_up_leaves_nothing() {
     }
     let lab = lab("fwdfail");
     let control = format!("/run/xfwd/test-fail-{}.sock", lab.prefix());
-    let out = Command::new(XFWD)
-        .args([
-            "run",
-            "--netns",
-            &lab.netns(Role::Fwd),
-            "--iface",
-            "fwd0,nosuch0",
-            "--bare",
-        ])
+    let out = run_in_fwd(&lab, "fwd0,nosuch0")
+        .arg("--bare")
         .args([
             "--peer-mac",
             "fwd0=02:00:00:00:00:01,nosuch0=02:00:00:00:00:02",
@@ -335,15 +328,8 @@ fn failed_start_up_leaves_nothing() {
     assert!(!Path::new(&control).exists());
     // A second instance on the same interfaces fails and leaves the first one working.
     let first = Xfwd::start(&lab, &[]);
-    let second = Command::new(XFWD)
-        .args([
-            "run",
-            "--netns",
-            &lab.netns(Role::Fwd),
-            "--iface",
-            "fwd0,fwd1",
-            "--bare",
-        ])
+    let second = run_in_fwd(&lab, "fwd0,fwd1")
+        .arg("--bare")
         .args([
             "--peer-mac",
             "fwd0=02:00:00:00:00:01,fwd1=02:00:00:00:00:02",
@@ -1065,14 +1051,7 @@ fn more_queues_than_the_device_has_is_refused() {
     }
     let lab = lab("fwdmqx");
     let control = format!("/run/xfwd/test-mqx-{}.sock", lab.prefix());
-    let out = Command::new(XFWD)
-        .args([
-            "run",
-            "--netns",
-            &lab.netns(Role::Fwd),
-            "--iface",
-            "fwd0,fwd1",
-        ])
+    let out = run_in_fwd(&lab, "fwd0,fwd1")
         .args(["--queues", "2", "--no-punt", "--control", &control])
         .output()
         .unwrap();
