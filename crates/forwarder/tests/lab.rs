@@ -136,8 +136,11 @@ struct Report {
     ttls: Vec<(u8, u64)>,
 }
 
-fn probe(lab: &Lab, src: IpAddr, dst: IpAddr, count: u64) -> Report {
-    let out = Command::new(XFWD)
+/// `xfwd probe` from src0 through fwd0 to `dst`, captured on dst0, as JSON; the caller adds
+/// the count and rate.
+fn probe_command(lab: &Lab, src: IpAddr, dst: IpAddr) -> Command {
+    let mut command = Command::new(XFWD);
+    command
         .args([
             "probe",
             "--json",
@@ -148,7 +151,12 @@ fn probe(lab: &Lab, src: IpAddr, dst: IpAddr, count: u64) -> Report {
         ])
         .args(["--to-mac", &topology::FWD0.mac_string()])
         .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
-        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"]);
+    command
+}
+
+fn probe(lab: &Lab, src: IpAddr, dst: IpAddr, count: u64) -> Report {
+    let out = probe_command(lab, src, dst)
         .args(["--count", &count.to_string(), "--rate", "5000"])
         .output()
         .unwrap();
@@ -552,18 +560,7 @@ fn icmp_received(
 }
 
 fn probe_ttl(lab: &Lab, src: IpAddr, dst: IpAddr, ttl: u8, count: u64) {
-    let out = Command::new(XFWD)
-        .args([
-            "probe",
-            "--json",
-            "--from-netns",
-            &lab.netns(Role::Src),
-            "--iface",
-            "src0",
-        ])
-        .args(["--to-mac", &topology::FWD0.mac_string()])
-        .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
-        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+    let out = probe_command(lab, src, dst)
         .args([
             "--count",
             &count.to_string(),
