@@ -98,7 +98,9 @@ mod pool;
 mod queue;
 mod ratelimit;
 pub mod route;
+mod source;
 mod tables;
+mod vector;
 mod verdict;
 pub mod wire;
 

@@ -11,7 +11,7 @@ use crate::wire::l4::{self, protocol};
 use crate::wire::{WireError, checksum};
 
 /// Where a frame's headers are and what they say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
     /// The length of the link-layer header: 14, or 18 with a VLAN tag.
     pub l2_len: usize,

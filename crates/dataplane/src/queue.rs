@@ -1,9 +1,9 @@
 //! One run loop's state and the batch entry points.
 
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 
 use crossbeam_epoch::Guard;
-use dst_cache::{DstCache, FlowKey, Lookup, Snapshot};
+use dst_cache::{DstCache, Lookup, Snapshot};
 use policy_tree::{Action, Direction};
 
 use crate::config::{Config, ConfigError};
@@ -14,6 +14,8 @@ use crate::parse::{self, L2_LEN, Meta};
 use crate::pool::FramePool;
 use crate::ratelimit::TokenBucket;
 use crate::route::{self, Hop, Reject, Route, flow_hash, ip_of};
+use crate::source::SourceMemo;
+use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::ethernet::{EthernetFrame, ethertype};
 use crate::wire::ipv4::Ipv4Packet;
@@ -70,17 +72,27 @@ impl<'a> Frame<'a> {
 }
 
 /// What stays the same for one batch.
-struct Batch<'t> {
-    tables: &'t Tables,
-    guard: &'t Guard,
-    now: u64,
-    snapshot: Snapshot,
+pub(crate) struct Batch<'t> {
+    pub(crate) tables: &'t Tables,
+    pub(crate) guard: &'t Guard,
+    pub(crate) now: u64,
+    pub(crate) snapshot: Snapshot,
     /// The last ingress interface looked up: its index and MAC (`None` inside: not Ethernet;
     /// `None` outside: not in the link table).
     ingress: Option<(u32, Option<Option<[u8; 6]>>)>,
 }
 
-impl Batch<'_> {
+impl<'t> Batch<'t> {
+    fn new(tables: &'t Tables, guard: &'t Guard, now: u64) -> Self {
+        Batch {
+            tables,
+            guard,
+            now,
+            snapshot: tables.generation.snapshot(),
+            ingress: None,
+        }
+    }
+
     fn ingress_mac(&mut self, ifindex: u32) -> Option<Option<[u8; 6]>> {
         match self.ingress {
             Some((i, mac)) if i == ifindex => mac,
@@ -98,12 +110,16 @@ impl Batch<'_> {
 ///
 /// See the [crate documentation](crate) for a complete example.
 pub struct Queue {
-    config: Config,
-    cache: Option<DstCache<Route>>,
-    counters: Counters,
+    pub(crate) config: Config,
+    pub(crate) cache: Option<DstCache<Route>>,
+    pub(crate) counters: Counters,
     icmp: TokenBucket,
     hold: HoldBuffer,
     ident: u16,
+    /// The own-source check, per source and route generation.
+    pub(crate) sources: SourceMemo,
+    /// The vector pipeline's per-frame state, allocated once.
+    lanes: Box<[Lane]>,
 }
 
 impl Queue {
@@ -121,6 +137,8 @@ impl Queue {
             icmp: TokenBucket::new(config.icmp_rate, config.icmp_burst),
             hold: HoldBuffer::new(&config),
             ident: (config.queue_id as u16).wrapping_mul(0x9e37),
+            sources: SourceMemo::new(),
+            lanes: vec![Lane::default(); VECTOR].into_boxed_slice(),
             config,
         })
     }
@@ -155,6 +173,14 @@ impl Queue {
     /// without room in place) come from and go out through `pool`. `guard` is the batch's one
     /// epoch pin; `now` is a monotonic clock in nanoseconds.
     ///
+    /// The batch goes through the vector pipeline, in vectors of up to 64 frames: each stage
+    /// (parse and validate, own-source check, route-cache probes, local destinations, FIB
+    /// lookups for the misses, egress and neighbour, cache fills, fwd policy where policies
+    /// exist, checks and side effects in frame order, rewrite) runs over the whole vector before
+    /// the next, so that the memory accesses of different frames overlap. Verdicts, bytes and
+    /// counters are those of [`process_batch_reference`](Self::process_batch_reference), frame
+    /// by frame.
+    ///
     /// No allocation, lock or system call; frames are never copied except into the hold
     /// buffer or a spare frame.
     pub fn process_batch<P: FramePool>(
@@ -165,13 +191,43 @@ impl Queue {
         frames: &mut [Frame<'_>],
         pool: &mut P,
     ) {
-        let mut batch = Batch {
-            tables,
-            guard,
-            now,
-            snapshot: tables.generation.snapshot(),
-            ingress: None,
-        };
+        let mut batch = Batch::new(tables, guard, now);
+        let mut lanes = std::mem::take(&mut self.lanes);
+        for vector in frames.chunks_mut(VECTOR) {
+            self.process_vector(&mut batch, vector, &mut lanes[..vector.len()], pool);
+        }
+        self.lanes = lanes;
+    }
+
+    /// The reference the vector pipeline is tested against: the same decisions taken one
+    /// frame at a time from parse to rewrite, with the own-source check asking the address
+    /// table for every IPv4 frame. Not for run loops (slower); kept for differential tests and
+    /// benchmarks.
+    ///
+    /// ```
+    /// use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
+    /// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+    ///
+    /// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
+    /// let sock_netns = writer.add_netns(NetnsConfig::default())?;
+    /// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+    /// let mut queue = Queue::new(Config::default())?;
+    /// let mut chunk = [0u8; 10];
+    /// let mut frames = [Frame::new(&mut chunk, 0, 10, 1)];
+    /// let guard = crossbeam_epoch::pin();
+    /// queue.process_batch_reference(&tables, &guard, 0, &mut frames, &mut HeapPool::new(2048, 1));
+    /// assert_eq!(frames[0].verdict, Verdict::Drop(dataplane::DropReason::Truncated));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn process_batch_reference<P: FramePool>(
+        &mut self,
+        tables: &Tables,
+        guard: &Guard,
+        now: u64,
+        frames: &mut [Frame<'_>],
+        pool: &mut P,
+    ) {
+        let mut batch = Batch::new(tables, guard, now);
         for frame in frames.iter_mut() {
             let verdict = self.process_frame(&mut batch, frame, pool);
             frame.verdict = verdict;
@@ -200,27 +256,10 @@ impl Queue {
         frame: &mut Frame<'_>,
         pool: &mut P,
     ) -> Verdict {
-        let Some(end) = frame
-            .offset
-            .checked_add(frame.len)
-            .filter(|&end| end <= frame.chunk.len())
-        else {
-            return Verdict::Drop(DropReason::Truncated);
-        };
-        let meta = match parse::parse(&frame.chunk[frame.offset..end], &self.config) {
+        let meta = match self.admit(b, frame) {
             Ok(meta) => meta,
             Err(verdict) => return verdict,
         };
-        if meta.dst_mac[0] & 1 != 0 {
-            return Verdict::Punt(PuntReason::LinkMulticast);
-        }
-        match b.ingress_mac(frame.ifindex) {
-            None => return Verdict::Drop(DropReason::UnknownIngress),
-            Some(Some(mac)) if mac != meta.dst_mac => {
-                return Verdict::Drop(DropReason::OtherHost);
-            }
-            Some(_) => {}
-        }
         // fib_validate_source: one of our own addresses as the source is a martian.
         if !meta.v6
             && b.tables
@@ -230,52 +269,66 @@ impl Queue {
         {
             return Verdict::Drop(DropReason::MartianSource);
         }
-        let v6 = meta.v6;
-        match self.route(b, &meta, frame.ifindex) {
-            Route::Forward(hop) => self.forward(b, frame, &meta, hop, pool),
-            Route::Local => self.local(b, frame, &meta),
-            Route::Punt(reason) => Verdict::Punt(reason),
-            Route::Drop(reason) => Verdict::Drop(reason),
-            Route::Reject(Reject::Blackhole) => Verdict::Drop(DropReason::Blackhole),
-            Route::Reject(Reject::NoRoute) => {
-                let kind = if v6 {
-                    IcmpError::V6NoRoute
-                } else {
-                    IcmpError::NetUnreachable
-                };
-                self.icmp_error(b, frame, &meta, kind, 0, pool)
-            }
-            Route::Reject(Reject::Unreachable) => {
-                let kind = if v6 {
-                    IcmpError::V6NoRoute
-                } else {
-                    IcmpError::HostUnreachable
-                };
-                self.icmp_error(b, frame, &meta, kind, 0, pool)
-            }
-            Route::Reject(Reject::Prohibit) => {
-                let kind = if v6 {
-                    IcmpError::V6AdminProhibited
-                } else {
-                    IcmpError::AdminProhibited
-                };
-                self.icmp_error(b, frame, &meta, kind, 0, pool)
-            }
+        let route = self.route(b, &meta, frame.ifindex);
+        self.dispatch(b, frame, &meta, route, pool)
+    }
+
+    /// Parse and validate, then the link-layer checks against the ingress interface: the
+    /// frame's metadata, or the verdict of a frame that goes no further.
+    pub(crate) fn admit(&self, b: &mut Batch<'_>, frame: &Frame<'_>) -> Result<Meta, Verdict> {
+        let Some(end) = frame
+            .offset
+            .checked_add(frame.len)
+            .filter(|&end| end <= frame.chunk.len())
+        else {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        };
+        let meta = parse::parse(&frame.chunk[frame.offset..end], &self.config)?;
+        if meta.dst_mac[0] & 1 != 0 {
+            return Err(Verdict::Punt(PuntReason::LinkMulticast));
+        }
+        match b.ingress_mac(frame.ifindex) {
+            None => Err(Verdict::Drop(DropReason::UnknownIngress)),
+            Some(Some(mac)) if mac != meta.dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
+            Some(_) => Ok(meta),
         }
     }
 
+    /// The verdict of a route, one frame at a time: forwarding (policy, checks, rewrite), local
+    /// delivery, punts, drops and the ICMP errors of reject routes.
+    pub(crate) fn dispatch<P: FramePool>(
+        &mut self,
+        b: &Batch<'_>,
+        frame: &mut Frame<'_>,
+        meta: &Meta,
+        route: Route,
+        pool: &mut P,
+    ) -> Verdict {
+        let v6 = meta.v6;
+        let kind = match route {
+            Route::Forward(hop) => return self.forward(b, frame, meta, hop, pool),
+            Route::Local => return self.local(b, frame, meta),
+            Route::Punt(reason) => return Verdict::Punt(reason),
+            Route::Drop(reason) => return Verdict::Drop(reason),
+            Route::Reject(Reject::Blackhole) => return Verdict::Drop(DropReason::Blackhole),
+            Route::Reject(Reject::NoRoute) if v6 => IcmpError::V6NoRoute,
+            Route::Reject(Reject::NoRoute) => IcmpError::NetUnreachable,
+            Route::Reject(Reject::Unreachable) if v6 => IcmpError::V6NoRoute,
+            Route::Reject(Reject::Unreachable) => IcmpError::HostUnreachable,
+            Route::Reject(Reject::Prohibit) if v6 => IcmpError::V6AdminProhibited,
+            Route::Reject(Reject::Prohibit) => IcmpError::AdminProhibited,
+        };
+        self.icmp_error(b, frame, meta, kind, 0, pool)
+    }
+
     /// The route cache, then (on a miss or while bypassed) the tables.
-    fn route(&mut self, b: &Batch<'_>, meta: &Meta, iif: u32) -> Route {
+    pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, iif: u32) -> Route {
         let tos = meta.tos & 0xfc;
         let resolve = || route::resolve(b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif);
         let Some(cache) = &mut self.cache else {
             return resolve();
         };
-        let key = if meta.v6 {
-            FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
-        } else {
-            FlowKey::v4(Ipv4Addr::from(meta.dst as u32), tos, iif)
-        };
+        let key = route::flow_key(meta, iif);
         match cache.lookup(&key, b.snapshot, b.now) {
             Lookup::Hit(route) => route,
             Lookup::Miss(token) => {
@@ -339,16 +392,35 @@ impl Queue {
                 return verdict;
             }
         }
+        match self.forward_checks(b, frame, meta, &hop, pool) {
+            Ok(too_big) => {
+                rewrite(frame, meta, &hop);
+                self.after_rewrite(b, frame, meta, &hop, too_big, pool)
+            }
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// The checks of a forwarded packet after the policy: TTL, scope, MTU. `Ok(too_big)` when
+    /// it goes on to the rewrite; else the verdict (an ICMP error, sent or counted).
+    pub(crate) fn forward_checks<P: FramePool>(
+        &mut self,
+        b: &Batch<'_>,
+        frame: &mut Frame<'_>,
+        meta: &Meta,
+        hop: &Hop,
+        pool: &mut P,
+    ) -> Result<bool, Verdict> {
         if meta.ttl <= 1 {
             let kind = if meta.v6 {
                 IcmpError::V6TimeExceeded
             } else {
                 IcmpError::TimeExceeded
             };
-            return self.icmp_error(b, frame, meta, kind, 0, pool);
+            return Err(self.icmp_error(b, frame, meta, kind, 0, pool));
         }
         if meta.v6 && meta.src >> 118 == 0x3fa {
-            return self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool);
+            return Err(self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool));
         }
         let too_big = meta.ip_len > hop.mtu as usize;
         if too_big && (meta.v6 || meta.dont_frag) {
@@ -357,35 +429,26 @@ impl Queue {
             } else {
                 IcmpError::FragNeeded
             };
-            return self.icmp_error(b, frame, meta, kind, hop.mtu, pool);
+            return Err(self.icmp_error(b, frame, meta, kind, hop.mtu, pool));
         }
+        Ok(too_big)
+    }
 
-        // Rewrite in place: an untagged Ethernet header right before the IP header (a tag, if
-        // any, falls away), TTL / hop limit minus one.
-        let ip_start = frame.offset + meta.l2_len;
-        let l2_start = ip_start - L2_LEN;
-        if meta.v6 {
-            frame.chunk[ip_start + 7] -= 1;
-        } else {
-            Ipv4Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + 20]).decrement_ttl();
-        }
-        {
-            let mut eth = EthernetFrame::new_unchecked(&mut frame.chunk[l2_start..ip_start]);
-            eth.set_dst_addr(hop.dst_mac.unwrap_or([0; 6]));
-            eth.set_src_addr(hop.src_mac);
-            eth.set_ethertype(if meta.v6 {
-                ethertype::IPV6
-            } else {
-                ethertype::IPV4
-            });
-        }
-        frame.offset = l2_start;
-        frame.len = L2_LEN + meta.ip_len;
-        let bytes = &frame.chunk[l2_start..l2_start + frame.len];
+    /// After the rewrite: transmit, or hold the frame for its neighbour, or fragment it.
+    pub(crate) fn after_rewrite<P: FramePool>(
+        &mut self,
+        b: &Batch<'_>,
+        frame: &Frame<'_>,
+        meta: &Meta,
+        hop: &Hop,
+        too_big: bool,
+        pool: &mut P,
+    ) -> Verdict {
+        let bytes = frame.bytes();
         match hop.dst_mac {
             None => match self
                 .hold
-                .hold(bytes, &hop, meta.v6, b.now, &mut self.counters)
+                .hold(bytes, hop, meta.v6, b.now, &mut self.counters)
             {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
@@ -405,7 +468,7 @@ impl Queue {
     }
 
     /// The fwd policy's verdict on a forwarded packet, if it stops it.
-    fn fwd_policy(b: &Batch<'_>, meta: &Meta) -> Option<Verdict> {
+    pub(crate) fn fwd_policy(b: &Batch<'_>, meta: &Meta) -> Option<Verdict> {
         let flow = if meta.v6 {
             policy_tree::Flow::v6(meta.src.into(), meta.dst.into())
         } else {
@@ -427,7 +490,7 @@ impl Queue {
     /// Turns the frame into an ICMP error back to its sender (in place, or in a spare frame),
     /// if the quoting rules, the rate limit and the source address allow; else a drop under
     /// the error's reason.
-    fn icmp_error<P: FramePool>(
+    pub(crate) fn icmp_error<P: FramePool>(
         &mut self,
         b: &Batch<'_>,
         frame: &mut Frame<'_>,
@@ -506,4 +569,29 @@ impl Queue {
         self.counters.icmp_sent[kind as usize] += 1;
         Verdict::Consumed
     }
+}
+
+/// Rewrites a forwarded frame in place: an untagged Ethernet header right before the IP header
+/// (a tag, if any, falls away) with the hop's MACs, TTL / hop limit minus one; `offset` and
+/// `len` then describe the frame to send.
+pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
+    let ip_start = frame.offset + meta.l2_len;
+    let l2_start = ip_start - L2_LEN;
+    if meta.v6 {
+        frame.chunk[ip_start + 7] -= 1;
+    } else {
+        Ipv4Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + 20]).decrement_ttl();
+    }
+    {
+        let mut eth = EthernetFrame::new_unchecked(&mut frame.chunk[l2_start..ip_start]);
+        eth.set_dst_addr(hop.dst_mac.unwrap_or([0; 6]));
+        eth.set_src_addr(hop.src_mac);
+        eth.set_ethertype(if meta.v6 {
+            ethertype::IPV6
+        } else {
+            ethertype::IPV4
+        });
+    }
+    frame.offset = l2_start;
+    frame.len = L2_LEN + meta.ip_len;
 }

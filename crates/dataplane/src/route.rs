@@ -4,10 +4,11 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
-use dst_cache::Cacheable;
+use dst_cache::{Cacheable, FlowKey};
 use fib_trie::{Flow, LookupError, RouteType, Scope};
 
 use crate::Tables;
+use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
 
 /// Where a forwarded packet goes next.
@@ -95,6 +96,9 @@ pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
 /// family decides by route type (unicast to the egress link and neighbour; local and anycast
 /// local; broadcast and multicast to the kernel; reject types rejected; throw handled inside the
 /// FIB by going on with the next rule).
+///
+/// The same three steps the vector pipeline runs as separate stages over a batch's misses:
+/// [`is_local_dst`], [`fib_lookup`], [`egress`].
 #[allow(
     clippy::too_many_arguments,
     reason = "the fields of one lookup, kept as scalars"
@@ -108,7 +112,18 @@ pub fn resolve(
     tos: u8,
     iif: u32,
 ) -> Route {
-    let local = if v6 {
+    if is_local_dst(tables, guard, v6, dst) {
+        return Route::Local;
+    }
+    match fib_lookup(tables, guard, v6, src, dst, tos, iif) {
+        Ok(hop) => egress(tables, guard, v6, &hop),
+        Err(route) => route,
+    }
+}
+
+/// Whether `dst` is one of this namespace's own addresses (the address table's `dev_find`).
+pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool {
+    if v6 {
         tables
             .addrs
             .dev_find(Ipv6Addr::from(dst), None, guard)
@@ -118,10 +133,28 @@ pub fn resolve(
             .addrs
             .dev_find(Ipv4Addr::from(dst as u32), None, guard)
             .is_some()
-    };
-    if local {
-        return Route::Local;
     }
+}
+
+/// The FIB's answer for a destination that is not a local address: the unicast route's chosen
+/// next hop (for [`egress`] to complete), or the final decision of every other route type.
+///
+/// # Errors
+/// The decision when the route is not unicast (local, broadcast, multicast, reject types), or
+/// there is no route.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
+pub fn fib_lookup(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+) -> Result<Egress, Route> {
     // The FIB's tos selector compares DSCP bits.
     let dscp = tos & 0xfc;
     let (route_type, nexthop, multipath, route_mtu) = if v6 {
@@ -142,7 +175,7 @@ pub fn resolve(
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
-            Err(e) => return Route::Reject(e.into()),
+            Err(e) => return Err(Route::Reject(e.into())),
         }
     } else {
         let flow = Flow {
@@ -162,29 +195,28 @@ pub fn resolve(
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
-            Err(e) => return Route::Reject(e.into()),
+            Err(e) => return Err(Route::Reject(e.into())),
         }
     };
     match route_type {
         RouteType::Unicast => {}
-        RouteType::Local | RouteType::Anycast => return Route::Local,
-        RouteType::Broadcast => return Route::Punt(PuntReason::Broadcast),
-        RouteType::Multicast => return Route::Punt(PuntReason::Multicast),
-        RouteType::Blackhole => return Route::Reject(Reject::Blackhole),
-        RouteType::Unreachable => return Route::Reject(Reject::Unreachable),
-        RouteType::Prohibit => return Route::Reject(Reject::Prohibit),
-        RouteType::Throw => return Route::Reject(Reject::NoRoute),
+        RouteType::Local | RouteType::Anycast => return Err(Route::Local),
+        RouteType::Broadcast => return Err(Route::Punt(PuntReason::Broadcast)),
+        RouteType::Multicast => return Err(Route::Punt(PuntReason::Multicast)),
+        RouteType::Blackhole => return Err(Route::Reject(Reject::Blackhole)),
+        RouteType::Unreachable => return Err(Route::Reject(Reject::Unreachable)),
+        RouteType::Prohibit => return Err(Route::Reject(Reject::Prohibit)),
+        RouteType::Throw => return Err(Route::Reject(Reject::NoRoute)),
     }
     let Some((oif, next_hop)) = nexthop else {
-        return Route::Reject(Reject::NoRoute);
+        return Err(Route::Reject(Reject::NoRoute));
     };
-    let hop = Egress {
+    Ok(Egress {
         oif,
         next_hop,
         multipath,
         route_mtu,
-    };
-    egress(tables, guard, v6, &hop)
+    })
 }
 
 /// What a route chose, for [`egress`] to complete.
@@ -235,6 +267,17 @@ pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> 
         .neigh
         .lookup(oif, addr, guard)
         .and_then(|n| n.usable_mac())
+}
+
+/// The route-cache key of a parsed packet arriving on `iif`: destination, DSCP bits of the
+/// TOS byte / traffic class, ingress interface.
+pub fn flow_key(meta: &Meta, iif: u32) -> FlowKey {
+    let tos = meta.tos & 0xfc;
+    if meta.v6 {
+        FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
+    } else {
+        FlowKey::v4(Ipv4Addr::from(meta.dst as u32), tos, iif)
+    }
 }
 
 /// An address of the pipeline's form as an `IpAddr`.

@@ -262,6 +262,39 @@ impl<V> DstCache<V> {
         &self.counters
     }
 
+    /// Counts a hit that the caller answered without probing: a lookup of the same key as its
+    /// previous one, which hit (or missed and was filled with a cacheable decision), under the
+    /// same snapshot and `now`, with no insert in between; the answer is the one a probe would
+    /// give. Keeps the hit counter and the adaptive bypass's window as if the probe had been
+    /// made (a bypass that is off only counts real probes).
+    ///
+    /// A vector pipeline uses it for runs of frames of one flow, which then cost one probe.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use dst_cache::{Config, Decision, DstCache, FlowKey, Generation, Lookup};
+    ///
+    /// let mut cache = DstCache::new(Config::default())?;
+    /// let snapshot = Generation::new().snapshot();
+    /// let key = FlowKey::v4(Ipv4Addr::new(192, 0, 2, 1), 0, 1);
+    /// let decision = Decision::unicast(2, None, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+    /// if let Lookup::Miss(token) = cache.lookup(&key, snapshot, 0) {
+    ///     cache.insert(token, decision, 0, u64::MAX);
+    /// }
+    /// cache.repeat_hit(); // the next frame of the same flow
+    /// assert_eq!((cache.counters().misses, cache.counters().hits), (1, 1));
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn repeat_hit(&mut self) {
+        self.counters.hits += 1;
+        if let Some(bypass) = &mut self.bypass {
+            if !bypass.is_off() {
+                bypass.record(true);
+            }
+        }
+    }
+
     /// Whether the adaptive bypass currently keeps the cache out of use.
     pub fn is_bypassing(&self) -> bool {
         self.bypass.as_ref().is_some_and(Bypass::is_off)

@@ -1,0 +1,258 @@
+//! The vector pipeline: each stage runs over the whole vector of frames before the next, in
+//! the manner of VPP's graph nodes, so that the table lookups of different frames are issued
+//! back to back and their cache misses overlap instead of queueing one behind the other.
+//!
+//! Stages, in order (each one only over the frames still in it):
+//! 1. parse and validate, link-layer checks ([`Queue::admit`]);
+//! 2. the own-source check (IPv4), memoised per source and route generation;
+//! 3. route-cache probes;
+//! 4. for the misses: local destinations (address table), then
+//! 5. FIB lookups, then
+//! 6. egress link and neighbour, then
+//! 7. cache fills;
+//! 8. the fwd policy, only when fwd policies exist;
+//! 9. in frame order, everything with side effects on the queue (ICMP errors and their token
+//!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
+//!    the order the reference gives them;
+//! 10. the rewrite of every plain transmit (TTL, MACs);
+//! 11. verdicts and counters.
+//!
+//! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
+//! the route cache is probed for the whole vector before any miss is filled (two frames of one
+//! new destination in one vector both miss, where the reference's second frame hits), so the
+//! cache's own hit/miss counters may differ; every verdict, byte and pipeline counter is the
+//! same (the differential property test in `tests/vector.rs` checks it).
+
+use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
+use policy_tree::Direction;
+
+use crate::parse::Meta;
+use crate::pool::FramePool;
+use crate::queue::{Batch, Frame, Queue, rewrite};
+use crate::route::{self, Egress, Hop, Route};
+use crate::verdict::{DropReason, Verdict};
+
+/// Frames per vector: a batch is processed in vectors of this many frames.
+pub(crate) const VECTOR: usize = 64;
+
+/// Where one frame of the vector stands between stages.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum Step {
+    /// Decided.
+    Done(Verdict),
+    /// Parsed; the own-source check is next.
+    #[default]
+    Source,
+    /// The route cache is next.
+    Probe,
+    /// A route-cache miss (with the token to fill it), or a bypass (`None`): the tables decide.
+    Miss(Option<MissToken>),
+    /// The same key as the missed lane at this index, just before it: takes its answer.
+    Same(usize),
+    /// Not a local destination: the FIB is next.
+    Fib(Option<MissToken>),
+    /// The FIB chose a unicast next hop: its link and neighbour are next.
+    Egress(Option<MissToken>, Egress),
+    /// Resolved from the tables: to be stored in the cache.
+    Fill(Option<MissToken>, Route),
+    /// The route is known.
+    Routed(Route),
+    /// Passed every check: a plain transmit, to be rewritten.
+    Rewrite(Hop),
+}
+
+/// One frame's state in the vector.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Lane {
+    meta: Meta,
+    step: Step,
+}
+
+impl Queue {
+    /// Runs one vector of at most [`VECTOR`] frames through the stages; `lanes` is as long as
+    /// `frames`.
+    pub(crate) fn process_vector<P: FramePool>(
+        &mut self,
+        b: &mut Batch<'_>,
+        frames: &mut [Frame<'_>],
+        lanes: &mut [Lane],
+        pool: &mut P,
+    ) {
+        // 1. Parse and validate.
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
+            lane.step = match self.admit(b, frame) {
+                Ok(meta) => {
+                    lane.meta = meta;
+                    Step::Source
+                }
+                Err(verdict) => Step::Done(verdict),
+            };
+        }
+
+        // 2. fib_validate_source: one of our own addresses as the source is a martian.
+        let generation = b.snapshot.generation;
+        for lane in lanes.iter_mut() {
+            if let Step::Source = lane.step {
+                let own = !lane.meta.v6
+                    && self
+                        .sources
+                        .is_own(b.tables, b.guard, generation, lane.meta.src as u32);
+                lane.step = if own {
+                    Step::Done(Verdict::Drop(DropReason::MartianSource))
+                } else {
+                    Step::Probe
+                };
+            }
+        }
+
+        // 3. Route-cache probes; a run of frames with one key costs one probe.
+        match &mut self.cache {
+            Some(cache) => {
+                let mut previous: Option<(FlowKey, usize)> = None;
+                for i in 0..lanes.len() {
+                    let Step::Probe = lanes[i].step else {
+                        continue;
+                    };
+                    let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
+                    let repeat = match previous {
+                        Some((k, j)) if k == key => Some((j, lanes[j].step)),
+                        _ => None,
+                    };
+                    lanes[i].step = match repeat {
+                        Some((_, Step::Routed(route))) => {
+                            cache.repeat_hit();
+                            Step::Routed(route)
+                        }
+                        Some((j, Step::Miss(Some(_)))) => Step::Same(j),
+                        Some((_, Step::Same(first))) => Step::Same(first),
+                        _ => match cache.lookup(&key, b.snapshot, b.now) {
+                            Lookup::Hit(route) => Step::Routed(route),
+                            Lookup::Miss(token) => Step::Miss(Some(token)),
+                            Lookup::Bypass => Step::Miss(None),
+                        },
+                    };
+                    previous = Some((key, i));
+                }
+            }
+            None => {
+                for lane in lanes.iter_mut() {
+                    if let Step::Probe = lane.step {
+                        lane.step = Step::Miss(None);
+                    }
+                }
+            }
+        }
+
+        // 4. Misses: local destinations.
+        for lane in lanes.iter_mut() {
+            if let Step::Miss(token) = lane.step {
+                lane.step = if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
+                    Step::Fill(token, Route::Local)
+                } else {
+                    Step::Fib(token)
+                };
+            }
+        }
+
+        // 5. Misses: FIB lookups.
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
+            if let Step::Fib(token) = lane.step {
+                let m = &lane.meta;
+                let tos = m.tos & 0xfc;
+                lane.step = match route::fib_lookup(
+                    b.tables,
+                    b.guard,
+                    m.v6,
+                    m.src,
+                    m.dst,
+                    tos,
+                    frame.ifindex,
+                ) {
+                    Ok(egress) => Step::Egress(token, egress),
+                    Err(route) => Step::Fill(token, route),
+                };
+            }
+        }
+
+        // 6. Misses: egress link and neighbour.
+        for lane in lanes.iter_mut() {
+            if let Step::Egress(token, egress) = lane.step {
+                let route = route::egress(b.tables, b.guard, lane.meta.v6, &egress);
+                lane.step = Step::Fill(token, route);
+            }
+        }
+
+        // 7. Cache fills.
+        for lane in lanes.iter_mut() {
+            if let Step::Fill(token, route) = lane.step {
+                if let (Some(token), Some(cache)) = (token, &mut self.cache) {
+                    cache.insert(token, route, b.now, u64::MAX);
+                }
+                lane.step = Step::Routed(route);
+            }
+        }
+
+        // 7b. Repeats of a missed key take its answer, as their probe would have after the
+        // fill; an answer that could not be cached is looked up again, as the reference does.
+        for i in 0..lanes.len() {
+            if let Step::Same(first) = lanes[i].step {
+                lanes[i].step = match (lanes[first].step, &mut self.cache) {
+                    (Step::Routed(route), Some(cache)) if route.is_cacheable() => {
+                        cache.repeat_hit();
+                        Step::Routed(route)
+                    }
+                    _ => Step::Routed(self.route(b, &lanes[i].meta, frames[i].ifindex)),
+                };
+            }
+        }
+
+        // 8. The fwd policy, as the kernel (`policy_count[dir]`): no fwd policy, no lookup.
+        if b.tables.policies.has_policies(Direction::Fwd) {
+            for lane in lanes.iter_mut() {
+                if let Step::Routed(Route::Forward(_)) = lane.step {
+                    if let Some(verdict) = Self::fwd_policy(b, &lane.meta) {
+                        lane.step = Step::Done(verdict);
+                    }
+                }
+            }
+        }
+
+        // 9. In frame order: checks, and every decision with side effects on the queue.
+        for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
+            let Step::Routed(route) = lane.step else {
+                continue;
+            };
+            let meta = &lane.meta;
+            lane.step = match route {
+                Route::Forward(hop) => match self.forward_checks(b, frame, meta, &hop, pool) {
+                    Ok(false) if hop.dst_mac.is_some() => Step::Rewrite(hop),
+                    Ok(too_big) => {
+                        rewrite(frame, meta, &hop);
+                        Step::Done(self.after_rewrite(b, frame, meta, &hop, too_big, pool))
+                    }
+                    Err(verdict) => Step::Done(verdict),
+                },
+                route => Step::Done(self.dispatch(b, frame, meta, route, pool)),
+            };
+        }
+
+        // 10. Rewrite the plain transmits.
+        for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
+            if let Step::Rewrite(hop) = lane.step {
+                rewrite(frame, &lane.meta, &hop);
+                lane.step = Step::Done(Verdict::Transmit { ifindex: hop.oif });
+            }
+        }
+
+        // 11. Verdicts and counters.
+        for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
+            let verdict = match lane.step {
+                Step::Done(verdict) => verdict,
+                // Every stage above moves each lane on; none is left behind.
+                _ => Verdict::Pending,
+            };
+            frame.verdict = verdict;
+            self.counters.count(verdict);
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The vector pipeline against the one-frame-at-a-time reference: random batches (both
+//! families, VLAN tags, malformed frames, local, multipath, unreachable and held destinations,
+//! runs of one flow) with the tables changing between batches must get identical verdicts,
+//! bytes, spare frames, hold-buffer behaviour and counters.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use addr_table::IfAddr;
+use common::*;
+use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
+use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
+use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+use policy_tree::{Action, Direction, PolicySpec, PolicyType, Selector, TemplateId};
+use proptest::prelude::*;
+
+/// A source that a table change makes one of our own addresses.
+const FLIP4: [u8; 4] = [10, 0, 2, 50];
+
+/// One frame as the batch strategy builds it.
+fn frame() -> impl Strategy<Value = Vec<u8>> {
+    let src4 = prop_oneof![4 => Just(HOST4), 1 => Just(FLIP4), 1 => Just(LOCAL4)];
+    let dst4 = prop_oneof![
+        Just([8, 8, 8, 8]),
+        Just([8, 8, 4, 4]),
+        Just([8, 9, 1, 1]),
+        Just([10, 0, 2, 7]),
+        Just([10, 0, 2, 50]),
+        Just([100, 64, 0, 1]),
+        Just([100, 65, 0, 9]),
+        Just([100, 66, 0, 1]),
+        Just([100, 67, 0, 1]),
+        Just([100, 70, 3, 4]),
+        Just([100, 70, 9, 9]),
+        Just([9, 9, 9, 9]),
+        Just([192, 0, 2, 9]),
+        Just([198, 51, 100, 1]),
+        Just([203, 0, 113, 1]),
+        Just(LOCAL4),
+        any::<[u8; 4]>(),
+    ];
+    let src6 = prop_oneof![4 => Just(HOST6), 1 => Just("fe80::1"), 1 => Just(LOCAL6)];
+    let dst6 = prop_oneof![
+        Just("2001:db8:100::9"),
+        Just("2001:db8:44::1"),
+        Just("2001:db8:dead::1"),
+        Just("2001:db8:bad::1"),
+        Just("2001:db8:b1ac::1"),
+        Just("2001:db8:2::77"),
+        Just("2001:db8:9::1"),
+        Just(LOCAL6),
+    ];
+    let ttl = prop_oneof![Just(0u8), Just(1), Just(2), Just(64)];
+    let payload = prop_oneof![4 => 0usize..64, 1 => 500usize..1500];
+    let dport = prop_oneof![Just(4789u16), Just(53)];
+    let base = prop_oneof![
+        6 => (src4, dst4, ttl.clone(), dport.clone(), payload.clone(), any::<bool>()).prop_map(
+            |(s, d, ttl, port, n, df)| {
+                let mut f = udp4(s, d, ttl, port, n);
+                if !df {
+                    patch4(&mut f, |h| h.dont_fragment = false);
+                }
+                f
+            }
+        ),
+        3 => (src6, dst6, ttl, dport, payload).prop_map(|(s, d, hop, port, n)| udp6(s, d, hop, port, n)),
+        1 => proptest::collection::vec(any::<u8>(), 0..80),
+    ];
+    (
+        base,
+        0u8..8,
+        any::<u16>(),
+        proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+    )
+        .prop_map(|(mut f, shape, tci, flips)| {
+            match shape {
+                // An 802.1Q tag.
+                0 | 1 if f.len() >= 14 => {
+                    let mut tag = vec![0x81, 0x00];
+                    tag.extend_from_slice(&(tci & 0x0fff).to_be_bytes());
+                    f.splice(12..12, tag);
+                }
+                // Malformed: bytes flipped, or cut short.
+                2 if !f.is_empty() => {
+                    for (at, byte) in flips {
+                        let i = at % f.len();
+                        f[i] = byte;
+                    }
+                }
+                3 if !f.is_empty() => f.truncate(usize::from(tci) % f.len()),
+                _ => {}
+            }
+            f
+        })
+}
+
+/// A batch: frames, some repeated back to back (runs of one destination), the repeats of an
+/// IPv4 frame from the same or from other hosts.
+fn batch() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    proptest::collection::vec((frame(), 1usize..4, any::<bool>()), 1..40).prop_map(|runs| {
+        runs.into_iter()
+            .flat_map(|(f, n, other_hosts)| {
+                (0..n).map(move |i| {
+                    let mut f = f.clone();
+                    let plain_v4 = f.len() >= 34
+                        && f[12..14] == [0x08, 0x00]
+                        && etherparse::Ipv4Header::from_slice(&f[14..]).is_ok();
+                    if other_hosts && plain_v4 {
+                        patch4(&mut f, |h| h.source[3] = h.source[3].wrapping_add(i as u8));
+                    }
+                    f
+                })
+            })
+            .collect()
+    })
+}
+
+/// A change the control plane publishes between batches (then bumps the generation).
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// 10.0.2.50 becomes one of ours on OUT, or stops being.
+    OwnAddress,
+    /// The neighbour 10.0.2.200 resolves, or goes back to incomplete.
+    Neighbour,
+    /// OUT goes down, or up.
+    EgressLink,
+    /// OUT's MTU goes to 1000, or back to 1500.
+    EgressMtu,
+    /// 100.70.0.0/16 appears as a multipath route (via OUT and SMALL), or goes.
+    Multipath,
+    /// 8.8.0.0/16 becomes unreachable, or reachable again.
+    Unreachable,
+    /// Every fwd policy goes (the pipeline stops looking), or comes back.
+    Policies,
+}
+
+fn change() -> impl Strategy<Value = Option<Change>> {
+    prop_oneof![
+        2 => Just(None),
+        1 => prop_oneof![
+            Just(Change::OwnAddress),
+            Just(Change::Neighbour),
+            Just(Change::EgressLink),
+            Just(Change::EgressMtu),
+            Just(Change::Multipath),
+            Just(Change::Unreachable),
+            Just(Change::Policies),
+        ]
+        .prop_map(Some),
+    ]
+}
+
+fn v4(a: [u8; 4]) -> u32 {
+    u32::from_be_bytes(a)
+}
+
+/// The state the changes toggle.
+#[derive(Default)]
+struct Toggles {
+    own: bool,
+    neighbour: bool,
+    down: bool,
+    small_mtu: bool,
+    multipath: bool,
+    unreachable: bool,
+    no_policies: bool,
+}
+
+fn out_link(up: bool, mtu: u32) -> Link {
+    let mut link = Link {
+        mac: Some(OUT_MAC),
+        mtu,
+        ..Link::new(OUT, format!("eth{OUT}"))
+    };
+    if up {
+        link.flags = LinkFlags::UP | LinkFlags::RUNNING;
+        link.oper = OperState::UP;
+    }
+    link
+}
+
+fn policy_selectors() -> [(Selector, Action); 2] {
+    let sel = |s: &str, d: &str| Selector::new(s.parse().unwrap(), d.parse().unwrap()).unwrap();
+    [
+        (sel("0.0.0.0/0", "8.8.4.4/32"), Action::Block),
+        (sel("0.0.0.0/0", "8.9.0.0/16"), Action::Ipsec(TemplateId(1))),
+    ]
+}
+
+fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
+    match change {
+        Change::OwnAddress => {
+            toggles.own = !toggles.own;
+            let a = IfAddr::new(Ipv4Addr::from(FLIP4), 24, OUT);
+            if toggles.own {
+                tables.addrs.add(a).unwrap();
+            } else {
+                tables.addrs.remove(Ipv4Addr::from(FLIP4), 24, OUT).unwrap();
+            }
+        }
+        Change::Neighbour => {
+            toggles.neighbour = !toggles.neighbour;
+            let (mac, state) = if toggles.neighbour {
+                (Some([2, 0, 0, 0, 0, 0xc8]), NudState::REACHABLE)
+            } else {
+                (None, NudState::INCOMPLETE)
+            };
+            tables.neigh.upsert(Neighbour::new(
+                OUT,
+                IpAddr::V4([10, 0, 2, 200].into()),
+                mac,
+                state,
+            ));
+        }
+        Change::EgressLink | Change::EgressMtu => {
+            if let Change::EgressLink = change {
+                toggles.down = !toggles.down;
+            } else {
+                toggles.small_mtu = !toggles.small_mtu;
+            }
+            let mtu = if toggles.small_mtu { 1000 } else { 1500 };
+            tables.links.upsert(out_link(!toggles.down, mtu));
+        }
+        Change::Multipath => {
+            toggles.multipath = !toggles.multipath;
+            let route = Route::unicast(
+                v4([100, 70, 0, 0]),
+                16,
+                254,
+                vec![
+                    NextHop::new(Some(v4([10, 0, 2, 254])), OUT),
+                    NextHop::new(Some(v4([10, 0, 4, 254])), SMALL),
+                ],
+            );
+            if toggles.multipath {
+                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+            } else {
+                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+            }
+        }
+        Change::Unreachable => {
+            toggles.unreachable = !toggles.unreachable;
+            let route = Route::reject(v4([8, 8, 0, 0]), 16, 254, RouteType::Unreachable);
+            if toggles.unreachable {
+                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+            } else {
+                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+            }
+        }
+        Change::Policies => {
+            toggles.no_policies = !toggles.no_policies;
+            for (selector, action) in policy_selectors() {
+                if toggles.no_policies {
+                    tables
+                        .policies
+                        .delete(&selector, Direction::Fwd, PolicyType::Main, 0)
+                        .unwrap();
+                } else {
+                    tables
+                        .policies
+                        .add(PolicySpec::new(selector, Direction::Fwd).action(action))
+                        .unwrap();
+                }
+            }
+        }
+    }
+    tables.generation.bump();
+}
+
+/// What one queue did with one batch: every observable outcome.
+#[derive(Debug, PartialEq, Eq)]
+struct Observed {
+    frames: Vec<(Verdict, Vec<u8>)>,
+    sent: Vec<dataplane::Sent>,
+    resolutions: Vec<Resolution>,
+    released: usize,
+    held: usize,
+    counters: Counters,
+}
+
+fn run(
+    queue: &mut Queue,
+    vector: bool,
+    tables: &Tables,
+    frames: &[Vec<u8>],
+    headroom: usize,
+    now: u64,
+) -> Observed {
+    let mut chunks: Vec<Vec<u8>> = frames
+        .iter()
+        .map(|f| {
+            let mut c = vec![0u8; (headroom + f.len()).max(2048)];
+            c[headroom..headroom + f.len()].copy_from_slice(f);
+            c
+        })
+        .collect();
+    let mut batch: Vec<Frame<'_>> = chunks
+        .iter_mut()
+        .zip(frames)
+        .map(|(c, f)| Frame::new(c, headroom, f.len(), IN))
+        .collect();
+    let mut pool = HeapPool::new(2048, 8);
+    let guard = crossbeam_epoch::pin();
+    if vector {
+        queue.process_batch(tables, &guard, now, &mut batch, &mut pool);
+    } else {
+        queue.process_batch_reference(tables, &guard, now, &mut batch, &mut pool);
+    }
+    let released = queue.release_held(tables, &guard, now + 500_000_000, &mut pool);
+    let resolutions = std::iter::from_fn(|| queue.poll_resolution()).collect();
+    let mut counters = queue.counters();
+    // The route cache's own hit/miss counts depend on when it is probed (see `vector.rs`);
+    // everything else must match.
+    counters.dst_cache = Default::default();
+    Observed {
+        frames: batch
+            .iter()
+            .map(|f| (f.verdict, f.bytes().to_vec()))
+            .collect(),
+        sent: pool.sent,
+        resolutions,
+        released,
+        held: queue.held(),
+        counters,
+    }
+}
+
+fn config(vlan: VlanMode, small_cache: bool, cache: bool) -> Config {
+    let dst_cache = cache.then(|| dst_cache::Config {
+        seed: Some(7),
+        ..if small_cache {
+            dst_cache::Config {
+                entries: 8,
+                ways: 2,
+                ..dst_cache::Config::default()
+            }
+        } else {
+            dst_cache::Config::default()
+        }
+    });
+    Config {
+        vlan,
+        dst_cache,
+        icmp_burst: 4,
+        hold_frames: 8,
+        ..Config::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    #[test]
+    fn the_vector_pipeline_matches_the_reference(
+        batches in proptest::collection::vec((batch(), change()), 1..6),
+        vlan in prop_oneof![Just(VlanMode::Route), Just(VlanMode::Drop), Just(VlanMode::Punt)],
+        small_cache in any::<bool>(),
+        cache in prop_oneof![3 => Just(true), 1 => Just(false)],
+        headroom in prop_oneof![Just(0usize), Just(256)],
+    ) {
+        let fx = fixture();
+        let mut toggles = Toggles::default();
+        let config = config(vlan, small_cache, cache);
+        let mut vector = Queue::new(config).unwrap();
+        let mut reference = Queue::new(config).unwrap();
+        for (i, (frames, change)) in batches.iter().enumerate() {
+            let now = i as u64 * 700_000_000;
+            let a = run(&mut vector, true, &fx.tables, frames, headroom, now);
+            let b = run(&mut reference, false, &fx.tables, frames, headroom, now);
+            prop_assert_eq!(&a, &b, "batch {}", i);
+            prop_assert!(a.frames.iter().all(|(v, _)| *v != Verdict::Pending));
+            if let Some(change) = change {
+                apply(&fx.tables, &mut toggles, *change);
+            }
+        }
+    }
+}
+
+/// Runs of one flow cost one probe: the route cache counts one miss and then hits, as the
+/// reference does, and a generation bump is noticed by the first frame of the next batch.
+#[test]
+fn a_run_of_one_flow_is_probed_once_and_counted_as_hits() {
+    let fx = fixture();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let frames = vec![udp4(HOST4, [8, 8, 8, 8], 64, 53, 0); 100];
+    let out = run(&mut queue, true, &fx.tables, &frames, 256, 0);
+    assert!(
+        out.frames
+            .iter()
+            .all(|(v, _)| *v == Verdict::Transmit { ifindex: OUT })
+    );
+    let c = queue.counters().dst_cache;
+    assert_eq!((c.misses, c.hits), (1, 99));
+    fx.tables.generation.bump();
+    run(&mut queue, true, &fx.tables, &frames[..2], 256, 0);
+    let c = queue.counters().dst_cache;
+    assert_eq!((c.misses, c.hits, c.stale), (2, 100, 1));
+}
+
+/// The own-source check is memoised per route generation: a new address takes effect with the
+/// bump that publishes it.
+#[test]
+fn an_own_source_is_noticed_after_the_bump() {
+    let fx = fixture();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let frame = udp4(FLIP4, [8, 8, 8, 8], 64, 53, 0);
+    let out = run(
+        &mut queue,
+        true,
+        &fx.tables,
+        std::slice::from_ref(&frame),
+        256,
+        0,
+    );
+    assert_eq!(out.frames[0].0, Verdict::Transmit { ifindex: OUT });
+    let mut toggles = Toggles::default();
+    apply(&fx.tables, &mut toggles, Change::OwnAddress);
+    let out = run(
+        &mut queue,
+        true,
+        &fx.tables,
+        std::slice::from_ref(&frame),
+        256,
+        0,
+    );
+    assert_eq!(
+        out.frames[0].0,
+        Verdict::Drop(dataplane::DropReason::MartianSource)
+    );
+}
