@@ -1,13 +1,24 @@
 //! dataplane: nanoseconds per packet through the whole sans-IO pipeline (parse, validate,
 //! route, policy, rewrite) for batches of 64 frames of 64 bytes, with bgp-full-v4 (or
-//! bgp-full-v6) in the FIB, against the number of flows, with the route cache on (`dataplane`)
-//! and off (`dst-cache-off`). Notes in `dataplane.md`; run with `cargo xtask bench dataplane`.
+//! bgp-full-v6) in the FIB, against the number of flows (1, 100, 8k, 100k). Engines, side by
+//! side in one run:
+//! - `dataplane`: the vector pipeline (`Queue::process_batch`) with the route cache;
+//! - `dst-cache-off`: the same without the route cache;
+//! - `scalar`: the one-frame-at-a-time reference (`Queue::process_batch_reference`) with the
+//!   route cache;
+//! - `ceiling`: what no router can beat here: parse and validate, TTL decrement, MAC rewrite,
+//!   no lookups.
+//!
+//! Notes in `dataplane.md`; run with `cargo xtask bench dataplane`. Under callgrind, the
+//! `run_*` functions are the ones to collect (`--toggle-collect='*run_vector*'` and so on).
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dataplane::wire::ethernet::EthernetFrame;
+use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
 use fib_trie::{Fib, InsertFlags, NextHop, Route};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
@@ -25,7 +36,7 @@ const CHUNK_SIZE: usize = 2048;
 const HEADROOM: usize = 256;
 /// Frame length on the wire (without FCS).
 const FRAME_LEN: usize = 64;
-const FLOWS: [usize; 3] = [1, 100, 8192];
+const FLOWS: [usize; 4] = [1, 100, 8192, 100_000];
 /// Egress interfaces the routes spread over (by origin AS); the ingress is interface 1.
 const INTERFACES: u32 = 64;
 const HOST_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xaa];
@@ -167,9 +178,60 @@ struct Umem {
     next: usize,
 }
 
+/// How a batch is processed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    /// `Queue::process_batch`.
+    Vector,
+    /// `Queue::process_batch_reference`.
+    Scalar,
+    /// Parse, TTL, MACs; no lookups.
+    Ceiling,
+}
+
+#[inline(never)]
+fn run_vector(queue: &mut Queue, tables: &Tables, frames: &mut [Frame<'_>], pool: &mut HeapPool) {
+    let guard = crossbeam_epoch::pin();
+    queue.process_batch(tables, &guard, 0, frames, pool);
+}
+
+#[inline(never)]
+fn run_scalar(queue: &mut Queue, tables: &Tables, frames: &mut [Frame<'_>], pool: &mut HeapPool) {
+    let guard = crossbeam_epoch::pin();
+    queue.process_batch_reference(tables, &guard, 0, frames, pool);
+}
+
+/// The ceiling: the pipeline's own parser and wire views, then the rewrite every forwarded
+/// frame needs (TTL / hop limit, MACs), to one fixed egress.
+#[inline(never)]
+fn run_ceiling(config: &Config, frames: &mut [Frame<'_>]) {
+    const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+    const DST_MAC: [u8; 6] = [2, 0, 0, 1, 0, 2];
+    for f in frames.iter_mut() {
+        let start = f.offset;
+        let end = start + f.len;
+        f.verdict = match dataplane::parse::parse(&f.chunk[start..end], config) {
+            Ok(meta) => {
+                let ip = start + meta.l3();
+                if meta.v6 {
+                    f.chunk[ip + 7] -= 1;
+                } else {
+                    Ipv4Packet::new_unchecked(&mut f.chunk[ip..ip + 20]).decrement_ttl();
+                }
+                let mut eth = EthernetFrame::new_unchecked(&mut f.chunk[start..ip]);
+                eth.set_dst_addr(DST_MAC);
+                eth.set_src_addr(SRC_MAC);
+                Verdict::Transmit { ifindex: 2 }
+            }
+            Err(verdict) => verdict,
+        };
+    }
+}
+
 /// Pushes the stream through `queue` in batches of 64 (one pin per batch), each frame first
 /// "received" (copied) into the next chunk; returns a checksum of the verdicts.
 fn forward(
+    engine: Engine,
     queue: &mut Queue,
     tables: &Tables,
     umem: &mut Umem,
@@ -186,9 +248,13 @@ fn forward(
             chunk[HEADROOM..HEADROOM + bytes.len()].copy_from_slice(bytes);
             *slot = Frame::new(chunk, HEADROOM, bytes.len(), 1);
         }
-        let guard = crossbeam_epoch::pin();
-        queue.process_batch(tables, &guard, 0, &mut frames[..batch.len()], pool);
-        for f in &frames[..batch.len()] {
+        let frames = &mut frames[..batch.len()];
+        match engine {
+            Engine::Vector => run_vector(queue, tables, frames, pool),
+            Engine::Scalar => run_scalar(queue, tables, frames, pool),
+            Engine::Ceiling => run_ceiling(queue.config(), frames),
+        }
+        for f in frames.iter() {
             sum += match f.verdict {
                 Verdict::Transmit { ifindex } => {
                     u64::from(ifindex) + u64::from(f.chunk[f.offset + 5])
@@ -199,6 +265,14 @@ fn forward(
     }
     sum
 }
+
+/// The engines of one run: name, how, route cache configuration.
+const ENGINES: [(&str, Engine, bool); 4] = [
+    ("dataplane", Engine::Vector, true),
+    ("dst-cache-off", Engine::Vector, false),
+    ("scalar", Engine::Scalar, true),
+    ("ceiling", Engine::Ceiling, false),
+];
 
 fn per_packet(c: &mut Criterion) {
     let (tables, p4, p6) = tables();
@@ -216,39 +290,42 @@ fn per_packet(c: &mut Criterion) {
         g.throughput(Throughput::Elements(PACKETS as u64));
         for flows in FLOWS {
             let stream = stream(flows, v6, &p4, &p6, &mut rng);
-            let engines: [(&str, Option<dst_cache::Config>); 2] = [
-                ("dataplane", Some(dst_cache::Config::default())),
-                ("dst-cache-off", None),
-            ];
-            let mut queues: Vec<(&str, Queue)> = engines
+            let mut queues: Vec<(&str, Engine, Queue)> = ENGINES
                 .iter()
-                .map(|(name, cache)| {
+                .map(|&(name, engine, cache)| {
                     let config = Config {
-                        dst_cache: *cache,
+                        dst_cache: cache.then(dst_cache::Config::default),
                         ..Config::default()
                     };
-                    (*name, Queue::new(config).expect("config"))
+                    (name, engine, Queue::new(config).expect("config"))
                 })
                 .collect();
-            // Every engine gives the same verdicts; all of them forward.
+            // Every routing engine gives the same verdicts; all of them forward.
             let sums: Vec<u64> = queues
                 .iter_mut()
-                .map(|(_, q)| forward(q, &tables, &mut umem, &mut pool, &stream))
+                .filter(|(_, engine, _)| *engine != Engine::Ceiling)
+                .map(|(_, engine, q)| forward(*engine, q, &tables, &mut umem, &mut pool, &stream))
                 .collect();
             assert!(
                 sums.windows(2).all(|w| w[0] == w[1]),
                 "{family}/{flows}: {sums:?}"
             );
-            for (_, q) in &queues {
+            for (_, engine, q) in &queues {
                 let counters = q.counters();
-                assert_eq!(
-                    counters.transmit, counters.rx,
-                    "{family}/{flows}: {counters:?}"
-                );
+                if *engine != Engine::Ceiling {
+                    assert_eq!(
+                        counters.transmit, counters.rx,
+                        "{family}/{flows}: {counters:?}"
+                    );
+                }
             }
-            for (name, queue) in &mut queues {
+            for (name, engine, queue) in &mut queues {
                 g.bench_function(BenchmarkId::new(*name, flows), |b| {
-                    b.iter(|| black_box(forward(queue, &tables, &mut umem, &mut pool, &stream)));
+                    b.iter(|| {
+                        black_box(forward(
+                            *engine, queue, &tables, &mut umem, &mut pool, &stream,
+                        ))
+                    });
                 });
             }
         }

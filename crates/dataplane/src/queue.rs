@@ -10,11 +10,11 @@ use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::hold::{HoldBuffer, Resolution};
 use crate::icmp::{self, ErrorIp, ReplyL2};
+use crate::memo::{EgressMemo, SourceMemo};
 use crate::parse::{self, L2_LEN, Meta};
 use crate::pool::FramePool;
 use crate::ratelimit::TokenBucket;
 use crate::route::{self, Hop, Reject, Route, flow_hash, ip_of};
-use crate::source::SourceMemo;
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::ethernet::{EthernetFrame, ethertype};
@@ -118,6 +118,8 @@ pub struct Queue {
     ident: u16,
     /// The own-source check, per source and route generation.
     pub(crate) sources: SourceMemo,
+    /// Egress link and neighbour answers, per next hop and route generation.
+    pub(crate) egress: EgressMemo,
     /// The vector pipeline's per-frame state, allocated once.
     lanes: Box<[Lane]>,
 }
@@ -138,6 +140,7 @@ impl Queue {
             hold: HoldBuffer::new(&config),
             ident: (config.queue_id as u16).wrapping_mul(0x9e37),
             sources: SourceMemo::new(),
+            egress: EgressMemo::new(),
             lanes: vec![Lane::default(); VECTOR].into_boxed_slice(),
             config,
         })

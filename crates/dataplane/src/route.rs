@@ -235,30 +235,48 @@ pub struct Egress {
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
 /// usable.
 pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
-    let Egress {
-        oif,
-        next_hop,
-        multipath,
-        route_mtu,
-    } = *e;
+    complete(e, link_answer(tables, guard, v6, e.oif, e.next_hop))
+}
+
+/// What the link and neighbour tables say about a next hop: the link's MAC and MTU and the
+/// neighbour's usable MAC, or why the link cannot be used.
+///
+/// # Errors
+/// [`DropReason::NoEgressLink`], [`DropReason::EgressDown`], [`DropReason::EgressNotEthernet`].
+pub fn link_answer(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    oif: u32,
+    next_hop: u128,
+) -> Result<([u8; 6], Option<[u8; 6]>, u32), DropReason> {
     let Some(link) = tables.links.get(oif, guard) else {
-        return Route::Drop(DropReason::NoEgressLink);
+        return Err(DropReason::NoEgressLink);
     };
     if !link.is_up() {
-        return Route::Drop(DropReason::EgressDown);
+        return Err(DropReason::EgressDown);
     }
     let Some(src_mac) = link.mac else {
-        return Route::Drop(DropReason::EgressNotEthernet);
+        return Err(DropReason::EgressNotEthernet);
     };
     let dst_mac = neighbour_mac(tables, guard, oif, ip_of(v6, next_hop));
-    Route::Forward(Hop {
-        oif,
-        next_hop,
-        src_mac,
-        dst_mac,
-        mtu: route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
-        multipath,
-    })
+    Ok((src_mac, dst_mac, link.mtu))
+}
+
+/// A route's choice completed with what the tables say about its next hop ([`link_answer`]):
+/// the path MTU is the link's, or the route's `mtu` metric when lower.
+pub fn complete(e: &Egress, answer: Result<([u8; 6], Option<[u8; 6]>, u32), DropReason>) -> Route {
+    match answer {
+        Ok((src_mac, dst_mac, link_mtu)) => Route::Forward(Hop {
+            oif: e.oif,
+            next_hop: e.next_hop,
+            src_mac,
+            dst_mac,
+            mtu: e.route_mtu.map_or(link_mtu, |m| m.min(link_mtu)),
+            multipath: e.multipath,
+        }),
+        Err(reason) => Route::Drop(reason),
+    }
 }
 
 /// The usable MAC address of a neighbour.

@@ -8,7 +8,7 @@
 //! 3. route-cache probes;
 //! 4. for the misses: local destinations (address table), then
 //! 5. FIB lookups, then
-//! 6. egress link and neighbour, then
+//! 6. egress link and neighbour (memoised per next hop and route generation), then
 //! 7. cache fills;
 //! 8. the fwd policy, only when fwd policies exist;
 //! 9. in frame order, everything with side effects on the queue (ICMP errors and their token
@@ -177,7 +177,9 @@ impl Queue {
         // 6. Misses: egress link and neighbour.
         for lane in lanes.iter_mut() {
             if let Step::Egress(token, egress) = lane.step {
-                let route = route::egress(b.tables, b.guard, lane.meta.v6, &egress);
+                let route =
+                    self.egress
+                        .egress(b.tables, b.guard, generation, lane.meta.v6, &egress);
                 lane.step = Step::Fill(token, route);
             }
         }
