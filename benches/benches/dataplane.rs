@@ -9,8 +9,15 @@
 //! - `ceiling`: what no router can beat here: parse and validate, TTL decrement, MAC rewrite,
 //!   no lookups.
 //!
-//! Notes in `dataplane.md`; run with `cargo xtask bench dataplane`. Under callgrind, the
-//! `run_*` functions are the ones to collect (`--toggle-collect='*run_vector*'` and so on).
+//! Notes in `dataplane.md`; run with `cargo xtask bench dataplane`.
+//!
+//! Instructions per packet: with `DATAPLANE_PASSES=N` (and optionally `DATAPLANE_FAMILY=ipv4`,
+//! `DATAPLANE_FLOWS=8192`), the bench skips criterion and pushes the stream N more times through
+//! each engine named in `DATAPLANE_ENGINES` (default: all); under `valgrind --tool=callgrind
+//! --toggle-collect='*run_vector*'` (or `run_scalar`, `run_ceiling`) the collected
+//! instructions divided by `(N + 1) × 4096` (`N × 4096` for the ceiling, which the verification
+//! pass skips) are the instructions per packet, and the `stage_*` functions split the vector
+//! pipeline's by stage.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -274,7 +281,40 @@ const ENGINES: [(&str, Engine, bool); 4] = [
     ("ceiling", Engine::Ceiling, false),
 ];
 
+/// The instruction-count mode's settings (see the module documentation).
+struct CountOnly {
+    passes: usize,
+    engines: Option<String>,
+    family: Option<String>,
+    flows: Option<usize>,
+}
+
+impl CountOnly {
+    fn from_env() -> Option<Self> {
+        let passes = std::env::var("DATAPLANE_PASSES").ok()?.parse().ok()?;
+        Some(CountOnly {
+            passes,
+            engines: std::env::var("DATAPLANE_ENGINES").ok(),
+            family: std::env::var("DATAPLANE_FAMILY").ok(),
+            flows: std::env::var("DATAPLANE_FLOWS")
+                .ok()
+                .and_then(|f| f.parse().ok()),
+        })
+    }
+
+    fn wants_engine(&self, name: &str) -> bool {
+        self.engines
+            .as_deref()
+            .is_none_or(|e| e.split(',').any(|e| e == name))
+    }
+
+    fn wants(&self, family: &str, flows: usize) -> bool {
+        self.family.as_deref().is_none_or(|f| f == family) && self.flows.is_none_or(|n| n == flows)
+    }
+}
+
 fn per_packet(c: &mut Criterion) {
+    let count_only = CountOnly::from_env();
     let (tables, p4, p6) = tables();
     let mut rng = StdRng::seed_from_u64(9);
     let mut umem = Umem {
@@ -290,8 +330,12 @@ fn per_packet(c: &mut Criterion) {
         g.throughput(Throughput::Elements(PACKETS as u64));
         for flows in FLOWS {
             let stream = stream(flows, v6, &p4, &p6, &mut rng);
+            if count_only.as_ref().is_some_and(|c| !c.wants(family, flows)) {
+                continue;
+            }
             let mut queues: Vec<(&str, Engine, Queue)> = ENGINES
                 .iter()
+                .filter(|(name, _, _)| count_only.as_ref().is_none_or(|c| c.wants_engine(name)))
                 .map(|&(name, engine, cache)| {
                     let config = Config {
                         dst_cache: cache.then(dst_cache::Config::default),
@@ -318,6 +362,16 @@ fn per_packet(c: &mut Criterion) {
                         "{family}/{flows}: {counters:?}"
                     );
                 }
+            }
+            if let Some(count) = &count_only {
+                for (_, engine, queue) in &mut queues {
+                    for _ in 0..count.passes {
+                        black_box(forward(
+                            *engine, queue, &tables, &mut umem, &mut pool, &stream,
+                        ));
+                    }
+                }
+                continue;
             }
             for (name, engine, queue) in &mut queues {
                 g.bench_function(BenchmarkId::new(*name, flows), |b| {

@@ -70,7 +70,8 @@ pub(crate) struct Lane {
 
 impl Queue {
     /// Runs one vector of at most [`VECTOR`] frames through the stages; `lanes` is as long as
-    /// `frames`.
+    /// `frames`. Each stage is a function of its own (kept out of line: a call per stage and
+    /// vector, not per frame), so that profiles attribute costs to stages.
     pub(crate) fn process_vector<P: FramePool>(
         &mut self,
         b: &mut Batch<'_>,
@@ -78,7 +79,25 @@ impl Queue {
         lanes: &mut [Lane],
         pool: &mut P,
     ) {
-        // 1. Parse and validate.
+        self.stage_parse(b, frames, lanes);
+        self.stage_source(b, lanes);
+        self.stage_probe(b, frames, lanes);
+        stage_local(b, lanes);
+        stage_fib(b, frames, lanes);
+        self.stage_egress(b, lanes);
+        self.stage_fill(b, frames, lanes);
+        // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
+        if b.tables.policies.has_policies(Direction::Fwd) {
+            stage_policy(b, lanes);
+        }
+        self.stage_decide(b, frames, lanes, pool);
+        stage_rewrite(frames, lanes);
+        self.stage_count(frames, lanes);
+    }
+
+    /// 1. Parse and validate, link-layer checks.
+    #[inline(never)]
+    fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             lane.step = match self.admit(b, frame) {
                 Ok(meta) => {
@@ -88,8 +107,11 @@ impl Queue {
                 Err(verdict) => Step::Done(verdict),
             };
         }
+    }
 
-        // 2. fib_validate_source: one of our own addresses as the source is a martian.
+    /// 2. `fib_validate_source`: one of our own addresses as the source is a martian.
+    #[inline(never)]
+    fn stage_source(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Source = lane.step {
@@ -104,77 +126,50 @@ impl Queue {
                 };
             }
         }
+    }
 
-        // 3. Route-cache probes; a run of frames with one key costs one probe.
-        match &mut self.cache {
-            Some(cache) => {
-                let mut previous: Option<(FlowKey, usize)> = None;
-                for i in 0..lanes.len() {
-                    let Step::Probe = lanes[i].step else {
-                        continue;
-                    };
-                    let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
-                    let repeat = match previous {
-                        Some((k, j)) if k == key => Some((j, lanes[j].step)),
-                        _ => None,
-                    };
-                    lanes[i].step = match repeat {
-                        Some((_, Step::Routed(route))) => {
-                            cache.repeat_hit();
-                            Step::Routed(route)
-                        }
-                        Some((j, Step::Miss(Some(_)))) => Step::Same(j),
-                        Some((_, Step::Same(first))) => Step::Same(first),
-                        _ => match cache.lookup(&key, b.snapshot, b.now) {
-                            Lookup::Hit(route) => Step::Routed(route),
-                            Lookup::Miss(token) => Step::Miss(Some(token)),
-                            Lookup::Bypass => Step::Miss(None),
-                        },
-                    };
-                    previous = Some((key, i));
+    /// 3. Route-cache probes; a run of frames with one key costs one probe.
+    #[inline(never)]
+    fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+        let Some(cache) = &mut self.cache else {
+            for lane in lanes.iter_mut() {
+                if let Step::Probe = lane.step {
+                    lane.step = Step::Miss(None);
                 }
             }
-            None => {
-                for lane in lanes.iter_mut() {
-                    if let Step::Probe = lane.step {
-                        lane.step = Step::Miss(None);
-                    }
+            return;
+        };
+        let mut previous: Option<(FlowKey, usize)> = None;
+        for i in 0..lanes.len() {
+            let Step::Probe = lanes[i].step else {
+                continue;
+            };
+            let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
+            let repeat = match previous {
+                Some((k, j)) if k == key => Some((j, lanes[j].step)),
+                _ => None,
+            };
+            lanes[i].step = match repeat {
+                Some((_, Step::Routed(route))) => {
+                    cache.repeat_hit();
+                    Step::Routed(route)
                 }
-            }
+                Some((j, Step::Miss(Some(_)))) => Step::Same(j),
+                Some((_, Step::Same(first))) => Step::Same(first),
+                _ => match cache.lookup(&key, b.snapshot, b.now) {
+                    Lookup::Hit(route) => Step::Routed(route),
+                    Lookup::Miss(token) => Step::Miss(Some(token)),
+                    Lookup::Bypass => Step::Miss(None),
+                },
+            };
+            previous = Some((key, i));
         }
+    }
 
-        // 4. Misses: local destinations.
-        for lane in lanes.iter_mut() {
-            if let Step::Miss(token) = lane.step {
-                lane.step = if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
-                    Step::Fill(token, Route::Local)
-                } else {
-                    Step::Fib(token)
-                };
-            }
-        }
-
-        // 5. Misses: FIB lookups.
-        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
-            if let Step::Fib(token) = lane.step {
-                let m = &lane.meta;
-                let tos = m.tos & 0xfc;
-                lane.step = match route::fib_lookup(
-                    b.tables,
-                    b.guard,
-                    m.v6,
-                    m.src,
-                    m.dst,
-                    tos,
-                    frame.ifindex,
-                ) {
-                    Ok(egress) => Step::Egress(token, egress),
-                    Err(route) => Step::Fill(token, route),
-                };
-            }
-        }
-
-        // 6. Misses: egress link and neighbour.
+    /// 6. Misses: egress link and neighbour, per next hop.
+    #[inline(never)]
+    fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
+        let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Egress(token, egress) = lane.step {
                 let route =
@@ -183,8 +178,13 @@ impl Queue {
                 lane.step = Step::Fill(token, route);
             }
         }
+    }
 
-        // 7. Cache fills.
+    /// 7. Cache fills; then repeats of a missed key take its answer, as their probe would have
+    /// after the fill (an answer that could not be cached is looked up again, as the reference
+    /// does).
+    #[inline(never)]
+    fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for lane in lanes.iter_mut() {
             if let Step::Fill(token, route) = lane.step {
                 if let (Some(token), Some(cache)) = (token, &mut self.cache) {
@@ -193,9 +193,6 @@ impl Queue {
                 lane.step = Step::Routed(route);
             }
         }
-
-        // 7b. Repeats of a missed key take its answer, as their probe would have after the
-        // fill; an answer that could not be cached is looked up again, as the reference does.
         for i in 0..lanes.len() {
             if let Step::Same(first) = lanes[i].step {
                 lanes[i].step = match (lanes[first].step, &mut self.cache) {
@@ -207,19 +204,19 @@ impl Queue {
                 };
             }
         }
+    }
 
-        // 8. The fwd policy, as the kernel (`policy_count[dir]`): no fwd policy, no lookup.
-        if b.tables.policies.has_policies(Direction::Fwd) {
-            for lane in lanes.iter_mut() {
-                if let Step::Routed(Route::Forward(_)) = lane.step {
-                    if let Some(verdict) = Self::fwd_policy(b, &lane.meta) {
-                        lane.step = Step::Done(verdict);
-                    }
-                }
-            }
-        }
-
-        // 9. In frame order: checks, and every decision with side effects on the queue.
+    /// 9. In frame order: the forwarding checks, and every decision with side effects on the
+    /// queue (ICMP errors, local delivery, hold buffer, fragments); plain transmits go on to
+    /// the rewrite.
+    #[inline(never)]
+    fn stage_decide<P: FramePool>(
+        &mut self,
+        b: &Batch<'_>,
+        frames: &mut [Frame<'_>],
+        lanes: &mut [Lane],
+        pool: &mut P,
+    ) {
         for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
             let Step::Routed(route) = lane.step else {
                 continue;
@@ -237,16 +234,11 @@ impl Queue {
                 route => Step::Done(self.dispatch(b, frame, meta, route, pool)),
             };
         }
+    }
 
-        // 10. Rewrite the plain transmits.
-        for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
-            if let Step::Rewrite(hop) = lane.step {
-                rewrite(frame, &lane.meta, &hop);
-                lane.step = Step::Done(Verdict::Transmit { ifindex: hop.oif });
-            }
-        }
-
-        // 11. Verdicts and counters.
+    /// 11. Verdicts and counters.
+    #[inline(never)]
+    fn stage_count(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
             let verdict = match lane.step {
                 Step::Done(verdict) => verdict,
@@ -255,6 +247,65 @@ impl Queue {
             };
             frame.verdict = verdict;
             self.counters.count(verdict);
+        }
+    }
+}
+
+/// 4. Misses: local destinations (address table).
+#[inline(never)]
+fn stage_local(b: &Batch<'_>, lanes: &mut [Lane]) {
+    for lane in lanes.iter_mut() {
+        if let Step::Miss(token) = lane.step {
+            lane.step = if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
+                Step::Fill(token, Route::Local)
+            } else {
+                Step::Fib(token)
+            };
+        }
+    }
+}
+
+/// 5. Misses: FIB lookups, back to back.
+#[inline(never)]
+fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+    for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
+        if let Step::Fib(token) = lane.step {
+            let m = &lane.meta;
+            lane.step = match route::fib_lookup(
+                b.tables,
+                b.guard,
+                m.v6,
+                m.src,
+                m.dst,
+                m.tos & 0xfc,
+                frame.ifindex,
+            ) {
+                Ok(egress) => Step::Egress(token, egress),
+                Err(route) => Step::Fill(token, route),
+            };
+        }
+    }
+}
+
+/// 8. The fwd policy (only called when fwd policies exist).
+#[inline(never)]
+fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
+    for lane in lanes.iter_mut() {
+        if let Step::Routed(Route::Forward(_)) = lane.step {
+            if let Some(verdict) = Queue::fwd_policy(b, &lane.meta) {
+                lane.step = Step::Done(verdict);
+            }
+        }
+    }
+}
+
+/// 10. Rewrite the plain transmits (TTL / hop limit, MACs).
+#[inline(never)]
+fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
+    for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
+        if let Step::Rewrite(hop) = lane.step {
+            rewrite(frame, &lane.meta, &hop);
+            lane.step = Step::Done(Verdict::Transmit { ifindex: hop.oif });
         }
     }
 }
