@@ -19,7 +19,7 @@ use crate::verdict::DropReason;
 /// Slots of the source memo (a power of two).
 const SLOTS: usize = 256;
 /// Slots of the egress memo (a power of two).
-const EGRESS_SLOTS: usize = 128;
+const EGRESS_SLOTS: usize = 256;
 
 /// One remembered answer.
 #[derive(Clone, Copy, Debug, Default)]
@@ -126,8 +126,9 @@ impl EgressMemo {
         v6: bool,
         e: &Egress,
     ) -> Route {
-        let mix = (e.next_hop as u64) ^ ((e.next_hop >> 64) as u64) ^ (u64::from(e.oif) << 32);
-        let index = (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 57) as usize & (EGRESS_SLOTS - 1);
+        let mix = ((e.next_hop as u64) ^ ((e.next_hop >> 64) as u64).rotate_left(21))
+            .wrapping_add(u64::from(e.oif).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
+        let index = (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (EGRESS_SLOTS - 1);
         let tag = generation.wrapping_add(1);
         let slot = &mut self.slots[index];
         let answer = if slot.generation == tag

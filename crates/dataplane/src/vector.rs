@@ -29,13 +29,14 @@ use policy_tree::Direction;
 use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
-use crate::route::{self, Egress, Hop, Route};
+use crate::route::{self, Egress, Route};
 use crate::verdict::{DropReason, Verdict};
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
 pub(crate) const VECTOR: usize = 64;
 
-/// Where one frame of the vector stands between stages.
+/// Where one frame of the vector stands between stages. The data a stage hands on lives in
+/// the [`Lane`]'s fields, so the step itself stays small.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) enum Step {
     /// Decided.
@@ -45,27 +46,50 @@ pub(crate) enum Step {
     Source,
     /// The route cache is next.
     Probe,
-    /// A route-cache miss (with the token to fill it), or a bypass (`None`): the tables decide.
-    Miss(Option<MissToken>),
+    /// A route-cache miss (`token` set) or bypass: the tables decide.
+    Miss,
     /// The same key as the missed lane at this index, just before it: takes its answer.
     Same(usize),
     /// Not a local destination: the FIB is next.
-    Fib(Option<MissToken>),
-    /// The FIB chose a unicast next hop: its link and neighbour are next.
-    Egress(Option<MissToken>, Egress),
-    /// Resolved from the tables: to be stored in the cache.
-    Fill(Option<MissToken>, Route),
-    /// The route is known.
-    Routed(Route),
-    /// Passed every check: a plain transmit, to be rewritten.
-    Rewrite(Hop),
+    Fib,
+    /// The FIB chose a unicast next hop (`egress`): its link and neighbour are next.
+    Egress,
+    /// Resolved from the tables (`route`): to be stored in the cache.
+    Fill,
+    /// The route (`route`) is known.
+    Routed,
+    /// Passed every check: a plain transmit by `route`'s hop, to be rewritten.
+    Rewrite,
 }
 
 /// One frame's state in the vector.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Lane {
-    meta: Meta,
     step: Step,
+    meta: Meta,
+    /// Where a miss belongs in the route cache (`None`: bypassed or no cache).
+    token: Option<MissToken>,
+    /// The FIB's choice, for the egress stage.
+    egress: Egress,
+    /// The route, once known.
+    route: Route,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            step: Step::default(),
+            meta: Meta::default(),
+            token: None,
+            egress: Egress {
+                oif: 0,
+                next_hop: 0,
+                multipath: false,
+                route_mtu: None,
+            },
+            route: Route::Local,
+        }
+    }
 }
 
 impl Queue {
@@ -134,7 +158,8 @@ impl Queue {
         let Some(cache) = &mut self.cache else {
             for lane in lanes.iter_mut() {
                 if let Step::Probe = lane.step {
-                    lane.step = Step::Miss(None);
+                    lane.token = None;
+                    lane.step = Step::Miss;
                 }
             }
             return;
@@ -146,23 +171,44 @@ impl Queue {
             };
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
             let repeat = match previous {
-                Some((k, j)) if k == key => Some((j, lanes[j].step)),
+                Some((k, j)) if k == key => Some(j),
                 _ => None,
             };
-            lanes[i].step = match repeat {
-                Some((_, Step::Routed(route))) => {
-                    cache.repeat_hit();
-                    Step::Routed(route)
-                }
-                Some((j, Step::Miss(Some(_)))) => Step::Same(j),
-                Some((_, Step::Same(first))) => Step::Same(first),
-                _ => match cache.lookup(&key, b.snapshot, b.now) {
-                    Lookup::Hit(route) => Step::Routed(route),
-                    Lookup::Miss(token) => Step::Miss(Some(token)),
-                    Lookup::Bypass => Step::Miss(None),
-                },
-            };
             previous = Some((key, i));
+            if let Some(j) = repeat {
+                match lanes[j].step {
+                    Step::Routed => {
+                        cache.repeat_hit();
+                        lanes[i].route = lanes[j].route;
+                        lanes[i].step = Step::Routed;
+                        continue;
+                    }
+                    Step::Miss if lanes[j].token.is_some() => {
+                        lanes[i].step = Step::Same(j);
+                        continue;
+                    }
+                    Step::Same(first) => {
+                        lanes[i].step = Step::Same(first);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            let lane = &mut lanes[i];
+            match cache.lookup(&key, b.snapshot, b.now) {
+                Lookup::Hit(route) => {
+                    lane.route = route;
+                    lane.step = Step::Routed;
+                }
+                Lookup::Miss(token) => {
+                    lane.token = Some(token);
+                    lane.step = Step::Miss;
+                }
+                Lookup::Bypass => {
+                    lane.token = None;
+                    lane.step = Step::Miss;
+                }
+            }
         }
     }
 
@@ -171,11 +217,11 @@ impl Queue {
     fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
-            if let Step::Egress(token, egress) = lane.step {
-                let route =
+            if let Step::Egress = lane.step {
+                lane.route =
                     self.egress
-                        .egress(b.tables, b.guard, generation, lane.meta.v6, &egress);
-                lane.step = Step::Fill(token, route);
+                        .egress(b.tables, b.guard, generation, lane.meta.v6, &lane.egress);
+                lane.step = Step::Fill;
             }
         }
     }
@@ -186,22 +232,24 @@ impl Queue {
     #[inline(never)]
     fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for lane in lanes.iter_mut() {
-            if let Step::Fill(token, route) = lane.step {
-                if let (Some(token), Some(cache)) = (token, &mut self.cache) {
-                    cache.insert(token, route, b.now, u64::MAX);
+            if let Step::Fill = lane.step {
+                if let (Some(token), Some(cache)) = (lane.token, &mut self.cache) {
+                    cache.insert(token, lane.route, b.now, u64::MAX);
                 }
-                lane.step = Step::Routed(route);
+                lane.step = Step::Routed;
             }
         }
         for i in 0..lanes.len() {
             if let Step::Same(first) = lanes[i].step {
-                lanes[i].step = match (lanes[first].step, &mut self.cache) {
-                    (Step::Routed(route), Some(cache)) if route.is_cacheable() => {
+                let route = lanes[first].route;
+                lanes[i].route = match &mut self.cache {
+                    Some(cache) if route.is_cacheable() => {
                         cache.repeat_hit();
-                        Step::Routed(route)
+                        route
                     }
-                    _ => Step::Routed(self.route(b, &lanes[i].meta, frames[i].ifindex)),
+                    _ => self.route(b, &lanes[i].meta, frames[i].ifindex),
                 };
+                lanes[i].step = Step::Routed;
             }
         }
     }
@@ -218,20 +266,20 @@ impl Queue {
         pool: &mut P,
     ) {
         for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
-            let Step::Routed(route) = lane.step else {
+            let Step::Routed = lane.step else {
                 continue;
             };
             let meta = &lane.meta;
-            lane.step = match route {
-                Route::Forward(hop) => match self.forward_checks(b, frame, meta, &hop, pool) {
-                    Ok(false) if hop.dst_mac.is_some() => Step::Rewrite(hop),
+            lane.step = match &lane.route {
+                Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
+                    Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
-                        rewrite(frame, meta, &hop);
-                        Step::Done(self.after_rewrite(b, frame, meta, &hop, too_big, pool))
+                        rewrite(frame, meta, hop);
+                        Step::Done(self.after_rewrite(b, frame, meta, hop, too_big, pool))
                     }
                     Err(verdict) => Step::Done(verdict),
                 },
-                route => Step::Done(self.dispatch(b, frame, meta, route, pool)),
+                route => Step::Done(self.dispatch(b, frame, meta, *route, pool)),
             };
         }
     }
@@ -255,12 +303,13 @@ impl Queue {
 #[inline(never)]
 fn stage_local(b: &Batch<'_>, lanes: &mut [Lane]) {
     for lane in lanes.iter_mut() {
-        if let Step::Miss(token) = lane.step {
-            lane.step = if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
-                Step::Fill(token, Route::Local)
+        if let Step::Miss = lane.step {
+            if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
+                lane.route = Route::Local;
+                lane.step = Step::Fill;
             } else {
-                Step::Fib(token)
-            };
+                lane.step = Step::Fib;
+            }
         }
     }
 }
@@ -269,9 +318,9 @@ fn stage_local(b: &Batch<'_>, lanes: &mut [Lane]) {
 #[inline(never)]
 fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
-        if let Step::Fib(token) = lane.step {
+        if let Step::Fib = lane.step {
             let m = &lane.meta;
-            lane.step = match route::fib_lookup(
+            match route::fib_lookup(
                 b.tables,
                 b.guard,
                 m.v6,
@@ -280,9 +329,15 @@ fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
                 m.tos & 0xfc,
                 frame.ifindex,
             ) {
-                Ok(egress) => Step::Egress(token, egress),
-                Err(route) => Step::Fill(token, route),
-            };
+                Ok(egress) => {
+                    lane.egress = egress;
+                    lane.step = Step::Egress;
+                }
+                Err(route) => {
+                    lane.route = route;
+                    lane.step = Step::Fill;
+                }
+            }
         }
     }
 }
@@ -291,7 +346,7 @@ fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
 #[inline(never)]
 fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
     for lane in lanes.iter_mut() {
-        if let Step::Routed(Route::Forward(_)) = lane.step {
+        if let (Step::Routed, Route::Forward(_)) = (lane.step, &lane.route) {
             if let Some(verdict) = Queue::fwd_policy(b, &lane.meta) {
                 lane.step = Step::Done(verdict);
             }
@@ -303,8 +358,8 @@ fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
 #[inline(never)]
 fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
-        if let Step::Rewrite(hop) = lane.step {
-            rewrite(frame, &lane.meta, &hop);
+        if let (Step::Rewrite, Route::Forward(hop)) = (lane.step, &lane.route) {
+            rewrite(frame, &lane.meta, hop);
             lane.step = Step::Done(Verdict::Transmit { ifindex: hop.oif });
         }
     }
