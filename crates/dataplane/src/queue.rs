@@ -10,7 +10,7 @@ use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::hold::{HoldBuffer, Resolution};
 use crate::icmp::{self, ErrorIp, ReplyL2};
-use crate::memo::{EgressMemo, SourceMemo};
+use crate::memo::{EgressMemo, LocalFilter};
 use crate::parse::{self, L2_LEN, Meta};
 use crate::pool::FramePool;
 use crate::ratelimit::TokenBucket;
@@ -116,8 +116,8 @@ pub struct Queue {
     icmp: TokenBucket,
     hold: HoldBuffer,
     ident: u16,
-    /// The own-source check, per source and route generation.
-    pub(crate) sources: SourceMemo,
+    /// Which addresses may be local, per route generation.
+    pub(crate) locals: LocalFilter,
     /// Egress link and neighbour answers, per next hop and route generation.
     pub(crate) egress: EgressMemo,
     /// The vector pipeline's per-frame state, allocated once.
@@ -139,7 +139,7 @@ impl Queue {
             icmp: TokenBucket::new(config.icmp_rate, config.icmp_burst),
             hold: HoldBuffer::new(&config),
             ident: (config.queue_id as u16).wrapping_mul(0x9e37),
-            sources: SourceMemo::new(),
+            locals: LocalFilter::new(),
             egress: EgressMemo::new(),
             lanes: vec![Lane::default(); VECTOR].into_boxed_slice(),
             config,
@@ -195,6 +195,8 @@ impl Queue {
         pool: &mut P,
     ) {
         let mut batch = Batch::new(tables, guard, now);
+        self.locals
+            .refresh(tables, guard, batch.snapshot.generation);
         let mut lanes = std::mem::take(&mut self.lanes);
         for vector in frames.chunks_mut(VECTOR) {
             self.process_vector(&mut batch, vector, &mut lanes[..vector.len()], pool);

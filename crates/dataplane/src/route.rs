@@ -238,6 +238,17 @@ pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
     complete(e, link_answer(tables, guard, v6, e.oif, e.next_hop))
 }
 
+/// What the link and neighbour tables say about a usable next hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkAnswer {
+    /// The egress link's MAC address.
+    pub src_mac: [u8; 6],
+    /// The neighbour's MAC address, when usable.
+    pub dst_mac: Option<[u8; 6]>,
+    /// The egress link's MTU.
+    pub mtu: u32,
+}
+
 /// What the link and neighbour tables say about a next hop: the link's MAC and MTU and the
 /// neighbour's usable MAC, or why the link cannot be used.
 ///
@@ -249,7 +260,7 @@ pub fn link_answer(
     v6: bool,
     oif: u32,
     next_hop: u128,
-) -> Result<([u8; 6], Option<[u8; 6]>, u32), DropReason> {
+) -> Result<LinkAnswer, DropReason> {
     let Some(link) = tables.links.get(oif, guard) else {
         return Err(DropReason::NoEgressLink);
     };
@@ -260,19 +271,23 @@ pub fn link_answer(
         return Err(DropReason::EgressNotEthernet);
     };
     let dst_mac = neighbour_mac(tables, guard, oif, ip_of(v6, next_hop));
-    Ok((src_mac, dst_mac, link.mtu))
+    Ok(LinkAnswer {
+        src_mac,
+        dst_mac,
+        mtu: link.mtu,
+    })
 }
 
 /// A route's choice completed with what the tables say about its next hop ([`link_answer`]):
 /// the path MTU is the link's, or the route's `mtu` metric when lower.
-pub fn complete(e: &Egress, answer: Result<([u8; 6], Option<[u8; 6]>, u32), DropReason>) -> Route {
+pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
     match answer {
-        Ok((src_mac, dst_mac, link_mtu)) => Route::Forward(Hop {
+        Ok(link) => Route::Forward(Hop {
             oif: e.oif,
             next_hop: e.next_hop,
-            src_mac,
-            dst_mac,
-            mtu: e.route_mtu.map_or(link_mtu, |m| m.min(link_mtu)),
+            src_mac: link.src_mac,
+            dst_mac: link.dst_mac,
+            mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
             multipath: e.multipath,
         }),
         Err(reason) => Route::Drop(reason),

@@ -4,9 +4,10 @@
 //!
 //! Stages, in order (each one only over the frames still in it):
 //! 1. parse and validate, link-layer checks ([`Queue::admit`]);
-//! 2. the own-source check (IPv4), memoised per source and route generation;
+//! 2. the own-source check (IPv4), behind a filter of the local addresses rebuilt per route
+//!    generation;
 //! 3. route-cache probes;
-//! 4. for the misses: local destinations (address table), then
+//! 4. for the misses: local destinations (the same filter, then the address table), then
 //! 5. FIB lookups, then
 //! 6. egress link and neighbour (memoised per next hop and route generation), then
 //! 7. cache fills;
@@ -26,6 +27,7 @@
 use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
 use policy_tree::Direction;
 
+use crate::memo::LocalFilter;
 use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
@@ -106,7 +108,7 @@ impl Queue {
         self.stage_parse(b, frames, lanes);
         self.stage_source(b, lanes);
         self.stage_probe(b, frames, lanes);
-        stage_local(b, lanes);
+        stage_local(b, &self.locals, lanes);
         stage_fib(b, frames, lanes);
         self.stage_egress(b, lanes);
         self.stage_fill(b, frames, lanes);
@@ -119,7 +121,7 @@ impl Queue {
         self.stage_count(frames, lanes);
     }
 
-    /// 1. Parse and validate, link-layer checks.
+    /// Stage 1: Parse and validate, link-layer checks.
     #[inline(never)]
     fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
@@ -133,16 +135,15 @@ impl Queue {
         }
     }
 
-    /// 2. `fib_validate_source`: one of our own addresses as the source is a martian.
+    /// Stage 2: `fib_validate_source`: one of our own addresses as the source is a martian.
     #[inline(never)]
     fn stage_source(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
-        let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Source = lane.step {
-                let own = !lane.meta.v6
-                    && self
-                        .sources
-                        .is_own(b.tables, b.guard, generation, lane.meta.src as u32);
+                let m = &lane.meta;
+                let own = !m.v6
+                    && self.locals.may_be_local(false, m.src)
+                    && route::is_local_dst(b.tables, b.guard, false, m.src);
                 lane.step = if own {
                     Step::Done(Verdict::Drop(DropReason::MartianSource))
                 } else {
@@ -152,7 +153,7 @@ impl Queue {
         }
     }
 
-    /// 3. Route-cache probes; a run of frames with one key costs one probe.
+    /// Stage 3: Route-cache probes; a run of frames with one key costs one probe.
     #[inline(never)]
     fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         let Some(cache) = &mut self.cache else {
@@ -212,7 +213,7 @@ impl Queue {
         }
     }
 
-    /// 6. Misses: egress link and neighbour, per next hop.
+    /// Stage 6: Misses: egress link and neighbour, per next hop.
     #[inline(never)]
     fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
@@ -226,7 +227,7 @@ impl Queue {
         }
     }
 
-    /// 7. Cache fills; then repeats of a missed key take its answer, as their probe would have
+    /// Stage 7: Cache fills; then repeats of a missed key take its answer, as their probe would have
     /// after the fill (an answer that could not be cached is looked up again, as the reference
     /// does).
     #[inline(never)]
@@ -254,7 +255,7 @@ impl Queue {
         }
     }
 
-    /// 9. In frame order: the forwarding checks, and every decision with side effects on the
+    /// Stage 9: In frame order: the forwarding checks, and every decision with side effects on the
     /// queue (ICMP errors, local delivery, hold buffer, fragments); plain transmits go on to
     /// the rewrite.
     #[inline(never)]
@@ -284,7 +285,7 @@ impl Queue {
         }
     }
 
-    /// 11. Verdicts and counters.
+    /// Stage 11: Verdicts and counters.
     #[inline(never)]
     fn stage_count(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
@@ -299,12 +300,15 @@ impl Queue {
     }
 }
 
-/// 4. Misses: local destinations (address table).
+/// Stage 4: Misses: local destinations (address table, behind the filter).
 #[inline(never)]
-fn stage_local(b: &Batch<'_>, lanes: &mut [Lane]) {
+fn stage_local(b: &Batch<'_>, locals: &LocalFilter, lanes: &mut [Lane]) {
     for lane in lanes.iter_mut() {
         if let Step::Miss = lane.step {
-            if route::is_local_dst(b.tables, b.guard, lane.meta.v6, lane.meta.dst) {
+            let m = &lane.meta;
+            if locals.may_be_local(m.v6, m.dst)
+                && route::is_local_dst(b.tables, b.guard, m.v6, m.dst)
+            {
                 lane.route = Route::Local;
                 lane.step = Step::Fill;
             } else {
@@ -314,7 +318,7 @@ fn stage_local(b: &Batch<'_>, lanes: &mut [Lane]) {
     }
 }
 
-/// 5. Misses: FIB lookups, back to back.
+/// Stage 5: Misses: FIB lookups, back to back.
 #[inline(never)]
 fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
@@ -342,7 +346,7 @@ fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
     }
 }
 
-/// 8. The fwd policy (only called when fwd policies exist).
+/// Stage 8: The fwd policy (only called when fwd policies exist).
 #[inline(never)]
 fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
     for lane in lanes.iter_mut() {
@@ -354,7 +358,7 @@ fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
     }
 }
 
-/// 10. Rewrite the plain transmits (TTL / hop limit, MACs).
+/// Stage 10: Rewrite the plain transmits (TTL / hop limit, MACs).
 #[inline(never)]
 fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
