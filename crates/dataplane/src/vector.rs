@@ -170,6 +170,12 @@ impl Queue {
             let Step::Probe = lanes[i].step else {
                 continue;
             };
+            // Custom rules, or the adaptive bypass: the tables decide, no key is built.
+            if !cache.admit(b.snapshot) {
+                lanes[i].token = None;
+                lanes[i].step = Step::Miss;
+                continue;
+            }
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
             let repeat = match previous {
                 Some((k, j)) if k == key => Some(j),
@@ -196,7 +202,7 @@ impl Queue {
                 }
             }
             let lane = &mut lanes[i];
-            match cache.lookup(&key, b.snapshot, b.now) {
+            match cache.probe(&key, b.snapshot, b.now) {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
@@ -232,25 +238,28 @@ impl Queue {
     /// does).
     #[inline(never)]
     fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-        for lane in lanes.iter_mut() {
-            if let Step::Fill = lane.step {
-                if let (Some(token), Some(cache)) = (lane.token, &mut self.cache) {
-                    cache.insert(token, lane.route, b.now, u64::MAX);
-                }
-                lane.step = Step::Routed;
-            }
-        }
+        // A repeat's first lane comes before it: already filled when the repeat is reached.
         for i in 0..lanes.len() {
-            if let Step::Same(first) = lanes[i].step {
-                let route = lanes[first].route;
-                lanes[i].route = match &mut self.cache {
-                    Some(cache) if route.is_cacheable() => {
-                        cache.repeat_hit();
-                        route
+            match lanes[i].step {
+                Step::Fill => {
+                    let lane = &mut lanes[i];
+                    if let (Some(token), Some(cache)) = (lane.token, &mut self.cache) {
+                        cache.insert(token, lane.route, b.now, u64::MAX);
                     }
-                    _ => self.route(b, &lanes[i].meta, frames[i].ifindex),
-                };
-                lanes[i].step = Step::Routed;
+                    lane.step = Step::Routed;
+                }
+                Step::Same(first) => {
+                    let route = lanes[first].route;
+                    lanes[i].route = match &mut self.cache {
+                        Some(cache) if route.is_cacheable() => {
+                            cache.repeat_hit();
+                            route
+                        }
+                        _ => self.route(b, &lanes[i].meta, frames[i].ifindex),
+                    };
+                    lanes[i].step = Step::Routed;
+                }
+                _ => {}
             }
         }
     }

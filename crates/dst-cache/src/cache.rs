@@ -141,22 +141,60 @@ impl<V: Cacheable> DstCache<V> {
         })
     }
 
-    /// Looks `key` up under `snapshot` at time `now`.
+    /// Looks `key` up under `snapshot` at time `now`: [`admit`](Self::admit), then
+    /// [`probe`](Self::probe).
     ///
     /// A hit refreshes the entry's LRU position. An entry of `key` that is stale (older
     /// generation, or expired) is cleared and the lookup misses.
     #[inline]
     pub fn lookup(&mut self, key: &FlowKey, snapshot: Snapshot, now: u64) -> Lookup<V> {
+        if !self.admit(snapshot) {
+            return Lookup::Bypass;
+        }
+        self.probe(key, snapshot, now)
+    }
+
+    /// The first half of a [`lookup`](Self::lookup), before any key is needed: whether this
+    /// lookup may use the cache (no custom rules, and the adaptive bypass admits it). A refusal
+    /// is counted (`disabled` or `bypassed`) and stands for a [`Lookup::Bypass`]; an admitted
+    /// lookup must go on with [`probe`](Self::probe). A caller that builds keys only for
+    /// admitted lookups pays next to nothing while the cache steps aside.
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use dst_cache::{Config, DstCache, FlowKey, Generation, Lookup};
+    ///
+    /// let generation = Generation::new();
+    /// let mut cache = DstCache::<dst_cache::Decision>::new(Config::default())?;
+    /// generation.set_custom_rules(true);
+    /// assert!(!cache.admit(generation.snapshot()));
+    /// generation.set_custom_rules(false);
+    /// let snapshot = generation.snapshot();
+    /// assert!(cache.admit(snapshot));
+    /// let key = FlowKey::v4(Ipv4Addr::new(192, 0, 2, 1), 0, 1);
+    /// assert!(matches!(cache.probe(&key, snapshot, 0), Lookup::Miss(_)));
+    /// assert_eq!((cache.counters().disabled, cache.counters().misses), (1, 1));
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn admit(&mut self, snapshot: Snapshot) -> bool {
         if !snapshot.enabled {
             self.counters.disabled += 1;
-            return Lookup::Bypass;
+            return false;
         }
         if let Some(bypass) = &mut self.bypass {
             if !bypass.admit() {
                 self.counters.bypassed += 1;
-                return Lookup::Bypass;
+                return false;
             }
         }
+        true
+    }
+
+    /// The second half of a [`lookup`](Self::lookup), after [`admit`](Self::admit) said yes:
+    /// the bucket search. Never answers [`Lookup::Bypass`].
+    #[inline]
+    pub fn probe(&mut self, key: &FlowKey, snapshot: Snapshot, now: u64) -> Lookup<V> {
         let bucket = self.bucket_of(key);
         let start = bucket * self.ways;
         let mut found = None;
