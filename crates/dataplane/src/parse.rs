@@ -97,9 +97,28 @@ fn parse_l2<'a>(
 /// multicast and broadcast, IPv6 hop-by-hop options, too many extension headers, neighbour
 /// discovery, link-local destinations) or `Drop` with the reason.
 pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
+    let mut meta = Meta::default();
+    parse_into(frame, config, &mut meta)?;
+    Ok(meta)
+}
+
+/// [`parse`] into a [`Meta`] the caller keeps (a vector pipeline's lane), without moving the
+/// result: every field is written on success; on error `meta` holds whatever was parsed so far.
+///
+/// ```
+/// use dataplane::{Config, parse::{Meta, parse, parse_into}};
+/// let frame = [0u8; 10];
+/// let mut meta = Meta::default();
+/// assert_eq!(parse_into(&frame, &Config::default(), &mut meta), parse(&frame, &Config::default()).map(|_| ()));
+/// ```
+///
+/// # Errors
+/// As [`parse`].
+#[inline]
+pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
     let (eth, ethertype) = parse_l2(frame, config)?;
     let l2_len = eth.header_len();
-    let mut meta = Meta {
+    *meta = Meta {
         l2_len,
         tci: eth
             .vlan_id()
@@ -122,11 +141,10 @@ pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
     };
     let ip = &frame[l2_len..];
     if meta.v6 {
-        parse_v6(ip, config, &mut meta)?;
+        parse_v6(ip, config, meta)
     } else {
-        parse_v4(ip, &mut meta)?;
+        parse_v4(ip, meta)
     }
-    Ok(meta)
 }
 
 fn wire_drop(e: WireError) -> Verdict {

@@ -281,6 +281,19 @@ impl Queue {
     /// Parse and validate, then the link-layer checks against the ingress interface: the
     /// frame's metadata, or the verdict of a frame that goes no further.
     pub(crate) fn admit(&self, b: &mut Batch<'_>, frame: &Frame<'_>) -> Result<Meta, Verdict> {
+        let mut meta = Meta::default();
+        self.admit_into(b, frame, &mut meta)?;
+        Ok(meta)
+    }
+
+    /// [`admit`](Self::admit) into the caller's `meta`.
+    #[inline]
+    pub(crate) fn admit_into(
+        &self,
+        b: &mut Batch<'_>,
+        frame: &Frame<'_>,
+        meta: &mut Meta,
+    ) -> Result<(), Verdict> {
         let Some(end) = frame
             .offset
             .checked_add(frame.len)
@@ -288,14 +301,14 @@ impl Queue {
         else {
             return Err(Verdict::Drop(DropReason::Truncated));
         };
-        let meta = parse::parse(&frame.chunk[frame.offset..end], &self.config)?;
+        parse::parse_into(&frame.chunk[frame.offset..end], &self.config, meta)?;
         if meta.dst_mac[0] & 1 != 0 {
             return Err(Verdict::Punt(PuntReason::LinkMulticast));
         }
         match b.ingress_mac(frame.ifindex) {
             None => Err(Verdict::Drop(DropReason::UnknownIngress)),
             Some(Some(mac)) if mac != meta.dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
-            Some(_) => Ok(meta),
+            Some(_) => Ok(()),
         }
     }
 

@@ -125,11 +125,8 @@ impl Queue {
     #[inline(never)]
     fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
-            lane.step = match self.admit(b, frame) {
-                Ok(meta) => {
-                    lane.meta = meta;
-                    Step::Source
-                }
+            lane.step = match self.admit_into(b, frame, &mut lane.meta) {
+                Ok(()) => Step::Source,
                 Err(verdict) => Step::Done(verdict),
             };
         }
