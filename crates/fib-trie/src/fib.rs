@@ -9,9 +9,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
-use crate::table::{
-    FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids, lookup_raw,
-};
+use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
 
 /// What a matching rule does (`FR_ACT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -406,7 +404,7 @@ impl<K: TrieKey> Fib<K> {
         if let Some(merged) = &snap.merged {
             // One walk of the merged trie: the longest prefix of either table, local first
             // among equals (its aliases sort first within a length), then the default table.
-            let answer = match classify(lookup_raw(&merged.trie, None, flow, guard)) {
+            let answer = match classify(merged.lookup(None, flow, guard)) {
                 TableLookup::Continue => snap
                     .default
                     .as_ref()

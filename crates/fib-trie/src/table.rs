@@ -185,7 +185,7 @@ impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
 impl<K: TrieKey> FibTable<K> {
     /// An empty table with this id.
     pub fn new(id: u32) -> Self {
-        Self::on(id, Arc::new(Store::new()))
+        Self::on(id, Arc::new(Store::new(false)))
     }
 
     fn on(id: u32, store: Arc<Store<K>>) -> Self {
@@ -201,7 +201,7 @@ impl<K: TrieKey> FibTable<K> {
 
     /// Two empty tables sharing one store (the merged local and main tables) and that store.
     pub(crate) fn merged_pair(a: u32, b: u32) -> (Self, Self, Arc<Store<K>>) {
-        let store = Arc::new(Store::new());
+        let store = Arc::new(Store::new(true));
         (
             Self::on(a, Arc::clone(&store)),
             Self::on(b, Arc::clone(&store)),
@@ -286,6 +286,12 @@ impl<K: TrieKey> FibTable<K> {
         };
         let (id, tos, prio) = (self.id, route.tos, route.info.priority);
         let (mut added, mut new_prefix) = (false, false);
+        let guard = &crossbeam_epoch::pin();
+        let before = store.answer_at(route.prefix, slen, guard);
+        if tos != 0 {
+            // Counted before the route can be seen, so no lookup ignores the flow's tos then.
+            store.count_tos_route(true);
+        }
         let result = store.trie.modify(route.prefix, |old| {
             let start = old.partition_point(|a| a.slen < slen);
             let end = old.partition_point(|a| a.slen <= slen);
@@ -346,6 +352,12 @@ impl<K: TrieKey> FibTable<K> {
             Ok(Some(list))
         });
         drop(new);
+        if tos != 0 && !added {
+            store.count_tos_route(false);
+        }
+        if result.is_ok() {
+            store.changed(route.prefix, slen, before, guard);
+        }
         // A refused route leaves its info unused: `info` is the only other reference.
         infos.release(&info, 1);
         if result.is_ok() && added {
@@ -365,6 +377,8 @@ impl<K: TrieKey> FibTable<K> {
         let slen = check_prefix(selector.prefix, selector.plen)?;
         let id = self.id;
         self.write(|store, infos| {
+            let guard = &crossbeam_epoch::pin();
+            let before = store.answer_at(selector.prefix, slen, guard);
             let mut removed = None;
             let mut last_of_prefix = false;
             store.trie.modify(selector.prefix, |old| {
@@ -383,6 +397,10 @@ impl<K: TrieKey> FibTable<K> {
                 Ok::<_, RouteError>(Some(list))
             })?;
             let removed = removed.ok_or(RouteError::NotFound)?;
+            store.changed(selector.prefix, slen, before, guard);
+            if removed.tos != 0 {
+                store.count_tos_route(false);
+            }
             self.counts.routes.fetch_sub(1, Ordering::Relaxed);
             if last_of_prefix {
                 self.counts.prefixes.fetch_sub(1, Ordering::Relaxed);
@@ -397,7 +415,8 @@ impl<K: TrieKey> FibTable<K> {
     /// whose tos is 0 or the flow's, whose scope is at least the flow's, and, for types with next
     /// hops, with a live next hop (on `flow.oif` if set). Reject types answer at once.
     pub fn lookup<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
-        classify(lookup_raw(self.trie(guard), Some(self.id), flow, guard))
+        let store = self.store.load(guard);
+        classify(store.lookup(store.shared.then_some(self.id), flow, guard))
     }
 
     /// Every route in key order, and within a prefix address longest prefix first, in table
