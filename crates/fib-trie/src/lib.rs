@@ -94,6 +94,7 @@ pub use route::{
     RouteType, Scope,
 };
 pub use stats::TrieStats;
+pub use store::FastStats;
 pub use table::{FibResult, FibTable, Flow, LookupError, TableLookup, ids};
 pub use trie::{
     BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,

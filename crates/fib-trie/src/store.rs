@@ -46,34 +46,42 @@ impl<K: TrieKey> Store<K> {
     pub(crate) fn with_trie(trie: LcTrie<K, FibAlias<K>>) -> Self {
         let guard = &epoch::pin();
         let mut set = HashSet::new();
-        let mut tos_routes = 0;
         trie.for_each(guard, |_, aliases| {
             set.extend(aliases.iter().map(|a| Arc::clone(&a.value.info)));
-            tos_routes += aliases.iter().filter(|a| a.value.tos != 0).count();
         });
         let store = Store {
             trie,
             fast: FastLpm::new(),
             answers: Answers::new(),
             fast_ok: AtomicBool::new(true),
-            tos_routes: AtomicUsize::new(tos_routes),
+            tos_routes: AtomicUsize::new(0),
             shared: false,
             infos: Mutex::new(Infos {
                 set,
                 dying: Vec::new(),
             }),
         };
+        store.reindex();
+        store
+    }
+
+    /// Recounts and rebuilds what is derived from the trie (tos routes, answers, the fast
+    /// structure) after the trie was loaded at once. Writer only; the answers must be unused.
+    pub(crate) fn reindex(&self) {
+        let guard = &epoch::pin();
+        let mut tos_routes = 0;
         let mut full = false;
-        store.trie.for_each(guard, |_, aliases| {
+        self.trie.for_each(guard, |_, aliases| {
+            tos_routes += aliases.iter().filter(|a| a.value.tos != 0).count();
             for (slen, (alias, nh_sel)) in default_answers(aliases) {
-                full |= store
+                full |= self
                     .answers
                     .acquire(alias, K::BITS - slen, nh_sel, guard)
                     .is_none();
             }
         });
-        store.rebuild_fast(full);
-        store
+        self.tos_routes.store(tos_routes, Ordering::Release);
+        self.rebuild_fast(full);
     }
 
     /// Builds the fast structure anew from the trie (turning it off if `broken`).
@@ -169,8 +177,10 @@ impl<K: TrieKey> Store<K> {
         table: Option<u32>,
         flow: &Flow<K>,
         guard: &'g Guard,
+        fast: bool,
     ) -> Option<FibResult<'g, K>> {
-        if table.is_none()
+        if fast
+            && table.is_none()
             && flow.oif == 0
             && flow.scope == Scope::UNIVERSE
             && (flow.tos == 0 || self.tos_routes.load(Ordering::Acquire) == 0)
@@ -191,15 +201,32 @@ impl<K: TrieKey> Store<K> {
         lookup_raw(&self.trie, table, flow, guard)
     }
 
-    /// Whether lookups without a table filter may use the fast structure, and its bytes
-    /// (first level, nodes and the answers' index).
-    pub(crate) fn fast_stats(&self) -> (bool, usize, usize) {
-        (
-            self.fast_ok.load(Ordering::Acquire),
-            self.fast.bytes() + self.answers.bytes(),
-            self.answers.len(),
-        )
+    /// The fast structure's state and size.
+    pub(crate) fn fast_stats(&self) -> FastStats {
+        FastStats {
+            enabled: self.fast_ok.load(Ordering::Acquire),
+            first_level_bits: self.fast.first_level_bits(),
+            structure_bytes: self.fast.bytes(),
+            answers: self.answers.len(),
+            answer_bytes: self.answers.bytes(),
+        }
     }
+}
+
+/// The state and size of a table's fast lookup structure ([`FibTable::fast_stats`](crate::FibTable::fast_stats)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastStats {
+    /// Lookups that depend on the destination alone use the structure (false only if its
+    /// answers overflowed: lookups then walk the LC-trie).
+    pub enabled: bool,
+    /// The width of its first level (8 bits while small).
+    pub first_level_bits: u8,
+    /// Bytes of its first level and nodes.
+    pub structure_bytes: usize,
+    /// Distinct results (route, prefix length, next hop) its answers stand for.
+    pub answers: usize,
+    /// Bytes of the answers' index and results.
+    pub answer_bytes: usize,
 }
 
 /// For each prefix length of a leaf's aliases (as suffix length, shortest suffix first), the
