@@ -351,7 +351,11 @@ impl<K: TrieKey> Fib<K> {
             let mut routes = by_table.remove(&id).unwrap_or_default();
             let mut group = vec![Arc::clone(&handles[&id])];
             if merged && (id == ids::LOCAL || id == ids::MAIN) {
-                let other = if id == ids::LOCAL { ids::MAIN } else { ids::LOCAL };
+                let other = if id == ids::LOCAL {
+                    ids::MAIN
+                } else {
+                    ids::LOCAL
+                };
                 if let Some(more) = by_table.remove(&other) {
                     pending.retain(|&p| p != other);
                     routes.extend(more);

@@ -500,7 +500,13 @@ impl<K: TrieKey> FibTable<K> {
                     .rev()
                     .take_while(|(k, s, a)| {
                         (*k, *s, a.table, a.tos, a.info.priority)
-                            == (item.0, item.1, item.2.table, item.2.tos, item.2.info.priority)
+                            == (
+                                item.0,
+                                item.1,
+                                item.2.table,
+                                item.2.tos,
+                                item.2.info.priority,
+                            )
                     })
                     .any(|(_, _, a)| {
                         a.route_type == item.2.route_type && Arc::ptr_eq(&a.info, &item.2.info)
