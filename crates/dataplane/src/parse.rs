@@ -231,16 +231,16 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     meta.ttl = ip.hop_limit();
     meta.ip_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
 
-    if src >> 120 == 0xff {
+    if ipv6::in_prefix(src, ipv6::MULTICAST) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if src == 1 {
+    if src == ipv6::LOOPBACK {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if dst >> 120 == 0xff {
+    if ipv6::in_prefix(dst, ipv6::MULTICAST) {
         return Err(Verdict::Punt(PuntReason::Multicast));
     }
-    if dst == 0 || dst == 1 {
+    if dst == ipv6::UNSPECIFIED || dst == ipv6::LOOPBACK {
         return Err(Verdict::Drop(DropReason::MartianDestination));
     }
 
@@ -269,10 +269,10 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     if !meta.fragment {
         meta.ports = l4::ports(meta.proto, l4);
     }
-    if dst >> 118 == 0x3fa {
+    if ipv6::in_prefix(dst, ipv6::LINK_LOCAL) {
         return Err(Verdict::Punt(PuntReason::LinkLocal));
     }
-    if src == 0 {
+    if src == ipv6::UNSPECIFIED {
         // The unspecified source is never forwarded (RFC 4291 2.5.2); the kernel handles the
         // few local uses (duplicate address detection goes to a multicast group).
         return Err(Verdict::Drop(DropReason::MartianSource));

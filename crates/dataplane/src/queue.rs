@@ -19,6 +19,7 @@ use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::ethernet::{EthernetFrame, ethertype};
 use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
 use crate::{Tables, frag};
 
@@ -437,7 +438,7 @@ impl Queue {
             };
             return Err(self.icmp_error(b, frame, meta, kind, 0, pool));
         }
-        if meta.v6 && meta.src >> 118 == 0x3fa {
+        if meta.v6 && ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL) {
             return Err(self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool));
         }
         let too_big = meta.ip_len > hop.mtu as usize;
@@ -596,7 +597,8 @@ pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l2_len;
     let l2_start = ip_start - L2_LEN;
     if meta.v6 {
-        frame.chunk[ip_start + 7] -= 1;
+        Ipv6Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + ipv6::HEADER_LEN])
+            .decrement_hop_limit();
     } else {
         Ipv4Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + 20]).decrement_ttl();
     }

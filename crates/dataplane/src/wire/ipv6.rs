@@ -17,6 +17,28 @@ mod field {
 /// The length of the fixed header.
 pub const HEADER_LEN: usize = field::DST.end;
 
+/// The link-local unicast prefix fe80::/10 (RFC 4291 2.5.6), as (value, length).
+pub const LINK_LOCAL: (u128, u32) = (0xfe80 << 112, 10);
+/// The multicast prefix ff00::/8 (RFC 4291 2.7), as (value, length).
+pub const MULTICAST: (u128, u32) = (0xff << 120, 8);
+/// The loopback address ::1.
+pub const LOOPBACK: u128 = 1;
+/// The unspecified address ::.
+pub const UNSPECIFIED: u128 = 0;
+
+/// Whether `addr` lies in `prefix` (value, length 1..=128).
+///
+/// ```
+/// use dataplane::wire::ipv6::{LINK_LOCAL, MULTICAST, in_prefix};
+/// let addr: u128 = "fe80::1".parse::<std::net::Ipv6Addr>().unwrap().into();
+/// assert!(in_prefix(addr, LINK_LOCAL));
+/// assert!(!in_prefix(addr, MULTICAST));
+/// ```
+#[inline]
+pub const fn in_prefix(addr: u128, (value, len): (u128, u32)) -> bool {
+    addr >> (128 - len) == value >> (128 - len)
+}
+
 /// Next-header values the walk knows.
 pub mod next_header {
     /// Hop-by-hop options.
@@ -203,6 +225,22 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     #[inline]
     pub fn set_hop_limit(&mut self, value: u8) {
         self.buffer.as_mut()[field::HOP_LIMIT] = value;
+    }
+
+    /// Decrements the hop limit by one (IPv6 has no header checksum); the hop limit must be at
+    /// least 1.
+    ///
+    /// ```
+    /// use dataplane::wire::ipv6::Ipv6Packet;
+    /// let mut header = [0u8; 40];
+    /// header[7] = 64;
+    /// Ipv6Packet::new_unchecked(&mut header[..]).decrement_hop_limit();
+    /// assert_eq!(Ipv6Packet::new_unchecked(&header[..]).hop_limit(), 63);
+    /// ```
+    #[inline]
+    pub fn decrement_hop_limit(&mut self) {
+        let buf = self.buffer.as_mut();
+        buf[field::HOP_LIMIT] = buf[field::HOP_LIMIT].wrapping_sub(1);
     }
 
     /// Writes the source address.
