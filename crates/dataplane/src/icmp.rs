@@ -6,6 +6,7 @@ use crate::parse::Meta;
 use crate::verdict::IcmpError;
 use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetFrame, ethertype};
+use crate::wire::icmp::IcmpPacket;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::protocol;
@@ -15,7 +16,7 @@ pub const MAX_V4_ERROR: usize = 576;
 /// The largest ICMPv6 error: the minimum IPv6 MTU (RFC 4443 2.4 (c)).
 pub const MAX_V6_ERROR: usize = 1280;
 /// The ICMP header length (type, code, checksum, four bytes of message).
-pub const ICMP_HEADER_LEN: usize = 8;
+pub const ICMP_HEADER_LEN: usize = crate::wire::icmp::HEADER_LEN;
 /// The TTL / hop limit of errors (`ip_default_ttl`, the IPv6 default hop limit).
 pub const ERROR_TTL: u8 = 64;
 
@@ -125,11 +126,7 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
             ethertype::IPV4
         };
         match l2.tci {
-            Some(tci) => {
-                eth.set_ethertype(ethertype::VLAN);
-                out[14..16].copy_from_slice(&tci.to_be_bytes());
-                out[16..18].copy_from_slice(&inner.to_be_bytes());
-            }
+            Some(tci) => eth.set_vlan_tag(tci, inner),
             None => eth.set_ethertype(inner),
         }
     }
@@ -150,11 +147,10 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
         ipv4::HEADER_LEN
     };
     let (header, icmp) = packet.split_at_mut(ip_header_len);
-    icmp[0] = ty;
-    icmp[1] = code;
-    icmp[2..4].fill(0);
-    icmp[4..8].copy_from_slice(&rest);
     let icmp_len = icmp.len() as u32;
+    let mut message = IcmpPacket::new_unchecked(&mut icmp[..]);
+    message.set_type_code(ty, code);
+    message.set_rest(rest);
     if ip.v6 {
         let mut v6 = Ipv6Packet::new_unchecked(&mut header[..]);
         v6.set_version_tc_flow(0, 0);
@@ -163,14 +159,12 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
         v6.set_hop_limit(ERROR_TTL);
         v6.set_src_addr(ip.src.into());
         v6.set_dst_addr(ip.dst.into());
-        let pseudo = checksum::pseudo_v6(
+        message.fill_checksum(checksum::pseudo_v6(
             ip.src.to_be_bytes(),
             ip.dst.to_be_bytes(),
             protocol::ICMPV6,
             icmp_len,
-        );
-        let c = !checksum::fold(checksum::sum(icmp, pseudo));
-        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        ));
     } else {
         let mut v4 = Ipv4Packet::new_unchecked(&mut header[..]);
         v4.set_version_header_len(ipv4::HEADER_LEN);
@@ -183,8 +177,7 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
         v4.set_src_addr((ip.src as u32).into());
         v4.set_dst_addr((ip.dst as u32).into());
         v4.fill_checksum();
-        let c = checksum::checksum(icmp);
-        icmp[2..4].copy_from_slice(&c.to_be_bytes());
+        message.fill_checksum(0);
     }
 }
 

@@ -120,9 +120,7 @@ pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), 
     let l2_len = eth.header_len();
     *meta = Meta {
         l2_len,
-        tci: eth
-            .vlan_id()
-            .map(|_| u16::from_be_bytes([frame[14], frame[15]])),
+        tci: eth.tci(),
         dst_mac: eth.dst_addr(),
         src_mac: eth.src_addr(),
         v6: ethertype == ethertype::IPV6,

@@ -122,6 +122,13 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
             .then(|| get16(self.buffer.as_ref(), field::TCI) & 0x0fff)
     }
 
+    /// The whole tag control information (priority, DEI, VLAN id) of a tagged frame.
+    #[inline]
+    pub fn tci(&self) -> Option<u16> {
+        self.is_tagged()
+            .then(|| get16(self.buffer.as_ref(), field::TCI))
+    }
+
     /// The EtherType of the payload: after the tag of a tagged frame.
     #[inline]
     pub fn inner_ethertype(&self) -> u16 {
@@ -167,6 +174,25 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
     #[inline]
     pub fn set_ethertype(&mut self, value: u16) {
         self.buffer.as_mut()[field::ETHERTYPE].copy_from_slice(&value.to_be_bytes());
+    }
+
+    /// Writes an 802.1Q tag with `tci` and the payload's EtherType `inner` after it (the
+    /// buffer must hold [`TAGGED_HEADER_LEN`] bytes).
+    ///
+    /// ```
+    /// use dataplane::wire::ethernet::{EthernetFrame, TAGGED_HEADER_LEN, ethertype};
+    /// let mut header = [0u8; TAGGED_HEADER_LEN];
+    /// EthernetFrame::new_unchecked(&mut header[..]).set_vlan_tag(0x2005, ethertype::IPV4);
+    /// let frame = EthernetFrame::new_unchecked(&header[..]);
+    /// assert_eq!((frame.tci(), frame.vlan_id()), (Some(0x2005), Some(5)));
+    /// assert_eq!(frame.inner_ethertype(), ethertype::IPV4);
+    /// ```
+    #[inline]
+    pub fn set_vlan_tag(&mut self, tci: u16, inner: u16) {
+        self.set_ethertype(ethertype::VLAN);
+        let buf = self.buffer.as_mut();
+        buf[field::TCI].copy_from_slice(&tci.to_be_bytes());
+        buf[field::INNER_ETHERTYPE].copy_from_slice(&inner.to_be_bytes());
     }
 }
 

@@ -5,6 +5,7 @@
 
 pub mod checksum;
 pub mod ethernet;
+pub mod icmp;
 pub mod ipv4;
 pub mod ipv6;
 pub mod l4;

@@ -1,0 +1,130 @@
+//! ICMP and ICMPv6 headers: type, code, checksum and the four bytes of the message that follow
+//! (unused, or the MTU of "fragmentation needed" and "packet too big").
+
+use super::{Field, WireError, checksum, get16};
+
+mod field {
+    use super::Field;
+    pub const TYPE: usize = 0;
+    pub const CODE: usize = 1;
+    pub const CHECKSUM: Field = 2..4;
+    pub const REST: Field = 4..8;
+}
+
+/// The length of the header (type, code, checksum, four bytes of message).
+pub const HEADER_LEN: usize = field::REST.end;
+
+/// A typed view of an ICMP or ICMPv6 message (header and body).
+///
+/// ```
+/// use dataplane::wire::icmp::{HEADER_LEN, IcmpPacket};
+/// let mut message = [0u8; HEADER_LEN + 4];
+/// let mut icmp = IcmpPacket::new_checked(&mut message[..])?;
+/// icmp.set_type_code(11, 0);
+/// icmp.set_rest([0; 4]);
+/// icmp.fill_checksum(0);
+/// let icmp = IcmpPacket::new_checked(&message[..])?;
+/// assert_eq!((icmp.msg_type(), icmp.code()), (11, 0));
+/// assert!(icmp.verify_checksum(0));
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct IcmpPacket<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> IcmpPacket<T> {
+    /// A view without checks: accessors panic on a buffer shorter than [`HEADER_LEN`].
+    #[inline]
+    pub const fn new_unchecked(buffer: T) -> Self {
+        IcmpPacket { buffer }
+    }
+
+    /// A view of a buffer that holds at least the header.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`] for a buffer shorter than [`HEADER_LEN`].
+    #[inline]
+    pub fn new_checked(buffer: T) -> Result<Self, WireError> {
+        if buffer.as_ref().len() < HEADER_LEN {
+            return Err(WireError::Truncated);
+        }
+        Ok(IcmpPacket { buffer })
+    }
+
+    /// The message type.
+    #[inline]
+    pub fn msg_type(&self) -> u8 {
+        self.buffer.as_ref()[field::TYPE]
+    }
+
+    /// The code.
+    #[inline]
+    pub fn code(&self) -> u8 {
+        self.buffer.as_ref()[field::CODE]
+    }
+
+    /// The checksum field.
+    #[inline]
+    pub fn checksum(&self) -> u16 {
+        get16(self.buffer.as_ref(), field::CHECKSUM)
+    }
+
+    /// Whether the checksum over the whole message, plus `pseudo` (an ICMPv6 pseudo-header
+    /// sum; 0 for ICMPv4), is right.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u64) -> bool {
+        checksum::fold(checksum::sum(self.buffer.as_ref(), pseudo)) == 0xffff
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
+    /// Writes the type and the code.
+    #[inline]
+    pub fn set_type_code(&mut self, msg_type: u8, code: u8) {
+        let buf = self.buffer.as_mut();
+        buf[field::TYPE] = msg_type;
+        buf[field::CODE] = code;
+    }
+
+    /// Writes the four bytes of message after the checksum.
+    #[inline]
+    pub fn set_rest(&mut self, rest: [u8; 4]) {
+        self.buffer.as_mut()[field::REST].copy_from_slice(&rest);
+    }
+
+    /// Computes the checksum over the whole message (the body already in place), plus `pseudo`
+    /// (the ICMPv6 pseudo-header sum; 0 for ICMPv4), and writes it.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u64) {
+        let buf = self.buffer.as_mut();
+        buf[field::CHECKSUM].fill(0);
+        let c = !checksum::fold(checksum::sum(buf, pseudo));
+        buf[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_buffers_are_refused() {
+        assert_eq!(
+            IcmpPacket::new_checked(&[0u8; HEADER_LEN - 1][..]).err(),
+            Some(WireError::Truncated)
+        );
+    }
+
+    #[test]
+    fn the_checksum_matches_a_recomputation() {
+        let mut message = [0u8; 20];
+        message[8..].copy_from_slice(b"quoted bytes");
+        let mut icmp = IcmpPacket::new_unchecked(&mut message[..]);
+        icmp.set_type_code(3, 1);
+        icmp.fill_checksum(0);
+        let c = icmp.checksum();
+        message[2..4].fill(0);
+        assert_eq!(c, checksum::checksum(&message));
+    }
+}
