@@ -133,6 +133,8 @@ enum Change {
     Unreachable,
     /// Every fwd policy goes (the pipeline stops looking), or comes back.
     Policies,
+    /// The control plane reports custom rules (route caches step aside), or none again.
+    CustomRules,
 }
 
 fn change() -> impl Strategy<Value = Option<Change>> {
@@ -146,6 +148,7 @@ fn change() -> impl Strategy<Value = Option<Change>> {
             Just(Change::Multipath),
             Just(Change::Unreachable),
             Just(Change::Policies),
+            Just(Change::CustomRules),
         ]
         .prop_map(Some),
     ]
@@ -165,6 +168,7 @@ struct Toggles {
     multipath: bool,
     unreachable: bool,
     no_policies: bool,
+    custom_rules: bool,
 }
 
 fn out_link(up: bool, mtu: u32) -> Link {
@@ -247,6 +251,11 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
             } else {
                 tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
             }
+        }
+        Change::CustomRules => {
+            toggles.custom_rules = !toggles.custom_rules;
+            // Bumps the generation itself.
+            tables.generation.set_custom_rules(toggles.custom_rules);
         }
         Change::Policies => {
             toggles.no_policies = !toggles.no_policies;
