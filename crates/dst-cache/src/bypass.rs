@@ -20,8 +20,14 @@ pub(crate) struct Bypass {
     seen: u32,
     /// Hits among them.
     hits: u32,
-    /// Lookups skipped since the last probe (off).
+    /// Lookups seen in the current block of `probe_every` (off).
     skipped: u32,
+    /// The position (1..=`probe_every`) of the probe in the current block (off): drawn anew
+    /// for every block, so that traffic with a period (a replayed trace, a round-robin
+    /// generator) cannot keep probing the same flows and fake a hit rate.
+    target: u32,
+    /// The xorshift state that draws the positions.
+    rng: u64,
 }
 
 impl Bypass {
@@ -32,22 +38,36 @@ impl Bypass {
             seen: 0,
             hits: 0,
             skipped: 0,
+            target: config.probe_every,
+            rng: 0x9e37_79b9_7f4a_7c15,
         }
     }
 
-    /// Whether this lookup may use the cache (always while on; one in `probe_every` while off).
+    /// The probe's position in the next block.
+    #[inline]
+    fn next_target(&mut self) -> u32 {
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        1 + (x % u64::from(self.config.probe_every)) as u32
+    }
+
+    /// Whether this lookup may use the cache (always while on; while off, one in each block of
+    /// `probe_every` lookups, at a pseudo-random position in the block).
     #[inline]
     pub(crate) fn admit(&mut self) -> bool {
         match self.mode {
             Mode::On => true,
             Mode::Off => {
                 self.skipped += 1;
+                let admitted = self.skipped == self.target;
                 if self.skipped >= self.config.probe_every {
                     self.skipped = 0;
-                    true
-                } else {
-                    false
+                    self.target = self.next_target();
                 }
+                admitted
             }
         }
     }
@@ -86,6 +106,21 @@ impl Bypass {
 mod tests {
     use super::*;
 
+    /// Periodic traffic whose period is a multiple of `probe_every` does not probe the same
+    /// positions of the period again and again.
+    #[test]
+    fn probe_positions_vary_from_block_to_block() {
+        let mut b = Bypass::new(small());
+        b.mode = Mode::Off;
+        let mut positions = std::collections::HashSet::new();
+        for i in 0..400 {
+            if b.admit() {
+                positions.insert(i % 4);
+            }
+        }
+        assert!(positions.len() > 1, "{positions:?}");
+    }
+
     fn small() -> BypassConfig {
         BypassConfig {
             window: 10,
@@ -111,12 +146,10 @@ mod tests {
             b.record(i < 2);
         }
         assert!(b.is_off());
-        // Off: one lookup in 4 is admitted.
+        // Off: one lookup in each block of 4 is admitted.
         let admitted: Vec<bool> = (0..8).map(|_| b.admit()).collect();
-        assert_eq!(
-            admitted,
-            [false, false, false, true, false, false, false, true]
-        );
+        assert_eq!(admitted[..4].iter().filter(|a| **a).count(), 1);
+        assert_eq!(admitted[4..].iter().filter(|a| **a).count(), 1);
         // Probes: 2 of 5 hit (< 500 per mille), stays off; then 3 of 5, back on.
         for hit in [true, true, false, false, false] {
             b.record(hit);

@@ -39,8 +39,8 @@ impl Default for Config {
 /// When the cache stops being used and when it comes back.
 ///
 /// While on, the hit rate is measured over windows of `window` lookups; a window below
-/// `enter_below_permille` turns the cache off. While off, only one lookup in `probe_every`
-/// uses it (a probe: looked up, and inserted on a miss, so the cache keeps learning); after
+/// `enter_below_permille` turns the cache off. While off, only one lookup in each block of
+/// `probe_every`, at a pseudo-random position, uses it (a probe: looked up, and inserted on a miss, so the cache keeps learning); after
 /// `probe_window` probes, a hit rate of at least `resume_at_permille` turns it on again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BypassConfig {
@@ -56,12 +56,17 @@ pub struct BypassConfig {
     pub probe_window: u32,
 }
 
+/// The defaults use the cache only where it clearly pays: below one hit in four lookups it
+/// steps aside, and it comes back when half the probes hit. While the cache is off its content
+/// stays as it was, so probes of a working set a few times larger than the cache hit more often
+/// than lookups would with the cache on (which churns it); lower thresholds (10% and 20%
+/// before) let such traffic switch the cache on and off again and again.
 impl Default for BypassConfig {
     fn default() -> Self {
         BypassConfig {
             window: 1024,
-            enter_below_permille: 100,
-            resume_at_permille: 200,
+            enter_below_permille: 250,
+            resume_at_permille: 500,
             probe_every: 64,
             probe_window: 64,
         }
