@@ -76,6 +76,7 @@
 mod addr;
 mod bin;
 mod db;
+mod decide;
 mod epoch;
 mod error;
 mod exact;
@@ -89,9 +90,12 @@ mod trie;
 pub use addr::{Family, Prefix};
 pub use bin::{BinShape, DstNodeShape, INEXACT_PREFIXLEN_IPV4, INEXACT_PREFIXLEN_IPV6, NodeShape};
 pub use db::{Counts, PolicyDb};
+pub use decide::{Check, UNDECIDED};
 pub use error::Error;
 pub use linear::LinearDb;
-pub use policy::{Action, Direction, HThresh, Policy, PolicySpec, PolicyType, TemplateId};
+pub use policy::{
+    Action, Direction, ExactPos, HThresh, Mark, Policy, PolicySpec, PolicyType, TemplateId,
+};
 pub use selector::{Flow, PortMatch, Selector};
 
 /// The README's example, compiled and run as a doctest.
