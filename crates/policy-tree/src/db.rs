@@ -11,9 +11,9 @@ use hashbrown::HashMap;
 use crate::Error;
 use crate::addr::Family;
 use crate::bin::{Bin, BinShape};
+use crate::decide::{Check, check, resolve};
 use crate::epoch::{load, publish, take};
 use crate::exact::ExactTable;
-use crate::decide::{Check, check, resolve};
 use crate::policy::{Direction, HThresh, Mark, Policy, PolicySpec, PolicyType};
 use crate::registry::{Admitted, Head, Registry};
 use crate::selector::{Flow, Selector};
@@ -487,7 +487,15 @@ impl PolicyDb {
         let root = load(&self.root, guard)?;
         let exact = root.exact[dir.slot()].lookup(flow, Some(ptype), guard)[ptype as usize];
         let head = self.head(dir);
-        Self::inexact(load(&root.bins, guard), flow, dir, ptype, exact, head, guard)
+        Self::inexact(
+            load(&root.bins, guard),
+            flow,
+            dir,
+            ptype,
+            exact,
+            head,
+            guard,
+        )
     }
 
     /// Weighs the exact chain's answer against the bin's candidate lists.

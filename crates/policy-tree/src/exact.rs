@@ -137,12 +137,9 @@ impl ExactTable {
             buckets.slots.len(),
         );
         let chain = load(&buckets.slots[slot], guard)?;
-        chain
-            .policies
-            .iter()
-            .find(|p| {
-                p.selector == *selector && p.ptype == ptype && p.if_id == if_id && p.mark == mark
-            })
+        chain.policies.iter().find(|p| {
+            p.selector == *selector && p.ptype == ptype && p.if_id == if_id && p.mark == mark
+        })
     }
 
     /// Writers only. Publishes the chain of `remove` and `add` (same identity, so same bucket)

@@ -28,9 +28,10 @@ pub(crate) struct Admitted {
 /// Which inexact policy of a direction holds the kernel's `pos` 0: the first of
 /// `policy_inexact[dir]` at the last renumbering (every inexact insert renumbers the whole
 /// list; deletes do not, so deleting the holder leaves no policy with `pos` 0).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum Head {
     /// No inexact policy has `pos` 0.
+    #[default]
     None,
     /// This index has `pos` 0.
     Known(u32),
@@ -82,12 +83,6 @@ pub(crate) struct Registry {
     inexact: [BTreeSet<(u32, u64, u32)>; 3],
     /// Per direction, who holds `pos` 0.
     head: [Head; 3],
-}
-
-impl Default for Head {
-    fn default() -> Head {
-        Head::None
-    }
 }
 
 fn list_entry(p: &Policy) -> (u32, u64, u32) {
@@ -320,8 +315,7 @@ impl Registry {
         }
         let hthresh = self.hthresh;
         for policy in self.by_index.values_mut() {
-            if hthresh.is_exact(policy.dir, &policy.selector) && !always_exact(&policy.selector)
-            {
+            if hthresh.is_exact(policy.dir, &policy.selector) && !always_exact(&policy.selector) {
                 policy.exact_pos = ExactPos::Unknown;
             }
         }
@@ -421,11 +415,20 @@ mod tests {
     #[test]
     fn same_priority_update_keeps_its_place_and_head_follows_renumbering() {
         let mut r = Registry::new(HThresh::default());
-        let a = r.admit(&spec("10.0.0.0/8", Direction::Fwd).priority(5), true).unwrap();
-        let b = r.admit(&spec("10.0.0.0/9", Direction::Fwd).priority(5), true).unwrap();
+        let a = r
+            .admit(&spec("10.0.0.0/8", Direction::Fwd).priority(5), true)
+            .unwrap();
+        let b = r
+            .admit(&spec("10.0.0.0/9", Direction::Fwd).priority(5), true)
+            .unwrap();
         assert_eq!(r.head(Direction::Fwd), Head::Known(a.policy.index));
         let a2 = r
-            .admit(&spec("10.0.0.0/8", Direction::Fwd).priority(5).action(Action::Block), false)
+            .admit(
+                &spec("10.0.0.0/8", Direction::Fwd)
+                    .priority(5)
+                    .action(Action::Block),
+                false,
+            )
             .unwrap();
         assert_eq!(a2.policy.order, a.policy.order);
         assert!(a2.policy.order < b.policy.order && a2.policy.created > b.policy.created);
@@ -433,11 +436,17 @@ mod tests {
         // Deleting the holder of pos 0 leaves nobody with pos 0 until the next insert.
         r.remove_index(a.policy.index).unwrap();
         assert_eq!(r.head(Direction::Fwd), Head::None);
-        r.admit(&spec("10.0.0.0/10", Direction::Fwd).priority(9), true).unwrap();
+        r.admit(&spec("10.0.0.0/10", Direction::Fwd).priority(9), true)
+            .unwrap();
         assert_eq!(r.head(Direction::Fwd), Head::Known(b.policy.index));
         // A threshold change re-sorts by creation: the update now ranks after b.
         let c = r
-            .admit(&spec("10.0.0.0/9", Direction::Fwd).priority(5).action(Action::Block), false)
+            .admit(
+                &spec("10.0.0.0/9", Direction::Fwd)
+                    .priority(5)
+                    .action(Action::Block),
+                false,
+            )
             .unwrap();
         assert_eq!(c.policy.order, b.policy.order);
         r.set_hthresh(HThresh::default());
@@ -451,12 +460,27 @@ mod tests {
     #[test]
     fn masked_twins_and_marks_are_distinct_policies() {
         let mut r = Registry::new(HThresh::default());
-        let a = r.admit(&spec("10.100.1.3/25", Direction::Fwd), true).unwrap();
-        let b = r.admit(&spec("10.100.1.96/25", Direction::Fwd), true).unwrap();
+        let a = r
+            .admit(&spec("10.100.1.3/25", Direction::Fwd), true)
+            .unwrap();
+        let b = r
+            .admit(&spec("10.100.1.96/25", Direction::Fwd), true)
+            .unwrap();
         assert_ne!(a.policy.index, b.policy.index);
-        let m = spec("10.100.1.3/25", Direction::Fwd).mark(Mark { value: 5, mask: 0xf });
+        let m = spec("10.100.1.3/25", Direction::Fwd).mark(Mark {
+            value: 5,
+            mask: 0xf,
+        });
         let c = r.admit(&m, true).unwrap();
-        let d = r.admit(&m.mark(Mark { value: 5, mask: 0xff }), true).unwrap();
+        let d = r
+            .admit(
+                &m.mark(Mark {
+                    value: 5,
+                    mask: 0xff,
+                }),
+                true,
+            )
+            .unwrap();
         assert_eq!(r.len(), 4);
         assert!(c.replaced.is_none() && d.replaced.is_none());
     }
@@ -472,7 +496,13 @@ mod tests {
             Err(Error::NotFound)
         );
         assert_eq!(
-            r.remove(&sel, Direction::Out, PolicyType::Main, 0, Mark { value: 1, mask: 1 }),
+            r.remove(
+                &sel,
+                Direction::Out,
+                PolicyType::Main,
+                0,
+                Mark { value: 1, mask: 1 }
+            ),
             Err(Error::NotFound)
         );
         assert_eq!(
