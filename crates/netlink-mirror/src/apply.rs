@@ -150,6 +150,7 @@ impl Seen {
                     dir: p.dir,
                     ptype: p.ptype,
                     if_id: p.if_id,
+                    mark: p.mark,
                 });
             }
             _ => {}
@@ -308,37 +309,31 @@ impl Applier {
             Mapped::Rule6Gone(r) => {
                 del_rule(&t.fib6, &mut self.rules6, &r)?.map(|r| Change::Rule6(Removed, r))
             }
-            Mapped::Policy(spec) => {
-                let key = PolicyKey {
-                    selector: spec.selector,
-                    dir: spec.dir,
-                    ptype: spec.ptype,
-                    if_id: spec.if_id,
-                };
-                let guard = crossbeam_epoch::pin();
-                let same = t
-                    .policies
-                    .get(&key.selector, key.dir, key.ptype, key.if_id, &guard)
-                    .is_some_and(|p| {
-                        p.priority == spec.priority
-                            && p.action == spec.action
-                            && Some(p.index) == spec.index
-                    });
-                drop(guard);
-                if same {
-                    return Ok(None);
-                }
-                Some(Change::Policy(Added, t.policies.update(spec)?))
-            }
+            Mapped::Policy(spec) => self.upsert_policy(spec)?,
             Mapped::PolicyGone(k) => {
-                match t.policies.delete(&k.selector, k.dir, k.ptype, k.if_id) {
+                match t
+                    .policies
+                    .delete(&k.selector, k.dir, k.ptype, k.if_id, k.mark)
+                {
                     Ok(p) => Some(Change::Policy(Removed, p)),
                     Err(policy_tree::Error::NotFound) => None,
                     Err(e) => return Err(e.into()),
                 }
             }
+            Mapped::PolicyIndexGone(index) => match t.policies.delete_by_index(index) {
+                Ok(p) => Some(Change::Policy(Removed, p)),
+                Err(policy_tree::Error::NotFound) => None,
+                Err(e) => return Err(e.into()),
+            },
             Mapped::PolicyFlush(ptype) => {
                 (t.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
+            }
+            Mapped::PolicyHThresh(h) => {
+                if t.policies.hthresh() == h {
+                    return Ok(None);
+                }
+                t.policies.set_hthresh(h)?;
+                Some(Change::PolicyHThresh(h))
             }
             Mapped::Ignored(i) => {
                 self.counters.ignored(i.name());
@@ -397,6 +392,54 @@ impl Applier {
             AddrEntry::V6(e) => one(&self.tables.addrs, *e)?,
         };
         Ok(changed.then_some(Change::Addr(ChangeOp::Added, a)))
+    }
+
+    /// A policy as the kernel reports it (new, updated or dumped): unchanged when the same
+    /// index, priority and action are there; a policy of the same identity under another
+    /// index (deleted and added again while events were lost) is replaced by a new one; else
+    /// an update, which keeps the list place when the priority is unchanged, as the kernel's.
+    fn upsert_policy(&self, spec: policy_tree::PolicySpec) -> Applied {
+        use ChangeOp::{Added, Removed};
+        let db = &self.tables.policies;
+        let guard = crossbeam_epoch::pin();
+        let old = db
+            .get(
+                &spec.selector,
+                spec.dir,
+                spec.ptype,
+                spec.if_id,
+                spec.mark,
+                &guard,
+            )
+            .copied();
+        drop(guard);
+        if let Some(p) = old {
+            if Some(p.index) == spec.index && p.priority == spec.priority && p.action == spec.action
+            {
+                return Ok(None);
+            }
+            if spec.index.is_some_and(|i| i != p.index) {
+                db.delete_by_index(p.index)?;
+                self.changed(&Change::Policy(Removed, p));
+            }
+        }
+        // An index held by a policy the kernel no longer has (events lost): that one is gone.
+        if let Some(index) = spec.index {
+            if let Some(stale) = db.get_by_index(index) {
+                if old.is_none_or(|p| p.index != index) {
+                    db.delete_by_index(index)?;
+                    self.changed(&Change::Policy(Removed, stale));
+                }
+            }
+        }
+        if spec.action == policy_tree::Action::Punt {
+            self.counters.ignored("policy-punt");
+            tracing::warn!(
+                index = spec.index,
+                "xfrm policy the mirror cannot evaluate: what it matches goes to the kernel"
+            );
+        }
+        Ok(Some(Change::Policy(Added, db.update(spec)?)))
     }
 
     /// Re-resolves the interface names of rules after a link appeared, went or was renamed.
@@ -496,6 +539,7 @@ impl Applier {
                         dir: p.dir,
                         ptype: p.ptype,
                         if_id: p.if_id,
+                        mark: p.mark,
                     };
                     if !seen.policies.contains(&key) {
                         gone.push(Mapped::PolicyGone(key));
