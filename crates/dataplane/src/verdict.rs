@@ -118,6 +118,9 @@ reasons! {
         LinkLocal = "link_local",
         /// A forwarding policy asks for IPsec.
         Ipsec = "ipsec",
+        /// An xfrm policy whose decision the policy database leaves to the kernel (one the
+        /// mirror cannot evaluate, or a priority tie only the kernel's history breaks).
+        PolicyKernel = "policy_kernel",
     }
 }
 
