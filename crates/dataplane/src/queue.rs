@@ -428,8 +428,11 @@ impl Queue {
         };
         match b.tables.policies.check(&flow, dir, b.guard) {
             Check::Pass => None,
+            Check::Drop(p) if matches!(p.action, Action::Ipsec(_)) => {
+                Some(Verdict::Drop(DropReason::PolicyTemplate))
+            }
             Check::Drop(_) => Some(Verdict::Drop(DropReason::PolicyBlock)),
-            Check::Kernel(p) if matches!(p.action, Action::Ipsec(_)) => {
+            Check::Kernel(p) if matches!(p.action, Action::Ipsec(_) | Action::IpsecOptional(_)) => {
                 Some(Verdict::Punt(PuntReason::Ipsec))
             }
             Check::Kernel(_) => Some(Verdict::Punt(PuntReason::PolicyKernel)),

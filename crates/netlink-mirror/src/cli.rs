@@ -413,6 +413,7 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
                     Action::Allow => "allow".to_owned(),
                     Action::Block => "block".to_owned(),
                     Action::Ipsec(id) => format!("allow tmpl {}", id.0),
+                    Action::IpsecOptional(id) => format!("allow tmpl {} level use", id.0),
                     Action::Punt => "kernel (not evaluated here)".to_owned(),
                 };
                 let _ = write!(out, "src {} dst {}", p.selector.src, p.selector.dst);

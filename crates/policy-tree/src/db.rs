@@ -451,7 +451,8 @@ impl PolicyDb {
         Self::inexact(bins, flow, dir, PolicyType::Main, main, head, guard)
     }
 
-    /// The kernel's policy check of a packet without IPsec in direction `dir` (see [`Check`]):
+    /// The kernel's policy check of a packet without IPsec (no `sec_path`: not decapsulated
+    /// by this host) in direction `dir` (see [`Check`]):
     /// `__xfrm_policy_check` for in and fwd, `xfrm_lookup` for out (what a forwarded packet
     /// meets in `xfrm_route_forward`). Lock-free and allocation-free.
     ///

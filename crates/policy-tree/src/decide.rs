@@ -78,7 +78,10 @@ pub enum Check<'g> {
 /// - a sub policy also brings the main policy that matches, looked up in direction **in** for
 ///   the in and fwd checks (the kernel's `__xfrm_policy_check` passes `XFRM_POLICY_IN` there)
 ///   and out for out (only when the sub policy allows);
-/// - any block among them drops; templates (IPsec) need the kernel.
+/// - any block among them drops;
+/// - in and fwd: a packet without IPsec fails a required template (the kernel's
+///   `xfrm_policy_ok` finds no state for it: `XfrmInTmplMismatch`) and passes optional ones
+///   (`level use`); out: templates need states, left to the kernel.
 pub(crate) fn check<'g>(
     dir: Direction,
     found: Option<&'g Policy>,
@@ -102,12 +105,18 @@ pub(crate) fn check<'g>(
     if let Some(second) = second {
         match second.action {
             Action::Block => return Check::Drop(second),
-            Action::Punt | Action::Ipsec(_) => return Check::Kernel(second),
-            Action::Allow => {}
+            Action::Punt => return Check::Kernel(second),
+            _ => {}
         }
     }
-    match pol.action {
-        Action::Ipsec(_) => Check::Kernel(pol),
-        _ => Check::Pass,
+    for p in [Some(pol), second].into_iter().flatten() {
+        match (p.action, dir) {
+            (Action::Ipsec(_) | Action::IpsecOptional(_), Direction::Out) => {
+                return Check::Kernel(p);
+            }
+            (Action::Ipsec(_), Direction::In | Direction::Fwd) => return Check::Drop(p),
+            _ => {}
+        }
     }
+    Check::Pass
 }

@@ -56,8 +56,12 @@ pub enum Action {
     Allow,
     /// Drop (`action block`).
     Block,
-    /// Pass only through IPsec with this template (`action allow` with a `tmpl`).
+    /// Pass only through IPsec with this template (`action allow` with a `tmpl`, at least one
+    /// of them required: a packet without IPsec fails the in and fwd checks).
     Ipsec(TemplateId),
+    /// `action allow` with templates that are all optional (`level use`): a packet without
+    /// IPsec passes the in and fwd checks; out, the kernel applies what states exist.
+    IpsecOptional(TemplateId),
     /// The policy exists in the kernel but its decision cannot be evaluated here (a security
     /// context, a feature the embedder does not model): whatever it decides must be left to the
     /// kernel. Embedders hand such packets to the kernel (fail closed), never past the policy.

@@ -125,7 +125,8 @@ fn spec(families: Families) -> impl Strategy<Value = PolicySpec> {
         prop_oneof![
             Just(Action::Allow),
             Just(Action::Block),
-            (0u32..4).prop_map(|t| Action::Ipsec(TemplateId(t)))
+            (0u32..4).prop_map(|t| Action::Ipsec(TemplateId(t))),
+            (0u32..4).prop_map(|t| Action::IpsecOptional(TemplateId(t)))
         ],
     )
         .prop_map(|(mark, sel, dir, ptype, if_id, priority, action)| {

@@ -25,7 +25,8 @@ use crate::error::MapError;
 
 const MESSAGE: &str = "xfrm policy";
 
-/// Maps an xfrm message. A policy with templates gets [`Action::Ipsec`] with its own index as
+/// Maps an xfrm message. A policy with templates gets [`Action::Ipsec`] (or
+/// [`Action::IpsecOptional`] when every template is `level use`) with its own index as
 /// the template id (the dataplane does not apply transforms; the id says which policy's
 /// templates a packet needs).
 ///
@@ -139,14 +140,21 @@ fn selector_of(s: &XfrmSelector) -> Result<Selector, MapError> {
 
 fn spec_of(info: &UserPolicyInfo, nlas: &[XfrmAttrs]) -> Result<PolicySpec, MapError> {
     let (ptype, if_id, mark, ctx) = extras(nlas)?;
-    let templates = nlas
+    let templates: Vec<_> = nlas
         .iter()
-        .any(|a| matches!(a, XfrmAttrs::Template(t) if !t.is_empty()));
-    let action = match (info.action, templates) {
+        .filter_map(|a| match a {
+            XfrmAttrs::Template(t) => Some(t),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let optional = templates.iter().all(|t| t.optional != 0);
+    let action = match (info.action, !templates.is_empty()) {
         // A security context takes part in the kernel's match (the LSM decides): the mirror
         // cannot evaluate it, the kernel must.
         _ if ctx => Action::Punt,
         (XFRM_POLICY_ALLOW, false) => Action::Allow,
+        (XFRM_POLICY_ALLOW, true) if optional => Action::IpsecOptional(TemplateId(info.index)),
         (XFRM_POLICY_ALLOW, true) => Action::Ipsec(TemplateId(info.index)),
         (XFRM_POLICY_BLOCK, _) => Action::Block,
         _ => Action::Punt,
