@@ -342,6 +342,29 @@ fn xfrm_policies_keep_kernel_identity_and_order() {
     );
     assert!(shown.contains("src 10.100.1.3/25") && shown.contains("src 10.100.1.96/25"));
     assert!(shown.contains("mark 0x5/0xf") && shown.contains("mark 0x5/0xff"));
+    // Default policies: asked for at start, followed through their notifications.
+    assert!(!t.policies.default_blocks(policy_tree::Direction::Fwd));
+    ip(&ns, "xfrm policy setdefault fwd block");
+    wait_for(&live, "the fwd default policy", |t| {
+        t.policies.default_blocks(policy_tree::Direction::Fwd)
+    });
+    let late = mirror(&ns, MirrorOptions::default());
+    assert!(
+        late.tables()
+            .policies
+            .default_blocks(policy_tree::Direction::Fwd)
+    );
+    assert!(
+        !late
+            .tables()
+            .policies
+            .default_blocks(policy_tree::Direction::In)
+    );
+    drop(late);
+    ip(&ns, "xfrm policy setdefault fwd accept");
+    wait_for(&live, "the fwd default policy back", |t| {
+        !t.policies.default_blocks(policy_tree::Direction::Fwd)
+    });
     ip(&ns, "xfrm policy set hthresh4 24 16");
     wait_for(&live, "the new hash thresholds", |t| {
         t.policies.hthresh().lbits4 == 24 && t.policies.hthresh().rbits4 == 16

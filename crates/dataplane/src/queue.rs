@@ -335,7 +335,7 @@ impl Queue {
     ) -> Verdict {
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup. The flow's interface is
         // the egress one (`flowi_oif` of the forward decode).
-        if b.tables.policies.has_policies(Direction::Fwd) {
+        if b.tables.policies.needs_check(Direction::Fwd) {
             if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Fwd) {
                 return verdict;
             }
@@ -349,7 +349,7 @@ impl Queue {
             return self.icmp_error(b, frame, meta, kind, 0, pool);
         }
         // `xfrm_route_forward`: a forwarded packet also meets the out policies.
-        if b.tables.policies.has_policies(Direction::Out) {
+        if b.tables.policies.needs_check(Direction::Out) {
             if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Out) {
                 return verdict;
             }
@@ -431,7 +431,7 @@ impl Queue {
             Check::Drop(p) if matches!(p.action, Action::Ipsec(_)) => {
                 Some(Verdict::Drop(DropReason::PolicyTemplate))
             }
-            Check::Drop(_) => Some(Verdict::Drop(DropReason::PolicyBlock)),
+            Check::Drop(_) | Check::DefaultBlock => Some(Verdict::Drop(DropReason::PolicyBlock)),
             Check::Kernel(p) if matches!(p.action, Action::Ipsec(_) | Action::IpsecOptional(_)) => {
                 Some(Verdict::Punt(PuntReason::Ipsec))
             }

@@ -1079,6 +1079,11 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
         .unwrap();
     assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
 
+    // The default policy decides when no policy matches.
+    let fx = fixture();
+    fx.tables.policies.set_default_block(Direction::Out, true);
+    assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
+
     // An out policy stops a forwarded packet too; one the mirror cannot evaluate is punted.
     let fx = fixture();
     let p = &fx.tables.policies;

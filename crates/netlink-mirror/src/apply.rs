@@ -328,6 +328,20 @@ impl Applier {
             Mapped::PolicyFlush(ptype) => {
                 (t.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
             }
+            Mapped::PolicyDefaults(block) => {
+                let db = &t.policies;
+                let dirs = policy_tree::Direction::ALL;
+                if dirs
+                    .iter()
+                    .all(|&d| db.default_blocks(d) == block[d as usize])
+                {
+                    return Ok(None);
+                }
+                for d in dirs {
+                    db.set_default_block(d, block[d as usize]);
+                }
+                Some(Change::PolicyDefaults(block))
+            }
             Mapped::PolicyHThresh(h) => {
                 if t.policies.hthresh() == h {
                     return Ok(None);

@@ -40,6 +40,8 @@ pub enum Change {
     PolicyFlush(PolicyType),
     /// New hash thresholds (every policy list re-sorted as the kernel's rebuild does).
     PolicyHThresh(HThresh),
+    /// New default policies (block?) for in, out and fwd.
+    PolicyDefaults([bool; 3]),
 }
 
 /// Hears of every applied change, on the mirror's control thread. Keep it quick: the

@@ -409,8 +409,12 @@ impl Control {
         }
         self.drain_xfrm(usize::MAX)?;
         // Thresholds first: the kernel rebuilt its lists when they were set, and the dumped
-        // policies go where the current ones say.
+        // policies go where the current ones say. Default policies: changes are announced
+        // (`XFRM_MSG_GETDEFAULT` to the policy group), the current ones asked for here.
         self.poll_spdinfo()?;
+        self.ask_xfrm(XfrmMessage::GetPolicyDefault(
+            netlink_packet_xfrm::policy::DefaultMessage::default(),
+        ))?;
         let Some(ch) = self.xfrm.as_mut() else {
             return Ok(false);
         };
@@ -438,13 +442,17 @@ impl Control {
     /// [`SPDINFO_POLL`]; until then a change is seen late (the answers it changes are ties).
     fn poll_spdinfo(&mut self) -> Result<(), SyncError> {
         self.spdinfo_polled = Instant::now();
+        self.ask_xfrm(XfrmMessage::GetSpdInfo(
+            netlink_packet_xfrm::policy::GetSpdInfoMessage::default(),
+        ))
+    }
+
+    /// Sends one xfrm request on the command socket and applies its answer.
+    fn ask_xfrm(&mut self, request: XfrmMessage) -> Result<(), SyncError> {
         let Some(ch) = self.xfrm.as_mut() else {
             return Ok(());
         };
-        let seq = ch.cmd.request(
-            XfrmMessage::GetSpdInfo(netlink_packet_xfrm::policy::GetSpdInfoMessage::default()),
-            0,
-        )?;
+        let seq = ch.cmd.request(request, 0)?;
         let port = ch.cmd.port();
         let deadline = Instant::now() + self.settings.dump_timeout;
         let mut reply = None;
@@ -472,8 +480,8 @@ impl Control {
         }
         match reply {
             Some(Ok(msg)) => self.apply_policy_event(&msg),
-            Some(Err(code)) => tracing::warn!(code, "XFRM_MSG_GETSPDINFO refused"),
-            None => tracing::warn!("no answer to XFRM_MSG_GETSPDINFO"),
+            Some(Err(code)) => tracing::warn!(code, "xfrm request refused"),
+            None => tracing::warn!("no answer to an xfrm request"),
         }
         Ok(())
     }

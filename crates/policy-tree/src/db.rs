@@ -1,7 +1,7 @@
 //! [`PolicyDb`]: the published structure (exact hashes and inexact bins) and its writer.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_epoch::{Atomic, Guard};
@@ -164,6 +164,8 @@ pub struct PolicyDb {
     per_dir: [AtomicUsize; 3],
     /// Per direction, who holds the kernel's `pos` 0 ([`Head::encode`]).
     heads: [AtomicU64; 3],
+    /// Per direction, whether the default policy is block.
+    default_block: [AtomicBool; 3],
 }
 
 impl Default for PolicyDb {
@@ -212,6 +214,7 @@ impl PolicyDb {
             }),
             per_dir: Default::default(),
             heads: Default::default(),
+            default_block: Default::default(),
         })
     }
 
@@ -391,6 +394,34 @@ impl PolicyDb {
         self.per_dir[dir.slot()].load(Ordering::Acquire) != 0
     }
 
+    /// Sets the default policy of `dir` (`ip xfrm policy setdefault DIR block|accept`): what
+    /// [`check`](Self::check) decides when no policy matches.
+    pub fn set_default_block(&self, dir: Direction, block: bool) {
+        self.default_block[dir.slot()].store(block, Ordering::Release);
+    }
+
+    /// Whether the default policy of `dir` is block.
+    pub fn default_blocks(&self, dir: Direction) -> bool {
+        self.default_block[dir.slot()].load(Ordering::Acquire)
+    }
+
+    /// Whether a packet of direction `dir` must be checked at all: a policy of that direction
+    /// exists or its default is block (the kernel's `__xfrm_check_nopolicy`, for a packet
+    /// without IPsec). Lock-free.
+    ///
+    /// ```
+    /// use policy_tree::{Direction, PolicyDb};
+    ///
+    /// let db = PolicyDb::new();
+    /// assert!(!db.needs_check(Direction::Fwd));
+    /// db.set_default_block(Direction::Fwd, true);
+    /// assert!(db.needs_check(Direction::Fwd) && !db.has_policies(Direction::Fwd));
+    /// ```
+    #[inline]
+    pub fn needs_check(&self, dir: Direction) -> bool {
+        self.has_policies(dir) || self.default_block[dir.slot()].load(Ordering::Relaxed)
+    }
+
     /// Where the policies sit.
     pub fn counts(&self) -> Counts {
         self.writer().counts
@@ -471,7 +502,8 @@ impl PolicyDb {
     /// ```
     #[inline]
     pub fn check<'g>(&self, flow: &Flow, dir: Direction, guard: &'g Guard) -> Check<'g> {
-        check(dir, self.lookup(flow, dir, guard), |d| {
+        let default_block = self.default_block[dir.slot()].load(Ordering::Relaxed);
+        check(dir, default_block, self.lookup(flow, dir, guard), |d| {
             self.lookup_bytype(flow, d, PolicyType::Main, guard)
         })
     }

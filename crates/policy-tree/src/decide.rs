@@ -65,6 +65,9 @@ pub enum Check<'g> {
     Pass,
     /// A matching policy blocks the packet.
     Drop(&'g Policy),
+    /// No policy matched and the direction's default policy is block
+    /// (`ip xfrm policy setdefault DIR block`).
+    DefaultBlock,
     /// The decision needs what only the kernel has (IPsec templates and states, a policy the
     /// database cannot evaluate, an undecidable tie): hand the packet to the kernel.
     Kernel(&'g Policy),
@@ -74,7 +77,8 @@ pub enum Check<'g> {
 /// of main policies by direction (`main`), as `__xfrm_policy_check` (in, fwd) and
 /// `xfrm_lookup` with `xfrm_expand_policies` (out) do it for a packet without IPsec:
 ///
-/// - no policy: pass (the default policy is accept);
+/// - no policy: the direction's default policy (`policy_default[dir]`: accept unless set to
+///   block);
 /// - a sub policy also brings the main policy that matches, looked up in direction **in** for
 ///   the in and fwd checks (the kernel's `__xfrm_policy_check` passes `XFRM_POLICY_IN` there)
 ///   and out for out (only when the sub policy allows);
@@ -84,11 +88,16 @@ pub enum Check<'g> {
 ///   (`level use`); out: templates need states, left to the kernel.
 pub(crate) fn check<'g>(
     dir: Direction,
+    default_block: bool,
     found: Option<&'g Policy>,
     main: impl FnOnce(Direction) -> Option<&'g Policy>,
 ) -> Check<'g> {
     let Some(pol) = found else {
-        return Check::Pass;
+        return if default_block {
+            Check::DefaultBlock
+        } else {
+            Check::Pass
+        };
     };
     let second = match (pol.ptype, dir) {
         (PolicyType::Main, _) => None,

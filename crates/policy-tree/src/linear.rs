@@ -28,6 +28,8 @@ use crate::selector::{Flow, Selector};
 #[derive(Debug, Default)]
 pub struct LinearDb {
     registry: Registry,
+    /// Per direction, whether the default policy is block.
+    default_block: [bool; 3],
     /// Per direction, every policy sorted by rank.
     lists: [Vec<Policy>; 3],
 }
@@ -131,6 +133,11 @@ impl LinearDb {
         Ok(())
     }
 
+    /// As [`PolicyDb::set_default_block`](crate::PolicyDb::set_default_block).
+    pub fn set_default_block(&mut self, dir: Direction, block: bool) {
+        self.default_block[dir.slot()] = block;
+    }
+
     /// As [`PolicyDb::forget_history`](crate::PolicyDb::forget_history).
     pub fn forget_history(&mut self) {
         self.registry.forget_history();
@@ -194,9 +201,12 @@ impl LinearDb {
 
     /// As [`PolicyDb::check`](crate::PolicyDb::check).
     pub fn check(&self, flow: &Flow, dir: Direction) -> Check<'_> {
-        check(dir, self.lookup(flow, dir), |d| {
-            self.lookup_bytype(flow, d, PolicyType::Main)
-        })
+        check(
+            dir,
+            self.default_block[dir.slot()],
+            self.lookup(flow, dir),
+            |d| self.lookup_bytype(flow, d, PolicyType::Main),
+        )
     }
 
     /// Every policy of a direction, sorted by rank.

@@ -173,3 +173,23 @@ fn a_sub_policy_brings_the_main_policy_of_direction_in() {
         b.reference.check(&f, Direction::Fwd)
     );
 }
+
+#[test]
+fn the_default_policy_decides_when_nothing_matches() {
+    let mut b = Both::new();
+    let f = flow("10.0.0.1", "10.0.1.1");
+    let guard = crossbeam_epoch::pin();
+    b.add(PolicySpec::new(
+        sel("10.9.0.0/16", "0.0.0.0/0"),
+        Direction::Fwd,
+    ));
+    assert_eq!(b.db.check(&f, Direction::Fwd, &guard), Check::Pass);
+    b.db.set_default_block(Direction::Fwd, true);
+    b.reference.set_default_block(Direction::Fwd, true);
+    assert_eq!(b.db.check(&f, Direction::Fwd, &guard), Check::DefaultBlock);
+    assert_eq!(b.reference.check(&f, Direction::Fwd), Check::DefaultBlock);
+    // A matching allow still passes; other directions keep their default.
+    let ok = flow("10.9.0.1", "10.0.1.1");
+    assert_eq!(b.db.check(&ok, Direction::Fwd, &guard), Check::Pass);
+    assert_eq!(b.db.check(&f, Direction::Out, &guard), Check::Pass);
+}

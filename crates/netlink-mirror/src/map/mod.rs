@@ -162,6 +162,8 @@ pub enum Mapped {
     PolicyIndexGone(u32),
     /// `XFRM_MSG_NEWSPDINFO`: the hash thresholds.
     PolicyHThresh(HThresh),
+    /// `XFRM_MSG_GETDEFAULT`: whether the default policy blocks, for in, out and fwd.
+    PolicyDefaults([bool; 3]),
     /// `XFRM_MSG_FLUSHPOLICY`.
     PolicyFlush(PolicyType),
     /// A message outside what the mirror keeps (see [`Ignored`]).

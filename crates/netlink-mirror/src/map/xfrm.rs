@@ -58,6 +58,15 @@ pub fn map_xfrm(msg: &XfrmMessage) -> Result<Mapped, MapError> {
                 mark,
             }))
         }
+        XfrmMessage::GetPolicyDefault(m) | XfrmMessage::SetPolicyDefault(m) => {
+            let block = |v: u8| v == netlink_packet_xfrm::XFRM_USERPOLICY_BLOCK;
+            let u = &m.user_policy;
+            Ok(Mapped::PolicyDefaults([
+                block(u.input),
+                block(u.output),
+                block(u.forward),
+            ]))
+        }
         XfrmMessage::NewSpdInfo(m) => {
             let mut h = HThresh::default();
             for a in &m.nlas {
