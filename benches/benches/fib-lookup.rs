@@ -96,7 +96,10 @@ mod rte {
     /// Routes shortest first (DPDK 22.11 mishandles a /0 or /1 added over more-specifics),
     /// each with next hop id `value + 1` (0 is DPDK's "no route").
     fn order<K: Copy + Ord>(p: &[(K, u8, u32)]) -> Vec<(K, u8, u64)> {
-        let mut r: Vec<(K, u8, u64)> = p.iter().map(|&(k, l, v)| (k, l, u64::from(v) + 1)).collect();
+        let mut r: Vec<(K, u8, u64)> = p
+            .iter()
+            .map(|&(k, l, v)| (k, l, u64::from(v) + 1))
+            .collect();
         r.sort_by_key(|&(k, l, _)| (l, k));
         r
     }
@@ -179,9 +182,12 @@ fn fib_routes<K: TrieKey>(p: &[(K, u8, u32)]) -> Vec<Route<K>> {
         .collect()
 }
 
-fn engines<K: Family>(p: &[(K, u8, u32)], #[allow(unused)] rte: impl FnOnce() -> Rte) -> Engines<K> {
+fn engines<K: Family>(
+    p: &[(K, u8, u32)],
+    #[allow(unused)] rte: impl FnOnce() -> Rte,
+) -> Engines<K> {
     let fib = Fib::new();
-    fib.insert_many(fib_routes(p)).expect("routes load");
+    fib.insert_many(&fib_routes(p)).expect("routes load");
     let trie = LcTrie::new();
     trie.insert_many(p.iter().copied()).expect("prefixes load");
     let fast = FastLpm::new();
@@ -225,14 +231,22 @@ fn stream<K: Family>(p: &[(K, u8, u32)], announced: bool, seed: u64) -> Vec<K> {
 
 /// Runs `batch(start)` over consecutive `CHUNK`-key slices of the stream, never repeating a
 /// key until the stream wraps.
-fn streamed(b: &mut criterion::Bencher<'_>, cursor: &Cell<usize>, mut batch: impl FnMut(usize) -> u64) {
+fn streamed(
+    b: &mut criterion::Bencher<'_>,
+    cursor: &Cell<usize>,
+    mut batch: impl FnMut(usize) -> u64,
+) {
     b.iter_custom(|iters| {
         let mut sum = 0u64;
         let start = Instant::now();
         for _ in 0..iters {
             let at = cursor.get();
             sum = sum.wrapping_add(batch(at));
-            cursor.set(if at + 2 * CHUNK > STREAM { 0 } else { at + CHUNK });
+            cursor.set(if at + 2 * CHUNK > STREAM {
+                0
+            } else {
+                at + CHUNK
+            });
         }
         let elapsed = start.elapsed();
         std::hint::black_box(sum);
@@ -264,7 +278,12 @@ fn check<K: Family>(e: &Engines<K>, keys: &[K], #[allow(unused)] rte_keys: &RteK
         assert_eq!(K::prefix_trie(&e.prefix_trie, k), want, "prefix-trie");
         assert_eq!(e.poptrie.lookup(K::pop_key(k)).copied(), want, "poptrie");
         #[cfg(feature = "dpdk")]
-        assert_eq!(rte[i], want.map_or(0, |v| u64::from(v) + 1), "{}", e.rte.name());
+        assert_eq!(
+            rte[i],
+            want.map_or(0, |v| u64::from(v) + 1),
+            "{}",
+            e.rte.name()
+        );
         let flow = Flow::to(k);
         assert_eq!(e.fib.lookup(&flow, guard), e.fib.lookup_walk(&flow, guard));
     }
@@ -304,9 +323,9 @@ fn group<K: Family>(
     g.bench_function(BenchmarkId::new("fast-lpm", table), |b| {
         streamed(b, &cursor, |at| {
             let guard = epoch::pin();
-            keys[at..at + CHUNK]
-                .iter()
-                .fold(0, |s, &k| fold(s, e.fast.lookup(k, &guard).map_or(0, u64::from)))
+            keys[at..at + CHUNK].iter().fold(0, |s, &k| {
+                fold(s, e.fast.lookup(k, &guard).map_or(0, u64::from))
+            })
         });
     });
     g.bench_function(BenchmarkId::new("fast-lpm-batched", table), |b| {
@@ -339,7 +358,10 @@ fn group<K: Family>(
     g.bench_function(BenchmarkId::new("poptrie-crate", table), |b| {
         streamed(b, &cursor, |at| {
             keys[at..at + CHUNK].iter().fold(0, |s, &k| {
-                fold(s, e.poptrie.lookup(K::pop_key(k)).map_or(0, |&v| u64::from(v)))
+                fold(
+                    s,
+                    e.poptrie.lookup(K::pop_key(k)).map_or(0, |&v| u64::from(v)),
+                )
             })
         });
     });
@@ -408,7 +430,10 @@ fn lookups(c: &mut Criterion) {
         #[cfg(not(feature = "dpdk"))]
         |_: &[u32]| (),
     );
-    let v6 = prefixes(&routes::BGP_FULL_V6.load().expect("bgp-full-v6"), u128::from);
+    let v6 = prefixes(
+        &routes::BGP_FULL_V6.load().expect("bgp-full-v6"),
+        u128::from,
+    );
     family(
         c,
         "bgp-full-v6",
@@ -438,7 +463,7 @@ fn build(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("fib-insert-many", "bgp-full-v4"), |b| {
         b.iter_with_large_drop(|| {
             let fib = Fib::new();
-            fib.insert_many(routes.clone()).expect("routes load");
+            fib.insert_many(&routes).expect("routes load");
             fib
         })
     });
@@ -481,14 +506,17 @@ fn update(c: &mut Criterion) {
     .take(4096)
     .collect();
     let fib = Fib::new();
-    fib.insert_many(fib_routes(&v4)).expect("routes load");
+    fib.insert_many(&fib_routes(&v4)).expect("routes load");
     let mut poptrie = Poptrie::<(u32, u8), u32>::new();
     for &(k, l, v) in &v4 {
         poptrie.insert((k, l), v);
     }
     #[cfg(feature = "dpdk")]
-    let mut dpdk = xfwd_benches::dpdk::RteFib::new(v4.len() + 8192, xfwd_benches::dpdk::tbl8_groups(v4.iter().map(|r| r.1)) + 8192)
-        .expect("rte_fib");
+    let mut dpdk = xfwd_benches::dpdk::RteFib::new(
+        v4.len() + 8192,
+        xfwd_benches::dpdk::tbl8_groups(v4.iter().map(|r| r.1)) + 8192,
+    )
+    .expect("rte_fib");
     #[cfg(feature = "dpdk")]
     {
         let mut sorted = v4.clone();
@@ -508,8 +536,10 @@ fn update(c: &mut Criterion) {
             let k = fresh[i % fresh.len()];
             i += 1;
             let route = Route::unicast(k, 24, 254, hop.clone());
-            fib.insert(&route, fib_trie::InsertFlags::ADD).expect("absent /24");
-            fib.delete(&RouteSelector::exact(&route)).expect("present /24");
+            fib.insert(&route, fib_trie::InsertFlags::ADD)
+                .expect("absent /24");
+            fib.delete(&RouteSelector::exact(&route))
+                .expect("present /24");
         })
     });
     g.bench_function(BenchmarkId::new("poptrie-crate", "bgp-full-v4"), |b| {
