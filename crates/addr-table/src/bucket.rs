@@ -280,7 +280,9 @@ impl<K: Eq, V> BucketTable<K, V> {
         K: Hash,
     {
         let h = self.hash(key);
-        let mut bucket = &self.buckets[h.index];
+        debug_assert!(h.index < self.buckets.len());
+        // SAFETY: `h.index` is masked with `mask`, and the table has `mask + 1` buckets.
+        let mut bucket = unsafe { self.buckets.get_unchecked(h.index) };
         loop {
             let mut m = Bucket::<K, V>::matches(bucket.tags.load(Ordering::Acquire), h.tag);
             while m != 0 {

@@ -378,7 +378,8 @@ struct Position<'t, K, V> {
     prev: Option<&'t Bucket<K, V>>,
     line: &'t Bucket<K, V>,
     slot: usize,
-    head: &'t Node<K, V>,
+    /// The object in the slot, as loaded from it (frees need the pointer's own provenance).
+    head: *mut Node<K, V>,
 }
 
 impl<K, V> RhlTable<K, V>
@@ -399,7 +400,7 @@ where
         if let Some(pos) = Self::position(t, h, &key) {
             // The new object takes the old one's slot; readers standing on the old one still
             // reach the older duplicates through it.
-            let new = Node::alloc(key, value, ptr_of(pos.head));
+            let new = Node::alloc(key, value, pos.head);
             pos.line.slots[pos.slot].store(new, Ordering::Release);
             self.nobjs.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -426,24 +427,28 @@ where
         let Some(pos) = Self::position(t, t.hash(key), key) else {
             return false;
         };
-        let head = pos.head;
         let mut prev: Option<&Node<K, V>> = None;
-        let mut x: &Node<K, V> = head;
-        while !matches(&x.value) {
-            let d = x.dup.load(Ordering::Relaxed);
+        let mut x = pos.head;
+        loop {
+            // SAFETY: `pos.head` and the `dup`s reached from it are live objects of the newest
+            // table, and nothing is freed under the writer lock.
+            let n = unsafe { &*x };
+            if matches(&n.value) {
+                break;
+            }
+            let d = n.dup.load(Ordering::Relaxed);
             if d.is_null() {
                 return false;
             }
-            prev = Some(x);
-            // SAFETY: a `dup` of a live object, under the writer lock.
-            x = unsafe { &*d };
+            prev = Some(n);
+            x = d;
         }
+        // SAFETY: as above.
+        let older_than_x = unsafe { &*x }.dup.load(Ordering::Relaxed);
         match prev {
-            Some(p) => p
-                .dup
-                .store(x.dup.load(Ordering::Relaxed), Ordering::Release),
+            Some(p) => p.dup.store(older_than_x, Ordering::Release),
             None => {
-                let older = head.dup.load(Ordering::Relaxed);
+                let older = older_than_x;
                 if older.is_null() {
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
                     unsafe { Self::unpublish(&pos, guard) };
@@ -474,7 +479,7 @@ where
         unsafe { Self::unpublish(&pos, guard) };
         self.nelems.fetch_sub(1, Ordering::Relaxed);
         let mut removed = 0;
-        let mut d: *const Node<K, V> = pos.head;
+        let mut d = pos.head;
         while !d.is_null() {
             // SAFETY: `d` is `head` or one of its duplicates, now unreachable; read before retiring.
             let next = unsafe { &*d }.dup.load(Ordering::Relaxed);
@@ -504,13 +509,12 @@ where
                 let slot = Bucket::<K, V>::first(m);
                 let p = line.slots[slot].load(Ordering::Relaxed);
                 // SAFETY: under the writer lock a slot with a tag holds a live node.
-                let head = unsafe { &*p };
-                if head.key == *key {
+                if unsafe { &(*p).key } == key {
                     return Some(Position {
                         prev,
                         line,
                         slot,
-                        head,
+                        head: p,
                     });
                 }
                 m &= m - 1;
@@ -713,17 +717,11 @@ where
     }
 }
 
-/// A node reference as the raw pointer the links hold.
-fn ptr_of<K, V>(n: &Node<K, V>) -> *mut Node<K, V> {
-    n as *const Node<K, V> as *mut Node<K, V>
-}
-
 /// Frees `p` once every reader pinned now has unpinned.
 ///
 /// # Safety
 /// `p` is a node of this crate's tables, now unreachable from them, retired once.
-unsafe fn retire_node<K: Send + 'static, V: Send + 'static>(guard: &Guard, p: *const Node<K, V>) {
-    let p = p as *mut Node<K, V>;
+unsafe fn retire_node<K: Send + 'static, V: Send + 'static>(guard: &Guard, p: *mut Node<K, V>) {
     // SAFETY: `K` and `V` are `Send`, so the node may be freed on another thread; the caller
     // guarantees it is unreachable and retired once, and the closure runs after every guard
     // pinned before now is dropped.
