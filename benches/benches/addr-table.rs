@@ -415,12 +415,22 @@ fn contended(c: &mut Criterion) {
 
 /// Heap bytes plus the struct itself, for a value built by `make`.
 fn footprint<T>(make: impl FnOnce() -> T) -> usize {
+    // Garbage retired earlier (by other benchmarks' tables) must not be freed inside the window.
+    flush_epoch();
     let before = LIVE.load(Ordering::Relaxed);
     let value = make();
-    let heap = LIVE.load(Ordering::Relaxed) - before;
-    let total = heap as usize + std::mem::size_of_val(&value);
+    let heap = usize::try_from(LIVE.load(Ordering::Relaxed) - before)
+        .expect("the epoch freed older garbage while measuring");
+    let total = heap + std::mem::size_of_val(&value);
     drop(value);
     total
+}
+
+/// Lets the epoch collector free what this thread retired so far.
+fn flush_epoch() {
+    for _ in 0..16 {
+        crossbeam_epoch::pin().flush();
+    }
 }
 
 /// Memory of an empty per-namespace table (printed and written beside criterion's data), and
@@ -457,9 +467,7 @@ fn empty_netns(c: &mut Criterion) {
                 (0..n).for_each(|k| t.insert(k, k).expect("fresh key"));
                 t.finish_rehash();
                 // Let the epoch free the tables the growth retired.
-                for _ in 0..8 {
-                    crossbeam_epoch::pin().flush();
-                }
+                flush_epoch();
                 t
             }),
         ),
