@@ -241,6 +241,7 @@ where
     let mut overrun = false;
     let (mut failures, mut timeouts) = (0, 0);
     loop {
+        applier.begin_dump(kind);
         let seq = ch.cmd.dump(request())?;
         let port = ch.cmd.port();
         let mut seen = Seen::default();
@@ -357,6 +358,7 @@ where
             tracing::debug!(?kind, "dump interrupted by a change, restarting");
             continue;
         }
+        applier.end_dump(kind);
         applier.sweep(kind, &seen);
         for mapped in newest_first.into_iter().rev() {
             applier.apply(mapped);
