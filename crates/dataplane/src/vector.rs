@@ -11,7 +11,8 @@
 //! 5. FIB lookups, then
 //! 6. egress link and neighbour (memoised per next hop and route generation), then
 //! 7. cache fills;
-//! 8. the fwd policy, only when fwd policies exist;
+//! 8. the fwd policy, only when the fwd direction needs a check (the out policy, after the
+//!    TTL check, is part of stage 9);
 //! 9. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
@@ -113,8 +114,8 @@ impl Queue {
         self.stage_egress(b, lanes);
         self.stage_fill(b, frames, lanes);
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
-        if b.tables.policies.has_policies(Direction::Fwd) {
-            stage_policy(b, lanes);
+        if b.tables.policies.needs_check(Direction::Fwd) {
+            self.stage_policy(b, lanes);
         }
         self.stage_decide(b, frames, lanes, pool);
         stage_rewrite(frames, lanes);
@@ -261,6 +262,19 @@ impl Queue {
         }
     }
 
+    /// Stage 8: The fwd policy (only called when the fwd direction needs a check). The flow's
+    /// interface is the egress one (`flowi_oif` of the forward decode).
+    #[inline(never)]
+    fn stage_policy(&self, b: &Batch<'_>, lanes: &mut [Lane]) {
+        for lane in lanes.iter_mut() {
+            if let (Step::Routed, Route::Forward(hop)) = (lane.step, &lane.route) {
+                if let Some(verdict) = self.policy(b, &lane.meta, hop.oif, Direction::Fwd) {
+                    lane.step = Step::Done(verdict);
+                }
+            }
+        }
+    }
+
     /// Stage 9: In frame order: the forwarding checks, and every decision with side effects on the
     /// queue (ICMP errors, local delivery, hold buffer, fragments); plain transmits go on to
     /// the rewrite.
@@ -347,18 +361,6 @@ fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
                     lane.route = route;
                     lane.step = Step::Fill;
                 }
-            }
-        }
-    }
-}
-
-/// Stage 8: The fwd policy (only called when fwd policies exist).
-#[inline(never)]
-fn stage_policy(b: &Batch<'_>, lanes: &mut [Lane]) {
-    for lane in lanes.iter_mut() {
-        if let (Step::Routed, Route::Forward(_)) = (lane.step, &lane.route) {
-            if let Some(verdict) = Queue::fwd_policy(b, &lane.meta) {
-                lane.step = Step::Done(verdict);
             }
         }
     }

@@ -12,7 +12,7 @@ use common::*;
 use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
 use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
-use policy_tree::{Action, Direction, PolicySpec, PolicyType, Selector, TemplateId};
+use policy_tree::{Action, Direction, Mark, PolicySpec, PolicyType, Selector, TemplateId};
 use proptest::prelude::*;
 
 /// A source that a table change makes one of our own addresses.
@@ -131,7 +131,7 @@ enum Change {
     Multipath,
     /// 8.8.0.0/16 becomes unreachable, or reachable again.
     Unreachable,
-    /// Every fwd policy goes (the pipeline stops looking), or comes back.
+    /// Every policy goes (the pipeline stops looking), or comes back.
     Policies,
     /// The control plane reports custom rules (route caches step aside), or none again.
     CustomRules,
@@ -184,11 +184,20 @@ fn out_link(up: bool, mtu: u32) -> Link {
     link
 }
 
-fn policy_selectors() -> [(Selector, Action); 2] {
+/// The fixture's policies: a fwd block and an out IPsec policy.
+fn policy_selectors() -> [(Selector, Direction, Action); 2] {
     let sel = |s: &str, d: &str| Selector::new(s.parse().unwrap(), d.parse().unwrap()).unwrap();
     [
-        (sel("0.0.0.0/0", "8.8.4.4/32"), Action::Block),
-        (sel("0.0.0.0/0", "8.9.0.0/16"), Action::Ipsec(TemplateId(1))),
+        (
+            sel("0.0.0.0/0", "8.8.4.4/32"),
+            Direction::Fwd,
+            Action::Block,
+        ),
+        (
+            sel("0.0.0.0/0", "8.9.0.0/16"),
+            Direction::Out,
+            Action::Ipsec(TemplateId(1)),
+        ),
     ]
 }
 
@@ -259,16 +268,16 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
         }
         Change::Policies => {
             toggles.no_policies = !toggles.no_policies;
-            for (selector, action) in policy_selectors() {
+            for (selector, dir, action) in policy_selectors() {
                 if toggles.no_policies {
                     tables
                         .policies
-                        .delete(&selector, Direction::Fwd, PolicyType::Main, 0)
+                        .delete(&selector, dir, PolicyType::Main, 0, Mark::ANY)
                         .unwrap();
                 } else {
                     tables
                         .policies
-                        .add(PolicySpec::new(selector, Direction::Fwd).action(action))
+                        .add(PolicySpec::new(selector, dir).action(action))
                         .unwrap();
                 }
             }

@@ -291,7 +291,7 @@ fn every_answer_is_a_state_of_the_change_log() {
     let background: Vec<Route<u32>> = (0..5000u32)
         .map(|i| Route::unicast(0xc000_0000 | (i << 8), 24, 254, vec![NextHop::new(None, 1)]))
         .collect();
-    fib.insert_many(background).unwrap();
+    fib.insert_many(&background).unwrap();
     assert!(fib.table(254, &epoch::pin()).unwrap().fast_stats().enabled);
     let pool = Arc::new(pool());
     // Entry `i` (1-based): the pool index of the prefix changed, and the version installed
