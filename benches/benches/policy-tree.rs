@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use policy_tree::{
-    Action, Direction, Flow, LinearDb, PolicyDb, PolicySpec, PolicyType, PortMatch, Prefix,
+    Action, Direction, Flow, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType, PortMatch, Prefix,
     Selector, TemplateId,
 };
 use xfwd_benches::data::classbench::{self, Rule, RuleSet};
@@ -322,15 +322,27 @@ fn update(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("policy-tree", n), &(), |b, ()| {
             b.iter(|| {
                 db.add(churn).expect("absent");
-                db.delete(&churn.selector, Direction::Out, PolicyType::Main, 0)
-                    .expect("present");
+                db.delete(
+                    &churn.selector,
+                    Direction::Out,
+                    PolicyType::Main,
+                    0,
+                    Mark::ANY,
+                )
+                .expect("present");
             });
         });
         group.bench_with_input(BenchmarkId::new("linear-scan", n), &(), |b, ()| {
             b.iter(|| {
                 linear.add(churn).expect("absent");
                 linear
-                    .delete(&churn.selector, Direction::Out, PolicyType::Main, 0)
+                    .delete(
+                        &churn.selector,
+                        Direction::Out,
+                        PolicyType::Main,
+                        0,
+                        Mark::ANY,
+                    )
                     .expect("present");
             });
         });
@@ -370,7 +382,7 @@ fn contended(c: &mut Criterion) {
                     db.add(*s).expect("absent");
                 }
                 for s in &churn {
-                    db.delete(&s.selector, Direction::Out, PolicyType::Main, 0)
+                    db.delete(&s.selector, Direction::Out, PolicyType::Main, 0, Mark::ANY)
                         .expect("present");
                 }
             }
@@ -399,7 +411,7 @@ fn contended(c: &mut Criterion) {
                 }
                 for s in &churn {
                     let mut db = linear.write().expect("no panics");
-                    db.delete(&s.selector, Direction::Out, PolicyType::Main, 0)
+                    db.delete(&s.selector, Direction::Out, PolicyType::Main, 0, Mark::ANY)
                         .expect("present");
                 }
             }

@@ -293,3 +293,87 @@ fn neighbour_resolution_request_resolves() {
     );
     assert_eq!(s.resolve_errors, 0);
 }
+
+/// Policies that existed before the mirror started: masked twins and marks that differ only in
+/// the mask are separate policies; the mirror holds as many as `ip xfrm policy` lists, in the
+/// kernel's dump order (newest first), with the kernel's indexes; the hash thresholds follow
+/// `ip xfrm policy set`.
+#[test]
+fn xfrm_policies_keep_kernel_identity_and_order() {
+    if !xfwd_lab::privileged("xfrm_policies_keep_kernel_identity_and_order") {
+        return;
+    }
+    let ns = netns("xfrmid");
+    two_links(&ns);
+    for line in [
+        "xfrm policy add src 10.100.1.3/25 dst 0.0.0.0/0 dir fwd priority 5 action block",
+        "xfrm policy add src 10.100.1.96/25 dst 0.0.0.0/0 dir fwd priority 5",
+        "xfrm policy add src 10.100.1.96/25 dst 0.0.0.0/0 dir fwd priority 5 mark 5 mask 0xf",
+        "xfrm policy add src 10.100.1.96/25 dst 0.0.0.0/0 dir fwd priority 5 mark 5 mask 0xff",
+        "xfrm policy add src 0.0.0.0/0 dst 10.2.0.0/24 dev d1 dir fwd priority 5 action block",
+        "xfrm policy add src 2001:db8:1::5/64 dst ::/0 dir fwd ptype sub priority 1",
+        "xfrm policy update src 10.100.1.3/25 dst 0.0.0.0/0 dir fwd priority 5 action allow",
+    ] {
+        ip(&ns, line);
+    }
+    let kernel_indexes = |ns: &Netns| -> Vec<u32> {
+        let out = ns
+            .ip(["-s", "xfrm", "policy", "list"])
+            .expect("ip -s xfrm policy");
+        out.split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .filter(|w| w[0] == "index")
+            .map(|w| w[1].parse().unwrap())
+            .collect()
+    };
+    let want = kernel_indexes(&ns);
+    assert_eq!(want.len(), 6, "the kernel keeps six policies");
+    let live = mirror(&ns, MirrorOptions::default());
+    let t = live.tables();
+    let got: Vec<u32> = t.policies.dump().iter().map(|p| p.index).collect();
+    assert_eq!(got, want, "the mirror's dump order is the kernel's");
+    let shown = netlink_mirror::cli::show(
+        t,
+        &netlink_mirror::cli::ShowArgs {
+            what: netlink_mirror::cli::ShowWhat::Policies,
+            netns: None,
+        },
+    );
+    assert!(shown.contains("src 10.100.1.3/25") && shown.contains("src 10.100.1.96/25"));
+    assert!(shown.contains("mark 0x5/0xf") && shown.contains("mark 0x5/0xff"));
+    // Default policies: asked for at start, followed through their notifications.
+    assert!(!t.policies.default_blocks(policy_tree::Direction::Fwd));
+    ip(&ns, "xfrm policy setdefault fwd block");
+    wait_for(&live, "the fwd default policy", |t| {
+        t.policies.default_blocks(policy_tree::Direction::Fwd)
+    });
+    let late = mirror(&ns, MirrorOptions::default());
+    assert!(
+        late.tables()
+            .policies
+            .default_blocks(policy_tree::Direction::Fwd)
+    );
+    assert!(
+        !late
+            .tables()
+            .policies
+            .default_blocks(policy_tree::Direction::In)
+    );
+    drop(late);
+    ip(&ns, "xfrm policy setdefault fwd accept");
+    wait_for(&live, "the fwd default policy back", |t| {
+        !t.policies.default_blocks(policy_tree::Direction::Fwd)
+    });
+    ip(&ns, "xfrm policy set hthresh4 24 16");
+    wait_for(&live, "the new hash thresholds", |t| {
+        t.policies.hthresh().lbits4 == 24 && t.policies.hthresh().rbits4 == 16
+    });
+    ip(
+        &ns,
+        "xfrm policy delete src 10.100.1.96/25 dst 0.0.0.0/0 dir fwd mark 5 mask 0xff",
+    );
+    converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after the delete: {e}"));
+    assert_eq!(t.policies.len(), 5);
+    assert!(live.stats().errors.is_empty(), "{:?}", live.stats().errors);
+}

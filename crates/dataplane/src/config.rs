@@ -56,6 +56,10 @@ pub struct Config {
     /// The most IPv6 extension headers walked looking for the upper layer (default 8); beyond,
     /// the packet is punted.
     pub max_extension_headers: usize,
+    /// The packet mark xfrm policy lookups see (`skb->mark`): 0, as for every packet from the
+    /// wire, unless the kernel's configuration would set one (a firewall `MARK` rule, a tc
+    /// action) before the policy check.
+    pub policy_mark: u32,
 }
 
 impl Default for Config {
@@ -73,6 +77,7 @@ impl Default for Config {
             resolve_retry_ns: 1_000_000_000,
             resolution_queue: 64,
             max_extension_headers: 8,
+            policy_mark: 0,
         }
     }
 }

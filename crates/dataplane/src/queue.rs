@@ -4,7 +4,7 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{DstCache, FlowKey, Lookup, Snapshot};
-use policy_tree::{Action, Direction};
+use policy_tree::{Action, Check, Direction};
 
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
@@ -333,9 +333,10 @@ impl Queue {
         hop: Hop,
         pool: &mut P,
     ) -> Verdict {
-        // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
-        if b.tables.policies.has_policies(Direction::Fwd) {
-            if let Some(verdict) = Self::fwd_policy(b, meta) {
+        // As the kernel (`policy_count[dir]`): no fwd policy, no lookup. The flow's interface is
+        // the egress one (`flowi_oif` of the forward decode).
+        if b.tables.policies.needs_check(Direction::Fwd) {
+            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Fwd) {
                 return verdict;
             }
         }
@@ -346,6 +347,12 @@ impl Queue {
                 IcmpError::TimeExceeded
             };
             return self.icmp_error(b, frame, meta, kind, 0, pool);
+        }
+        // `xfrm_route_forward`: a forwarded packet also meets the out policies.
+        if b.tables.policies.needs_check(Direction::Out) {
+            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Out) {
+                return verdict;
+            }
         }
         if meta.v6 && meta.src >> 118 == 0x3fa {
             return self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool);
@@ -404,23 +411,31 @@ impl Queue {
         }
     }
 
-    /// The fwd policy's verdict on a forwarded packet, if it stops it.
-    fn fwd_policy(b: &Batch<'_>, meta: &Meta) -> Option<Verdict> {
+    /// The verdict of the kernel's policy check in `dir` on a forwarded packet leaving on
+    /// `oif`, if it stops it (blocked, or left to the kernel).
+    fn policy(&self, b: &Batch<'_>, meta: &Meta, oif: u32, dir: Direction) -> Option<Verdict> {
         let flow = if meta.v6 {
             policy_tree::Flow::v6(meta.src.into(), meta.dst.into())
         } else {
             policy_tree::Flow::v4((meta.src as u32).into(), (meta.dst as u32).into())
         }
-        .proto(meta.proto);
+        .proto(meta.proto)
+        .ifindex(oif)
+        .mark(self.config.policy_mark);
         let flow = match meta.ports {
             Some((sport, dport)) => flow.ports(sport, dport),
             None => flow,
         };
-        let policy = b.tables.policies.lookup(&flow, Direction::Fwd, b.guard)?;
-        match policy.action {
-            Action::Block => Some(Verdict::Drop(DropReason::PolicyBlock)),
-            Action::Ipsec(_) => Some(Verdict::Punt(PuntReason::Ipsec)),
-            Action::Allow => None,
+        match b.tables.policies.check(&flow, dir, b.guard) {
+            Check::Pass => None,
+            Check::Drop(p) if matches!(p.action, Action::Ipsec(_)) => {
+                Some(Verdict::Drop(DropReason::PolicyTemplate))
+            }
+            Check::Drop(_) | Check::DefaultBlock => Some(Verdict::Drop(DropReason::PolicyBlock)),
+            Check::Kernel(p) if matches!(p.action, Action::Ipsec(_) | Action::IpsecOptional(_)) => {
+                Some(Verdict::Punt(PuntReason::Ipsec))
+            }
+            Check::Kernel(_) => Some(Verdict::Punt(PuntReason::PolicyKernel)),
         }
     }
 

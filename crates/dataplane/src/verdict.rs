@@ -65,6 +65,9 @@ reasons! {
         Prohibited = "prohibited",
         /// A forwarding policy (xfrm direction fwd) blocks the flow.
         PolicyBlock = "policy_block",
+        /// An xfrm policy requires IPsec (a template not `level use`) that a packet from the
+        /// wire cannot have.
+        PolicyTemplate = "policy_template",
         /// TTL or hop limit ran out and the time exceeded error was not sent.
         TtlExceeded = "ttl_exceeded",
         /// Larger than the egress MTU with DF set (or IPv6), and the error was not sent.
@@ -116,8 +119,11 @@ reasons! {
         NeighbourDiscovery = "neighbour_discovery",
         /// An IPv6 link-local destination (never forwarded).
         LinkLocal = "link_local",
-        /// A forwarding policy asks for IPsec.
+        /// An out policy asks for IPsec (the kernel applies its states).
         Ipsec = "ipsec",
+        /// An xfrm policy whose decision the policy database leaves to the kernel (one the
+        /// mirror cannot evaluate, or a priority tie only the kernel's history breaks).
+        PolicyKernel = "policy_kernel",
     }
 }
 

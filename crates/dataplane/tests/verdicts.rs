@@ -1015,3 +1015,86 @@ fn throw_routes_continue_with_the_next_rule() {
         "no caching under custom rules"
     );
 }
+
+/// The xfrm lookup key carries the egress interface (`dev` selectors), the configured mark
+/// and if_id 0; a sub policy brings the main policy of direction in; out policies also stop
+/// forwarded packets; what the database leaves to the kernel is punted.
+#[test]
+fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
+    use policy_tree::{Action, Direction, Mark, PolicySpec, PolicyType, Selector};
+    let sel = |s: &str, d: &str| Selector::new(s.parse().unwrap(), d.parse().unwrap()).unwrap();
+    let frame = udp4(HOST4, [8, 8, 8, 8], 64, 53, 0);
+    let verdict = |fx: &Fixture| run(fx, &frame).verdict;
+
+    // A dev selector naming the ingress interface does not match a forwarded packet's
+    // egress; naming the egress one, it does.
+    let fx = fixture();
+    let p = &fx.tables.policies;
+    let on_in = p
+        .add(
+            PolicySpec::new(sel("0.0.0.0/0", "8.8.8.0/24").ifindex(IN), Direction::Fwd)
+                .action(Action::Block),
+        )
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Transmit { ifindex: OUT });
+    p.delete_by_index(on_in.index).unwrap();
+    p.add(
+        PolicySpec::new(sel("0.0.0.0/0", "8.8.8.0/24").ifindex(OUT), Direction::Fwd)
+            .action(Action::Block),
+    )
+    .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
+
+    // A marked block does not see packets from the wire (mark 0) unless configured.
+    let fx = fixture();
+    fx.tables
+        .policies
+        .add(
+            PolicySpec::new(sel("0.0.0.0/0", "8.8.8.0/24"), Direction::Fwd)
+                .mark(Mark {
+                    value: 7,
+                    mask: 0xff,
+                })
+                .action(Action::Block),
+        )
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Transmit { ifindex: OUT });
+    let mut marked = Queue::new(Config {
+        policy_mark: 7,
+        ..Config::default()
+    })
+    .unwrap();
+    assert_eq!(
+        run_on(&mut marked, &fx, &frame, 0, 0).verdict,
+        Verdict::Drop(DropReason::PolicyBlock)
+    );
+
+    // Sub before main: a matching sub fwd policy brings the main policy of direction in.
+    let fx = fixture();
+    let p = &fx.tables.policies;
+    p.add(PolicySpec::new(sel("0.0.0.0/0", "0.0.0.0/0"), Direction::Fwd).ptype(PolicyType::Sub))
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Transmit { ifindex: OUT });
+    p.add(PolicySpec::new(sel("0.0.0.0/0", "0.0.0.0/0"), Direction::In).action(Action::Block))
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
+
+    // The default policy decides when no policy matches.
+    let fx = fixture();
+    fx.tables.policies.set_default_block(Direction::Out, true);
+    assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
+
+    // An out policy stops a forwarded packet too; one the mirror cannot evaluate is punted.
+    let fx = fixture();
+    let p = &fx.tables.policies;
+    let out = p
+        .add(
+            PolicySpec::new(sel("10.0.1.0/24", "8.8.8.8/32"), Direction::Out).action(Action::Block),
+        )
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
+    p.delete_by_index(out.index).unwrap();
+    p.add(PolicySpec::new(sel("10.0.1.0/24", "8.8.8.8/32"), Direction::Out).action(Action::Punt))
+        .unwrap();
+    assert_eq!(verdict(&fx), Verdict::Punt(PuntReason::PolicyKernel));
+}

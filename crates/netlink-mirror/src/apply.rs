@@ -150,6 +150,7 @@ impl Seen {
                     dir: p.dir,
                     ptype: p.ptype,
                     if_id: p.if_id,
+                    mark: p.mark,
                 });
             }
             _ => {}
@@ -182,6 +183,53 @@ pub(crate) struct Applier {
     rules6: RuleBook<u128>,
     /// Set when a link went down or away: the kernel then flushes routes silently.
     pub routes_need_redump: bool,
+    /// Routes of a dump into an empty FIB, loaded at once when the dump ends.
+    bulk4: Option<Bulk<u32>>,
+    bulk6: Option<Bulk<u128>>,
+}
+
+/// The routes of one dump, kept to be loaded together ([`Fib::insert_many`]).
+struct Bulk<K> {
+    routes: Vec<Route<K>>,
+    /// IPv6 gateway routes by key (table, prefix, length, tos, metric, type): a later one
+    /// replaces the earlier, as [`upsert_route`] does one by one.
+    gateway: HashMap<(u32, K, u8, u8, u32, RouteType), usize>,
+}
+
+impl<K: IpKey> Bulk<K> {
+    fn new() -> Self {
+        Bulk {
+            routes: Vec::new(),
+            gateway: HashMap::new(),
+        }
+    }
+
+    fn push(&mut self, r: Route<K>) {
+        if K::FAMILY == libc::AF_INET6 as u8 && has_gateway(&r) {
+            let key = (
+                r.table,
+                r.prefix,
+                r.plen,
+                r.tos,
+                r.info.priority,
+                r.route_type,
+            );
+            if let Some(&at) = self.gateway.get(&key) {
+                self.routes[at] = r;
+                return;
+            }
+            self.gateway.insert(key, self.routes.len());
+        }
+        self.routes.push(r);
+    }
+}
+
+/// Whether `fib` holds no route in any table.
+fn is_empty<K: IpKey>(fib: &Fib<K>) -> bool {
+    let guard = crossbeam_epoch::pin();
+    fib.table_ids()
+        .into_iter()
+        .all(|id| fib.table(id, &guard).is_none_or(|t| t.route_count() == 0))
 }
 
 /// The outcome of applying one message.
@@ -200,12 +248,77 @@ impl Applier {
             rules4: RuleBook::default(),
             rules6: RuleBook::default(),
             routes_need_redump: false,
+            bulk4: None,
+            bulk6: None,
+        }
+    }
+
+    /// Starts (or restarts) a dump of `kind`: a route dump into a FIB that holds no route yet
+    /// (the initial synchronisation) keeps its routes to load them at once at its end.
+    pub fn begin_dump(&mut self, kind: Kind) {
+        match kind {
+            Kind::Route4 => self.bulk4 = is_empty(&self.tables.fib4).then(Bulk::new),
+            Kind::Route6 => self.bulk6 = is_empty(&self.tables.fib6).then(Bulk::new),
+            _ => {}
+        }
+    }
+
+    /// Ends a dump of `kind` (before its sweep): loads the routes kept since
+    /// [`begin_dump`](Self::begin_dump) with one bulk build per table, then reports each as
+    /// applied. If the load refuses them, they are applied one by one (each refusal counted).
+    pub fn end_dump(&mut self, kind: Kind) {
+        match kind {
+            Kind::Route4 => {
+                if let Some(bulk) = self.bulk4.take() {
+                    let fib = self.tables.fib4.clone();
+                    self.load(&fib, bulk.routes, Mapped::Route4, |r| {
+                        Change::Route4(ChangeOp::Added, r)
+                    });
+                }
+            }
+            Kind::Route6 => {
+                if let Some(bulk) = self.bulk6.take() {
+                    let fib = self.tables.fib6.clone();
+                    self.load(&fib, bulk.routes, Mapped::Route6, |r| {
+                        Change::Route6(ChangeOp::Added, r)
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn load<K: IpKey>(
+        &mut self,
+        fib: &Fib<K>,
+        routes: Vec<Route<K>>,
+        mapped: fn(Route<K>, Upsert) -> Mapped,
+        change: fn(Route<K>) -> Change,
+    ) {
+        match fib.insert_many(&routes) {
+            Ok(_) => {
+                for r in routes {
+                    self.changed(&change(r));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "bulk load refused; applying one by one");
+                for r in routes {
+                    self.apply(mapped(r, Upsert::Dump));
+                }
+            }
         }
     }
 
     /// Applies one mapped message, counts it, publishes, bumps the generation and tells the
-    /// observer.
+    /// observer. Routes of a dump started by [`begin_dump`](Self::begin_dump) are kept for
+    /// its end instead.
     pub fn apply(&mut self, m: Mapped) {
+        let m = match (m, &mut self.bulk4, &mut self.bulk6) {
+            (Mapped::Route4(r, Upsert::Dump), Some(bulk), _) => return bulk.push(r),
+            (Mapped::Route6(r, Upsert::Dump), _, Some(bulk)) => return bulk.push(r),
+            (m, _, _) => m,
+        };
         let result = self.apply_inner(m);
         self.finish(result);
     }
@@ -308,37 +421,45 @@ impl Applier {
             Mapped::Rule6Gone(r) => {
                 del_rule(&t.fib6, &mut self.rules6, &r)?.map(|r| Change::Rule6(Removed, r))
             }
-            Mapped::Policy(spec) => {
-                let key = PolicyKey {
-                    selector: spec.selector,
-                    dir: spec.dir,
-                    ptype: spec.ptype,
-                    if_id: spec.if_id,
-                };
-                let guard = crossbeam_epoch::pin();
-                let same = t
-                    .policies
-                    .get(&key.selector, key.dir, key.ptype, key.if_id, &guard)
-                    .is_some_and(|p| {
-                        p.priority == spec.priority
-                            && p.action == spec.action
-                            && Some(p.index) == spec.index
-                    });
-                drop(guard);
-                if same {
-                    return Ok(None);
-                }
-                Some(Change::Policy(Added, t.policies.update(spec)?))
-            }
+            Mapped::Policy(spec) => self.upsert_policy(spec)?,
             Mapped::PolicyGone(k) => {
-                match t.policies.delete(&k.selector, k.dir, k.ptype, k.if_id) {
+                match t
+                    .policies
+                    .delete(&k.selector, k.dir, k.ptype, k.if_id, k.mark)
+                {
                     Ok(p) => Some(Change::Policy(Removed, p)),
                     Err(policy_tree::Error::NotFound) => None,
                     Err(e) => return Err(e.into()),
                 }
             }
+            Mapped::PolicyIndexGone(index) => match t.policies.delete_by_index(index) {
+                Ok(p) => Some(Change::Policy(Removed, p)),
+                Err(policy_tree::Error::NotFound) => None,
+                Err(e) => return Err(e.into()),
+            },
             Mapped::PolicyFlush(ptype) => {
                 (t.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
+            }
+            Mapped::PolicyDefaults(block) => {
+                let db = &t.policies;
+                let dirs = policy_tree::Direction::ALL;
+                if dirs
+                    .iter()
+                    .all(|&d| db.default_blocks(d) == block[d as usize])
+                {
+                    return Ok(None);
+                }
+                for d in dirs {
+                    db.set_default_block(d, block[d as usize]);
+                }
+                Some(Change::PolicyDefaults(block))
+            }
+            Mapped::PolicyHThresh(h) => {
+                if t.policies.hthresh() == h {
+                    return Ok(None);
+                }
+                t.policies.set_hthresh(h)?;
+                Some(Change::PolicyHThresh(h))
             }
             Mapped::Ignored(i) => {
                 self.counters.ignored(i.name());
@@ -397,6 +518,54 @@ impl Applier {
             AddrEntry::V6(e) => one(&self.tables.addrs, *e)?,
         };
         Ok(changed.then_some(Change::Addr(ChangeOp::Added, a)))
+    }
+
+    /// A policy as the kernel reports it (new, updated or dumped): unchanged when the same
+    /// index, priority and action are there; a policy of the same identity under another
+    /// index (deleted and added again while events were lost) is replaced by a new one; else
+    /// an update, which keeps the list place when the priority is unchanged, as the kernel's.
+    fn upsert_policy(&self, spec: policy_tree::PolicySpec) -> Applied {
+        use ChangeOp::{Added, Removed};
+        let db = &self.tables.policies;
+        let guard = crossbeam_epoch::pin();
+        let old = db
+            .get(
+                &spec.selector,
+                spec.dir,
+                spec.ptype,
+                spec.if_id,
+                spec.mark,
+                &guard,
+            )
+            .copied();
+        drop(guard);
+        if let Some(p) = old {
+            if Some(p.index) == spec.index && p.priority == spec.priority && p.action == spec.action
+            {
+                return Ok(None);
+            }
+            if spec.index.is_some_and(|i| i != p.index) {
+                db.delete_by_index(p.index)?;
+                self.changed(&Change::Policy(Removed, p));
+            }
+        }
+        // An index held by a policy the kernel no longer has (events lost): that one is gone.
+        if let Some(index) = spec.index {
+            if let Some(stale) = db.get_by_index(index) {
+                if old.is_none_or(|p| p.index != index) {
+                    db.delete_by_index(index)?;
+                    self.changed(&Change::Policy(Removed, stale));
+                }
+            }
+        }
+        if spec.action == policy_tree::Action::Punt {
+            self.counters.ignored("policy-punt");
+            tracing::warn!(
+                index = spec.index,
+                "xfrm policy the mirror cannot evaluate: what it matches goes to the kernel"
+            );
+        }
+        Ok(Some(Change::Policy(Added, db.update(spec)?)))
     }
 
     /// Re-resolves the interface names of rules after a link appeared, went or was renamed.
@@ -496,6 +665,7 @@ impl Applier {
                         dir: p.dir,
                         ptype: p.ptype,
                         if_id: p.if_id,
+                        mark: p.mark,
                     };
                     if !seen.policies.contains(&key) {
                         gone.push(Mapped::PolicyGone(key));
@@ -718,4 +888,89 @@ fn stale_rules<K: IpKey>(
         .filter(|r| !keep.contains(r))
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applier() -> Applier {
+        let tables = MirroredTables::new(addr_table::NetnsId(1), false);
+        Applier::new(tables, None, Arc::new(Counters::default()))
+    }
+
+    fn route<K: IpKey>(
+        prefix: K,
+        plen: u8,
+        table: u32,
+        metric: u32,
+        hops: &[(Option<K>, u32)],
+    ) -> Route<K> {
+        let mut r = Route::unicast(
+            prefix,
+            plen,
+            table,
+            hops.iter().map(|&(g, i)| NextHop::new(g, i)).collect(),
+        );
+        r.info.priority = metric;
+        r
+    }
+
+    fn dump<K: IpKey>(fib: &Fib<K>) -> Vec<(u32, K, u8, FibAlias<K>)> {
+        let guard = crossbeam_epoch::pin();
+        let mut out = Vec::new();
+        for id in fib.table_ids() {
+            for (k, l, a) in fib.table(id, &guard).unwrap().dump(&guard) {
+                out.push((id, k, l, a.clone()));
+            }
+        }
+        out
+    }
+
+    /// A dump into empty tables is loaded at its end and gives the tables that applying each
+    /// entry as it came gives: same routes in the same order, IPv6 gateway routes of one key
+    /// merged as one by one, every route reported once.
+    #[test]
+    fn an_initial_dump_loads_at_once_as_one_by_one() {
+        let v4 = vec![
+            route(0x0a00_0000u32, 8, 254, 0, &[(Some(0x0a00_0001), 2)]),
+            route(0x0a00_0000, 8, 254, 10, &[(None, 3)]),
+            route(0x0a00_0000, 8, 254, 0, &[(None, 4)]),
+            route(0x0a00_0001, 32, 255, 0, &[(None, 2)]),
+            route(0x0a00_0000, 8, 100, 0, &[(None, 5)]),
+            route(0x0a00_0000, 8, 254, 0, &[(Some(0x0a00_0001), 2)]),
+        ];
+        let v6 = vec![
+            route(0x2001_0db8u128 << 96, 32, 254, 1024, &[(Some(1), 2)]),
+            route(0x2001_0db8u128 << 96, 32, 254, 1024, &[(Some(2), 3)]),
+            route(0x2001_0db9u128 << 96, 32, 254, 1024, &[(None, 3)]),
+        ];
+        let mut bulk = applier();
+        let mut one = applier();
+        bulk.begin_dump(Kind::Route4);
+        bulk.begin_dump(Kind::Route6);
+        for r in &v4 {
+            bulk.apply(Mapped::Route4(r.clone(), Upsert::Dump));
+            one.apply(Mapped::Route4(r.clone(), Upsert::Dump));
+        }
+        for r in &v6 {
+            bulk.apply(Mapped::Route6(r.clone(), Upsert::Dump));
+            one.apply(Mapped::Route6(r.clone(), Upsert::Dump));
+        }
+        assert!(is_empty(&bulk.tables.fib4), "kept until the dump ends");
+        bulk.end_dump(Kind::Route4);
+        bulk.end_dump(Kind::Route6);
+        assert_eq!(dump(&bulk.tables.fib4), dump(&one.tables.fib4));
+        assert_eq!(dump(&bulk.tables.fib6), dump(&one.tables.fib6));
+        assert_eq!(dump(&bulk.tables.fib6).len(), 2);
+        // A dump into tables that hold routes applies entries one by one.
+        bulk.begin_dump(Kind::Route4);
+        assert!(bulk.bulk4.is_none());
+        let extra = route(0x0b00_0000u32, 8, 254, 0, &[(None, 2)]);
+        bulk.apply(Mapped::Route4(extra, Upsert::Dump));
+        assert_eq!(
+            dump(&bulk.tables.fib4).len(),
+            dump(&one.tables.fib4).len() + 1
+        );
+    }
 }

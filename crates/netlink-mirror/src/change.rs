@@ -3,7 +3,7 @@
 
 use fib_trie::{FibRule, Route};
 use neigh_table::{Link, Neighbour};
-use policy_tree::{Policy, PolicyType};
+use policy_tree::{HThresh, Policy, PolicyType};
 
 use crate::map::AddrEntry;
 
@@ -38,6 +38,10 @@ pub enum Change {
     Policy(ChangeOp, Policy),
     /// Every policy of a type was flushed.
     PolicyFlush(PolicyType),
+    /// New hash thresholds (every policy list re-sorted as the kernel's rebuild does).
+    PolicyHThresh(HThresh),
+    /// New default policies (block?) for in, out and fwd.
+    PolicyDefaults([bool; 3]),
 }
 
 /// Hears of every applied change, on the mirror's control thread. Keep it quick: the

@@ -413,6 +413,8 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
                     Action::Allow => "allow".to_owned(),
                     Action::Block => "block".to_owned(),
                     Action::Ipsec(id) => format!("allow tmpl {}", id.0),
+                    Action::IpsecOptional(id) => format!("allow tmpl {} level use", id.0),
+                    Action::Punt => "kernel (not evaluated here)".to_owned(),
                 };
                 let _ = write!(out, "src {} dst {}", p.selector.src, p.selector.dst);
                 if p.selector.proto != 0 {
@@ -424,6 +426,12 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
                 }
                 if p.if_id != 0 {
                     let _ = write!(out, " if_id {}", p.if_id);
+                }
+                if p.selector.ifindex != 0 {
+                    let _ = write!(out, " dev {}", p.selector.ifindex);
+                }
+                if p.mark != policy_tree::Mark::ANY {
+                    let _ = write!(out, " mark {:#x}/{:#x}", p.mark.value, p.mark.mask);
                 }
                 let _ = writeln!(out, " index {}", p.index);
             }

@@ -100,7 +100,12 @@ pub(crate) struct Control {
     pub stop: Arc<AtomicBool>,
     pub sync: Arc<SyncState>,
     pub settings: Settings,
+    /// When the SPD information (hash thresholds) was last asked for.
+    pub spdinfo_polled: Instant,
 }
+
+/// How often the hash thresholds are asked for (the kernel does not announce changes).
+pub(crate) const SPDINFO_POLL: Duration = Duration::from_secs(1);
 
 /// Why a synchronisation did not finish.
 enum SyncError {
@@ -236,9 +241,13 @@ where
     let mut overrun = false;
     let (mut failures, mut timeouts) = (0, 0);
     loop {
+        applier.begin_dump(kind);
         let seq = ch.cmd.dump(request())?;
         let port = ch.cmd.port();
         let mut seen = Seen::default();
+        // xfrm policies come newest first (`policy_all` from its head); they are applied
+        // oldest first once the dump is whole, so that list order is creation order.
+        let mut newest_first = Vec::new();
         let (mut done, mut intr, mut failed, mut timed_out) = (false, false, None, false);
         let mut last = Instant::now();
         loop {
@@ -296,7 +305,11 @@ where
                             match map(&msg, m.header.flags, true) {
                                 Ok(mapped) => {
                                     seen.record(&mapped);
-                                    applier.apply(mapped);
+                                    if kind == Kind::Policy {
+                                        newest_first.push(mapped);
+                                    } else {
+                                        applier.apply(mapped);
+                                    }
                                 }
                                 Err(e) => applier.map_failed(&e),
                             }
@@ -345,7 +358,11 @@ where
             tracing::debug!(?kind, "dump interrupted by a change, restarting");
             continue;
         }
+        applier.end_dump(kind);
         applier.sweep(kind, &seen);
+        for mapped in newest_first.into_iter().rev() {
+            applier.apply(mapped);
+        }
         inc(&applier.counters.dumps);
         return Ok(overrun);
     }
@@ -393,6 +410,13 @@ impl Control {
             return Ok(false);
         }
         self.drain_xfrm(usize::MAX)?;
+        // Thresholds first: the kernel rebuilt its lists when they were set, and the dumped
+        // policies go where the current ones say. Default policies: changes are announced
+        // (`XFRM_MSG_GETDEFAULT` to the policy group), the current ones asked for here.
+        self.poll_spdinfo()?;
+        self.ask_xfrm(XfrmMessage::GetPolicyDefault(
+            netlink_packet_xfrm::policy::DefaultMessage::default(),
+        ))?;
         let Some(ch) = self.xfrm.as_mut() else {
             return Ok(false);
         };
@@ -407,10 +431,61 @@ impl Control {
             &self.settings,
             &self.stop,
         )?;
+        // What the kernel numbered before this dump (`pos`) is not in it.
+        self.applier.tables.policies.forget_history();
         for (_, msg) in pending {
             self.apply_policy_event(&msg);
         }
         Ok(overrun)
+    }
+
+    /// Asks for the SPD information (`XFRM_MSG_GETSPDINFO`) and applies its hash thresholds.
+    /// The kernel announces no threshold change, so the control loop asks again every
+    /// [`SPDINFO_POLL`]; until then a change is seen late (the answers it changes are ties).
+    fn poll_spdinfo(&mut self) -> Result<(), SyncError> {
+        self.spdinfo_polled = Instant::now();
+        self.ask_xfrm(XfrmMessage::GetSpdInfo(
+            netlink_packet_xfrm::policy::GetSpdInfoMessage::default(),
+        ))
+    }
+
+    /// Sends one xfrm request on the command socket and applies its answer.
+    fn ask_xfrm(&mut self, request: XfrmMessage) -> Result<(), SyncError> {
+        let Some(ch) = self.xfrm.as_mut() else {
+            return Ok(());
+        };
+        let seq = ch.cmd.request(request, 0)?;
+        let port = ch.cmd.port();
+        let deadline = Instant::now() + self.settings.dump_timeout;
+        let mut reply = None;
+        while reply.is_none() && Instant::now() < deadline {
+            match ch.cmd.recv()? {
+                Recv::Data => {}
+                Recv::Empty | Recv::Overrun => {
+                    wait_any(&[&ch.cmd], Duration::from_millis(20))?;
+                    continue;
+                }
+            }
+            ch.cmd.messages::<XfrmMessage>(
+                |m| {
+                    if m.header.sequence_number != seq || m.header.port_number != port {
+                        return;
+                    }
+                    match m.payload {
+                        NetlinkPayload::InnerMessage(msg) => reply = Some(Ok(msg)),
+                        NetlinkPayload::Error(e) => reply = Some(Err(e.raw_code())),
+                        _ => {}
+                    }
+                },
+                |_, _| {},
+            );
+        }
+        match reply {
+            Some(Ok(msg)) => self.apply_policy_event(&msg),
+            Some(Err(code)) => tracing::warn!(code, "xfrm request refused"),
+            None => tracing::warn!("no answer to an xfrm request"),
+        }
+        Ok(())
     }
 
     fn apply_route_event(&mut self, msg: &RouteNetlinkMessage, flags: u16) {
@@ -479,6 +554,9 @@ impl Control {
         let route_overrun = self.drain_route(4096)?;
         let xfrm_overrun = self.drain_xfrm(4096)?;
         self.drain_replies()?;
+        if self.xfrm.is_some() && self.spdinfo_polled.elapsed() >= SPDINFO_POLL {
+            self.poll_spdinfo()?;
+        }
         if route_overrun || xfrm_overrun {
             tracing::warn!("netlink receive buffer overran; resynchronising");
             self.full_sync(true)?;

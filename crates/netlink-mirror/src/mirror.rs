@@ -155,6 +155,7 @@ impl Mirror {
                             poll_interval: options.poll_interval,
                             dump_timeout: options.dump_timeout,
                         },
+                        spdinfo_polled: Instant::now(),
                     };
                     control.run();
                 })

@@ -79,16 +79,21 @@ pub(crate) fn from_bits(family: Family, bits: u128) -> IpAddr {
     }
 }
 
-/// An IP prefix: a family, a length and an address whose bits past the length are zero.
+/// An IP prefix: a family, a length and an address, host bits included.
 ///
-/// Construction masks the host bits (`10.0.0.1/24` becomes `10.0.0.0/24`), as matching in the
-/// kernel ignores them; a length beyond the family's width is an error.
+/// Matching ignores the bits past the length, as the kernel's does, but they are part of the
+/// prefix's identity: the kernel keeps `struct xfrm_selector` as given and compares selectors
+/// byte for byte (`selector_cmp`), so `10.0.1.3/25` and `10.0.1.96/25` are two selectors that
+/// match the same addresses, and two policies. [`network`](Self::network) is the masked address.
+/// A length beyond the family's width is an error.
 ///
 /// ```
 /// use policy_tree::Prefix;
 ///
 /// let p: Prefix = "10.0.1.7/23".parse()?;
-/// assert_eq!(p.to_string(), "10.0.0.0/23");
+/// assert_eq!(p.to_string(), "10.0.1.7/23");
+/// assert_eq!(p.network().to_string(), "10.0.0.0");
+/// assert_ne!(p, "10.0.0.0/23".parse()?);
 /// assert!(p.contains("10.0.1.200".parse().unwrap()));
 /// assert!(!p.contains("dead::1".parse().unwrap()));
 /// assert!("10.0.0.0/33".parse::<Prefix>().is_err());
@@ -96,13 +101,16 @@ pub(crate) fn from_bits(family: Family, bits: u128) -> IpAddr {
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Prefix {
+    /// The address masked to `len` bits (what matching and the trees use).
     pub(crate) addr: u128,
     pub(crate) len: u8,
     pub(crate) family: Family,
+    /// The address as given, host bits included (identity only).
+    pub(crate) raw: u128,
 }
 
 impl Prefix {
-    /// The prefix `addr/len`, host bits masked off.
+    /// The prefix `addr/len`; host bits are kept for identity and ignored by matching.
     ///
     /// # Errors
     /// [`Error::PrefixLen`] when `len` exceeds the family's width.
@@ -115,10 +123,12 @@ impl Prefix {
                 family,
             });
         }
+        let raw = to_bits(addr);
         Ok(Prefix {
-            addr: to_bits(addr) & mask(len),
+            addr: raw & mask(len),
             len,
             family,
+            raw,
         })
     }
 
@@ -128,6 +138,7 @@ impl Prefix {
             addr: 0,
             len: 0,
             family,
+            raw: 0,
         }
     }
 
@@ -138,12 +149,31 @@ impl Prefix {
             addr: to_bits(addr),
             len: family.bits(),
             family,
+            raw: to_bits(addr),
         }
     }
 
-    /// The network address.
+    /// The address as given, host bits included (`10.0.1.7` of `10.0.1.7/23`), as
+    /// `ip xfrm policy` shows it.
     pub fn addr(&self) -> IpAddr {
+        from_bits(self.family, self.raw)
+    }
+
+    /// The network address: the address masked to the prefix length (`10.0.0.0` of
+    /// `10.0.1.7/23`).
+    pub fn network(&self) -> IpAddr {
         from_bits(self.family, self.addr)
+    }
+
+    /// The same prefix with its host bits cleared (`10.0.0.0/23` of `10.0.1.7/23`).
+    #[must_use]
+    pub const fn masked(&self) -> Prefix {
+        Prefix {
+            addr: self.addr,
+            len: self.len,
+            family: self.family,
+            raw: self.addr,
+        }
     }
 
     /// The prefix length.
@@ -216,11 +246,11 @@ mod tests {
     fn parses_and_prints_both_families() {
         for (text, shown) in [
             ("10.0.0.0/8", "10.0.0.0/8"),
-            ("10.1.2.3/16", "10.1.0.0/16"),
+            ("10.1.2.3/16", "10.1.2.3/16"),
             ("10.1.2.3", "10.1.2.3/32"),
             ("0.0.0.0/0", "0.0.0.0/0"),
             ("dead:1::/64", "dead:1::/64"),
-            ("dead:1::ff/120", "dead:1::/120"),
+            ("dead:1::ff/120", "dead:1::ff/120"),
             ("::/0", "::/0"),
         ] {
             assert_eq!(text.parse::<Prefix>().unwrap().to_string(), shown);
@@ -235,6 +265,20 @@ mod tests {
         ] {
             assert!(bad.parse::<Prefix>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn host_bits_are_identity_not_matching() {
+        let a: Prefix = "10.100.1.3/25".parse().unwrap();
+        let b: Prefix = "10.100.1.96/25".parse().unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.masked(), b.masked());
+        assert_eq!(a.network(), b.network());
+        for host in ["10.100.1.0", "10.100.1.127"] {
+            let h = host.parse().unwrap();
+            assert!(a.contains(h) && b.contains(h));
+        }
+        assert!(!a.contains("10.100.1.128".parse().unwrap()));
     }
 
     #[test]

@@ -232,7 +232,7 @@ impl Bin {
 
     /// The policy with exactly this selector, found through the trees (as `ip xfrm policy get`
     /// finds it).
-    pub(crate) fn find(&self, selector: &Selector) -> Option<&Policy> {
+    pub(crate) fn find(&self, selector: &Selector, mark: crate::Mark) -> Option<&Policy> {
         let list: &[Policy] = match class(selector) {
             Class::AnyAny => &self.any,
             Class::SrcAny => self.root_s.lookup(selector.src.addr)?,
@@ -243,7 +243,8 @@ impl Bin {
                 .root
                 .lookup(selector.src.addr)?,
         };
-        list.iter().find(|p| p.selector == *selector)
+        list.iter()
+            .find(|p| p.selector == *selector && p.mark == mark)
     }
 
     /// Every policy of the bin, in no particular order.

@@ -1,7 +1,7 @@
 //! [`PolicyDb`]: the published structure (exact hashes and inexact bins) and its writer.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crossbeam_epoch::{Atomic, Guard};
@@ -11,10 +11,11 @@ use hashbrown::HashMap;
 use crate::Error;
 use crate::addr::Family;
 use crate::bin::{Bin, BinShape};
+use crate::decide::{Check, check, resolve};
 use crate::epoch::{load, publish, take};
 use crate::exact::ExactTable;
-use crate::policy::{Direction, HThresh, Policy, PolicySpec, PolicyType};
-use crate::registry::{Admitted, Registry};
+use crate::policy::{Direction, HThresh, Mark, Policy, PolicySpec, PolicyType};
+use crate::registry::{Admitted, Head, Registry};
 use crate::selector::{Flow, Selector};
 
 /// What selects an inexact bin: the kernel's `xfrm_pol_inexact_key` (without the netns).
@@ -161,6 +162,10 @@ pub struct PolicyDb {
     /// Policies per direction (the kernel's `policy_count[dir]`), read without the lock so a
     /// packet path can skip the lookup when a direction has none.
     per_dir: [AtomicUsize; 3],
+    /// Per direction, who holds the kernel's `pos` 0 ([`Head::encode`]).
+    heads: [AtomicU64; 3],
+    /// Per direction, whether the default policy is block.
+    default_block: [AtomicBool; 3],
 }
 
 impl Default for PolicyDb {
@@ -203,11 +208,13 @@ impl PolicyDb {
         Ok(PolicyDb {
             root: Atomic::new(root),
             writer: Mutex::new(Writer {
-                registry: Registry::default(),
+                registry: Registry::new(hthresh),
                 counts,
                 seed,
             }),
             per_dir: Default::default(),
+            heads: Default::default(),
+            default_block: Default::default(),
         })
     }
 
@@ -241,11 +248,24 @@ impl PolicyDb {
         let mut w = self.writer();
         let Admitted { policy, replaced } = w.registry.admit(spec, excl)?;
         self.change(&mut w, replaced.as_ref(), Some(&policy));
+        self.publish_heads(&w);
         Ok(policy)
     }
 
-    /// Deletes the policy with this direction, type, if_id and selector
-    /// (`ip xfrm policy delete`).
+    /// Publishes who holds `pos` 0 in each direction.
+    fn publish_heads(&self, w: &Writer) {
+        for dir in Direction::ALL {
+            self.heads[dir.slot()].store(w.registry.head(dir).encode(), Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn head(&self, dir: Direction) -> Head {
+        Head::decode(self.heads[dir.slot()].load(Ordering::Acquire))
+    }
+
+    /// Deletes the policy with this direction, type, if_id, mark and selector
+    /// (`ip xfrm policy delete`; the kernel's `xfrm_policy_bysel_ctx`).
     ///
     /// # Errors
     /// [`Error::NotFound`].
@@ -255,10 +275,12 @@ impl PolicyDb {
         dir: Direction,
         ptype: PolicyType,
         if_id: u32,
+        mark: Mark,
     ) -> Result<Policy, Error> {
         let mut w = self.writer();
-        let policy = w.registry.remove(selector, dir, ptype, if_id)?;
+        let policy = w.registry.remove(selector, dir, ptype, if_id, mark)?;
         self.change(&mut w, Some(&policy), None);
+        self.publish_heads(&w);
         Ok(policy)
     }
 
@@ -270,6 +292,7 @@ impl PolicyDb {
         let mut w = self.writer();
         let policy = w.registry.remove_index(index)?;
         self.change(&mut w, Some(&policy), None);
+        self.publish_heads(&w);
         Ok(policy)
     }
 
@@ -277,8 +300,8 @@ impl PolicyDb {
     pub fn flush(&self, ptype: PolicyType) -> usize {
         let mut w = self.writer();
         let removed = w.registry.flush(ptype);
-        let hthresh = self.hthresh();
-        self.rebuild(&mut w, hthresh);
+        self.rebuild(&mut w);
+        self.publish_heads(&w);
         let left = w.registry.dump();
         for dir in Direction::ALL {
             let n = left.iter().filter(|p| p.dir == dir).count();
@@ -287,17 +310,53 @@ impl PolicyDb {
         removed
     }
 
-    /// Changes the hash thresholds (`ip xfrm policy set hthresh4 ... hthresh6 ...`): every
-    /// policy moves to the exact hash or to a bin as the new thresholds say. Readers switch from
-    /// the old structure to the rebuilt one in one step.
+    /// Changes the hash thresholds (`ip xfrm policy set hthresh4 ... hthresh6 ...`) as the
+    /// kernel's `xfrm_hash_rebuild` does: every policy moves to the exact hash or to a bin as
+    /// the new thresholds say, and every list is re-sorted by priority then creation (so a
+    /// policy updated in place with its priority loses the older place it kept). The kernel
+    /// rebuilds on every `set`, also to the same values. Readers switch from the old structure
+    /// to the rebuilt one in one step.
     ///
     /// # Errors
     /// [`Error::HThresh`] when a threshold exceeds its family's width.
     pub fn set_hthresh(&self, hthresh: HThresh) -> Result<(), Error> {
         hthresh.validate()?;
         let mut w = self.writer();
-        self.rebuild(&mut w, hthresh);
+        w.registry.set_hthresh(hthresh);
+        self.rebuild(&mut w);
+        self.publish_heads(&w);
         Ok(())
+    }
+
+    /// Declares the policies in the database to come from a kernel dump, whose history is not
+    /// known: which inexact policy holds the kernel's `pos` 0 (the first one, or none if it was
+    /// deleted since the last insert), and the `pos` of exact policies that are not host to
+    /// host (they may have been inexact under earlier thresholds). Priority ties that depend
+    /// on these are answered with [`UNDECIDED`](crate::UNDECIDED) until later changes settle
+    /// them (the next inexact insert of a direction numbers its list afresh; a threshold
+    /// change settles everything).
+    ///
+    /// ```
+    /// use policy_tree::{Direction, Flow, PolicyDb, PolicySpec, Selector, UNDECIDED};
+    ///
+    /// let db = PolicyDb::new();
+    /// let host = Selector::new("10.0.0.1/32".parse()?, "10.0.1.1/32".parse()?)?;
+    /// let net = Selector::new("10.0.0.0/24".parse()?, "10.0.1.0/24".parse()?)?;
+    /// db.add(PolicySpec::new(net, Direction::Fwd).priority(5))?;
+    /// db.add(PolicySpec::new(host, Direction::Fwd).priority(5))?;
+    /// let flow = Flow::new("10.0.0.1".parse().unwrap(), "10.0.1.1".parse().unwrap())?;
+    /// let guard = crossbeam_epoch::pin();
+    /// // The inexact policy holds pos 0 and beats the exact one's pos 0, as in the kernel.
+    /// assert_eq!(db.lookup(&flow, Direction::Fwd, &guard).unwrap().selector, net);
+    /// db.forget_history();
+    /// assert!(std::ptr::eq(db.lookup(&flow, Direction::Fwd, &guard).unwrap(), &UNDECIDED));
+    /// # Ok::<(), policy_tree::Error>(())
+    /// ```
+    pub fn forget_history(&self) {
+        let mut w = self.writer();
+        w.registry.forget_history();
+        self.rebuild(&mut w);
+        self.publish_heads(&w);
     }
 
     /// The current hash thresholds.
@@ -335,6 +394,34 @@ impl PolicyDb {
         self.per_dir[dir.slot()].load(Ordering::Acquire) != 0
     }
 
+    /// Sets the default policy of `dir` (`ip xfrm policy setdefault DIR block|accept`): what
+    /// [`check`](Self::check) decides when no policy matches.
+    pub fn set_default_block(&self, dir: Direction, block: bool) {
+        self.default_block[dir.slot()].store(block, Ordering::Release);
+    }
+
+    /// Whether the default policy of `dir` is block.
+    pub fn default_blocks(&self, dir: Direction) -> bool {
+        self.default_block[dir.slot()].load(Ordering::Acquire)
+    }
+
+    /// Whether a packet of direction `dir` must be checked at all: a policy of that direction
+    /// exists or its default is block (the kernel's `__xfrm_check_nopolicy`, for a packet
+    /// without IPsec). Lock-free.
+    ///
+    /// ```
+    /// use policy_tree::{Direction, PolicyDb};
+    ///
+    /// let db = PolicyDb::new();
+    /// assert!(!db.needs_check(Direction::Fwd));
+    /// db.set_default_block(Direction::Fwd, true);
+    /// assert!(db.needs_check(Direction::Fwd) && !db.has_policies(Direction::Fwd));
+    /// ```
+    #[inline]
+    pub fn needs_check(&self, dir: Direction) -> bool {
+        self.has_policies(dir) || self.default_block[dir.slot()].load(Ordering::Relaxed)
+    }
+
     /// Where the policies sit.
     pub fn counts(&self) -> Counts {
         self.writer().counts
@@ -351,20 +438,21 @@ impl PolicyDb {
         self.writer().registry.get_index(index)
     }
 
-    /// The policy with this direction, type, if_id and selector, found through the published
-    /// structure as a reader finds it (`ip xfrm policy get`): the exact chain, or the bin's
-    /// tree node that must hold it.
+    /// The policy with this direction, type, if_id, mark and selector, found through the
+    /// published structure as a reader finds it (`ip xfrm policy get`): the exact chain, or the
+    /// bin's tree node that must hold it.
     pub fn get<'g>(
         &self,
         selector: &Selector,
         dir: Direction,
         ptype: PolicyType,
         if_id: u32,
+        mark: Mark,
         guard: &'g Guard,
     ) -> Option<&'g Policy> {
         let root = load(&self.root, guard)?;
         if root.hthresh.is_exact(dir, selector) {
-            return root.exact[dir.slot()].find(selector, ptype, if_id, guard);
+            return root.exact[dir.slot()].find(selector, ptype, if_id, mark, guard);
         }
         let key = BinKey {
             dir,
@@ -373,11 +461,13 @@ impl PolicyDb {
             if_id,
         };
         let slot = load(&root.bins, guard)?.map.get(&key)?;
-        load(&slot.bin, guard)?.find(selector)
+        load(&slot.bin, guard)?.find(selector, mark)
     }
 
-    /// The policy that decides `flow` in direction `dir`: sub policies first, then main ones;
-    /// among matches the lowest priority value wins, ties going to the older policy.
+    /// The policy that decides `flow` in direction `dir` (the kernel's `xfrm_policy_lookup`):
+    /// sub policies first, then main ones; among matches the lowest priority value wins, ties
+    /// going as the kernel breaks them (see the crate README); [`UNDECIDED`](crate::UNDECIDED)
+    /// when that depends on what the database cannot know.
     ///
     /// Lock-free and allocation-free; the result lives as long as `guard`.
     #[inline]
@@ -385,10 +475,37 @@ impl PolicyDb {
         let root = load(&self.root, guard)?;
         let [main, sub] = root.exact[dir.slot()].lookup(flow, None, guard);
         let bins = load(&root.bins, guard);
-        if let Some(sub) = Self::inexact(bins, flow, dir, PolicyType::Sub, sub, guard) {
+        let head = self.head(dir);
+        if let Some(sub) = Self::inexact(bins, flow, dir, PolicyType::Sub, sub, head, guard) {
             return Some(sub);
         }
-        Self::inexact(bins, flow, dir, PolicyType::Main, main, guard)
+        Self::inexact(bins, flow, dir, PolicyType::Main, main, head, guard)
+    }
+
+    /// The kernel's policy check of a packet without IPsec (no `sec_path`: not decapsulated
+    /// by this host) in direction `dir` (see [`Check`]):
+    /// `__xfrm_policy_check` for in and fwd, `xfrm_lookup` for out (what a forwarded packet
+    /// meets in `xfrm_route_forward`). Lock-free and allocation-free.
+    ///
+    /// ```
+    /// use policy_tree::{Action, Check, Direction, Flow, PolicyDb, PolicySpec, PolicyType, Selector};
+    ///
+    /// let db = PolicyDb::new();
+    /// let any = Selector::new("0.0.0.0/0".parse()?, "0.0.0.0/0".parse()?)?;
+    /// db.add(PolicySpec::new(any, Direction::Fwd).ptype(PolicyType::Sub))?;
+    /// // A matching sub policy brings the main policy of direction in, as in the kernel.
+    /// db.add(PolicySpec::new(any, Direction::In).action(Action::Block))?;
+    /// let flow = Flow::new("10.0.0.1".parse().unwrap(), "10.0.1.1".parse().unwrap())?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert!(matches!(db.check(&flow, Direction::Fwd, &guard), Check::Drop(p) if p.dir == Direction::In));
+    /// # Ok::<(), policy_tree::Error>(())
+    /// ```
+    #[inline]
+    pub fn check<'g>(&self, flow: &Flow, dir: Direction, guard: &'g Guard) -> Check<'g> {
+        let default_block = self.default_block[dir.slot()].load(Ordering::Relaxed);
+        check(dir, default_block, self.lookup(flow, dir, guard), |d| {
+            self.lookup_bytype(flow, d, PolicyType::Main, guard)
+        })
     }
 
     /// The policy of type `ptype` that decides `flow` in direction `dir` (the kernel's
@@ -402,25 +519,37 @@ impl PolicyDb {
     ) -> Option<&'g Policy> {
         let root = load(&self.root, guard)?;
         let exact = root.exact[dir.slot()].lookup(flow, Some(ptype), guard)[ptype as usize];
-        Self::inexact(load(&root.bins, guard), flow, dir, ptype, exact, guard)
+        let head = self.head(dir);
+        Self::inexact(
+            load(&root.bins, guard),
+            flow,
+            dir,
+            ptype,
+            exact,
+            head,
+            guard,
+        )
     }
 
-    /// Improves the exact chain's answer with the bin's candidate lists.
+    /// Weighs the exact chain's answer against the bin's candidate lists.
     #[inline]
+    #[allow(clippy::too_many_arguments, reason = "one private hot-path helper")]
     fn inexact<'g>(
         bins: Option<&'g BinTable>,
         flow: &Flow,
         dir: Direction,
         ptype: PolicyType,
-        mut best: Option<&'g Policy>,
+        exact: Option<&'g Policy>,
+        head: Head,
         guard: &'g Guard,
     ) -> Option<&'g Policy> {
         let Some(bins) = bins.filter(|b| match ptype {
             PolicyType::Main => !b.map.is_empty(),
             PolicyType::Sub => b.has_sub,
         }) else {
-            return best;
+            return exact;
         };
+        let mut best = None;
         let key = BinKey {
             dir,
             ptype,
@@ -430,7 +559,7 @@ impl PolicyDb {
         if let Some(bin) = bins.map.get(&key).and_then(|slot| load(&slot.bin, guard)) {
             bin.candidates(flow, &mut best);
         }
-        best
+        resolve(exact, best, head)
     }
 
     /// The nodes of one inexact bin, or `None` when the bin does not exist.
@@ -474,7 +603,13 @@ impl PolicyDb {
         for policy in self.dump() {
             if root.hthresh.is_exact(policy.dir, &policy.selector) {
                 let table = &root.exact[policy.dir.slot()];
-                if let Some(p) = table.find(&policy.selector, policy.ptype, policy.if_id, &guard) {
+                if let Some(p) = table.find(
+                    &policy.selector,
+                    policy.ptype,
+                    policy.if_id,
+                    policy.mark,
+                    &guard,
+                ) {
                     out.push(*p);
                 }
             }
@@ -567,9 +702,10 @@ impl PolicyDb {
         }
     }
 
-    /// Writers only: publishes a new root holding the registry's policies under `hthresh`.
-    fn rebuild(&self, w: &mut Writer, hthresh: HThresh) {
+    /// Writers only: publishes a new root holding the registry's policies under its thresholds.
+    fn rebuild(&self, w: &mut Writer) {
         let guard = crossbeam_epoch::pin();
+        let hthresh = w.registry.hthresh();
         let (root, counts) = Root::build(hthresh, w.seed, &w.registry.oldest_first(), &guard);
         w.counts = counts;
         publish(&self.root, Some(root), &guard);

@@ -106,11 +106,11 @@ impl ExactTable {
             return found;
         };
         for policy in chain.policies.iter() {
-            if policy.if_id != flow.if_id || ptype.is_some_and(|t| t != policy.ptype) {
+            if ptype.is_some_and(|t| t != policy.ptype) {
                 continue;
             }
             let at = policy.ptype as usize;
-            if found[at].is_none() && policy.selector.matches(flow) {
+            if found[at].is_none() && policy.matches(flow) {
                 found[at] = Some(policy);
                 if found[0].is_some() && found[1].is_some() {
                     break;
@@ -126,6 +126,7 @@ impl ExactTable {
         selector: &crate::Selector,
         ptype: PolicyType,
         if_id: u32,
+        mark: crate::Mark,
         guard: &'g Guard,
     ) -> Option<&'g Policy> {
         let buckets = load(&self.buckets, guard)?;
@@ -136,10 +137,9 @@ impl ExactTable {
             buckets.slots.len(),
         );
         let chain = load(&buckets.slots[slot], guard)?;
-        chain
-            .policies
-            .iter()
-            .find(|p| p.selector == *selector && p.ptype == ptype && p.if_id == if_id)
+        chain.policies.iter().find(|p| {
+            p.selector == *selector && p.ptype == ptype && p.if_id == if_id && p.mark == mark
+        })
     }
 
     /// Writers only. Publishes the chain of `remove` and `add` (same identity, so same bucket)

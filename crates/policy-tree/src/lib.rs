@@ -21,7 +21,8 @@
 //! - **Lookup**: the first match in the exact chain, then the (up to) four candidate lists for
 //!   the flow's addresses, each sorted by priority then insertion position and scanned only
 //!   while it can still beat the best match; sub policies are consulted before main ones.
-//!   The lowest priority value wins; ties go to the older policy (lower [`Policy::pos`]).
+//!   The lowest priority value wins; ties go by the kernel's list order ([`Policy::order`])
+//!   and, between the exact chain and the inexact lists, by the kernel's `pos`.
 //!
 //! [`LinearDb`] is the same database as one sorted list per direction (the kernel before the
 //! trees): the reference the tests compare against and the baseline of the benchmarks.
@@ -65,17 +66,17 @@
 //!
 //! # Differences from the kernel
 //!
-//! - Selector addresses are stored masked to their prefix length (`10.0.0.1/24` is
-//!   `10.0.0.0/24`); the kernel keeps host bits but ignores them when matching.
-//! - Marks, security contexts, lifetimes and socket policies are not rendered.
-//! - Ties between equal priorities always go to the older policy, also between the exact chain
-//!   and the inexact lists (the kernel compares per-bin list positions there).
-//! - Trees are path-compressed binary tries rather than rbtrees, so readers need no sequence
-//!   count retry: they walk an immutable version.
+//! The rules followed, with the kernel code behind each, are in the crate README. Where an
+//! answer depends on the kernel's `pos` numbering that the database cannot know (a database
+//! loaded from a dump, see [`PolicyDb::forget_history`]), a lookup returns [`UNDECIDED`].
+//! Security contexts, lifetimes and socket policies are not rendered; trees are
+//! path-compressed binary tries rather than rbtrees, so readers need no sequence count retry:
+//! they walk an immutable version.
 
 mod addr;
 mod bin;
 mod db;
+mod decide;
 mod epoch;
 mod error;
 mod exact;
@@ -89,9 +90,12 @@ mod trie;
 pub use addr::{Family, Prefix};
 pub use bin::{BinShape, DstNodeShape, INEXACT_PREFIXLEN_IPV4, INEXACT_PREFIXLEN_IPV6, NodeShape};
 pub use db::{Counts, PolicyDb};
+pub use decide::{Check, UNDECIDED};
 pub use error::Error;
 pub use linear::LinearDb;
-pub use policy::{Action, Direction, HThresh, Policy, PolicySpec, PolicyType, TemplateId};
+pub use policy::{
+    Action, Direction, ExactPos, HThresh, Mark, Policy, PolicySpec, PolicyType, TemplateId,
+};
 pub use selector::{Flow, PortMatch, Selector};
 
 /// The README's example, compiled and run as a doctest.

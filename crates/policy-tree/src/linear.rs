@@ -2,18 +2,18 @@
 #![forbid(unsafe_code)]
 
 use crate::Error;
-use crate::policy::{Direction, HThresh, Policy, PolicySpec, PolicyType};
+use crate::decide::{Check, check, resolve};
+use crate::policy::{Direction, HThresh, Mark, Policy, PolicySpec, PolicyType};
 use crate::registry::{Admitted, Registry};
 use crate::selector::{Flow, Selector};
 
 /// The policy database as one list per direction, sorted by rank and scanned linearly: the
-/// kernel's behaviour before the inexact trees (one inexact list per direction, first match
-/// wins), and the semantics [`PolicyDb`](crate::PolicyDb) must reproduce.
+/// semantics [`PolicyDb`](crate::PolicyDb) must reproduce, written as plainly as possible.
 ///
-/// The answer of [`lookup`](Self::lookup) is, by construction, the oracle of the kernel notes:
-/// among the matching sub policies (or, when there are none, the matching main policies) the
-/// one with the lowest priority value, ties going to the earliest inserted. The hash
-/// thresholds are recorded but change no answer.
+/// [`lookup`](Self::lookup) follows the kernel's rule directly: of the matching policies of a
+/// type, the first exact one (under the hash thresholds) and the first inexact one in list
+/// order (priority, then [`Policy::order`]), the lower priority winning and a tie broken by
+/// the kernel's `pos` (see the crate README); sub policies before main ones.
 ///
 /// ```
 /// use policy_tree::{Direction, Flow, LinearDb, PolicySpec, Selector};
@@ -28,11 +28,10 @@ use crate::selector::{Flow, Selector};
 #[derive(Debug, Default)]
 pub struct LinearDb {
     registry: Registry,
-    hthresh: HThresh,
+    /// Per direction, whether the default policy is block.
+    default_block: [bool; 3],
     /// Per direction, every policy sorted by rank.
     lists: [Vec<Policy>; 3],
-    /// The number of sub policies (a scan may stop at the first main match when there are none).
-    subs: usize,
 }
 
 impl LinearDb {
@@ -65,14 +64,25 @@ impl LinearDb {
         let list = &mut self.lists[policy.dir.slot()];
         let at = list.partition_point(|p| p.rank() <= policy.rank());
         list.insert(at, policy);
-        self.subs += usize::from(policy.ptype == PolicyType::Sub);
         Ok(policy)
     }
 
     fn unlink(&mut self, policy: &Policy) {
         let list = &mut self.lists[policy.dir.slot()];
         list.retain(|p| p.index != policy.index);
-        self.subs -= usize::from(policy.ptype == PolicyType::Sub);
+    }
+
+    /// Rebuilds the lists from the registry (after a change of every policy's order).
+    fn relist(&mut self) {
+        for list in &mut self.lists {
+            list.clear();
+        }
+        for policy in self.registry.oldest_first() {
+            self.lists[policy.dir.slot()].push(policy);
+        }
+        for list in &mut self.lists {
+            list.sort_by_key(Policy::rank);
+        }
     }
 
     /// As [`PolicyDb::delete`](crate::PolicyDb::delete).
@@ -85,8 +95,9 @@ impl LinearDb {
         dir: Direction,
         ptype: PolicyType,
         if_id: u32,
+        mark: Mark,
     ) -> Result<Policy, Error> {
-        let policy = self.registry.remove(selector, dir, ptype, if_id)?;
+        let policy = self.registry.remove(selector, dir, ptype, if_id, mark)?;
         self.unlink(&policy);
         Ok(policy)
     }
@@ -107,25 +118,35 @@ impl LinearDb {
         for list in &mut self.lists {
             list.retain(|p| p.ptype != ptype);
         }
-        if ptype == PolicyType::Sub {
-            self.subs = 0;
-        }
         removed
     }
 
-    /// Records new thresholds (they change no answer of a linear scan).
+    /// As [`PolicyDb::set_hthresh`](crate::PolicyDb::set_hthresh): which policies are exact,
+    /// and the order of every list.
     ///
     /// # Errors
     /// [`Error::HThresh`] when a threshold exceeds its family's width.
     pub fn set_hthresh(&mut self, hthresh: HThresh) -> Result<(), Error> {
         hthresh.validate()?;
-        self.hthresh = hthresh;
+        self.registry.set_hthresh(hthresh);
+        self.relist();
         Ok(())
     }
 
-    /// The recorded thresholds.
+    /// As [`PolicyDb::set_default_block`](crate::PolicyDb::set_default_block).
+    pub fn set_default_block(&mut self, dir: Direction, block: bool) {
+        self.default_block[dir.slot()] = block;
+    }
+
+    /// As [`PolicyDb::forget_history`](crate::PolicyDb::forget_history).
+    pub fn forget_history(&mut self) {
+        self.registry.forget_history();
+        self.relist();
+    }
+
+    /// The current thresholds.
     pub fn hthresh(&self) -> HThresh {
-        self.hthresh
+        self.registry.hthresh()
     }
 
     /// The number of policies.
@@ -155,38 +176,37 @@ impl LinearDb {
         dir: Direction,
         ptype: PolicyType,
         if_id: u32,
+        mark: Mark,
     ) -> Option<&Policy> {
-        self.lists[dir.slot()]
-            .iter()
-            .find(|p| p.selector == *selector && p.ptype == ptype && p.if_id == if_id)
+        self.lists[dir.slot()].iter().find(|p| {
+            p.selector == *selector && p.ptype == ptype && p.if_id == if_id && p.mark == mark
+        })
     }
 
     /// As [`PolicyDb::lookup`](crate::PolicyDb::lookup).
     pub fn lookup(&self, flow: &Flow, dir: Direction) -> Option<&Policy> {
-        let mut main = None;
-        for policy in &self.lists[dir.slot()] {
-            if policy.if_id != flow.if_id || !policy.selector.matches(flow) {
-                continue;
-            }
-            match policy.ptype {
-                PolicyType::Sub => return Some(policy),
-                PolicyType::Main if main.is_none() => {
-                    main = Some(policy);
-                    if self.subs == 0 {
-                        break;
-                    }
-                }
-                PolicyType::Main => {}
-            }
-        }
-        main
+        self.lookup_bytype(flow, dir, PolicyType::Sub)
+            .or_else(|| self.lookup_bytype(flow, dir, PolicyType::Main))
     }
 
     /// As [`PolicyDb::lookup_bytype`](crate::PolicyDb::lookup_bytype).
     pub fn lookup_bytype(&self, flow: &Flow, dir: Direction, ptype: PolicyType) -> Option<&Policy> {
-        self.lists[dir.slot()]
+        let mut matching = self.lists[dir.slot()]
             .iter()
-            .find(|p| p.ptype == ptype && p.if_id == flow.if_id && p.selector.matches(flow))
+            .filter(|p| p.ptype == ptype && p.family() == flow.family && p.matches(flow));
+        let exact = matching.clone().find(|p| self.registry.is_exact(p));
+        let inexact = matching.find(|p| !self.registry.is_exact(p));
+        resolve(exact, inexact, self.registry.head(dir))
+    }
+
+    /// As [`PolicyDb::check`](crate::PolicyDb::check).
+    pub fn check(&self, flow: &Flow, dir: Direction) -> Check<'_> {
+        check(
+            dir,
+            self.default_block[dir.slot()],
+            self.lookup(flow, dir),
+            |d| self.lookup_bytype(flow, d, PolicyType::Main),
+        )
     }
 
     /// Every policy of a direction, sorted by rank.

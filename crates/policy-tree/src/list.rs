@@ -65,7 +65,7 @@ pub(crate) fn scan<'a>(list: &'a [Policy], flow: &Flow, best: &mut Option<&'a Po
                 return;
             }
         }
-        if policy.selector.matches(flow) {
+        if policy.matches(flow) {
             *best = Some(policy);
             return;
         }
@@ -83,10 +83,13 @@ mod tests {
             dir: Direction::Out,
             ptype: PolicyType::Main,
             if_id: 0,
+            mark: crate::Mark::ANY,
             priority,
             action: Action::Allow,
             index: pos as u32 * 8 + 1,
-            pos,
+            order: pos,
+            created: pos,
+            exact_pos: crate::ExactPos::Zero,
         }
     }
 
@@ -100,7 +103,7 @@ mod tests {
         assert_eq!(ranks, [(0, 3), (1, 1), (1, 4), (5, 0), (5, 2)]);
         let cut = without(&list, 8 + 1).unwrap();
         assert_eq!(cut.len(), 4);
-        assert!(cut.iter().all(|p| p.pos != 1));
+        assert!(cut.iter().all(|p| p.order != 1));
         assert!(without(&cut, 8 + 1).is_none());
     }
 
@@ -109,26 +112,26 @@ mod tests {
         let a = [policy(1, 0, "10.0.0.0/8"), policy(3, 2, "10.0.0.0/8")];
         let b = [policy(1, 1, "11.0.0.0/8"), policy(2, 3, "10.0.0.0/8")];
         let m = merged(&a, &b);
-        let pos: Vec<_> = m.iter().map(|p| p.pos).collect();
+        let pos: Vec<_> = m.iter().map(|p| p.order).collect();
         assert_eq!(pos, [0, 1, 3, 2]);
 
         let flow = Flow::v4([1, 1, 1, 1].into(), [10, 1, 1, 1].into());
         let mut best = None;
         scan(&m, &flow, &mut best);
-        assert_eq!(best.map(|p| p.pos), Some(0));
+        assert_eq!(best.map(|p| p.order), Some(0));
         // A better candidate stops the scan before any match.
         let better = policy(0, 9, "10.0.0.0/8");
         let mut best = Some(&better);
         scan(&m, &flow, &mut best);
-        assert_eq!(best.map(|p| p.pos), Some(9));
+        assert_eq!(best.map(|p| p.order), Some(9));
         // A worse candidate is replaced by the first match that outranks it.
         let worse = policy(2, 0, "10.0.0.0/8");
         let mut best = Some(&worse);
         scan(&b, &flow, &mut best);
-        assert_eq!(best.map(|p| p.pos), Some(0));
+        assert_eq!(best.map(|p| p.order), Some(0));
         let flow11 = Flow::v4([1, 1, 1, 1].into(), [11, 1, 1, 1].into());
         let mut best = Some(&worse);
         scan(&b, &flow11, &mut best);
-        assert_eq!(best.map(|p| p.pos), Some(1));
+        assert_eq!(best.map(|p| p.order), Some(1));
     }
 }

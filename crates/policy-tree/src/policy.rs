@@ -56,8 +56,64 @@ pub enum Action {
     Allow,
     /// Drop (`action block`).
     Block,
-    /// Pass only through IPsec with this template (`action allow` with a `tmpl`).
+    /// Pass only through IPsec with this template (`action allow` with a `tmpl`, at least one
+    /// of them required: a packet without IPsec fails the in and fwd checks).
     Ipsec(TemplateId),
+    /// `action allow` with templates that are all optional (`level use`): a packet without
+    /// IPsec passes the in and fwd checks; out, the kernel applies what states exist.
+    IpsecOptional(TemplateId),
+    /// The policy exists in the kernel but its decision cannot be evaluated here (a security
+    /// context, a feature the embedder does not model): whatever it decides must be left to the
+    /// kernel. Embedders hand such packets to the kernel (fail closed), never past the policy.
+    Punt,
+}
+
+/// A policy's mark (`struct xfrm_mark`): a flow with mark `m` matches when
+/// `m & mask == value`. The default (0/0) matches every flow; a value with bits outside the mask
+/// matches none, as in the kernel.
+///
+/// ```
+/// use policy_tree::Mark;
+///
+/// let m = Mark { value: 5, mask: 0xf };
+/// assert!(m.matches(0x15) && !m.matches(0x16));
+/// assert!(Mark::ANY.matches(7));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Mark {
+    /// The value the masked flow mark must equal.
+    pub value: u32,
+    /// The bits of the flow mark compared.
+    pub mask: u32,
+}
+
+impl Mark {
+    /// No mark: matches every flow.
+    pub const ANY: Mark = Mark { value: 0, mask: 0 };
+
+    /// Whether a flow's mark matches (`(fl->flowi_mark & pol->mark.m) == pol->mark.v`).
+    #[inline]
+    pub const fn matches(&self, mark: u32) -> bool {
+        mark & self.mask == self.value
+    }
+}
+
+/// What is known of the kernel's `pos` of a policy in the exact hash.
+///
+/// The kernel numbers the inexact policies of a direction (`pos`, their place in
+/// `policy_inexact[dir]`, renumbered on every inexact insert, not on deletes) and breaks a
+/// priority tie between the exact chain's match and an inexact one by comparing `pos`: the
+/// inexact policy wins when its `pos` is not larger. An exact policy's `pos` is 0 unless it
+/// was inexact under earlier hash thresholds and kept the number it had then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ExactPos {
+    /// `pos` is 0: the policy never was inexact (only the inexact policy numbered 0 beats it in
+    /// a tie).
+    Zero,
+    /// A number left from an inexact past that the database cannot know (the policy moved to
+    /// the exact hash on a threshold change, or was found in the kernel with thresholds
+    /// below the address widths): ties against inexact policies are left to the kernel.
+    Unknown,
 }
 
 /// A policy as a writer asks for it: everything but the database-assigned insertion position.
@@ -84,6 +140,8 @@ pub struct PolicySpec {
     pub ptype: PolicyType,
     /// The xfrm interface id it is bound to (0: none); lookups must carry the same id.
     pub if_id: u32,
+    /// The mark a flow must carry (default: any).
+    pub mark: Mark,
     /// Priority: lower values win.
     pub priority: u32,
     /// The decision.
@@ -94,13 +152,14 @@ pub struct PolicySpec {
 }
 
 impl PolicySpec {
-    /// A main policy with priority 0, if_id 0, action allow and a generated index.
+    /// A main policy with priority 0, if_id 0, no mark, action allow and a generated index.
     pub const fn new(selector: Selector, dir: Direction) -> PolicySpec {
         PolicySpec {
             selector,
             dir,
             ptype: PolicyType::Main,
             if_id: 0,
+            mark: Mark::ANY,
             priority: 0,
             action: Action::Allow,
             index: None,
@@ -118,6 +177,13 @@ impl PolicySpec {
     #[must_use]
     pub const fn if_id(mut self, if_id: u32) -> PolicySpec {
         self.if_id = if_id;
+        self
+    }
+
+    /// With a mark.
+    #[must_use]
+    pub const fn mark(mut self, mark: Mark) -> PolicySpec {
+        self.mark = mark;
         self
     }
 
@@ -154,32 +220,55 @@ pub struct Policy {
     pub ptype: PolicyType,
     /// The xfrm interface id it is bound to.
     pub if_id: u32,
+    /// The mark a flow must carry.
+    pub mark: Mark,
     /// Priority: lower values win.
     pub priority: u32,
     /// The decision.
     pub action: Action,
     /// The unique index (low three bits: the direction).
     pub index: u32,
-    /// The insertion position: increases with every add or update, so among policies of equal
-    /// priority the one with the lower `pos` (the older one) wins.
-    pub pos: u64,
+    /// The place among policies of equal priority in every kernel list that holds the policy:
+    /// the smaller `order` comes first and wins a tie. A new policy comes after every existing
+    /// one; an update (`ip xfrm policy update`) that keeps the priority keeps the replaced
+    /// policy's place, one that changes it goes last; a threshold change re-sorts every policy
+    /// by `created` (see the crate README for the kernel code behind each rule).
+    pub order: u64,
+    /// When the policy was added or last updated (the kernel's `policy_all` list, which
+    /// `ip xfrm policy` dumps newest first).
+    pub created: u64,
+    /// The kernel's `pos` while the policy is in the exact hash (see [`ExactPos`]).
+    pub exact_pos: ExactPos,
 }
 
 impl Policy {
-    /// The order of precedence: lower priority value first, then older first.
+    /// The order within one kernel list: lower priority value first, then `order`.
     #[inline]
     pub const fn rank(&self) -> (u32, u64) {
-        (self.priority, self.pos)
+        (self.priority, self.order)
     }
 
-    /// The identity the kernel compares on add, update and delete: direction, type, if_id and
-    /// selector (priority and action are not part of it).
+    /// The address family of the selector.
+    pub const fn family(&self) -> crate::Family {
+        self.selector.family()
+    }
+
+    /// Whether a flow of the policy's direction and type matches: the kernel's
+    /// `xfrm_policy_match` (family, if_id, mark, then the selector).
+    #[inline]
+    pub fn matches(&self, flow: &crate::Flow) -> bool {
+        self.if_id == flow.if_id && self.mark.matches(flow.mark) && self.selector.matches(flow)
+    }
+
+    /// The identity the kernel compares on add, update and delete: direction, type, if_id,
+    /// mark and selector, host bits included (priority and action are not part of it).
     pub(crate) fn key(&self) -> SelectorKey {
         SelectorKey {
             selector: self.selector,
             dir: self.dir,
             ptype: self.ptype,
             if_id: self.if_id,
+            mark: self.mark,
         }
     }
 }
@@ -191,6 +280,7 @@ pub(crate) struct SelectorKey {
     pub(crate) dir: Direction,
     pub(crate) ptype: PolicyType,
     pub(crate) if_id: u32,
+    pub(crate) mark: Mark,
 }
 
 /// The hash thresholds (`ip xfrm policy set hthresh4 LBITS RBITS hthresh6 LBITS RBITS`).

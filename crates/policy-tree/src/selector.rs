@@ -180,6 +180,7 @@ pub struct Flow {
     pub(crate) dport: u16,
     pub(crate) ifindex: u32,
     pub(crate) if_id: u32,
+    pub(crate) mark: u32,
 }
 
 impl Flow {
@@ -201,6 +202,7 @@ impl Flow {
             dport: 0,
             ifindex: 0,
             if_id: 0,
+            mark: 0,
         })
     }
 
@@ -215,6 +217,7 @@ impl Flow {
             dport: 0,
             ifindex: 0,
             if_id: 0,
+            mark: 0,
         }
     }
 
@@ -229,6 +232,7 @@ impl Flow {
             dport: 0,
             ifindex: 0,
             if_id: 0,
+            mark: 0,
         }
     }
 
@@ -247,10 +251,20 @@ impl Flow {
         self
     }
 
-    /// With the interface index (the kernel's `flowi_oif`).
+    /// With the interface index a `dev` selector compares (the kernel's `flowi_oif`): for the
+    /// in and fwd checks and the out lookup of a forwarded packet, the egress interface of its
+    /// route (`skb_dst(skb)->dev`); for a reverse decode (ICMP errors), the ingress one.
     #[must_use]
     pub const fn ifindex(mut self, ifindex: u32) -> Flow {
         self.ifindex = ifindex;
+        self
+    }
+
+    /// With the packet's mark (`skb->mark`, 0 for a packet from the wire unless a firewall
+    /// rule sets one): policies whose [`Mark`](crate::Mark) does not match are skipped.
+    #[must_use]
+    pub const fn mark(mut self, mark: u32) -> Flow {
+        self.mark = mark;
         self
     }
 
@@ -289,6 +303,16 @@ impl Flow {
     /// The xfrm interface id.
     pub const fn interface_id(&self) -> u32 {
         self.if_id
+    }
+
+    /// The interface index `dev` selectors compare.
+    pub const fn interface(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The packet's mark.
+    pub const fn packet_mark(&self) -> u32 {
+        self.mark
     }
 }
 

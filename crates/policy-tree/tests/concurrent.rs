@@ -80,7 +80,14 @@ fn readers_never_see_a_half_changed_database() {
                 db.set_hthresh(h).unwrap();
             }
             for c in churn {
-                db.delete(&c, Direction::Out, PolicyType::Main, 0).unwrap();
+                db.delete(
+                    &c,
+                    Direction::Out,
+                    PolicyType::Main,
+                    0,
+                    policy_tree::Mark::ANY,
+                )
+                .unwrap();
             }
             if round % 16 == 8 {
                 db.set_hthresh(HThresh::default()).unwrap();

@@ -5,7 +5,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use policy_tree::{
-    Action, Direction, Flow, HThresh, LinearDb, Policy, PolicyDb, PolicySpec, PolicyType,
+    Action, Direction, Flow, HThresh, LinearDb, Mark, Policy, PolicyDb, PolicySpec, PolicyType,
     PortMatch, Prefix, Selector, TemplateId,
 };
 use proptest::prelude::*;
@@ -104,8 +104,19 @@ fn direction() -> impl Strategy<Value = Direction> {
     ]
 }
 
+/// Mostly no mark; marks that differ only in the mask; a value outside its mask (never matches).
+fn mark() -> impl Strategy<Value = Mark> {
+    prop_oneof![
+        8 => Just(Mark::ANY),
+        1 => Just(Mark { value: 5, mask: 0xf }),
+        1 => Just(Mark { value: 5, mask: 0xff }),
+        1 => Just(Mark { value: 0x15, mask: 0xf }),
+    ]
+}
+
 fn spec(families: Families) -> impl Strategy<Value = PolicySpec> {
     (
+        mark(),
         selector(families),
         direction(),
         prop_oneof![6 => Just(PolicyType::Main), 1 => Just(PolicyType::Sub)],
@@ -114,13 +125,15 @@ fn spec(families: Families) -> impl Strategy<Value = PolicySpec> {
         prop_oneof![
             Just(Action::Allow),
             Just(Action::Block),
-            (0u32..4).prop_map(|t| Action::Ipsec(TemplateId(t)))
+            (0u32..4).prop_map(|t| Action::Ipsec(TemplateId(t))),
+            (0u32..4).prop_map(|t| Action::IpsecOptional(TemplateId(t)))
         ],
     )
-        .prop_map(|(sel, dir, ptype, if_id, priority, action)| {
+        .prop_map(|(mark, sel, dir, ptype, if_id, priority, action)| {
             PolicySpec::new(sel, dir)
                 .ptype(ptype)
                 .if_id(if_id)
+                .mark(mark)
                 .priority(priority)
                 .action(action)
         })
@@ -158,6 +171,11 @@ enum Op {
     Update(PolicySpec),
     /// Re-add (exclusive) or update an existing policy's selector, picked by position.
     Touch(usize, bool, u32),
+    /// Add a masked twin of an existing policy: the same selector but for the source's host
+    /// bits (a policy of its own in the kernel), with a priority and an action.
+    Twin(usize, u128, u32, bool),
+    /// The database's history becomes unknown (as after loading a kernel dump).
+    ForgetHistory,
     Delete(usize),
     DeleteIndex(usize),
     DeleteMissing(Selector),
@@ -170,6 +188,9 @@ fn op(families: Families) -> impl Strategy<Value = Op> {
         12 => spec(families).prop_map(Op::Add),
         3 => spec(families).prop_map(Op::Update),
         3 => (any::<usize>(), any::<bool>(), 0u32..6).prop_map(|(i, u, p)| Op::Touch(i, u, p)),
+        3 => (any::<usize>(), any::<u128>(), 0u32..6, any::<bool>())
+            .prop_map(|(i, h, p, b)| Op::Twin(i, h, p, b)),
+        1 => Just(Op::ForgetHistory),
         3 => any::<usize>().prop_map(Op::Delete),
         2 => any::<usize>().prop_map(Op::DeleteIndex),
         1 => selector(families).prop_map(Op::DeleteMissing),
@@ -210,17 +231,21 @@ fn probe(families: Families) -> impl Strategy<Value = Probe> {
         prop::sample::select(vec![53u16, 80, 443, 0x01ff, 9999]),
         prop::sample::select(vec![0u32, 1, 2]),
         prop::sample::select(vec![0u32, 0, 7]),
+        prop::sample::select(vec![0u32, 0, 5, 0x15, 0x25]),
         direction(),
     )
-        .prop_map(|((s, d), proto, sport, dport, ifindex, if_id, dir)| Probe {
-            flow: Flow::new(s, d)
-                .unwrap()
-                .proto(proto)
-                .ports(sport, dport)
-                .ifindex(ifindex)
-                .if_id(if_id),
-            dir,
-        })
+        .prop_map(
+            |((s, d), proto, sport, dport, ifindex, if_id, mark, dir)| Probe {
+                flow: Flow::new(s, d)
+                    .unwrap()
+                    .proto(proto)
+                    .ports(sport, dport)
+                    .ifindex(ifindex)
+                    .if_id(if_id)
+                    .mark(mark),
+                dir,
+            },
+        )
 }
 
 fn pick(reference: &LinearDb, i: usize) -> Option<Policy> {
@@ -238,6 +263,7 @@ fn apply(db: &PolicyDb, reference: &mut LinearDb, op: &Op) -> Result<(), TestCas
                 let spec = PolicySpec::new(p.selector, p.dir)
                     .ptype(p.ptype)
                     .if_id(p.if_id)
+                    .mark(p.mark)
                     .priority(*priority)
                     .action(Action::Block);
                 if *update {
@@ -247,11 +273,54 @@ fn apply(db: &PolicyDb, reference: &mut LinearDb, op: &Op) -> Result<(), TestCas
                 }
             }
         }
+        Op::Twin(i, host, priority, block) => {
+            if let Some(p) = pick(reference, *i) {
+                let src = p.selector.src;
+                let bits = if src.family() == policy_tree::Family::V4 {
+                    32
+                } else {
+                    128
+                };
+                let keep = u128::MAX
+                    .checked_shl(u32::from(bits - src.prefixlen()))
+                    .unwrap_or(0);
+                let raw = match src.network() {
+                    IpAddr::V4(a) => IpAddr::V4(Ipv4Addr::from(
+                        (u128::from(u32::from(a)) | (*host as u32 as u128 & !keep)) as u32,
+                    )),
+                    IpAddr::V6(a) => IpAddr::V6(Ipv6Addr::from(u128::from(a) | (*host & !keep))),
+                };
+                let twin = Selector {
+                    src: Prefix::new(raw, src.prefixlen()).unwrap(),
+                    ..p.selector
+                };
+                let action = if *block { Action::Block } else { Action::Allow };
+                let spec = PolicySpec::new(twin, p.dir)
+                    .ptype(p.ptype)
+                    .if_id(p.if_id)
+                    .mark(p.mark)
+                    .priority(*priority)
+                    .action(action);
+                let exists = reference
+                    .get(&twin, p.dir, p.ptype, p.if_id, p.mark)
+                    .is_some();
+                let (x, y) = (db.add(spec), reference.add(spec));
+                prop_assert_eq!(&x, &y);
+                if !exists {
+                    // Host bits make a distinct policy, never a merge with its twin.
+                    prop_assert!(x.is_ok(), "masked twin refused: {:?}", x);
+                }
+            }
+        }
+        Op::ForgetHistory => {
+            db.forget_history();
+            reference.forget_history();
+        }
         Op::Delete(i) => {
             if let Some(p) = pick(reference, *i) {
                 prop_assert_eq!(
-                    db.delete(&p.selector, p.dir, p.ptype, p.if_id),
-                    reference.delete(&p.selector, p.dir, p.ptype, p.if_id)
+                    db.delete(&p.selector, p.dir, p.ptype, p.if_id, p.mark),
+                    reference.delete(&p.selector, p.dir, p.ptype, p.if_id, p.mark)
                 );
             }
         }
@@ -268,8 +337,8 @@ fn apply(db: &PolicyDb, reference: &mut LinearDb, op: &Op) -> Result<(), TestCas
             }
         }
         Op::DeleteMissing(sel) => prop_assert_eq!(
-            db.delete(sel, Direction::Out, PolicyType::Main, 3),
-            reference.delete(sel, Direction::Out, PolicyType::Main, 3)
+            db.delete(sel, Direction::Out, PolicyType::Main, 3, Mark::ANY),
+            reference.delete(sel, Direction::Out, PolicyType::Main, 3, Mark::ANY)
         ),
         Op::SetHThresh(h) => {
             prop_assert_eq!(db.set_hthresh(*h), reference.set_hthresh(*h));
@@ -290,7 +359,7 @@ fn check_structure(db: &PolicyDb, reference: &LinearDb) -> Result<(), TestCaseEr
     prop_assert_eq!(published, expected.clone());
     let guard = crossbeam_epoch::pin();
     for p in &expected {
-        let got = db.get(&p.selector, p.dir, p.ptype, p.if_id, &guard);
+        let got = db.get(&p.selector, p.dir, p.ptype, p.if_id, p.mark, &guard);
         prop_assert_eq!(got, Some(p), "policy not retrievable by selector");
         prop_assert_eq!(db.get_by_index(p.index), Some(*p));
     }
@@ -320,6 +389,10 @@ fn check_lookups(
         let ours = db.lookup(&probe.flow, probe.dir, &guard);
         let want = reference.lookup(&probe.flow, probe.dir);
         prop_assert_eq!(ours, want, "lookup of {:?} {:?}", probe.flow, probe.dir);
+        prop_assert_eq!(
+            db.check(&probe.flow, probe.dir, &guard),
+            reference.check(&probe.flow, probe.dir)
+        );
         for t in [PolicyType::Main, PolicyType::Sub] {
             prop_assert_eq!(
                 db.lookup_bytype(&probe.flow, probe.dir, t, &guard),
@@ -334,10 +407,13 @@ fn check_lookups(
             .proto(p.selector.proto)
             .ports(p.selector.sport.port, p.selector.dport.port)
             .ifindex(p.selector.ifindex)
-            .if_id(p.if_id);
+            .if_id(p.if_id)
+            .mark(p.mark.value);
         let ours = db.lookup(&flow, p.dir, &guard);
         prop_assert_eq!(ours, reference.lookup(&flow, p.dir));
-        prop_assert!(ours.is_some(), "a policy's own flow found nothing");
+        if p.mark.matches(p.mark.value) {
+            prop_assert!(ours.is_some(), "a policy's own flow found nothing");
+        }
     }
     Ok(())
 }
@@ -399,7 +475,7 @@ proptest! {
         for (i, spec) in specs.into_iter().enumerate() {
             if !unique.iter().any(|s: &PolicySpec| {
                 s.selector == spec.selector && s.dir == spec.dir && s.ptype == spec.ptype
-                    && s.if_id == spec.if_id
+                    && s.if_id == spec.if_id && s.mark == spec.mark
             }) {
                 unique.push(spec.priority(i as u32));
             }

@@ -76,10 +76,18 @@ impl Gateway {
     /// `ip xfrm policy get` through the published structure.
     fn get(&self, selector: &Selector, dir: Direction) -> bool {
         let guard = crossbeam_epoch::pin();
-        let found = self.db.get(selector, dir, PolicyType::Main, 0, &guard);
+        let found = self.db.get(
+            selector,
+            dir,
+            PolicyType::Main,
+            0,
+            policy_tree::Mark::ANY,
+            &guard,
+        );
         assert_eq!(
             found,
-            self.reference.get(selector, dir, PolicyType::Main, 0)
+            self.reference
+                .get(selector, dir, PolicyType::Main, 0, policy_tree::Mark::ANY)
         );
         found.is_some()
     }
@@ -363,11 +371,22 @@ fn overlap_merges_destination_nodes_and_their_source_trees() {
         ("10.0.2.0/24", "10.0.1.0/24"),
     ] {
         let s = sel(s, d);
-        let ours = ns3.db.delete(&s, Direction::Fwd, PolicyType::Main, 0);
+        let ours = ns3.db.delete(
+            &s,
+            Direction::Fwd,
+            PolicyType::Main,
+            0,
+            policy_tree::Mark::ANY,
+        );
         assert_eq!(
             ours,
-            ns3.reference
-                .delete(&s, Direction::Fwd, PolicyType::Main, 0)
+            ns3.reference.delete(
+                &s,
+                Direction::Fwd,
+                PolicyType::Main,
+                0,
+                policy_tree::Mark::ANY
+            )
         );
         assert!(ours.is_ok());
     }

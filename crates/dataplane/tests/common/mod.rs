@@ -246,7 +246,7 @@ pub fn fixture() -> Fixture {
     p.add(PolicySpec::new(sel("0.0.0.0/0", "8.8.4.4/32"), Direction::Fwd).action(Action::Block))
         .unwrap();
     p.add(
-        PolicySpec::new(sel("0.0.0.0/0", "8.9.0.0/16"), Direction::Fwd)
+        PolicySpec::new(sel("0.0.0.0/0", "8.9.0.0/16"), Direction::Out)
             .action(Action::Ipsec(TemplateId(1))),
     )
     .unwrap();

@@ -17,7 +17,7 @@ use addr_table::IfAddr;
 use fib_trie::{FibRule, Route};
 use neigh_table::{Link, Neighbour};
 use netlink_packet_route::RouteNetlinkMessage;
-use policy_tree::{Direction, PolicySpec, PolicyType, Selector};
+use policy_tree::{Direction, HThresh, Mark, PolicySpec, PolicyType, Selector};
 
 use crate::error::MapError;
 
@@ -114,6 +114,8 @@ pub struct PolicyKey {
     pub ptype: PolicyType,
     /// The xfrm interface id.
     pub if_id: u32,
+    /// The mark.
+    pub mark: Mark,
 }
 
 /// What one kernel message means for the tables.
@@ -154,8 +156,14 @@ pub enum Mapped {
     Rule6Gone(RuleEntry<u128>),
     /// `XFRM_MSG_NEWPOLICY` / `XFRM_MSG_UPDPOLICY`.
     Policy(PolicySpec),
-    /// `XFRM_MSG_DELPOLICY`.
+    /// `XFRM_MSG_DELPOLICY` naming the policy by its identity.
     PolicyGone(PolicyKey),
+    /// `XFRM_MSG_DELPOLICY` naming the policy by its index (every kernel notification does).
+    PolicyIndexGone(u32),
+    /// `XFRM_MSG_NEWSPDINFO`: the hash thresholds.
+    PolicyHThresh(HThresh),
+    /// `XFRM_MSG_GETDEFAULT`: whether the default policy blocks, for in, out and fwd.
+    PolicyDefaults([bool; 3]),
     /// `XFRM_MSG_FLUSHPOLICY`.
     PolicyFlush(PolicyType),
     /// A message outside what the mirror keeps (see [`Ignored`]).
