@@ -421,6 +421,10 @@ fn family<K: Family>(
     memory(table, &e);
     for (name, announced) in [("distinct-uniform", false), ("distinct-announced", true)] {
         let keys = stream(p, announced, 7);
+        #[allow(
+            clippy::let_unit_value,
+            reason = "DPDK's keys are () without feature dpdk"
+        )]
         let rk = rte_keys(&keys);
         group(c, name, table, &e, &keys, &rk);
     }

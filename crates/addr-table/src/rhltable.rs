@@ -823,6 +823,49 @@ mod tests {
     }
 
     #[test]
+    fn overflow_lines_fill_in_order_and_are_unlinked_when_empty() {
+        // One bucket line that can never grow: the 7th and 8th keys need an overflow line.
+        let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
+            min_size: 4,
+            max_size: 4,
+            automatic_shrinking: false,
+            seed: SeedMode::Deterministic(5),
+        })
+        .unwrap();
+        for k in 0..8 {
+            t.insert(k, k).unwrap();
+        }
+        assert!(t.insert(8, 8).is_err(), "twice max_size keys");
+        let s = t.stats();
+        assert_eq!((s.buckets, s.overflow_lines, s.max_chain), (1, 1, 8));
+        // Duplicates of a key in the overflow line stay with it.
+        t.insert(7, 70).unwrap();
+        let g = epoch::pin();
+        assert_eq!(t.get_all(&7, &g).copied().collect::<Vec<_>>(), [70, 7]);
+        let mut seen = Vec::new();
+        t.for_each(|k, v| seen.push((*k, *v)));
+        seen.sort_unstable();
+        assert_eq!(seen.len(), 9);
+        // Emptying the overflow line unlinks it; the first line keeps its keys.
+        assert_eq!(t.remove_all(&6), 1);
+        assert_eq!(t.stats().overflow_lines, 1);
+        assert_eq!(t.remove_all(&7), 2);
+        assert_eq!(t.stats().overflow_lines, 0);
+        // A freed slot of the first line is reused before a new overflow line.
+        assert!(t.remove(&0, |v| *v == 0));
+        t.insert(100, 100).unwrap();
+        t.insert(101, 101).unwrap();
+        t.insert(102, 102).unwrap();
+        let s = t.stats();
+        assert_eq!((s.keys, s.overflow_lines, s.max_chain), (8, 1, 8));
+        for k in (1..6).chain(100..103) {
+            assert_eq!(t.get(&k, &g), Some(&k));
+        }
+        assert_eq!(t.get(&0, &g), None);
+        drop(g);
+    }
+
+    #[test]
     fn readers_during_resizes() {
         let t = std::sync::Arc::new(small());
         t.insert(1_000, 7).unwrap();
