@@ -136,7 +136,7 @@ pub fn resolve(
         };
         match tables.fib6.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
@@ -156,7 +156,7 @@ pub fn resolve(
         };
         match tables.fib4.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
@@ -174,6 +174,7 @@ pub fn resolve(
         RouteType::Unreachable => return Route::Reject(Reject::Unreachable),
         RouteType::Prohibit => return Route::Reject(Reject::Prohibit),
         RouteType::Throw => return Route::Reject(Reject::NoRoute),
+        RouteType::Kernel => return Route::Punt(PuntReason::KernelRoute),
     }
     let Some((oif, next_hop)) = nexthop else {
         return Route::Reject(Reject::NoRoute);

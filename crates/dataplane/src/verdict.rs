@@ -118,6 +118,10 @@ reasons! {
         LinkLocal = "link_local",
         /// A forwarding policy asks for IPsec.
         Ipsec = "ipsec",
+        /// A "kernel decides" route: the mirror could not represent the kernel's route for
+        /// this destination (an encapsulation, a source-specific route, ...), so the kernel
+        /// routes the packet.
+        KernelRoute = "kernel_route",
     }
 }
 

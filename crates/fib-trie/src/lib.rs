@@ -72,6 +72,7 @@ mod direct;
 mod fib;
 mod key;
 mod metrics;
+mod nexthop;
 mod node;
 mod reference;
 mod route;
@@ -84,11 +85,12 @@ pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;
+pub use nexthop::{NexthopGroup, NexthopObject};
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{
-    FibAlias, InsertFlags, NextHop, NextHopFlags, Route, RouteError, RouteInfo, RouteSelector,
-    RouteType, Scope,
+    FibAlias, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
+    RouteSelector, RouteType, Scope,
 };
 pub use stats::TrieStats;
 pub use table::{FibResult, FibTable, Flow, LookupError, TableLookup, ids};

@@ -17,6 +17,7 @@ use crate::change::{Change, ChangeOp, Observer};
 use crate::error::MapError;
 use crate::key::IpKey;
 use crate::map::{AddrEntry, Mapped, PolicyKey, RuleEntry, Upsert};
+use crate::nexthops::ObjectFamily;
 use crate::stats::{Counters, inc};
 use crate::tables::MirroredTables;
 
@@ -39,6 +40,8 @@ pub enum Kind {
     Rule6,
     /// xfrm policies.
     Policy,
+    /// Nexthop objects (dumped before routes, which name them).
+    Nexthop,
 }
 
 /// A route's identity for sweeping: everything a leaf's alias holds.
@@ -103,6 +106,7 @@ pub(crate) struct Seen {
     rules4: HashSet<RuleEntry<u32>>,
     rules6: HashSet<RuleEntry<u128>>,
     policies: HashSet<PolicyKey>,
+    nexthops: HashSet<u32>,
 }
 
 impl Seen {
@@ -137,6 +141,9 @@ impl Seen {
             }
             Mapped::Neigh(n) => {
                 self.neigh.insert((n.ifindex, n.addr));
+            }
+            Mapped::Nexthop(id, _) => {
+                self.nexthops.insert(*id);
             }
             Mapped::Rule4(r) => {
                 self.rules4.insert(r.clone());
@@ -280,15 +287,50 @@ impl Applier {
                 }
             }
             Mapped::Route4(r, u) => {
+                let r = attach(&t, r)?;
                 upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r))
             }
             Mapped::Route6(r, u) => {
+                let r = attach(&t, r)?;
                 upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
             }
+            Mapped::Nexthop(id, spec) => t
+                .nexthops
+                .lock()
+                .upsert(id, spec)
+                .then_some(Change::Nexthop(Added, id)),
+            Mapped::NexthopGone(id) => {
+                let gone = t.nexthops.lock().remove(id);
+                if gone.is_empty() {
+                    return Ok(None);
+                }
+                // The kernel removes the routes through a deleted object without notifying.
+                for r in routes_through(&t.fib4, &gone) {
+                    if delete_route(&t.fib4, &r)? {
+                        self.changed(&Change::Route4(Removed, r));
+                    }
+                }
+                for r in routes_through(&t.fib6, &gone) {
+                    if delete_route(&t.fib6, &r)? {
+                        self.changed(&Change::Route6(Removed, r));
+                    }
+                }
+                for g in gone.iter().filter(|&&g| g != id) {
+                    self.changed(&Change::Nexthop(Removed, *g));
+                }
+                Some(Change::Nexthop(Removed, id))
+            }
             Mapped::Route4Gone(r) => {
+                let Ok(r) = attach(&t, r) else {
+                    // Its object is gone, and with it every route through it.
+                    return Ok(None);
+                };
                 delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r))
             }
             Mapped::Route6Gone(r) => {
+                let Ok(r) = attach(&t, r) else {
+                    return Ok(None);
+                };
                 delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r))
             }
             Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
@@ -489,6 +531,14 @@ impl Applier {
                     }
                 }
             }
+            Kind::Nexthop => {
+                let ids: Vec<u32> = t.nexthops.lock().iter().map(|(id, _)| id).collect();
+                for id in ids {
+                    if !seen.nexthops.contains(&id) {
+                        gone.push(Mapped::NexthopGone(id));
+                    }
+                }
+            }
             Kind::Policy => {
                 for p in t.policies.dump() {
                     let key = PolicyKey {
@@ -510,6 +560,50 @@ impl Applier {
             }
         }
     }
+}
+
+/// Gives a route through a nexthop object (mapped with a stand-in of that id) the mirrored
+/// object of its id. The kernel reports a unicast route as a blackhole while its object is a
+/// blackhole (`fib_dump_info`); such a route is unicast again here, so that it follows a
+/// later replace of the object. A route added as `blackhole ... nhid N` through an object
+/// that is not a blackhole stays a blackhole.
+fn attach<K: ObjectFamily>(t: &MirroredTables, mut r: Route<K>) -> Result<Route<K>, MapError> {
+    if let Some(stand_in) = &r.info.nh_object {
+        let id = stand_in.id();
+        let object = t
+            .nexthops
+            .lock()
+            .object::<K>(id)
+            .ok_or(MapError::NexthopObject(id))?;
+        if r.route_type == RouteType::Blackhole
+            && object.snapshot() == fib_trie::NexthopGroup::Blackhole
+        {
+            r.route_type = RouteType::Unicast;
+        }
+        r.info.nh_object = Some(object);
+    }
+    Ok(r)
+}
+
+/// The routes of `fib` through any of the objects `ids` (a walk of every table, as the
+/// kernel's `fib_flush` after a nexthop removal).
+fn routes_through<K: IpKey>(fib: &Fib<K>, ids: &[u32]) -> Vec<Route<K>> {
+    let guard = crossbeam_epoch::pin();
+    let mut out = Vec::new();
+    for id in fib.table_ids() {
+        if let Some(table) = fib.table(id, &guard) {
+            for (prefix, plen, a) in table.dump(&guard) {
+                if a.info
+                    .nh_object
+                    .as_ref()
+                    .is_some_and(|o| ids.contains(&o.id()))
+                {
+                    out.push(RouteId::of_alias(prefix, plen, a).into_route());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Routes of `fib` that `seen` does not hold.

@@ -38,6 +38,9 @@ pub enum Change {
     Policy(ChangeOp, Policy),
     /// Every policy of a type was flushed.
     PolicyFlush(PolicyType),
+    /// A nexthop object (by id): added or replaced (every route through it, and every group
+    /// containing it, changed with it), or removed (its routes were removed before).
+    Nexthop(ChangeOp, u32),
 }
 
 /// Hears of every applied change, on the mirror's control thread. Keep it quick: the

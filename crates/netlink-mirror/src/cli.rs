@@ -45,6 +45,8 @@ pub enum ShowWhat {
     Policies,
     /// Interfaces.
     Links,
+    /// Nexthop objects (`ip nexthop show`).
+    Nexthops,
 }
 
 /// `show routes|addrs|neigh|rules|policies|links [--netns NS]`.
@@ -159,6 +161,7 @@ pub fn type_name(t: RouteType) -> &'static str {
         RouteType::Unreachable => "unreachable",
         RouteType::Prohibit => "prohibit",
         RouteType::Throw => "throw",
+        RouteType::Kernel => "kernel",
     }
 }
 
@@ -245,10 +248,10 @@ fn get<K: IpKey>(
     let r: FibResult<'_, K> = fib.lookup(&flow, guard).map_err(CliError::Lookup)?;
     let v6 = K::FAMILY == libc::AF_INET6 as u8;
     let rtype = r.route_type();
-    let hop: Option<&NextHop<K>> = if r.alias.info.nexthops.len() > 1 {
+    let hop: Option<&NextHop<K>> = if r.nexthops().len() > 1 {
         r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
     } else {
-        r.alias.info.nexthops.get(r.nh_sel)
+        r.nexthops().get(r.nh_sel)
     };
     let mut out = String::new();
     if rtype != RouteType::Unicast {
@@ -428,6 +431,7 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
                 let _ = writeln!(out, " index {}", p.index);
             }
         }
+        ShowWhat::Nexthops => show_nexthops(t, &mut out, &guard),
         ShowWhat::Links => {
             for l in t.links.to_vec() {
                 let _ = writeln!(
@@ -443,6 +447,62 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
         }
     }
     out
+}
+
+/// Nexthop objects as `ip nexthop show` prints them: `id N via GW dev DEV [onlink]`,
+/// `id N dev DEV`, `id N blackhole`, `id N group A/W,B type resilient buckets K`; objects the
+/// FIB cannot represent say why (`kernel decides: REASON`).
+fn show_nexthops(t: &MirroredTables, out: &mut String, guard: &Guard) {
+    use crate::map::NexthopSpec;
+    let nexthops = t.nexthops.lock();
+    for (id, e) in nexthops.iter() {
+        let _ = write!(out, "id {id}");
+        match &e.spec {
+            NexthopSpec::Single {
+                gateway,
+                ifindex,
+                flags,
+                ..
+            } => {
+                if let Some(g) = gateway {
+                    let _ = write!(out, " via {g}");
+                }
+                if *ifindex != 0 {
+                    let _ = write!(out, " dev {}", dev_name(t, *ifindex, guard));
+                }
+                if flags & fib_trie::NextHopFlags::ONLINK.0 != 0 {
+                    out.push_str(" onlink");
+                }
+                if flags & fib_trie::NextHopFlags::DEAD.0 != 0 {
+                    out.push_str(" dead");
+                }
+                if flags & fib_trie::NextHopFlags::LINKDOWN.0 != 0 {
+                    out.push_str(" linkdown");
+                }
+            }
+            NexthopSpec::Blackhole => out.push_str(" blackhole"),
+            NexthopSpec::Group { members, buckets } => {
+                let list: Vec<String> = members
+                    .iter()
+                    .map(|(m, w)| {
+                        if *w == 1 {
+                            m.to_string()
+                        } else {
+                            format!("{m}/{w}")
+                        }
+                    })
+                    .collect();
+                let _ = write!(out, " group {}", list.join(","));
+                if let Some(n) = buckets {
+                    let _ = write!(out, " type resilient buckets {n}");
+                }
+            }
+            NexthopSpec::Unrepresentable(why) => {
+                let _ = write!(out, " kernel decides: {why}");
+            }
+        }
+        out.push('\n');
+    }
 }
 
 fn scope_name(s: u8) -> String {
@@ -467,6 +527,9 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             }
             let _ = write!(out, "{}/{plen}", prefix.to_ip());
             let info = &a.info;
+            if let Some(o) = &info.nh_object {
+                let _ = write!(out, " nhid {}", o.id());
+            }
             if let [h] = info.nexthops.as_slice() {
                 if let Some(g) = h.gateway {
                     let _ = write!(out, " via {}", g.to_ip());

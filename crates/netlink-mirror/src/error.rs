@@ -62,8 +62,8 @@ pub enum MapError {
     /// A source-specific (IPv6 subtree, `from PREFIX`) route.
     #[error("source-specific route (from /{0}) cannot be mirrored")]
     SourceSpecific(u8),
-    /// A route using a nexthop object (`nhid N`).
-    #[error("route through nexthop object {0} cannot be mirrored")]
+    /// A route through a nexthop object (`nhid N`) the mirror has not been told of.
+    #[error("route through unknown nexthop object {0}")]
     NexthopObject(u32),
     /// A route with lightweight-tunnel encapsulation (MPLS, seg6, ...).
     #[error("route with encapsulation cannot be mirrored")]

@@ -61,6 +61,8 @@ pub mod key;
 pub mod map;
 mod mirror;
 pub mod netns;
+pub mod nexthops;
+pub mod nl_nexthop;
 mod resolver;
 mod socket;
 pub mod stats;

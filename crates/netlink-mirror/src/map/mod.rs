@@ -7,6 +7,7 @@
 mod addr;
 mod link;
 mod neigh;
+mod nexthop;
 mod route;
 mod rule;
 mod xfrm;
@@ -24,6 +25,7 @@ use crate::error::MapError;
 pub use addr::map_addr;
 pub use link::map_link;
 pub use neigh::map_neigh;
+pub use nexthop::{NexthopSpec, map_nexthop};
 pub use route::map_route;
 pub use rule::map_rule;
 pub use xfrm::map_xfrm;
@@ -158,6 +160,10 @@ pub enum Mapped {
     PolicyGone(PolicyKey),
     /// `XFRM_MSG_FLUSHPOLICY`.
     PolicyFlush(PolicyType),
+    /// `RTM_NEWNEXTHOP`: the nexthop object of this id is (now) this.
+    Nexthop(u32, NexthopSpec),
+    /// `RTM_DELNEXTHOP`.
+    NexthopGone(u32),
     /// A message outside what the mirror keeps (see [`Ignored`]).
     Ignored(Ignored),
 }
@@ -181,6 +187,8 @@ pub enum Ignored {
     MulticastNeigh,
     /// An xfrm message about states (SAs) or events, not policies.
     XfrmNonPolicy,
+    /// A bridge FDB nexthop (`ip nexthop add ... fdb`, for VXLAN): routes cannot use it.
+    FdbNexthop,
 }
 
 impl Ignored {
@@ -193,6 +201,7 @@ impl Ignored {
             Ignored::ProxyNeigh => "proxy-neigh",
             Ignored::MulticastNeigh => "multicast-neigh",
             Ignored::XfrmNonPolicy => "xfrm-non-policy",
+            Ignored::FdbNexthop => "fdb-nexthop",
         }
     }
 }
@@ -216,6 +225,25 @@ pub fn map_rtnl(msg: &RouteNetlinkMessage, nl_flags: u16, dump: bool) -> Result<
         M::NewRule(m) => map_rule(m, true),
         M::DelRule(m) => map_rule(m, false),
         _ => Ok(Mapped::Ignored(Ignored::MessageType)),
+    }
+}
+
+/// Maps one message of the route socket: [`map_rtnl`] for what netlink-packet-route decodes,
+/// [`map_nexthop`] for nexthop objects.
+///
+/// # Errors
+/// The [`MapError`] describing what could not be represented.
+pub fn map_route_socket(
+    msg: &crate::nl_nexthop::RtnlMessage,
+    nl_flags: u16,
+    dump: bool,
+) -> Result<Mapped, MapError> {
+    use crate::nl_nexthop::RtnlMessage as M;
+    match msg {
+        M::Route(m) => map_rtnl(m, nl_flags, dump),
+        M::NewNexthop(m) => map_nexthop(m, true),
+        M::DelNexthop(m) => map_nexthop(m, false),
+        M::GetNexthop(_) => Ok(Mapped::Ignored(Ignored::MessageType)),
     }
 }
 

@@ -1,7 +1,11 @@
 //! `RTM_NEWROUTE` / `RTM_DELROUTE` to fib-trie routes.
 #![forbid(unsafe_code)]
 
-use fib_trie::{Metrics, NextHop, NextHopFlags, Route, RouteInfo, RouteType, Scope};
+use std::sync::Arc;
+
+use fib_trie::{
+    Metrics, NextHop, NextHopFlags, NexthopGroup, NexthopObject, Route, RouteInfo, RouteType, Scope,
+};
 use netlink_packet_core::Nla;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
@@ -164,6 +168,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
     let mut oif = 0;
     let mut multipath = None;
     let mut metrics = Metrics::default();
+    let mut nh_id = None;
     for a in &msg.attributes {
         match a {
             RouteAttribute::Destination(d) => prefix = address(d)?,
@@ -172,7 +177,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             RouteAttribute::PrefSource(s) => prefsrc = Some(address(s)?),
             RouteAttribute::Oif(i) => oif = *i,
             RouteAttribute::MultiPath(hops) => multipath = Some(hops),
-            RouteAttribute::NhId(id) => return Err(MapError::NexthopObject(*id)),
+            RouteAttribute::NhId(id) => nh_id = Some(*id),
             RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
                 return Err(MapError::Encap);
             }
@@ -183,7 +188,12 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             _ => {}
         }
     }
-    let nexthops = if !route_type.has_next_hops() {
+    // Through a nexthop object: the applier attaches the object of that id (and tells a
+    // unicast route the kernel reports as a blackhole, because its object is one, from a
+    // blackhole route). The kernel expands the object's next hops into the message
+    // (`nexthop_compat_mode`): they follow from the object and are not read.
+    let nh_object = nh_id.map(|id| Arc::new(NexthopObject::new(id, NexthopGroup::Kernel)));
+    let nexthops = if nh_object.is_some() || !route_type.has_next_hops() {
         // Reject routes carry `dev lo` in IPv6: not a next hop.
         Vec::new()
     } else if let Some(hops) = multipath {
@@ -210,6 +220,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             prefsrc,
             nexthops,
             metrics,
+            nh_object,
         },
     };
     route.validate()?;
@@ -355,7 +366,11 @@ mod tests {
         assert_eq!(map_route(&nat, None), Err(MapError::RouteType(10)));
         nat.header.kind = NlType::Unicast;
         nat.attributes.push(RouteAttribute::NhId(7));
-        assert_eq!(map_route(&nat, None), Err(MapError::NexthopObject(7)));
+        let Ok(Mapped::Route4Gone(r)) = map_route(&nat, None) else {
+            panic!("a route through nexthop object 7");
+        };
+        assert_eq!(r.info.nh_object.map(|o| o.id()), Some(7));
+        assert!(r.info.nexthops.is_empty(), "compat-mode expansion dropped");
         let mut from = v4_message(NlType::Unicast);
         from.header.source_prefix_length = 8;
         assert_eq!(map_route(&from, None), Err(MapError::SourceSpecific(8)));
