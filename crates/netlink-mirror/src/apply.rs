@@ -217,6 +217,23 @@ impl Applier {
         self.finish(result);
     }
 
+    /// Applies one dumped message and records it in `seen` as applied (a route through a
+    /// nexthop object as attached to it, since the kernel may report it as a blackhole).
+    pub fn apply_dumped(&mut self, m: Mapped, seen: &mut Seen) {
+        let m = match m {
+            Mapped::Route4(r, u) => attach(&self.tables, r).map(|r| Mapped::Route4(r, u)),
+            Mapped::Route6(r, u) => attach(&self.tables, r).map(|r| Mapped::Route6(r, u)),
+            other => Ok(other),
+        };
+        match m {
+            Ok(m) => {
+                seen.record(&m);
+                self.apply(m);
+            }
+            Err(e) => self.map_failed(&e),
+        }
+    }
+
     /// Applies a message whose mapping failed: counted and logged.
     pub fn map_failed(&self, e: &MapError) {
         self.counters.error(e.kind());

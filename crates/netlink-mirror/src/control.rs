@@ -305,10 +305,7 @@ where
                     match m.payload {
                         NetlinkPayload::InnerMessage(msg) => {
                             match map(&msg, m.header.flags, true) {
-                                Ok(mapped) => {
-                                    seen.record(&mapped);
-                                    applier.apply(mapped);
-                                }
+                                Ok(mapped) => applier.apply_dumped(mapped, &mut seen),
                                 Err(e) => applier.map_failed(&e),
                             }
                         }
