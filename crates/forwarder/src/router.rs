@@ -288,6 +288,11 @@ pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipelin
             ("resolve_rate_limited".into(), ms.resolve_rate_limited),
             ("resolve_queue_full".into(), ms.resolve_queue_full),
         ];
+        stats.kernel_decides = ms
+            .kernel_decides
+            .iter()
+            .map(|(kind, n)| ((*kind).to_owned(), *n))
+            .collect();
     };
     Ok(crate::app::Pipeline {
         mode: "router",

@@ -15,7 +15,9 @@ use neigh_table::Link;
 
 use crate::change::{Change, ChangeOp, Observer};
 use crate::error::MapError;
+use crate::kernel_routes::{KernelRoutes, StandInChange, StandInKey, key_of};
 use crate::key::IpKey;
+use crate::map::KernelRoute;
 use crate::map::{AddrEntry, Mapped, PolicyKey, RuleEntry, Upsert};
 use crate::nexthops::ObjectFamily;
 use crate::stats::{Counters, inc};
@@ -107,6 +109,8 @@ pub(crate) struct Seen {
     rules6: HashSet<RuleEntry<u128>>,
     policies: HashSet<PolicyKey>,
     nexthops: HashSet<u32>,
+    kernel4: HashSet<(StandInKey<u32>, u64)>,
+    kernel6: HashSet<(StandInKey<u128>, u64)>,
 }
 
 impl Seen {
@@ -144,6 +148,30 @@ impl Seen {
             }
             Mapped::Nexthop(id, _) => {
                 self.nexthops.insert(*id);
+            }
+            Mapped::Kernel4(k, Some(_)) => {
+                let r = &k.route;
+                self.routes4.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+                self.kernel4.insert((key_of(r), k.origin));
+            }
+            Mapped::Kernel6(k, Some(_)) => {
+                let r = &k.route;
+                self.routes6.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+                self.kernel6.insert((key_of(r), k.origin));
             }
             Mapped::Rule4(r) => {
                 self.rules4.insert(r.clone());
@@ -189,6 +217,8 @@ pub(crate) struct Applier {
     rules6: RuleBook<u128>,
     /// Set when a link went down or away: the kernel then flushes routes silently.
     pub routes_need_redump: bool,
+    /// The kinds of "kernel decides" routes already logged (each is logged once).
+    logged_kinds: HashSet<&'static str>,
 }
 
 /// The outcome of applying one message.
@@ -207,6 +237,7 @@ impl Applier {
             rules4: RuleBook::default(),
             rules6: RuleBook::default(),
             routes_need_redump: false,
+            logged_kinds: HashSet::new(),
         }
     }
 
@@ -311,11 +342,21 @@ impl Applier {
                 let r = attach(&t, r)?;
                 upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
             }
-            Mapped::Nexthop(id, spec) => t
-                .nexthops
-                .lock()
-                .upsert(id, spec)
-                .then_some(Change::Nexthop(Added, id)),
+            Mapped::Kernel4(k, u) => {
+                let changed = self.kernel_route(&t.fib4, &mut t.kernel_routes.v4(), k, u);
+                self.count_kernel_routes();
+                changed?.map(|(op, r)| Change::Route4(op, r))
+            }
+            Mapped::Kernel6(k, u) => {
+                let changed = self.kernel_route(&t.fib6, &mut t.kernel_routes.v6(), k, u);
+                self.count_kernel_routes();
+                changed?.map(|(op, r)| Change::Route6(op, r))
+            }
+            Mapped::Nexthop(id, spec) => {
+                let changed = t.nexthops.lock().upsert(id, spec);
+                self.count_kernel_routes();
+                changed.then_some(Change::Nexthop(Added, id))
+            }
             Mapped::NexthopGone(id) => {
                 let gone = t.nexthops.lock().remove(id);
                 if gone.is_empty() {
@@ -335,6 +376,7 @@ impl Applier {
                 for g in gone.iter().filter(|&&g| g != id) {
                     self.changed(&Change::Nexthop(Removed, *g));
                 }
+                self.count_kernel_routes();
                 Some(Change::Nexthop(Removed, id))
             }
             Mapped::Route4Gone(r) => {
@@ -413,6 +455,64 @@ impl Applier {
                 t.generation.set_custom_rules(custom);
             }
         })
+    }
+
+    /// Adds (`upsert` is `Some`) or removes a kernel route the FIB cannot represent: its
+    /// stand-in is inserted with the first kernel route behind it (before the routes of the
+    /// same key: "kernel decides" wins a tie) and deleted with the last.
+    fn kernel_route<K: IpKey>(
+        &mut self,
+        fib: &Fib<K>,
+        book: &mut KernelRoutes<K>,
+        k: KernelRoute<K>,
+        upsert: Option<Upsert>,
+    ) -> Result<Option<(ChangeOp, Route<K>)>, MapError> {
+        if upsert.is_none() {
+            return Ok(match book.remove(&k) {
+                StandInChange::Delete => {
+                    delete_route(fib, &k.route)?.then_some((ChangeOp::Removed, k.route))
+                }
+                _ => None,
+            });
+        }
+        if self.logged_kinds.insert(k.reason) {
+            tracing::warn!(
+                kind = k.reason,
+                route = ?(k.route.prefix, k.route.plen, k.route.table),
+                "a kernel route the FIB cannot represent: the kernel decides for its prefix \
+                 (further routes of this kind are counted in the stats as kernel_decides, \
+                 not logged)"
+            );
+        }
+        if book.add(&k) != StandInChange::Insert {
+            return Ok(None);
+        }
+        fib.table_or_create(k.route.table);
+        match fib.insert(&k.route, InsertFlags::PREPEND) {
+            Ok(()) => Ok(Some((ChangeOp::Added, k.route))),
+            Err(RouteError::Exists) => Ok(None),
+            Err(e) => {
+                book.remove(&k);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Publishes how many kernel routes stand behind stand-ins, by kind.
+    /// Nexthop objects the FIB cannot represent are counted too (by their reason,
+    /// `nexthop-encap`, `nexthop-group-type`): the routes through them are handed to the kernel.
+    fn count_kernel_routes(&self) {
+        let mut counts = self.tables.kernel_routes.counts();
+        for (_, e) in self.tables.nexthops.lock().iter() {
+            if let crate::map::NexthopSpec::Unrepresentable(why) = e.spec {
+                *counts.entry(why).or_default() += 1;
+            }
+        }
+        *self
+            .counters
+            .kernel_decides
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = counts;
     }
 
     fn add_addr(&self, a: AddrEntry) -> Applied {
@@ -507,6 +607,8 @@ impl Applier {
                 }
             }
             Kind::Route4 => {
+                let unseen = t.kernel_routes.v4().unseen(&seen.kernel4);
+                gone.extend(unseen.into_iter().map(|k| Mapped::Kernel4(k, None)));
                 gone.extend(
                     stale_routes(&t.fib4, &seen.routes4)
                         .into_iter()
@@ -514,6 +616,8 @@ impl Applier {
                 );
             }
             Kind::Route6 => {
+                let unseen = t.kernel_routes.v6().unseen(&seen.kernel6);
+                gone.extend(unseen.into_iter().map(|k| Mapped::Kernel6(k, None)));
                 gone.extend(
                     stale_routes(&t.fib6, &seen.routes6)
                         .into_iter()

@@ -13,6 +13,7 @@ use fib_trie::{
 };
 use policy_tree::{Action, Direction, PolicyType};
 
+use crate::kernel_routes::key_of;
 use crate::key::IpKey;
 use crate::tables::MirroredTables;
 
@@ -352,8 +353,13 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
     let mut out = String::new();
     match args.what {
         ShowWhat::Routes => {
-            show_routes(t, &t.fib4, &mut out, &guard);
-            show_routes(t, &t.fib6, &mut out, &guard);
+            let book = &t.kernel_routes;
+            show_routes(t, &t.fib4, &mut out, &guard, |r| {
+                book.v4().get(&key_of(r)).map(|s| s.reason)
+            });
+            show_routes(t, &t.fib6, &mut out, &guard, |r| {
+                book.v6().get(&key_of(r)).map(|s| s.reason)
+            });
         }
         ShowWhat::Addrs => {
             for (ifindex, list) in t.addrs.interfaces::<Ipv4Addr>(&guard) {
@@ -516,7 +522,13 @@ fn scope_name(s: u8) -> String {
     }
 }
 
-fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, guard: &Guard) {
+fn show_routes<K: IpKey>(
+    t: &MirroredTables,
+    fib: &Fib<K>,
+    out: &mut String,
+    guard: &Guard,
+    reason: impl Fn(&fib_trie::Route<K>) -> Option<&'static str>,
+) {
     for id in fib.table_ids() {
         let Some(table) = fib.table(id, guard) else {
             continue;
@@ -551,6 +563,21 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             }
             if !info.metrics.is_empty() {
                 let _ = write!(out, " {}", info.metrics);
+            }
+            if a.route_type == RouteType::Kernel {
+                let r = fib_trie::Route {
+                    prefix,
+                    plen,
+                    table: a.table,
+                    tos: a.tos,
+                    route_type: a.route_type,
+                    info: (*a.info).clone(),
+                };
+                let _ = write!(out, " kernel-decides {}", reason(&r).unwrap_or("unknown"));
+            } else if let Some(o) = &info.nh_object {
+                if matches!(o.load(guard), fib_trie::NexthopGroup::Kernel) {
+                    out.push_str(" kernel-decides nexthop");
+                }
             }
             out.push('\n');
             if info.nexthops.len() > 1 {

@@ -57,6 +57,7 @@ pub mod change;
 pub mod cli;
 mod control;
 pub mod error;
+pub mod kernel_routes;
 pub mod key;
 pub mod map;
 mod mirror;

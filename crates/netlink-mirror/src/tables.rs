@@ -9,6 +9,7 @@ use fib_trie::Fib;
 use neigh_table::{LinkTable, NeighTable};
 use policy_tree::PolicyDb;
 
+use crate::kernel_routes::KernelRouteBook;
 use crate::nexthops::NexthopTable;
 
 /// Every table one namespace's mirror keeps. The dataplane's `Tables` holds the same `Arc`s
@@ -30,6 +31,8 @@ pub struct MirroredTables {
     pub policies: Arc<PolicyDb>,
     /// Nexthop objects (`RTM_NEWNEXTHOP`); routes hold their objects directly.
     pub nexthops: Arc<NexthopTable>,
+    /// The kernel routes the FIBs cannot represent, behind their "kernel decides" stand-ins.
+    pub kernel_routes: Arc<KernelRouteBook>,
     /// Bumped after every applied change (dst-cache entries made before are stale).
     pub generation: Arc<Generation>,
 }
@@ -52,6 +55,7 @@ impl MirroredTables {
             fib6: Arc::new(Fib::new()),
             policies: Arc::new(PolicyDb::new()),
             nexthops: Arc::new(NexthopTable::default()),
+            kernel_routes: Arc::new(KernelRouteBook::default()),
             generation: Arc::new(Generation::new()),
         }
     }

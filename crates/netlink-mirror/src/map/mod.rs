@@ -160,12 +160,32 @@ pub enum Mapped {
     PolicyGone(PolicyKey),
     /// `XFRM_MSG_FLUSHPOLICY`.
     PolicyFlush(PolicyType),
+    /// `RTM_NEWROUTE` (`Some`) or `RTM_DELROUTE` (`None`) of an IPv4 route the FIB cannot
+    /// represent: its "kernel decides" stand-in.
+    Kernel4(KernelRoute<u32>, Option<Upsert>),
+    /// The same for IPv6.
+    Kernel6(KernelRoute<u128>, Option<Upsert>),
     /// `RTM_NEWNEXTHOP`: the nexthop object of this id is (now) this.
     Nexthop(u32, NexthopSpec),
     /// `RTM_DELNEXTHOP`.
     NexthopGone(u32),
     /// A message outside what the mirror keeps (see [`Ignored`]).
     Ignored(Ignored),
+}
+
+/// A "kernel decides" stand-in for a kernel route the FIB cannot represent: a
+/// [`RouteType::Kernel`](fib_trie::RouteType::Kernel) route over the same prefix, in the same
+/// table, that sends matching packets to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelRoute<K> {
+    /// The stand-in route.
+    pub route: Route<K>,
+    /// Why the kernel's route cannot be represented (`encap`, `source-specific`,
+    /// `route-type`, `route-attribute`, `gateway-family`).
+    pub reason: &'static str,
+    /// A digest of the kernel's route: several kernel routes (sources of one destination) may
+    /// share one stand-in, which stays while any of them does.
+    pub origin: u64,
 }
 
 /// Messages the mirror deliberately leaves out, counted by reason: they describe state that
