@@ -77,13 +77,17 @@ impl<K> NexthopGroup<K> {
     pub fn resilient(nexthops: Vec<NextHop<K>>, buckets: u16) -> Self {
         let total: u64 = nexthops.iter().map(|h| u64::from(h.weight)).sum();
         let mut table = Vec::with_capacity(usize::from(buckets));
-        if total > 0 {
+        {
             let (mut cumulative, mut prev) = (0u64, 0u64);
             let mut wants = Vec::with_capacity(nexthops.len());
             for h in &nexthops {
                 cumulative += u64::from(h.weight);
-                // DIV_ROUND_CLOSEST(num_buckets * cumulative weight, total weight).
-                let upper = (u64::from(buckets) * cumulative + total / 2) / total;
+                // DIV_ROUND_CLOSEST(num_buckets * cumulative weight, total weight); no
+                // buckets at all without weight.
+                let Some(upper) = (u64::from(buckets) * cumulative + total / 2).checked_div(total)
+                else {
+                    break;
+                };
                 wants.push(upper - prev);
                 prev = upper;
             }

@@ -3,6 +3,12 @@
 //! share one store (the kernel's merged trie, aliases tagged with their table id); the first
 //! custom rule gives each its own (`fib_unmerge`).
 
+#![allow(
+    clippy::mutable_key_type,
+    reason = "a RouteInfo's only interior mutability is its nexthop object's current group, \
+              which neither its Hash (the object's id) nor its Eq (the object's address) reads"
+)]
+
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
