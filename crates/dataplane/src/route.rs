@@ -50,7 +50,8 @@ pub enum Route {
     Forward(Hop),
     /// A local destination: a UDP endpoint, else the kernel.
     Local,
-    /// The kernel's (broadcast and multicast routes).
+    /// The kernel's (broadcast and multicast routes, "kernel decides" routes, egress on an
+    /// interface the pipeline does not serve).
     Punt(PuntReason),
     /// A reject route.
     Reject(Reject),
@@ -210,6 +211,10 @@ pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
         multipath,
         route_mtu,
     } = *e;
+    // Out of an interface the pipeline does not serve: the kernel forwards it.
+    if tables.served.as_ref().is_some_and(|s| !s.contains(&oif)) {
+        return Route::Punt(PuntReason::UnservedEgress);
+    }
     let Some(link) = tables.links.get(oif, guard) else {
         return Route::Drop(DropReason::NoEgressLink);
     };

@@ -122,6 +122,9 @@ reasons! {
         /// this destination (an encapsulation, a source-specific route, ...), so the kernel
         /// routes the packet.
         KernelRoute = "kernel_route",
+        /// The route leaves through an interface the pipeline does not transmit on (not in
+        /// the forwarder's `--iface`): the kernel forwards the packet.
+        UnservedEgress = "unserved_egress",
     }
 }
 

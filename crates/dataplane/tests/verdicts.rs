@@ -1073,3 +1073,22 @@ fn kernel_decides_routes_punt_and_nexthop_objects_route() {
         Verdict::Punt(PuntReason::KernelRoute)
     );
 }
+
+#[test]
+fn egress_on_an_interface_not_served_is_punted_unchanged() {
+    let mut fx = fixture();
+    // The pipeline serves the ingress and SMALL only: OUT belongs to the kernel.
+    fx.tables.served = Some(std::sync::Arc::from([IN, SMALL]));
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let frame = udp4(HOST4, [8, 8, 8, 8], 64, 53, 0);
+    let o = run_on(&mut queue, &fx, &frame, 256, 0);
+    assert_eq!(o.verdict, Verdict::Punt(PuntReason::UnservedEgress));
+    assert_eq!(
+        o.out, frame,
+        "punted as received: the kernel decrements the TTL"
+    );
+    fx.tables.served = Some(std::sync::Arc::from([IN, OUT]));
+    fx.tables.generation.bump();
+    let o = run_on(&mut queue, &fx, &frame, 256, 0);
+    assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+}
