@@ -9,9 +9,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
-use crate::table::{
-    FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids, lookup_raw,
-};
+use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
 
 /// What a matching rule does (`FR_ACT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -309,6 +307,77 @@ impl<K: TrieKey> Fib<K> {
         self.table_or_create(route.table).insert(route, flags)
     }
 
+    /// Adds many routes at once (an initial dump): each table that holds no route yet is built
+    /// in one go (its trie by [`LcTrie::insert_many`](crate::LcTrie::insert_many), its fast
+    /// structure once), much faster than one insert per route; routes of tables that already
+    /// hold routes are inserted one by one. The result is the tables that inserting each route
+    /// with [`InsertFlags::APPEND`] in the given order would give (identical routes are added
+    /// once). Returns how many routes were added.
+    ///
+    /// ```
+    /// use fib_trie::{Fib, Flow, NextHop, Route};
+    ///
+    /// let fib = Fib::<u32>::new();
+    /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
+    /// let routes = (0..1000u32).map(|i| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone()));
+    /// assert_eq!(fib.insert_many(routes.collect())?, 1000);
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(fib.lookup(&Flow::to(0x0b00_0305), &guard).unwrap().plen, 24);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first route that fails validation; nothing is added then. A route refused one by
+    /// one (in a table that held routes) ends the load with its error.
+    pub fn insert_many(&self, routes: Vec<Route<K>>) -> Result<usize, RouteError> {
+        for r in &routes {
+            r.validate()?;
+        }
+        let mut by_table: HashMap<u32, Vec<Route<K>>> = HashMap::new();
+        for r in routes {
+            by_table.entry(r.table).or_default().push(r);
+        }
+        let handles: HashMap<u32, Arc<FibTable<K>>> = by_table
+            .keys()
+            .map(|&id| (id, self.table_or_create(id)))
+            .collect();
+        let mut added = 0;
+        let mut one_by_one = Vec::new();
+        // Tables sharing a store (merged local and main) load together.
+        let merged = self.is_merged();
+        let mut pending: Vec<u32> = by_table.keys().copied().collect();
+        pending.sort_unstable();
+        while let Some(id) = pending.pop() {
+            let mut routes = by_table.remove(&id).unwrap_or_default();
+            let mut group = vec![Arc::clone(&handles[&id])];
+            if merged && (id == ids::LOCAL || id == ids::MAIN) {
+                let other = if id == ids::LOCAL {
+                    ids::MAIN
+                } else {
+                    ids::LOCAL
+                };
+                if let Some(more) = by_table.remove(&other) {
+                    pending.retain(|&p| p != other);
+                    routes.extend(more);
+                }
+                group.push(self.table_or_create(other));
+            }
+            let refs: Vec<&FibTable<K>> = group.iter().map(|t| &**t).collect();
+            match group[0].load_empty(&refs, routes) {
+                Ok(n) => added += n,
+                Err(routes) => one_by_one.extend(routes),
+            }
+        }
+        for r in &one_by_one {
+            match self.insert(r, InsertFlags::APPEND) {
+                Ok(()) => added += 1,
+                Err(RouteError::Exists) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(added)
+    }
+
     /// Deletes a route; see [`FibTable::delete`].
     ///
     /// # Errors
@@ -397,20 +466,48 @@ impl<K: TrieKey> Fib<K> {
     ///
     /// # Errors
     /// The [`LookupError`] of a reject route or rule, or [`LookupError::NoRoute`].
+    #[inline]
     pub fn lookup<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        self.lookup_with(flow, guard, true)
+    }
+
+    /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
+    /// through the fast structures: for comparisons and tests.
+    pub fn lookup_walk<'g>(
+        &self,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Result<FibResult<'g, K>, LookupError> {
+        self.lookup_with(flow, guard, false)
+    }
+
+    #[inline(always)]
+    fn lookup_with<'g>(
+        &self,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+        fast: bool,
+    ) -> Result<FibResult<'g, K>, LookupError> {
+        let table_lookup = |t: &'g FibTable<K>| {
+            if fast {
+                t.lookup(flow, guard)
+            } else {
+                t.lookup_walk(flow, guard)
+            }
+        };
         let snap = self.load(guard);
         if let Some(merged) = &snap.merged {
             // One walk of the merged trie: the longest prefix of either table, local first
             // among equals (its aliases sort first within a length), then the default table.
-            let answer = match classify(lookup_raw(&merged.trie, None, flow, guard)) {
+            let answer = match classify(merged.lookup(None, flow, guard, fast)) {
                 TableLookup::Continue => snap
                     .default
                     .as_ref()
-                    .map_or(TableLookup::Continue, |t| t.lookup(flow, guard)),
+                    .map_or(TableLookup::Continue, |t| table_lookup(t)),
                 answer => answer,
             };
             return finish(answer);
@@ -434,7 +531,7 @@ impl<K: TrieKey> Fib<K> {
                 RuleAction::Lookup(id) => snap
                     .tables
                     .get(&id)
-                    .map_or(TableLookup::Continue, |t| t.lookup(flow, guard)),
+                    .map_or(TableLookup::Continue, |t| table_lookup(t)),
             };
             if !matches!(answer, TableLookup::Continue) {
                 return finish(answer);

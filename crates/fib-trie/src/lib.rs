@@ -67,8 +67,10 @@
 //! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
+mod answers;
 mod bulk;
 mod direct;
+mod fast;
 mod fib;
 mod key;
 mod metrics;
@@ -82,6 +84,7 @@ mod table;
 mod trie;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
+pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;
@@ -93,6 +96,7 @@ pub use route::{
     RouteSelector, RouteType, Scope,
 };
 pub use stats::TrieStats;
+pub use store::FastStats;
 pub use table::{FibResult, FibTable, Flow, LookupError, TableLookup, ids};
 pub use trie::{
     BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,

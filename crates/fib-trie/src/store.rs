@@ -10,44 +10,301 @@
 )]
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::answers::{AnswerKey, Answers};
+use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
-use crate::route::{FibAlias, RouteInfo};
+use crate::node::Alias;
+use crate::route::{FibAlias, RouteInfo, Scope};
+use crate::table::{FibResult, Flow, accept, accept_static, lookup_raw};
 use crate::trie::LcTrie;
 
-/// One trie of routes (of one table, or of local and main while merged) and its infos.
+/// One trie of routes (of one table, or of local and main while merged), its infos, and the
+/// fast lookup structure derived from it.
 pub(crate) struct Store<K: TrieKey> {
     pub(crate) trie: LcTrie<K, FibAlias<K>>,
+    /// The trie's answers for a flow that only its destination distinguishes (tos 0,
+    /// universe scope, any output interface), kept in step by every change.
+    fast: FastLpm<K>,
+    answers: Answers<K>,
+    /// The fast structure follows the trie (false once its answers overflowed).
+    fast_ok: AtomicBool,
+    /// Routes with a tos selector: while there are none, a flow's tos changes no answer.
+    tos_routes: AtomicUsize,
+    /// Shared by two tables (merged local and main): lookups of one table filter by table.
+    pub(crate) shared: bool,
     infos: Mutex<Infos<K>>,
 }
 
 impl<K: TrieKey> Store<K> {
-    pub(crate) fn new() -> Self {
-        Self::with_trie(LcTrie::new())
+    pub(crate) fn new(shared: bool) -> Self {
+        let mut store = Self::with_trie(LcTrie::new());
+        store.shared = shared;
+        store
     }
 
-    /// A store over `trie`, interning the infos its routes already hold.
+    /// A store over `trie`, interning the infos its routes already hold, with the fast
+    /// structure built from it.
     pub(crate) fn with_trie(trie: LcTrie<K, FibAlias<K>>) -> Self {
+        let guard = &epoch::pin();
         let mut set = HashSet::new();
-        trie.for_each(&epoch::pin(), |_, aliases| {
+        trie.for_each(guard, |_, aliases| {
             set.extend(aliases.iter().map(|a| Arc::clone(&a.value.info)));
         });
-        Store {
+        let store = Store {
             trie,
+            fast: FastLpm::new(),
+            answers: Answers::new(),
+            fast_ok: AtomicBool::new(true),
+            tos_routes: AtomicUsize::new(0),
+            shared: false,
             infos: Mutex::new(Infos {
                 set,
                 dying: Vec::new(),
             }),
+        };
+        store.reindex();
+        store
+    }
+
+    /// Recounts and rebuilds what is derived from the trie (tos routes, answers, the fast
+    /// structure) after the trie was loaded at once. Writer only; the answers must be unused.
+    pub(crate) fn reindex(&self) {
+        let guard = &epoch::pin();
+        let mut tos_routes = 0;
+        let mut full = false;
+        self.trie.for_each(guard, |_, aliases| {
+            tos_routes += aliases.iter().filter(|a| a.value.tos != 0).count();
+            for (slen, (alias, nh_sel)) in default_answers(aliases) {
+                full |= self
+                    .answers
+                    .acquire(alias, K::BITS - slen, nh_sel, guard)
+                    .is_none();
+            }
+        });
+        self.tos_routes.store(tos_routes, Ordering::Release);
+        self.rebuild_fast(full);
+    }
+
+    /// Builds the fast structure anew from the trie (turning it off if `broken`).
+    fn rebuild_fast(&self, broken: bool) {
+        let guard = &epoch::pin();
+        let mut source = StoreSource {
+            trie: &self.trie,
+            answers: &self.answers,
+            guard,
+            missing: false,
+        };
+        if !broken {
+            self.fast.rebuild(&mut source);
         }
+        self.fast_ok
+            .store(!broken && !source.missing, Ordering::Release);
     }
 
     /// The writer's lock on this store (its route infos).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Infos<K>> {
         self.infos.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a route with a tos selector (before it is linked) or its removal (after).
+    pub(crate) fn count_tos_route(&self, added: bool) {
+        if added {
+            self.tos_routes.fetch_add(1, Ordering::AcqRel);
+        } else {
+            self.tos_routes.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The result a default flow gets from the aliases of `key/(BITS - slen)` now. Writer only.
+    pub(crate) fn answer_at(
+        &self,
+        key: K,
+        slen: u8,
+        guard: &Guard,
+    ) -> Option<(FibAlias<K>, usize)> {
+        let aliases = self.trie.get(key, guard)?;
+        default_answers(aliases)
+            .find(|(s, _)| *s == slen)
+            .map(|(_, (alias, nh_sel))| (alias.clone(), nh_sel))
+    }
+
+    /// Brings the fast structure in step after the routes of `key/(BITS - slen)` changed from
+    /// `before` (what [`answer_at`](Self::answer_at) said before the change). Writer only.
+    pub(crate) fn changed(
+        &self,
+        key: K,
+        slen: u8,
+        before: Option<(FibAlias<K>, usize)>,
+        guard: &Guard,
+    ) {
+        let after = self.answer_at(key, slen, guard);
+        let same = match (&before, &after) {
+            (Some((a, i)), Some((b, j))) => AnswerKey::of(a, 0, *i) == AnswerKey::of(b, 0, *j),
+            (None, None) => true,
+            _ => false,
+        };
+        if same || !self.fast_ok.load(Ordering::Acquire) {
+            return;
+        }
+        let plen = K::BITS - slen;
+        if let Some((alias, nh_sel)) = &after {
+            if self.answers.acquire(alias, plen, *nh_sel, guard).is_none() {
+                // No answer can be given to this result: lookups walk the trie from now on.
+                self.fast_ok.store(false, Ordering::Release);
+                return;
+            }
+        }
+        let mut source = StoreSource {
+            trie: &self.trie,
+            answers: &self.answers,
+            guard,
+            missing: false,
+        };
+        self.fast.update(key, plen, &mut source);
+        if source.missing {
+            self.fast_ok.store(false, Ordering::Release);
+        }
+        if let Some((alias, nh_sel)) = &before {
+            self.answers.release(alias, plen, *nh_sel, guard);
+        }
+    }
+
+    /// The route `flow` takes in this store (only routes of `table` when given): through the
+    /// fast structure when the flow's answer depends on its destination alone, else by the
+    /// trie's walk. Both give the same answer.
+    #[inline]
+    pub(crate) fn lookup<'g>(
+        &'g self,
+        table: Option<u32>,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+        fast: bool,
+    ) -> Option<FibResult<'g, K>> {
+        if fast
+            && table.is_none()
+            && flow.oif == 0
+            && flow.scope == Scope::UNIVERSE
+            && (flow.tos == 0 || self.tos_routes.load(Ordering::Acquire) == 0)
+            && self.fast_ok.load(Ordering::Acquire)
+        {
+            let Some(id) = self.fast.lookup(flow.dst, guard) else {
+                return None;
+            };
+            if let Some(a) = self.answers.get(id, guard) {
+                let alias = &a.alias;
+                let (mut nh_sel, mut path) = (a.nh_sel, None);
+                // A route through a nexthop object was taken whatever its object's group
+                // (`accept_static`): judge the group now; if it refuses, the walk decides.
+                if alias.info.nh_object.is_some()
+                    && !accept(alias, flow, &mut nh_sel, &mut path, guard)
+                {
+                    return lookup_raw(&self.trie, table, flow, guard);
+                }
+                return Some(FibResult {
+                    prefix: flow.dst & K::prefix_mask(a.plen),
+                    plen: a.plen,
+                    alias,
+                    nh_sel,
+                    path: path.unwrap_or_else(|| alias.resolve(guard)),
+                });
+            }
+        }
+        lookup_raw(&self.trie, table, flow, guard)
+    }
+
+    /// The fast structure's state and size.
+    pub(crate) fn fast_stats(&self) -> FastStats {
+        FastStats {
+            enabled: self.fast_ok.load(Ordering::Acquire),
+            first_level_bits: self.fast.first_level_bits(),
+            structure_bytes: self.fast.bytes(),
+            answers: self.answers.len(),
+            answer_bytes: self.answers.bytes(),
+        }
+    }
+}
+
+/// The state and size of a table's fast lookup structure ([`FibTable::fast_stats`](crate::FibTable::fast_stats)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FastStats {
+    /// Lookups that depend on the destination alone use the structure (false only if its
+    /// answers overflowed: lookups then walk the LC-trie).
+    pub enabled: bool,
+    /// The width of its first level (8 bits while small).
+    pub first_level_bits: u8,
+    /// Bytes of its first level and nodes.
+    pub structure_bytes: usize,
+    /// Distinct results (route, prefix length, next hop) its answers stand for.
+    pub answers: usize,
+    /// Bytes of the answers' index and results.
+    pub answer_bytes: usize,
+}
+
+/// For each prefix length of a leaf's aliases (as suffix length, shortest suffix first), the
+/// first alias a default flow (tos 0, universe scope, any interface) accepts, with its
+/// selected next hop.
+pub(crate) fn default_answers<K: TrieKey>(
+    aliases: &[Alias<FibAlias<K>>],
+) -> impl Iterator<Item = (u8, (&FibAlias<K>, usize))> {
+    let flow = Flow::to(K::ZERO);
+    aliases
+        .chunk_by(|a, b| a.slen == b.slen)
+        .filter_map(move |group| {
+            group.iter().find_map(|a| {
+                let mut nh_sel = 0;
+                accept_static(&a.value, &flow, &mut nh_sel).then_some((a.slen, (&a.value, nh_sel)))
+            })
+        })
+}
+
+/// The store's trie as the fast structure's source, answers interned by the store.
+struct StoreSource<'a, K: TrieKey> {
+    trie: &'a LcTrie<K, FibAlias<K>>,
+    answers: &'a Answers<K>,
+    guard: &'a Guard,
+    /// A prefix's result had no answer (an invariant broken): the structure must not be used.
+    missing: bool,
+}
+
+impl<K: TrieKey> PrefixSource<K> for StoreSource<'_, K> {
+    fn covering(&mut self, key: K, plen: u8) -> Option<u32> {
+        let flow = Flow::to(K::ZERO);
+        let mut nh_sel = 0;
+        let (_, alias) = self.trie.search_alias(key, self.guard, |a| {
+            K::BITS - a.slen <= plen && accept_static(&a.value, &flow, &mut nh_sel)
+        })?;
+        let id = self
+            .answers
+            .id_of(&AnswerKey::of(&alias.value, K::BITS - alias.slen, nh_sel));
+        self.missing |= id.is_none();
+        id
+    }
+
+    fn within(&mut self, key: K, plen: u8, out: &mut Vec<(K, u8, u32)>) {
+        let (answers, missing) = (self.answers, &mut self.missing);
+        self.trie
+            .for_each_within(key, plen, self.guard, |leaf, aliases| {
+                let found: Vec<_> = default_answers(aliases).collect();
+                for &(slen, (alias, nh_sel)) in found.iter().rev() {
+                    let len = K::BITS - slen;
+                    if len <= plen {
+                        continue;
+                    }
+                    match answers.id_of(&AnswerKey::of(alias, len, nh_sel)) {
+                        Some(id) => out.push((leaf, len, id)),
+                        None => *missing = true,
+                    }
+                }
+            });
+    }
+
+    fn prefix_count(&self) -> usize {
+        self.trie.alias_count()
     }
 }
 

@@ -13,7 +13,7 @@ use crate::node::Alias;
 use crate::route::{
     FibAlias, InsertFlags, NextHop, Resolved, Route, RouteError, RouteSelector, RouteType, Scope,
 };
-use crate::store::{Infos, Store, StoreCell};
+use crate::store::{FastStats, Infos, Store, StoreCell};
 use crate::trie::{LcTrie, check_prefix};
 
 /// The well-known table ids.
@@ -205,7 +205,7 @@ impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
 impl<K: TrieKey> FibTable<K> {
     /// An empty table with this id.
     pub fn new(id: u32) -> Self {
-        Self::on(id, Arc::new(Store::new()))
+        Self::on(id, Arc::new(Store::new(false)))
     }
 
     fn on(id: u32, store: Arc<Store<K>>) -> Self {
@@ -221,7 +221,7 @@ impl<K: TrieKey> FibTable<K> {
 
     /// Two empty tables sharing one store (the merged local and main tables) and that store.
     pub(crate) fn merged_pair(a: u32, b: u32) -> (Self, Self, Arc<Store<K>>) {
-        let store = Arc::new(Store::new());
+        let store = Arc::new(Store::new(true));
         (
             Self::on(a, Arc::clone(&store)),
             Self::on(b, Arc::clone(&store)),
@@ -306,6 +306,12 @@ impl<K: TrieKey> FibTable<K> {
         };
         let (id, tos, prio) = (self.id, route.tos, route.info.priority);
         let (mut added, mut new_prefix) = (false, false);
+        let guard = &crossbeam_epoch::pin();
+        let before = store.answer_at(route.prefix, slen, guard);
+        if tos != 0 {
+            // Counted before the route can be seen, so no lookup ignores the flow's tos then.
+            store.count_tos_route(true);
+        }
         let result = store.trie.modify(route.prefix, |old| {
             let start = old.partition_point(|a| a.slen < slen);
             let end = old.partition_point(|a| a.slen <= slen);
@@ -366,6 +372,12 @@ impl<K: TrieKey> FibTable<K> {
             Ok(Some(list))
         });
         drop(new);
+        if tos != 0 && !added {
+            store.count_tos_route(false);
+        }
+        if result.is_ok() {
+            store.changed(route.prefix, slen, before, guard);
+        }
         // A refused route leaves its info unused: `info` is the only other reference.
         infos.release(&info, 1);
         if result.is_ok() && added {
@@ -385,6 +397,8 @@ impl<K: TrieKey> FibTable<K> {
         let slen = check_prefix(selector.prefix, selector.plen)?;
         let id = self.id;
         self.write(|store, infos| {
+            let guard = &crossbeam_epoch::pin();
+            let before = store.answer_at(selector.prefix, slen, guard);
             let mut removed = None;
             let mut last_of_prefix = false;
             store.trie.modify(selector.prefix, |old| {
@@ -403,6 +417,10 @@ impl<K: TrieKey> FibTable<K> {
                 Ok::<_, RouteError>(Some(list))
             })?;
             let removed = removed.ok_or(RouteError::NotFound)?;
+            store.changed(selector.prefix, slen, before, guard);
+            if removed.tos != 0 {
+                store.count_tos_route(false);
+            }
             self.counts.routes.fetch_sub(1, Ordering::Relaxed);
             if last_of_prefix {
                 self.counts.prefixes.fetch_sub(1, Ordering::Relaxed);
@@ -416,8 +434,34 @@ impl<K: TrieKey> FibTable<K> {
     /// Looks `flow` up in this table alone (`fib_table_lookup`): the longest prefix with a route
     /// whose tos is 0 or the flow's, whose scope is at least the flow's, and, for types with next
     /// hops, with a live next hop (on `flow.oif` if set). Reject types answer at once.
+    ///
+    /// The answer comes from the fast structure derived from the trie when it depends on the
+    /// destination alone (no output interface, universe scope, and tos 0 or no tos routes in
+    /// the table), else from the trie's walk; both answer the same.
+    #[inline]
     pub fn lookup<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
-        classify(lookup_raw(self.trie(guard), Some(self.id), flow, guard))
+        let store = self.store.load(guard);
+        classify(store.lookup(store.shared.then_some(self.id), flow, guard, true))
+    }
+
+    /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
+    /// through the fast structure: for comparisons and tests.
+    pub fn lookup_walk<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
+        let store = self.store.load(guard);
+        classify(store.lookup(store.shared.then_some(self.id), flow, guard, false))
+    }
+
+    /// The state and size of the fast structure of this table's store (shared with `main`
+    /// while local and main are merged).
+    ///
+    /// ```
+    /// let table = fib_trie::FibTable::<u32>::new(254);
+    /// let stats = table.fast_stats();
+    /// assert!(stats.enabled);
+    /// assert_eq!(stats.answers, 0);
+    /// ```
+    pub fn fast_stats(&self) -> FastStats {
+        self.store.load(&crossbeam_epoch::pin()).fast_stats()
     }
 
     /// Every route in key order, and within a prefix address longest prefix first, in table
@@ -433,6 +477,87 @@ impl<K: TrieKey> FibTable<K> {
             );
         });
         out
+    }
+
+    /// Loads `routes` (all of this table, or of tables sharing its store) into the table's
+    /// store if it holds no route yet, building the trie at once ([`LcTrie::insert_many`]) and
+    /// the fast structure once; else returns the routes untouched for one-by-one inserts.
+    ///
+    /// Within a prefix, routes are ordered as [`insert`](Self::insert) with
+    /// [`InsertFlags::APPEND`] would order them, routes of equal table, tos and metric in the
+    /// given order; a route identical to one before it is skipped, as such an insert refuses it.
+    pub(crate) fn load_empty(
+        &self,
+        tables: &[&FibTable<K>],
+        routes: Vec<Route<K>>,
+    ) -> Result<usize, Vec<Route<K>>> {
+        self.write(|store, infos| {
+            if !store.trie.is_empty() {
+                return Err(routes);
+            }
+            let mut items: Vec<(K, u8, FibAlias<K>)> = Vec::with_capacity(routes.len());
+            for r in &routes {
+                let slen = K::BITS - r.plen;
+                let alias = FibAlias {
+                    table: r.table,
+                    tos: r.tos,
+                    route_type: r.route_type,
+                    info: infos.intern(&r.info),
+                };
+                items.push((r.prefix, slen, alias));
+            }
+            drop(routes);
+            // Stable: the given order stays among routes of one table, tos and metric.
+            items.sort_by(|(ka, sa, a), (kb, sb, b)| {
+                (ka, sa, std::cmp::Reverse(a.table), std::cmp::Reverse(a.tos))
+                    .cmp(&(kb, sb, std::cmp::Reverse(b.table), std::cmp::Reverse(b.tos)))
+                    .then(a.info.priority.cmp(&b.info.priority))
+            });
+            let mut kept: Vec<(K, u8, FibAlias<K>)> = Vec::with_capacity(items.len());
+            for item in items {
+                let duplicate = kept
+                    .iter()
+                    .rev()
+                    .take_while(|(k, s, a)| {
+                        (*k, *s, a.table, a.tos, a.info.priority)
+                            == (
+                                item.0,
+                                item.1,
+                                item.2.table,
+                                item.2.tos,
+                                item.2.info.priority,
+                            )
+                    })
+                    .any(|(_, _, a)| {
+                        a.route_type == item.2.route_type && Arc::ptr_eq(&a.info, &item.2.info)
+                    });
+                if !duplicate {
+                    kept.push(item);
+                }
+            }
+            for t in tables {
+                let mine = kept.iter().filter(|i| i.2.table == t.id);
+                let routes = mine.clone().count();
+                let mut prefixes = 0;
+                let mut last = None;
+                for (k, _, _) in mine {
+                    if last != Some(*k) {
+                        prefixes += 1;
+                        last = Some(*k);
+                    }
+                }
+                t.counts.routes.store(routes, Ordering::Relaxed);
+                t.counts.prefixes.store(prefixes, Ordering::Relaxed);
+            }
+            let added = kept.len();
+            store
+                .trie
+                .insert_many(kept.into_iter().map(|(k, s, a)| (k, K::BITS - s, a)))
+                .expect("prefixes were validated");
+            infos.sweep();
+            store.reindex();
+            Ok(added)
+        })
     }
 
     /// Gives `local` and `main`, while they share a store, each its own (`fib_unmerge`): both
@@ -521,6 +646,26 @@ pub(crate) fn accept<'g, K: TrieKey>(
         }
         None => false,
     }
+}
+
+/// [`accept`] for the fast structure's precomputed answers, which must not depend on anything
+/// that changes without a route change: a unicast route through a nexthop object is taken
+/// whatever its object's group (`nh_sel` 0); the lookup judges the group when it reads the
+/// answer, and walks the trie if the group refuses (see `Store::lookup`).
+#[inline]
+pub(crate) fn accept_static<K: TrieKey>(
+    alias: &FibAlias<K>,
+    flow: &Flow<K>,
+    nh_sel: &mut usize,
+) -> bool {
+    if alias.info.nh_object.is_some() && alias.route_type == RouteType::Unicast {
+        *nh_sel = 0;
+        return (alias.tos == 0 || alias.tos == flow.tos) && alias.info.scope >= flow.scope;
+    }
+    // Without an object, nothing epoch-protected is read; the pin only satisfies the types
+    // (and nests in the writer's own).
+    let guard = &crossbeam_epoch::pin();
+    accept(alias, flow, nh_sel, &mut None, guard)
 }
 
 pub(crate) fn classify<K: TrieKey>(found: Option<FibResult<'_, K>>) -> TableLookup<'_, K> {

@@ -555,6 +555,71 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         }
     }
 
+    /// Calls `f` with the key and aliases of every leaf whose key lies inside `key/plen`, in
+    /// ascending key order (a range of [`for_each`](Self::for_each)).
+    pub(crate) fn for_each_within<'g>(
+        &self,
+        key: K,
+        plen: u8,
+        guard: &'g Guard,
+        mut f: impl FnMut(K, &'g [Alias<V>]),
+    ) {
+        fn all<'g, K: TrieKey, V>(
+            n: NodeRef<'g, K, V>,
+            guard: &'g Guard,
+            f: &mut impl FnMut(K, &'g [Alias<V>]),
+        ) {
+            if n.is_leaf() {
+                f(n.key, n.aliases());
+            } else {
+                for slot in n.children() {
+                    if let Some(c) = load(slot, guard) {
+                        all(c, guard, f);
+                    }
+                }
+            }
+        }
+        let mut node = self.root(guard);
+        while let Some(n) = node {
+            // The bits `n` fixes: all of a leaf's key, a tnode's key above `pos + bits`.
+            let fixed = K::BITS - n.pos - n.bits;
+            if (n.key ^ key) & K::prefix_mask(fixed.min(plen)) != K::ZERO {
+                return;
+            }
+            if fixed >= plen {
+                return all(n, guard, &mut f);
+            }
+            // The region lies inside `n`: it fixes the top `plen - fixed` of its index bits.
+            let index = key.shr_in_width(n.pos).low_usize() & ((1 << n.bits) - 1);
+            let free = n.bits.saturating_sub(plen - fixed);
+            if free == 0 {
+                node = n.child(index, guard);
+                continue;
+            }
+            let first = index >> free << free;
+            for slot in &n.children()[first..first + (1 << free)] {
+                if let Some(c) = load(slot, guard) {
+                    all(c, guard, &mut f);
+                }
+            }
+            return;
+        }
+    }
+
+    /// The leaf key and alias the kernel's search finds for `key` with `accept` as the filter
+    /// (without the direct table's shortcuts).
+    pub(crate) fn search_alias<'g>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        accept: impl FnMut(&'g Alias<V>) -> bool,
+    ) -> Option<(K, &'g Alias<V>)> {
+        match self.search(key, guard, accept, None) {
+            Found::Hit(leaf, alias) => Some((leaf.key, alias)),
+            Found::Miss | Found::Cut => None,
+        }
+    }
+
     /// The aliases of the leaf with exactly this key (`fib_find_node`), if any.
     pub fn get<'g>(&self, key: K, guard: &'g Guard) -> Option<&'g [Alias<V>]> {
         let mut n = self.root(guard)?;

@@ -166,3 +166,68 @@ fn lookups_racing_replaces_see_whole_groups() {
     }
     reader.join().unwrap();
 }
+
+#[test]
+fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
+    let fib = Fib::<u32>::new();
+    fib.insert(
+        &Route::unicast(0, 0, 254, vec![hop(9, 9)]),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let objects: Vec<_> = (0..4u32)
+        .map(|i| Arc::new(NexthopObject::new(i, NexthopGroup::hops(vec![hop(i, 1)]))))
+        .collect();
+    // Nested prefixes through different objects, and a plain route between them.
+    for (i, plen) in [8u8, 16, 24, 28].into_iter().enumerate() {
+        fib.insert(
+            &Route::via_object(
+                0x0a0a_0a00 & !(u32::MAX >> plen),
+                plen,
+                254,
+                Arc::clone(&objects[i]),
+            ),
+            InsertFlags::ADD,
+        )
+        .unwrap();
+    }
+    fib.insert(
+        &Route::unicast(0x0a0a_0000, 20, 254, vec![hop(20, 2)]),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let mut dead = hop(0, 1);
+    dead.flags = NextHopFlags::DEAD;
+    let groups = [
+        NexthopGroup::hops(vec![dead.clone()]),
+        NexthopGroup::Blackhole,
+        NexthopGroup::Kernel,
+        NexthopGroup::hops(vec![hop(7, 3)]),
+    ];
+    // Every combination of groups for the four objects: the fast lookup equals the walk.
+    for combo in 0..(groups.len().pow(4)) {
+        let mut c = combo;
+        for o in &objects {
+            o.replace(groups[c % groups.len()].clone());
+            c /= groups.len();
+        }
+        let g = crossbeam_epoch::pin();
+        let table = fib.table(254, &g).unwrap();
+        assert!(table.fast_stats().enabled, "the fast structure answers");
+        for dst in [
+            0x0a0a_0a05u32,
+            0x0a0a_0a15,
+            0x0a0a_0b01,
+            0x0a0b_0101,
+            0x0b00_0001,
+        ] {
+            let flow = Flow::to(dst);
+            let (fast, walk) = (table.lookup(&flow, &g), table.lookup_walk(&flow, &g));
+            assert_eq!(
+                format!("{fast:?}"),
+                format!("{walk:?}"),
+                "combination {combo}, destination {dst:#x}"
+            );
+        }
+    }
+}

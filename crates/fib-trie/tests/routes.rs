@@ -561,6 +561,8 @@ proptest! {
                 TableLookup::Continue => None,
             };
             let want = oracle(&flat, &flow);
+            // The fast structure and the LC-trie walk answer alike.
+            prop_assert_eq!(t.lookup(&flow, g), t.lookup_walk(&flow, g), "flow {:?}", flow);
             // A throw answers "continue": compare what it hides.
             let got_cmp = got.filter(|g| g.2 != RouteType::Throw);
             let want_cmp = want.filter(|w| w.2 != RouteType::Throw);
@@ -697,6 +699,7 @@ proptest! {
                 let flow = Flow { tos, oif, scope: Scope(scope), ..Flow::to(dst) };
                 let got = fib.lookup(&flow, g).map(|r| (r.table(), r.prefix, r.plen, r.alias.info.priority));
                 prop_assert_eq!(got, fib_oracle(&routes, merged, &flow), "flow {:?}", flow);
+                prop_assert_eq!(fib.lookup(&flow, g), fib.lookup_walk(&flow, g), "flow {:?}", flow);
             }
         }
         // Each table holds exactly its routes, merged or not.
@@ -716,5 +719,45 @@ proptest! {
             prop_assert_eq!(got, want);
             t.trie(g).check_invariants().unwrap();
         }
+    }
+}
+
+proptest! {
+    /// `Fib::insert_many` builds the tables that one `APPEND` insert per route builds: the same
+    /// routes in the same order within each prefix, and the same answers.
+    #[test]
+    fn bulk_load_equals_one_by_one_appends(
+        routes in prop::collection::vec(route_strategy(), 1..120),
+        tables in prop::collection::vec(prop::sample::select(vec![ids::LOCAL, ids::MAIN, ids::DEFAULT, 100]), 120),
+        flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10]), 0u32..3), 1..40),
+    ) {
+        let routes: Vec<Route<u32>> = routes.into_iter().zip(tables).map(|(mut r, t)| { r.table = t; r }).collect();
+        let bulk = Fib::<u32>::new();
+        let one = Fib::<u32>::new();
+        let mut added = 0;
+        for r in &routes {
+            match one.insert(r, InsertFlags::APPEND) {
+                Ok(()) => added += 1,
+                Err(RouteError::Exists) => {}
+                Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
+            }
+        }
+        prop_assert_eq!(bulk.insert_many(routes.clone()), Ok(added));
+        let g = &epoch::pin();
+        for id in one.table_ids() {
+            let (a, b) = (bulk.table(id, g).unwrap(), one.table(id, g).unwrap());
+            let dump = |t: &FibTable<u32>| t.dump(g).iter().map(|(k, l, a)| (*k, *l, (*a).clone())).collect::<Vec<_>>();
+            prop_assert_eq!(dump(a), dump(b), "table {}", id);
+            prop_assert_eq!((a.route_count(), a.prefix_count()), (b.route_count(), b.prefix_count()));
+            a.trie(g).check_invariants().unwrap();
+        }
+        let probes = flows.iter().copied().chain(routes.iter().map(|r| (r.prefix, 0, 0)));
+        for (dst, tos, oif) in probes {
+            let flow = Flow { tos, oif, ..Flow::to(dst) };
+            prop_assert_eq!(bulk.lookup(&flow, g), one.lookup(&flow, g), "flow {:?}", flow);
+            prop_assert_eq!(bulk.lookup(&flow, g), bulk.lookup_walk(&flow, g), "flow {:?}", flow);
+        }
+        // A second load goes one by one into the filled tables and changes nothing.
+        prop_assert_eq!(bulk.insert_many(routes), Ok(0));
     }
 }

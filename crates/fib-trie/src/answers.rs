@@ -1,0 +1,226 @@
+//! What the fast structure's `u32` answers stand for in a routing table: interned results
+//! (the route a lookup takes, its prefix length and its selected next hop), shared by every
+//! prefix with the same result, so a table of a million routes through a few next hops has a
+//! few dozen answers and their table stays in cache.
+//!
+//! Readers map an answer to its result through a two-level array of epoch-protected pointers;
+//! the writer interns results, counts the prefixes using each, and retires an answer (its
+//! index is reused) once no prefix uses it and every reader pinned before has unpinned.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
+
+use crate::key::TrieKey;
+use crate::route::{FibAlias, RouteType};
+
+/// Answers per chunk (a chunk is allocated when its first answer is).
+const CHUNK_BITS: u32 = 10;
+const CHUNK: usize = 1 << CHUNK_BITS;
+/// Chunks: at most `CHUNKS * CHUNK` (4 Mi) distinct results per table.
+const CHUNKS: usize = 4096;
+
+/// A result a lookup through the fast structure returns.
+#[derive(Debug)]
+pub(crate) struct Answer<K> {
+    /// The route (a copy of the alias the LC-trie holds).
+    pub(crate) alias: FibAlias<K>,
+    /// The matched prefix length.
+    pub(crate) plen: u8,
+    /// The first usable next hop.
+    pub(crate) nh_sel: usize,
+}
+
+/// A result's identity: equal routes share their interned info, so its address stands for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct AnswerKey {
+    info: usize,
+    table: u32,
+    tos: u8,
+    route_type: RouteType,
+    plen: u8,
+    nh_sel: usize,
+}
+
+impl AnswerKey {
+    pub(crate) fn of<K>(alias: &FibAlias<K>, plen: u8, nh_sel: usize) -> Self {
+        AnswerKey {
+            info: Arc::as_ptr(&alias.info).addr(),
+            table: alias.table,
+            tos: alias.tos,
+            route_type: alias.route_type,
+            plen,
+            nh_sel,
+        }
+    }
+}
+
+struct Chunk<K>([Atomic<Answer<K>>; CHUNK]);
+
+/// The answers of one store.
+pub(crate) struct Answers<K> {
+    chunks: Box<[Atomic<Chunk<K>>]>,
+    writer: Mutex<Interning>,
+    /// Indices whose answers were retired, filled once their readers are gone.
+    free: Arc<Mutex<Vec<u32>>>,
+}
+
+/// The writer's side: each live answer's index and how many prefixes use it.
+#[derive(Default)]
+struct Interning {
+    ids: HashMap<AnswerKey, u32>,
+    refs: HashMap<u32, (AnswerKey, usize)>,
+    next: u32,
+}
+
+impl<K: TrieKey> Answers<K> {
+    pub(crate) fn new() -> Self {
+        Answers {
+            chunks: (0..CHUNKS).map(|_| Atomic::null()).collect(),
+            writer: Mutex::new(Interning::default()),
+            free: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The result of answer `id`, if it is live.
+    #[inline(always)]
+    pub(crate) fn get<'g>(&self, id: u32, guard: &'g Guard) -> Option<&'g Answer<K>> {
+        let chunk = self.chunks.get((id >> CHUNK_BITS) as usize)?;
+        // SAFETY: chunks are freed only when `self` is dropped, which cannot happen while a
+        // reader borrows it; answers are unlinked before being retired with `defer_destroy`,
+        // so one loaded under `guard` lives while it is pinned.
+        unsafe {
+            let chunk = chunk.load(Ordering::Acquire, guard).as_ref()?;
+            chunk.0[id as usize & (CHUNK - 1)]
+                .load(Ordering::Acquire, guard)
+                .as_ref()
+        }
+    }
+
+    /// The answer of a live result.
+    pub(crate) fn id_of(&self, key: &AnswerKey) -> Option<u32> {
+        self.lock().ids.get(key).copied()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Interning> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One more prefix uses this result: its answer, interned if new; `None` when the table
+    /// of answers is full.
+    pub(crate) fn acquire(
+        &self,
+        alias: &FibAlias<K>,
+        plen: u8,
+        nh_sel: usize,
+        guard: &Guard,
+    ) -> Option<u32> {
+        let key = AnswerKey::of(alias, plen, nh_sel);
+        let mut w = self.lock();
+        if let Some(&id) = w.ids.get(&key) {
+            if let Some(r) = w.refs.get_mut(&id) {
+                r.1 += 1;
+            }
+            return Some(id);
+        }
+        let reused = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let id = match reused {
+            Some(id) => id,
+            None if (w.next as usize) < CHUNKS * CHUNK => {
+                w.next += 1;
+                w.next - 1
+            }
+            None => return None,
+        };
+        let chunk = &self.chunks[(id >> CHUNK_BITS) as usize];
+        let mut loaded = chunk.load(Ordering::Acquire, guard);
+        if loaded.is_null() {
+            let fresh = Owned::new(Chunk(std::array::from_fn(|_| Atomic::null())));
+            loaded = fresh.into_shared(guard);
+            chunk.store(loaded, Ordering::Release);
+        }
+        let answer = Owned::new(Answer {
+            alias: alias.clone(),
+            plen,
+            nh_sel,
+        });
+        // SAFETY: the chunk was just loaded or published, and chunks live as long as `self`.
+        let slot = unsafe { &loaded.deref().0[id as usize & (CHUNK - 1)] };
+        slot.store(answer, Ordering::Release);
+        w.ids.insert(key, id);
+        w.refs.insert(id, (key, 1));
+        Some(id)
+    }
+
+    /// One prefix fewer uses the result: retires its answer when it was the last.
+    pub(crate) fn release(&self, alias: &FibAlias<K>, plen: u8, nh_sel: usize, guard: &Guard) {
+        let key = AnswerKey::of(alias, plen, nh_sel);
+        let mut w = self.lock();
+        let Some(&id) = w.ids.get(&key) else {
+            return;
+        };
+        let Some(r) = w.refs.get_mut(&id) else {
+            return;
+        };
+        r.1 -= 1;
+        if r.1 > 0 {
+            return;
+        }
+        w.refs.remove(&id);
+        w.ids.remove(&key);
+        drop(w);
+        let chunk = self.chunks[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire, guard);
+        // SAFETY: a live answer's chunk exists and lives as long as `self`.
+        let slot = unsafe { &chunk.deref().0[id as usize & (CHUNK - 1)] };
+        let old = slot.swap(Shared::null(), Ordering::AcqRel, guard);
+        // SAFETY: the answer was just unlinked and is retired once; readers that loaded it are
+        // pinned, so it is freed after they unpin.
+        unsafe { guard.defer_destroy(old) };
+        let free = Arc::clone(&self.free);
+        // The index is reused only after the readers that could still hold it are gone.
+        guard.defer(move || free.lock().unwrap_or_else(|p| p.into_inner()).push(id));
+    }
+
+    /// How many answers are live.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().refs.len()
+    }
+
+    /// The bytes of the answers' index (chunks allocated so far, not the answers' routes).
+    pub(crate) fn bytes(&self) -> usize {
+        let guard = &crossbeam_epoch::pin();
+        let chunks = self
+            .chunks
+            .iter()
+            .filter(|c| !c.load(Ordering::Relaxed, guard).is_null())
+            .count();
+        self.chunks.len() * size_of::<Atomic<Chunk<K>>>()
+            + chunks * size_of::<Chunk<K>>()
+            + self.len() * size_of::<Answer<K>>()
+    }
+}
+
+impl<K> Drop for Answers<K> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader borrows the answers any more; each chunk and answer
+        // still linked is freed once (retired ones were unlinked and are freed by the epoch).
+        unsafe {
+            let guard = crossbeam_epoch::unprotected();
+            for chunk in self.chunks.iter() {
+                let c = chunk.load(Ordering::Relaxed, guard);
+                if c.is_null() {
+                    continue;
+                }
+                for a in c.deref().0.iter() {
+                    let a = a.load(Ordering::Relaxed, guard);
+                    if !a.is_null() {
+                        drop(a.into_owned());
+                    }
+                }
+                drop(c.into_owned());
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! Building a subtree of the fast structure from the prefixes under it, leaf-pushed.
+
+use super::node::{Entry, new_node};
+use super::{STRIDE, index_at};
+use crate::key::TrieKey;
+
+/// A prefix and its answer.
+pub(crate) type Item<K> = (K, u8, u32);
+
+/// The entry for the region `key/depth` (a slot at `depth`): the answer `default` where no
+/// item covers a key, else the item of the longest prefix covering it.
+///
+/// `items` are the prefixes longer than `depth` inside the region, sorted by (key, length).
+pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K>]) -> Entry {
+    if items.is_empty() {
+        return Entry::Leaf(default);
+    }
+    debug_assert!(depth < K::BITS);
+    debug_assert!(
+        items
+            .iter()
+            .all(|i| (i.0 ^ key) & K::prefix_mask(depth) == K::ZERO)
+    );
+    // Positions of this node: six bits from `depth` (zero-padded past the key's end, so a
+    // last node of fewer bits repeats each real position's answer over its padding).
+    let real_bits = STRIDE.min(K::BITS - depth);
+    let pad = STRIDE - real_bits;
+    let end = depth + real_bits;
+
+    // Leaf-pushed answers: the default, overwritten by the prefixes ending in this node in
+    // (key, length) order, which puts every prefix after those covering it.
+    let mut answers = [default; 64];
+    for &(k, len, answer) in items.iter().filter(|(_, len, _)| *len <= end) {
+        let first = (index_at(k, depth) >> pad) << pad;
+        let count = 1usize << (end - len + pad);
+        answers[first as usize..first as usize + count].fill(answer);
+    }
+
+    // Children: the longer prefixes, grouped by position (contiguous, as items are sorted).
+    let longer: Vec<Item<K>> = items
+        .iter()
+        .copied()
+        .filter(|(_, len, _)| *len > end)
+        .collect();
+    let mut vector = 0u64;
+    let mut children = Vec::new();
+    let mut rest = &longer[..];
+    while let Some(&(k, _, _)) = rest.first() {
+        let index = index_at(k, depth);
+        let n = rest
+            .iter()
+            .take_while(|(k, _, _)| index_at(*k, depth) == index)
+            .count();
+        let child_key = k & K::prefix_mask(end);
+        children.push(build(child_key, end, answers[index as usize], &rest[..n]));
+        vector |= 1 << index;
+        rest = &rest[n..];
+    }
+
+    // Leaf runs: a leaf position starts a new entry when its answer differs from the
+    // previous leaf position's.
+    let mut leafvec = 0u64;
+    let mut leaves = Vec::new();
+    let mut last = None;
+    for (i, &answer) in answers.iter().enumerate() {
+        if vector & (1 << i) != 0 {
+            continue;
+        }
+        if last != Some(answer) {
+            leafvec |= 1 << i;
+            leaves.push(answer);
+            last = Some(answer);
+        }
+    }
+    Entry::Node(new_node(vector, leafvec, &children, &leaves))
+}

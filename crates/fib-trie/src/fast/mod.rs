@@ -1,0 +1,416 @@
+//! A read-optimised longest-prefix-match structure derived from a source of prefixes (the
+//! LC-trie), after Poptrie (Asai and Ohara, SIGCOMM 2015): a direct-indexed first level, then
+//! nodes of six bits whose children and leaves are found by population counts, with
+//! leaf-pushed answers.
+//!
+//! ```text
+//!  key:  [ first level: 18 bits (IPv4) / 16 (IPv6) ][ 6 ][ 6 ][ 6 ] ...
+//!                        |
+//!   slots  [ leaf | node | leaf | leaf | node | ... ]   2^18 tagged pointers
+//!                    |
+//!                    v
+//!   node   vector  0000100000100...   bit i: position i has a child
+//!          leafvec 1000010001001...   bit i: leaf position i starts a new answer run
+//!          children [*node, *node]     popcount(vector below i) picks one
+//!          leaves   [a0, a1, a2, a3]   popcount(leafvec up to i) - 1 picks one
+//! ```
+//!
+//! An answer is a `u32` chosen by the source (for a [`FibTable`](crate::FibTable), the index
+//! of an interned result); every key is answered by the longest prefix covering it, pushed
+//! down into the leaves, so a lookup reads one first-level slot and one node per six bits
+//! below it, and never backtracks.
+//!
+//! # Updates
+//! A change of one prefix rebuilds the smallest subtree whose leaves it can change (the node
+//! whose six bits hold the prefix's last bit, or the first-level slots it covers) from the
+//! source, and publishes it with one pointer store; the replaced subtree is freed after every
+//! reader pinned before the store has unpinned. A lookup racing a change so reads the entries
+//! of wholly before or wholly after it. A table that grows past [`WIDE_AT`] prefixes is
+//! rebuilt once with the wide first level.
+mod build;
+mod node;
+mod source;
+
+use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+
+use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
+
+use crate::key::TrieKey;
+use build::{Item, build};
+use node::{Entry, Slot, child_slot, prefetch, retire, step};
+
+/// The answer slots hold where no prefix covers a key.
+pub(crate) const NONE: u32 = u32::MAX;
+/// Key bits a node consumes.
+pub(crate) const STRIDE: u8 = 6;
+/// First-level width of a small table.
+const NARROW_BITS: u8 = 8;
+/// A source with this many prefixes gets the wide first level.
+pub const WIDE_AT: usize = 1024;
+/// A change covering more first-level slots than this rebuilds the whole structure.
+const REBUILD_ALL_SLOTS: usize = 4096;
+
+/// The first-level width of a large table: 18 bits for IPv4 (most prefixes are /24 or
+/// shorter, so one node below), 16 for IPv6.
+pub const fn wide_bits<K: TrieKey>() -> u8 {
+    if K::BITS == 32 { 18 } else { 16 }
+}
+
+/// The six key bits (zero-padded past the key's end) that a node at `depth` consumes.
+#[inline(always)]
+pub(crate) fn index_at<K: TrieKey>(key: K, depth: u8) -> u32 {
+    let end = depth + STRIDE;
+    let bits = if end <= K::BITS {
+        key.shr_in_width(K::BITS - end)
+    } else {
+        key.shl(end - K::BITS)
+    };
+    (bits.low_usize() & 63) as u32
+}
+
+/// Where the fast structure reads the prefixes it is built from.
+///
+/// Answers are chosen by the source and must not be `u32::MAX`. A source answers for its
+/// current contents; [`FastLpm::update`] is called after each change.
+pub trait PrefixSource<K: TrieKey> {
+    /// The answer of the longest prefix of length at most `plen` covering `key`.
+    fn covering(&mut self, key: K, plen: u8) -> Option<u32>;
+    /// Appends every prefix longer than `plen` inside `key/plen` with its answer (sorted by
+    /// key, then length, is fastest; any order is accepted).
+    fn within(&mut self, key: K, plen: u8, out: &mut Vec<(K, u8, u32)>);
+    /// How many prefixes the source holds (picks the first level's width).
+    fn prefix_count(&self) -> usize;
+}
+
+/// The first level: its width and its slots (each a leaf answer or a node).
+struct Root<K> {
+    bits: u8,
+    slots: Box<[Slot]>,
+    _key: PhantomData<K>,
+}
+
+impl<K: TrieKey> Root<K> {
+    #[inline(always)]
+    fn slot_index(&self, key: K) -> usize {
+        key.shr_in_width(K::BITS - self.bits).low_usize()
+    }
+}
+
+impl<K> Drop for Root<K> {
+    fn drop(&mut self) {
+        for slot in self.slots.iter() {
+            if let Entry::Node(n) = Entry::decode(slot.load(Ordering::Relaxed)) {
+                // SAFETY: a root is dropped when it is owned (never published) or after it was
+                // unlinked and its readers unpinned (`defer_destroy`); its subtrees went with
+                // it, and subtrees replaced earlier were retired on their own.
+                unsafe { node::free_subtree(n) };
+            }
+        }
+    }
+}
+
+/// A longest-prefix-match structure over `u32` answers, kept in step with a [`PrefixSource`].
+///
+/// Readers never lock; writers are serialized inside.
+///
+/// ```
+/// use fib_trie::{FastLpm, LcTrie};
+///
+/// // The LC-trie is the source of truth; the fast structure is derived from it.
+/// let trie = LcTrie::<u32, u32>::new();
+/// trie.insert(0x0a00_0000, 8, 1)?;
+/// trie.insert(0x0a01_0000, 16, 2)?;
+/// let fast = FastLpm::<u32>::new();
+/// fast.rebuild(&mut &trie);
+///
+/// let guard = crossbeam_epoch::pin();
+/// assert_eq!(fast.lookup(0x0a01_0203, &guard), Some(2));
+/// assert_eq!(fast.lookup(0x0a02_0203, &guard), Some(1));
+/// assert_eq!(fast.lookup(0x0b00_0000, &guard), None);
+///
+/// // After each change of the source, tell the structure which prefix changed.
+/// trie.insert(0x0a02_0000, 15, 3)?;
+/// fast.update(0x0a02_0000, 15, &mut &trie);
+/// assert_eq!(fast.lookup(0x0a03_0001, &guard), Some(3));
+/// # Ok::<(), fib_trie::PrefixError>(())
+/// ```
+pub struct FastLpm<K: TrieKey> {
+    root: Atomic<Root<K>>,
+    writer: Mutex<Vec<Item<K>>>,
+}
+
+// SAFETY: the structure owns plain memory (nodes of integers and pointers to nodes); readers
+// only read it, and writers are serialized by the mutex and publish with atomic stores.
+unsafe impl<K: TrieKey> Send for FastLpm<K> {}
+// SAFETY: as above: shared access is reads of published, immutable nodes and atomic slots.
+unsafe impl<K: TrieKey> Sync for FastLpm<K> {}
+
+impl<K: TrieKey> Default for FastLpm<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: TrieKey> std::fmt::Debug for FastLpm<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastLpm")
+            .field("first_level_bits", &self.first_level_bits())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: TrieKey> FastLpm<K> {
+    /// An empty structure (no key has an answer).
+    pub fn new() -> Self {
+        FastLpm {
+            root: Atomic::new(Self::empty_root(NARROW_BITS)),
+            writer: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn empty_root(bits: u8) -> Root<K> {
+        Root {
+            bits,
+            slots: (0..1usize << bits)
+                .map(|_| Slot::new(Entry::Leaf(NONE).encode()))
+                .collect(),
+            _key: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn root<'g>(&self, guard: &'g Guard) -> &'g Root<K> {
+        // SAFETY: the root is never null (set in `new`, only replaced by another root), and a
+        // replaced root is retired with `defer_destroy`, so it lives while `guard` is pinned.
+        unsafe { self.root.load(Ordering::Acquire, guard).deref() }
+    }
+
+    /// The answer of the longest prefix covering `key`, if any.
+    #[inline]
+    pub fn lookup(&self, key: K, guard: &Guard) -> Option<u32> {
+        let root = self.root(guard);
+        let mut entry = Entry::load(&root.slots[root.slot_index(key)]);
+        let mut depth = root.bits;
+        loop {
+            match entry {
+                Entry::Leaf(answer) => return (answer != NONE).then_some(answer),
+                Entry::Node(n) => {
+                    // SAFETY: `n` was read from a slot of the structure under `guard`, so it
+                    // is published and not freed before `guard` unpins.
+                    entry = unsafe { step(n, index_at(key, depth)) };
+                    depth += STRIDE;
+                }
+            }
+        }
+    }
+
+    /// Looks up every key of `keys` into `out` (as long), as [`lookup`](Self::lookup) would,
+    /// in groups whose descents run in lock step: each level's nodes of a whole group are
+    /// prefetched before any of them is read, so independent cache misses overlap.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys`.
+    pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>], guard: &Guard) {
+        const GROUP: usize = 16;
+        assert!(out.len() >= keys.len(), "output shorter than input");
+        let root = self.root(guard);
+        for (keys, out) in keys.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            let mut entries = [Entry::Leaf(NONE); GROUP];
+            for (e, &key) in entries.iter_mut().zip(keys) {
+                *e = Entry::load(&root.slots[root.slot_index(key)]);
+                if let Entry::Node(n) = *e {
+                    prefetch(n);
+                }
+            }
+            let mut depth = root.bits;
+            let mut pending = true;
+            while pending {
+                pending = false;
+                for (e, &key) in entries.iter_mut().zip(keys) {
+                    if let Entry::Node(n) = *e {
+                        // SAFETY: as in `lookup`: read under `guard` from the structure.
+                        *e = unsafe { step(n, index_at(key, depth)) };
+                        if let Entry::Node(c) = *e {
+                            prefetch(c);
+                            pending = true;
+                        }
+                    }
+                }
+                depth += STRIDE;
+            }
+            for (o, e) in out.iter_mut().zip(&entries) {
+                *o = match *e {
+                    Entry::Leaf(a) if a != NONE => Some(a),
+                    _ => None,
+                };
+            }
+        }
+    }
+
+    /// The width of the first level in bits (8 while small, then [`wide_bits`]).
+    pub fn first_level_bits(&self) -> u8 {
+        self.root(&epoch::pin()).bits
+    }
+
+    /// The bytes the structure occupies (first level and nodes, without allocator overhead).
+    pub fn bytes(&self) -> usize {
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+        let root = self.root(guard);
+        let mut bytes = size_of::<Root<K>>() + root.slots.len() * size_of::<Slot>();
+        for slot in root.slots.iter() {
+            if let Entry::Node(n) = Entry::load(slot) {
+                // SAFETY: the writer lock is held, so no subtree is replaced meanwhile, and
+                // `guard` keeps published nodes alive.
+                bytes += unsafe { node::subtree_bytes(n) };
+            }
+        }
+        bytes
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Item<K>>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Rebuilds the whole structure from `source` and publishes it with one store.
+    pub fn rebuild(&self, source: &mut impl PrefixSource<K>) {
+        let mut items = self.lock();
+        self.rebuild_locked(source, &mut items, &epoch::pin());
+    }
+
+    fn rebuild_locked(
+        &self,
+        source: &mut impl PrefixSource<K>,
+        items: &mut Vec<Item<K>>,
+        guard: &Guard,
+    ) {
+        let bits = if source.prefix_count() >= WIDE_AT {
+            wide_bits::<K>()
+        } else {
+            NARROW_BITS
+        };
+        items.clear();
+        source.within(K::ZERO, 0, items);
+        sort(items);
+        let default = source.covering(K::ZERO, 0).unwrap_or(NONE);
+        let root = Self::empty_root(bits);
+        // First-level answers: the default, overwritten by prefixes of at most `bits`,
+        // shortest first.
+        let mut answers = vec![default; root.slots.len()];
+        let mut short: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 <= bits).collect();
+        short.sort_by_key(|i| i.1);
+        for (key, len, answer) in short {
+            let first = root.slot_index(key);
+            answers[first..first + (1 << (bits - len))].fill(answer);
+        }
+        let longer: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 > bits).collect();
+        for (i, answer) in answers.iter().enumerate() {
+            root.slots[i].store(Entry::Leaf(*answer).encode(), Ordering::Relaxed);
+        }
+        let mut rest = &longer[..];
+        while let Some(&(key, _, _)) = rest.first() {
+            let s = root.slot_index(key);
+            let n = rest
+                .iter()
+                .take_while(|i| root.slot_index(i.0) == s)
+                .count();
+            let entry = build(key & K::prefix_mask(bits), bits, answers[s], &rest[..n]);
+            root.slots[s].store(entry.encode(), Ordering::Relaxed);
+            rest = &rest[n..];
+        }
+        let old = self.root.swap(Owned::new(root), Ordering::AcqRel, guard);
+        // SAFETY: the old root was just unlinked and is retired once; readers that loaded it
+        // are pinned, so it (with its subtrees) is freed after they unpin.
+        unsafe { guard.defer_destroy(old) };
+    }
+
+    /// Brings the structure in step with `source` after the prefix `key/plen` changed in it
+    /// (added, removed, or given another answer).
+    pub fn update(&self, key: K, plen: u8, source: &mut impl PrefixSource<K>) {
+        let mut items = self.lock();
+        let guard = &epoch::pin();
+        let root = self.root(guard);
+        if root.bits == NARROW_BITS && source.prefix_count() >= WIDE_AT {
+            return self.rebuild_locked(source, &mut items, guard);
+        }
+        if plen <= root.bits {
+            let count = 1usize << (root.bits - plen);
+            if count > REBUILD_ALL_SLOTS {
+                return self.rebuild_locked(source, &mut items, guard);
+            }
+            let first = root.slot_index(key);
+            for s in first..first + count {
+                let region = K::from_usize(s).shl(K::BITS - root.bits);
+                let entry = region_entry(source, region, root.bits, &mut items);
+                let old = Entry::decode(root.slots[s].swap(entry.encode(), Ordering::AcqRel));
+                // SAFETY: the old subtree was just unlinked by the swap, and is retired once.
+                unsafe { retire(old, guard) };
+            }
+            return;
+        }
+        // Find the node whose six bits hold the prefix's last bit (or the deepest node on
+        // its path), remembering the slots on the way.
+        let mut path: Vec<(&Slot, u8)> = vec![(&root.slots[root.slot_index(key)], root.bits)];
+        while let Some(&(slot, depth)) = path.last() {
+            let Entry::Node(n) = Entry::load(slot) else {
+                break;
+            };
+            if plen <= depth + STRIDE {
+                break;
+            }
+            // SAFETY: the writer lock is held and `guard` pinned: `n` is published and live.
+            match unsafe { child_slot(n, index_at(key, depth)) } {
+                Some(child) => path.push((child, depth + STRIDE)),
+                None => break,
+            }
+        }
+        // Rebuild there; a child slot cannot hold a lone answer, so a subtree that became
+        // uniform is folded into its parent by rebuilding the parent instead.
+        while let Some((slot, depth)) = path.pop() {
+            let entry = region_entry(source, key & K::prefix_mask(depth), depth, &mut items);
+            if matches!(entry, Entry::Leaf(_)) && !path.is_empty() {
+                continue;
+            }
+            let old = Entry::decode(slot.swap(entry.encode(), Ordering::AcqRel));
+            // SAFETY: the old subtree was just unlinked by the swap, and is retired once.
+            unsafe { retire(old, guard) };
+            return;
+        }
+    }
+}
+
+/// The entry for the region `key/depth`, built from `source`.
+fn region_entry<K: TrieKey>(
+    source: &mut impl PrefixSource<K>,
+    key: K,
+    depth: u8,
+    items: &mut Vec<Item<K>>,
+) -> Entry {
+    let default = source.covering(key, depth).unwrap_or(NONE);
+    items.clear();
+    source.within(key, depth, items);
+    sort(items);
+    build(key, depth, default, items)
+}
+
+fn sort<K: TrieKey>(items: &mut [Item<K>]) {
+    if !items.is_sorted_by_key(|i| (i.0, i.1)) {
+        items.sort_unstable_by_key(|i| (i.0, i.1));
+    }
+}
+
+impl<K: TrieKey> Drop for FastLpm<K> {
+    fn drop(&mut self) {
+        // SAFETY: `&mut self`: no reader can hold the root through `self` any more; it is
+        // freed once (its subtrees with it, by `Root::drop`).
+        unsafe {
+            let guard = epoch::unprotected();
+            drop(self.root.load(Ordering::Relaxed, guard).into_owned());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

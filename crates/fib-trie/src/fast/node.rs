@@ -1,0 +1,287 @@
+//! The nodes of the fast lookup structure and their memory layout.
+//!
+//! A node consumes six key bits (64 positions). It is ONE allocation:
+//!
+//! ```text
+//! +----------+-----------+------------------------+------------------------+
+//! | vector   | leafvec   | children: *Node × c    | leaves: u32 × l        |
+//! | u64      | u64       | c = popcount(vector)   | l = popcount(leafvec)  |
+//! +----------+-----------+------------------------+------------------------+
+//! ```
+//!
+//! Bit `i` of `vector` says that position `i` leads to a child node, the
+//! `popcount(vector & (2^i - 1))`-th child. Every other position is a leaf; consecutive leaf
+//! positions with the same answer share one entry of `leaves`, and bit `i` of `leafvec` marks a
+//! leaf position that starts a new entry, so position `i`'s answer is entry
+//! `popcount(leafvec & (2^(i+1) - 1)) - 1` (Poptrie's `leafvec`).
+//!
+//! A published node never changes except through its child slots, which the writer replaces
+//! with one atomic store (a rebuilt subtree); the replaced subtree is freed after an epoch
+//! grace period. Entries of the first level ([`Entry`]) are tagged pointers: a node, or an
+//! answer shifted left by one with the low bit set.
+//!
+//! This is the fast structure's only module with `unsafe`.
+
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crossbeam_epoch::Guard;
+
+const _: () = assert!(usize::BITS >= 64, "answers are tagged into pointers");
+
+/// The header of a node; its children and leaves follow in the same allocation.
+#[repr(C)]
+pub(crate) struct Node {
+    vector: u64,
+    leafvec: u64,
+}
+
+/// A slot holding an [`Entry`]: a first-level slot or a node's child slot.
+pub(crate) type Slot = AtomicPtr<Node>;
+
+/// What a slot holds: a node, or the answer for every key below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Every key below the slot has this answer.
+    Leaf(u32),
+    /// A node consumes the next six bits.
+    Node(NonNull<Node>),
+}
+
+impl Entry {
+    /// The tagged pointer stored in a slot.
+    pub(crate) fn encode(self) -> *mut Node {
+        match self {
+            Entry::Leaf(a) => ptr::without_provenance_mut(((a as usize) << 1) | 1),
+            Entry::Node(n) => n.as_ptr(),
+        }
+    }
+
+    /// The entry a slot's tagged pointer stands for.
+    #[inline(always)]
+    pub(crate) fn decode(p: *mut Node) -> Entry {
+        if p.addr() & 1 == 1 {
+            Entry::Leaf((p.addr() >> 1) as u32)
+        } else {
+            // Node pointers are 8-byte aligned and never null: slots are written only by
+            // `encode`, whose leaves have the low bit set.
+            match NonNull::new(p) {
+                Some(n) => Entry::Node(n),
+                None => Entry::Leaf(super::NONE),
+            }
+        }
+    }
+
+    /// Reads a slot.
+    #[inline(always)]
+    pub(crate) fn load(slot: &Slot) -> Entry {
+        Entry::decode(slot.load(Ordering::Acquire))
+    }
+}
+
+fn layout(children: usize, leaves: usize) -> Layout {
+    let size = size_of::<Node>() + children * size_of::<Slot>() + leaves * size_of::<u32>();
+    Layout::from_size_align(size, align_of::<Node>().max(align_of::<Slot>()))
+        .expect("a node is at most a few hundred bytes")
+}
+
+/// Allocates a node with these vectors, child entries (one per set bit of `vector`, in
+/// position order) and leaf answers (one per set bit of `leafvec`).
+pub(crate) fn new_node(
+    vector: u64,
+    leafvec: u64,
+    children: &[Entry],
+    leaves: &[u32],
+) -> NonNull<Node> {
+    assert_eq!(children.len(), vector.count_ones() as usize);
+    assert_eq!(leaves.len(), leafvec.count_ones() as usize);
+    let layout = layout(children.len(), leaves.len());
+    // SAFETY: the layout has a non-zero size (the header); every byte of the allocation is
+    // written below before the pointer is returned: the header, `children.len()` slots right
+    // after it and `leaves.len()` answers after those, which is exactly the layout's size.
+    unsafe {
+        let raw = alloc(layout).cast::<Node>();
+        let Some(node) = NonNull::new(raw) else {
+            handle_alloc_error(layout)
+        };
+        raw.write(Node { vector, leafvec });
+        let slots = children_ptr(node);
+        for (i, c) in children.iter().enumerate() {
+            slots.add(i).write(Slot::new(c.encode()));
+        }
+        let answers = leaves_ptr(node, children.len());
+        for (i, &a) in leaves.iter().enumerate() {
+            answers.add(i).write(a);
+        }
+        node
+    }
+}
+
+/// The first child slot of `node`.
+#[inline(always)]
+fn children_ptr(node: NonNull<Node>) -> *mut Slot {
+    // SAFETY (of the offset): the header is followed by the child slots in the same
+    // allocation (`layout`), and `Slot`'s alignment divides the header's size.
+    unsafe { node.as_ptr().add(1).cast::<Slot>() }
+}
+
+/// The first leaf answer of `node`, which has `children` child slots.
+#[inline(always)]
+fn leaves_ptr(node: NonNull<Node>, children: usize) -> *mut u32 {
+    // SAFETY (of the offset): the leaves follow the `children` slots in the same allocation.
+    unsafe { children_ptr(node).add(children).cast::<u32>() }
+}
+
+/// One step of a lookup: the entry at position `index` (< 64) of `node`.
+///
+/// # Safety
+/// `node` must be a live node (published and kept alive by a pinned guard, or owned).
+#[inline(always)]
+pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
+    // SAFETY: the caller guarantees `node` is live, so its header is readable and its
+    // allocation holds popcount(vector) slots and popcount(leafvec) answers. `index < 64`.
+    unsafe {
+        let head = node.as_ptr().read();
+        let bit = 1u64 << index;
+        let below = bit - 1;
+        if head.vector & bit != 0 {
+            let k = (head.vector & below).count_ones() as usize;
+            Entry::load(&*children_ptr(node).add(k))
+        } else {
+            // A leaf position: some leaf position at or before it started a run, so the
+            // count is at least one.
+            let k = (head.leafvec & (bit | below)).count_ones() as usize;
+            let children = head.vector.count_ones() as usize;
+            Entry::Leaf(leaves_ptr(node, children).add(k.wrapping_sub(1)).read())
+        }
+    }
+}
+
+/// Hints the CPU to load `node`'s header (and the start of its children).
+#[inline(always)]
+pub(crate) fn prefetch(node: NonNull<Node>) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no effect on memory; any address is allowed.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(node.as_ptr().cast::<i8>(), std::arch::x86_64::_MM_HINT_T0);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = node;
+}
+
+/// The child slot at position `index` of `node`, if that position leads to a child.
+///
+/// # Safety
+/// `node` must be live.
+pub(crate) unsafe fn child_slot<'a>(node: NonNull<Node>, index: u32) -> Option<&'a Slot> {
+    // SAFETY: the caller guarantees `node` is live; the slot index is below popcount(vector).
+    unsafe {
+        let head = node.as_ptr().read();
+        let bit = 1u64 << index;
+        (head.vector & bit != 0)
+            .then(|| &*children_ptr(node).add((head.vector & (bit - 1)).count_ones() as usize))
+    }
+}
+
+/// The bytes `node` and its subtree occupy (allocations' sizes, without allocator overhead).
+///
+/// # Safety
+/// `node` must be live.
+pub(crate) unsafe fn subtree_bytes(node: NonNull<Node>) -> usize {
+    // SAFETY: the caller guarantees `node` is live, and so are its children (a published
+    // node's children are retired only with or after it).
+    unsafe {
+        let head = node.as_ptr().read();
+        let children = head.vector.count_ones() as usize;
+        let mut bytes = layout(children, head.leafvec.count_ones() as usize).size();
+        for i in 0..children {
+            if let Entry::Node(c) = Entry::load(&*children_ptr(node).add(i)) {
+                bytes += subtree_bytes(c);
+            }
+        }
+        bytes
+    }
+}
+
+/// Frees `node` and its whole subtree now.
+///
+/// # Safety
+/// No one may use the subtree any more: it is owned by the caller (never published), or it
+/// was unlinked and every reader that could have reached it has unpinned.
+pub(crate) unsafe fn free_subtree(node: NonNull<Node>) {
+    // SAFETY: by the caller's guarantee the subtree is exclusively ours; each node is freed
+    // once, with the layout it was allocated with (recomputed from its vectors).
+    unsafe {
+        let head = node.as_ptr().read();
+        let children = head.vector.count_ones() as usize;
+        for i in 0..children {
+            if let Entry::Node(c) =
+                Entry::decode((*children_ptr(node).add(i)).load(Ordering::Relaxed))
+            {
+                free_subtree(c);
+            }
+        }
+        dealloc(
+            node.as_ptr().cast(),
+            layout(children, head.leafvec.count_ones() as usize),
+        );
+    }
+}
+
+struct SendNode(NonNull<Node>);
+// SAFETY: an unlinked subtree is plain memory that any thread may free once readers are gone.
+unsafe impl Send for SendNode {}
+
+/// Frees the subtree of `entry` (if it is a node) once every reader pinned now has unpinned.
+///
+/// # Safety
+/// `entry`'s subtree must have been unlinked (no slot reachable by a new reader holds it), and
+/// must not be retired twice.
+pub(crate) unsafe fn retire(entry: Entry, guard: &Guard) {
+    if let Entry::Node(n) = entry {
+        let n = SendNode(n);
+        // SAFETY: the subtree is unlinked, so only readers pinned before this call can hold
+        // it; the closure runs after all of them have unpinned, and frees it once.
+        unsafe {
+            guard.defer_unchecked(move || {
+                let n = n;
+                free_subtree(n.0);
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_and_children_round_trip() {
+        // Positions 0..=9 answer 7, 10 is a child, 11..=63 answer 9.
+        let child = new_node(0, 1, &[], &[42]);
+        let vector = 1 << 10;
+        let leafvec = 1 | (1 << 11);
+        let node = new_node(vector, leafvec, &[Entry::Node(child)], &[7, 9]);
+        // SAFETY: both nodes are owned here and freed at the end.
+        unsafe {
+            assert_eq!(step(node, 0), Entry::Leaf(7));
+            assert_eq!(step(node, 9), Entry::Leaf(7));
+            assert_eq!(step(node, 10), Entry::Node(child));
+            assert_eq!(step(child, 63), Entry::Leaf(42));
+            assert_eq!(step(node, 11), Entry::Leaf(9));
+            assert_eq!(step(node, 63), Entry::Leaf(9));
+            assert!(child_slot(node, 10).is_some());
+            assert!(child_slot(node, 11).is_none());
+            assert_eq!(subtree_bytes(node), 16 + 8 + 8 + 16 + 4);
+            free_subtree(node);
+        }
+    }
+
+    #[test]
+    fn tagged_entries() {
+        for a in [0, 1, 12345, u32::MAX - 1, u32::MAX] {
+            assert_eq!(Entry::decode(Entry::Leaf(a).encode()), Entry::Leaf(a));
+        }
+    }
+}

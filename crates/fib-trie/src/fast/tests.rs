@@ -1,0 +1,177 @@
+//! The fast structure against the LC-trie it is derived from, under random changes.
+
+use crossbeam_epoch as epoch;
+use proptest::prelude::*;
+
+use super::*;
+use crate::trie::LcTrie;
+
+/// Keys at and around every prefix boundary, plus the given extra keys.
+fn probes<K: TrieKey>(prefixes: &[(K, u8)], extra: &[K]) -> Vec<K> {
+    let mut out = extra.to_vec();
+    for &(k, plen) in prefixes {
+        let host = !K::prefix_mask(plen);
+        out.extend([
+            k,
+            k | host,
+            k ^ K::from_usize(1),
+            (k | host) ^ K::from_usize(1),
+        ]);
+        if plen > 0 {
+            out.push(k ^ K::from_usize(1).shl(K::BITS - plen));
+        }
+        if k != K::ZERO {
+            out.push(k ^ K::from_usize(1).shl(k.highest_bit().unwrap_or(0)));
+        }
+    }
+    out
+}
+
+fn agree<K: TrieKey>(
+    fast: &FastLpm<K>,
+    trie: &LcTrie<K, u32>,
+    keys: &[K],
+) -> Result<(), TestCaseError> {
+    let guard = &epoch::pin();
+    let mut batch = vec![None; keys.len()];
+    fast.lookup_batch(keys, &mut batch, guard);
+    for (&key, b) in keys.iter().zip(&batch) {
+        let want = trie.lookup(key, guard, |_| true).map(|m| *m.value);
+        prop_assert_eq!(fast.lookup(key, guard), want, "key {:?}", key);
+        prop_assert_eq!(*b, want, "batched, key {:?}", key);
+    }
+    Ok(())
+}
+
+#[derive(Clone, Debug)]
+enum Op<K> {
+    Insert(K, u8, u32),
+    Remove(K, u8),
+}
+
+fn ops<K: TrieKey + Arbitrary>(max: usize) -> impl Strategy<Value = Vec<Op<K>>> {
+    prop::collection::vec(any::<K>(), 1..5).prop_flat_map(move |bases| {
+        let plen = prop_oneof![
+            Just(0u8),
+            Just(K::BITS),
+            0..=K::BITS,
+            (K::BITS / 4)..=(K::BITS / 4 * 3),
+        ];
+        let prefix = (prop::sample::select(bases), any::<K>(), plen, 0..=K::BITS)
+            .prop_map(|(base, noise, plen, keep)| {
+                let k = (base ^ (noise & !K::prefix_mask(keep))) & K::prefix_mask(plen);
+                (k, plen)
+            })
+            .boxed();
+        prop::collection::vec(
+            prop_oneof![
+                3 => (prefix.clone(), 0u32..8).prop_map(|((k, l), v)| Op::Insert(k, l, v)),
+                1 => prefix.prop_map(|(k, l)| Op::Remove(k, l)),
+            ],
+            1..max,
+        )
+    })
+}
+
+fn run<K: TrieKey>(ops: &[Op<K>], extra: &[K]) -> Result<(), TestCaseError> {
+    let trie = LcTrie::<K, u32>::new();
+    let fast = FastLpm::<K>::new();
+    let mut seen = Vec::new();
+    for op in ops {
+        match *op {
+            Op::Insert(k, l, v) => {
+                trie.insert(k, l, v).unwrap();
+                fast.update(k, l, &mut &trie);
+                seen.push((k, l));
+            }
+            Op::Remove(k, l) => {
+                trie.remove(k, l).unwrap();
+                fast.update(k, l, &mut &trie);
+            }
+        }
+    }
+    let keys = probes(&seen, extra);
+    agree(&fast, &trie, &keys)?;
+    // A whole rebuild gives the same answers.
+    fast.rebuild(&mut &trie);
+    agree(&fast, &trie, &keys)
+}
+
+proptest! {
+    #[test]
+    fn ipv4_updates_match_the_trie(ops in ops::<u32>(150), extra in prop::collection::vec(any::<u32>(), 50)) {
+        run(&ops, &extra)?;
+    }
+
+    #[test]
+    fn ipv6_updates_match_the_trie(ops in ops::<u128>(150), extra in prop::collection::vec(any::<u128>(), 50)) {
+        run(&ops, &extra)?;
+    }
+}
+
+/// Enough prefixes for the wide first level, then changes of every kind in it: prefixes
+/// shorter than the first level, at it, inside nodes, and removals that empty a node.
+fn wide<K: TrieKey>(seed: u64) {
+    use rand::{RngExt, SeedableRng, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(seed);
+    let random_key = |rng: &mut StdRng| {
+        // Clustered in a few /8s (or /16s for IPv6) so nodes get deep and full.
+        let top = K::from_usize(rng.random_range(0..4usize)).shl(K::BITS - 10);
+        let low = K::from_usize(rng.random::<u64>() as usize).shl(K::BITS.saturating_sub(64));
+        top | (low & !K::prefix_mask(10)) | K::from_usize(rng.random::<u32>() as usize)
+    };
+    let trie = LcTrie::<K, u32>::new();
+    let mut prefixes = Vec::new();
+    for i in 0..3000u32 {
+        let plen = match i % 4 {
+            0 => rng.random_range(K::BITS / 2..=K::BITS),
+            1 => rng.random_range(12..=24),
+            _ => rng.random_range(20..=K::BITS.min(64)),
+        };
+        let key = random_key(&mut rng) & K::prefix_mask(plen);
+        trie.insert(key, plen, i % 50).unwrap();
+        prefixes.push((key, plen));
+    }
+    let fast = FastLpm::<K>::new();
+    fast.rebuild(&mut &trie);
+    assert_eq!(fast.first_level_bits(), wide_bits::<K>());
+    let extra: Vec<K> = (0..2000).map(|_| random_key(&mut rng)).collect();
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    for round in 0..600u32 {
+        let (key, plen) = if round % 3 == 0 {
+            prefixes[rng.random_range(0..prefixes.len())]
+        } else {
+            let plen = rng.random_range(0..=K::BITS);
+            (random_key(&mut rng) & K::prefix_mask(plen), plen)
+        };
+        if round % 2 == 0 {
+            trie.remove(key, plen).unwrap();
+        } else {
+            trie.insert(key, plen, 1000 + round).unwrap();
+            prefixes.push((key, plen));
+        }
+        fast.update(key, plen, &mut &trie);
+        if round % 100 == 0 {
+            agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+        }
+    }
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+}
+
+#[test]
+fn wide_ipv4_tables_follow_every_kind_of_change() {
+    wide::<u32>(1);
+}
+
+#[test]
+fn wide_ipv6_tables_follow_every_kind_of_change() {
+    wide::<u128>(2);
+}
+
+#[test]
+fn an_empty_structure_answers_nothing() {
+    let fast = FastLpm::<u32>::new();
+    let guard = &epoch::pin();
+    assert_eq!(fast.lookup(0x0102_0304, guard), None);
+    assert!(fast.bytes() > 0);
+}
