@@ -511,6 +511,62 @@ fn show_nexthops(t: &MirroredTables, out: &mut String, guard: &Guard) {
     }
 }
 
+/// A route's destination as `ip` prints it: `default` for a zero-length prefix, the bare
+/// address for a host route (/32, /128), else `ADDR/LEN`.
+///
+/// ```
+/// use netlink_mirror::cli::prefix_text;
+///
+/// assert_eq!(prefix_text(0u32, 0), "default");
+/// assert_eq!(prefix_text(0x0a00_0001u32, 32), "10.0.0.1");
+/// assert_eq!(prefix_text(0x0a00_0000u32, 8), "10.0.0.0/8");
+/// ```
+pub fn prefix_text<K: IpKey>(prefix: K, plen: u8) -> String {
+    if plen == 0 {
+        "default".into()
+    } else if plen == K::BITS {
+        prefix.to_ip().to_string()
+    } else {
+        format!("{}/{plen}", prefix.to_ip())
+    }
+}
+
+/// The name `ip` prints for a route protocol (`/etc/iproute2/rt_protos`), else the number.
+///
+/// ```
+/// assert_eq!(netlink_mirror::cli::protocol_name(186), "bgp");
+/// assert_eq!(netlink_mirror::cli::protocol_name(77), "77");
+/// ```
+pub fn protocol_name(protocol: u8) -> String {
+    match protocol {
+        0 => "unspec",
+        1 => "redirect",
+        2 => "kernel",
+        3 => "boot",
+        4 => "static",
+        8 => "gated",
+        9 => "ra",
+        10 => "mrt",
+        11 => "zebra",
+        12 => "bird",
+        13 => "dnrouted",
+        14 => "xorp",
+        15 => "ntk",
+        16 => "dhcp",
+        17 => "mrouted",
+        18 => "keepalived",
+        42 => "babel",
+        99 => "openr",
+        186 => "bgp",
+        187 => "isis",
+        188 => "ospf",
+        189 => "rip",
+        192 => "eigrp",
+        n => return n.to_string(),
+    }
+    .into()
+}
+
 fn scope_name(s: u8) -> String {
     match s {
         0 => "global".into(),
@@ -537,7 +593,7 @@ fn show_routes<K: IpKey>(
             if a.route_type != RouteType::Unicast {
                 let _ = write!(out, "{} ", type_name(a.route_type));
             }
-            let _ = write!(out, "{}/{plen}", prefix.to_ip());
+            let _ = write!(out, "{}", prefix_text(prefix, plen));
             let info = &a.info;
             if let Some(o) = &info.nh_object {
                 let _ = write!(out, " nhid {}", o.id());
@@ -551,7 +607,10 @@ fn show_routes<K: IpKey>(
             if id != ids::MAIN {
                 let _ = write!(out, " table {}", table_name(id));
             }
-            let _ = write!(out, " proto {}", info.protocol);
+            // `ip` leaves out `proto boot` (what `ip route add` sets).
+            if info.protocol != 3 {
+                let _ = write!(out, " proto {}", protocol_name(info.protocol));
+            }
             if info.scope != Scope::UNIVERSE {
                 let _ = write!(out, " scope {}", scope_name(info.scope.0));
             }
@@ -768,7 +827,7 @@ mod tests {
             },
         );
         assert!(
-            routes.contains("blackhole 10.10.0.0/16 proto 4"),
+            routes.contains("blackhole 10.10.0.0/16 proto static"),
             "{routes}"
         );
     }
