@@ -225,7 +225,7 @@ fn nexthop_overrun_resync_equals_fresh_dump() {
     if !xfwd_lab::privileged("nexthop_overrun_resync_equals_fresh_dump") {
         return;
     }
-    const OBJECTS: u32 = 2_000;
+    const OBJECTS: u32 = 5_000;
     let ns = netns("nhover");
     objects_and_routes(&ns);
     let tiny = MirrorOptions {
@@ -280,7 +280,7 @@ fn nexthop_overrun_resync_equals_fresh_dump() {
         s.overruns >= 1 && s.resyncs >= 1,
         "the burst overran the buffer: {s:?}"
     );
-    for q in ["20.0.1.1", "20.1.200.1", "20.3.231.1"] {
+    for q in ["20.0.1.1", "20.1.200.1", "20.3.231.1", "20.8.100.1"] {
         let kernel = ns.ip(["route", "get", q]);
         let ours = route_get(
             live.tables(),
