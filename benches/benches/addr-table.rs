@@ -1,5 +1,6 @@
-//! addr-table benchmarks (issue 4, seed 000): local address lookup (`dev_find`) latency vs
-//! address count, read throughput while a writer churns, and the memory of an empty table.
+//! addr-table benchmarks (issues 4 and 23, seed 000): local address lookup (`dev_find`)
+//! latency vs address count for hits and misses, read throughput while a writer churns, and
+//! the memory of an empty and of a populated table.
 //! Method and peers: `addr-table.md` beside this file.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -44,8 +45,14 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-/// Address counts of the seed post's tables, plus 10k and 100k.
-const COUNTS: [usize; 9] = [20, 100, 500, 700, 1_000, 2_000, 5_000, 10_000, 100_000];
+/// Address counts of the seed post's tables, plus 10k, 100k and 1M.
+const COUNTS: [usize; 10] = [
+    20, 100, 500, 700, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
+];
+/// The fixed 256-bucket table is built and measured up to this many addresses: at 1M its
+/// chains hold ~3,900 addresses, a miss walks all of them, and one pass over the queries takes
+/// minutes (the point it makes is already made at 100k).
+const FIXED_MAX: usize = 100_000;
 /// Lookups per iteration.
 const BATCH: usize = 1024;
 /// Addresses per interface (ifindex 2, 3, ...): a host with many addresses over several links.
@@ -61,6 +68,13 @@ fn addresses(n: usize) -> Vec<(Ipv4Addr, u32)> {
                 2 + (i / PER_IF) as u32,
             )
         })
+        .collect()
+}
+
+/// `n` addresses from 10.0.0.0/8, none of which is ever added: the miss queries.
+fn absent_addresses(n: usize) -> Vec<Ipv4Addr> {
+    (0..n)
+        .map(|i| Ipv4Addr::from_bits(0x0a00_0000 + i as u32))
         .collect()
 }
 
@@ -81,7 +95,8 @@ fn shuffled(n: usize) -> Vec<usize> {
 /// The engines, each answering "which interface holds this local address".
 struct Engines {
     addr_table: AddrTable,
-    fixed: FixedTable<Ipv4Addr, u32>,
+    /// Only up to [`FIXED_MAX`] addresses.
+    fixed: Option<FixedTable<Ipv4Addr, u32>>,
     hashbrown: hashbrown::HashMap<u32, u32>,
     papaya: papaya::HashMap<u32, u32>,
     dashmap: dashmap::DashMap<u32, u32>,
@@ -91,7 +106,7 @@ impl Engines {
     fn build(addrs: &[(Ipv4Addr, u32)]) -> Self {
         let e = Engines {
             addr_table: AddrTable::new(NetnsId(1)),
-            fixed: FixedTable::new(0x2545_f491),
+            fixed: (addrs.len() <= FIXED_MAX).then(|| FixedTable::new(0x2545_f491)),
             hashbrown: hashbrown::HashMap::new(),
             papaya: papaya::HashMap::new(),
             dashmap: dashmap::DashMap::new(),
@@ -100,7 +115,9 @@ impl Engines {
             e.addr_table
                 .add(IfAddr::new(a, 32, ifindex))
                 .expect("fresh address");
-            e.fixed.insert(a, ifindex);
+            if let Some(fixed) = &e.fixed {
+                fixed.insert(a, ifindex);
+            }
             e.papaya.pin().insert(a.to_bits(), ifindex);
             e.dashmap.insert(a.to_bits(), ifindex);
         }
@@ -111,16 +128,25 @@ impl Engines {
         e
     }
 
-    /// Sum of the answers over `queries` (0 for a miss), per engine.
-    fn checksums(&self, queries: &[Ipv4Addr]) -> [u64; 5] {
+    /// The fixed table, present at the counts of the contended benchmark.
+    fn fixed(&self) -> &FixedTable<Ipv4Addr, u32> {
+        self.fixed
+            .as_ref()
+            .expect("the fixed table is built up to FIXED_MAX")
+    }
+
+    /// Sum of the answers over `queries` (0 for a miss), per engine (`None`: not built).
+    fn checksums(&self, queries: &[Ipv4Addr]) -> [Option<u64>; 5] {
         let g = crossbeam_epoch::pin();
         let p = self.papaya.pin();
         let sum = |f: &dyn Fn(Ipv4Addr) -> Option<u32>| {
-            queries.iter().map(|&q| u64::from(f(q).unwrap_or(0))).sum()
+            Some(queries.iter().map(|&q| u64::from(f(q).unwrap_or(0))).sum())
         };
         [
             sum(&|q| self.addr_table.dev_find(q, None, &g)),
-            sum(&|q| self.fixed.get(&q, &g).copied()),
+            self.fixed
+                .as_ref()
+                .and_then(|fixed| sum(&|q| fixed.get(&q, &g).copied())),
             sum(&|q| self.hashbrown.get(&q.to_bits()).copied()),
             sum(&|q| p.get(&q.to_bits()).copied()),
             sum(&|q| self.dashmap.get(&q.to_bits()).map(|r| *r)),
@@ -148,39 +174,77 @@ macro_rules! lookup_loop {
     }};
 }
 
-fn lookup(c: &mut Criterion) {
-    let mut group = c.benchmark_group("addr-table/lookup");
-    group.throughput(Throughput::Elements(BATCH as u64));
-    group
-        .sample_size(30)
-        .warm_up_time(Duration::from_millis(300))
-        .measurement_time(Duration::from_secs(1));
-    for n in COUNTS {
-        let addrs = addresses(n);
-        let e = Engines::build(&addrs);
-        let queries: Vec<Ipv4Addr> = shuffled(n).into_iter().map(|i| addrs[i].0).collect();
-        let sums = e.checksums(&queries);
-        let want: u64 = addrs.iter().map(|&(_, i)| u64::from(i)).sum();
-        assert_eq!(sums, [want; 5], "engines disagree at {n} addresses");
+/// Times every engine on `queries` (each engine's answers were checked before).
+fn lookup_engines(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    e: &Engines,
+    n: usize,
+    queries: &[Ipv4Addr],
+) {
+    group.bench_with_input(BenchmarkId::new("addr-table", n), queries, |b, queries| {
+        let g = crossbeam_epoch::pin();
+        lookup_loop!(b, queries, |q| e.addr_table.dev_find(q, None, &g))
+    });
+    if let Some(fixed) = &e.fixed {
+        group.bench_with_input(BenchmarkId::new("fixed-256", n), queries, |b, queries| {
+            let g = crossbeam_epoch::pin();
+            lookup_loop!(b, queries, |q| fixed.get(&q, &g).copied())
+        });
+    }
+    group.bench_with_input(BenchmarkId::new("hashbrown", n), queries, |b, queries| {
+        lookup_loop!(b, queries, |q| e.hashbrown.get(&q.to_bits()).copied())
+    });
+    group.bench_with_input(BenchmarkId::new("papaya", n), queries, |b, queries| {
+        let p = e.papaya.pin();
+        lookup_loop!(b, queries, |q| p.get(&q.to_bits()).copied())
+    });
+    group.bench_with_input(BenchmarkId::new("dashmap", n), queries, |b, queries| {
+        lookup_loop!(b, queries, |q| e.dashmap.get(&q.to_bits()).map(|r| *r))
+    });
+}
 
-        group.bench_with_input(BenchmarkId::new("addr-table", n), &queries, |b, queries| {
-            let g = crossbeam_epoch::pin();
-            lookup_loop!(b, queries, |q| e.addr_table.dev_find(q, None, &g))
-        });
-        group.bench_with_input(BenchmarkId::new("fixed-256", n), &queries, |b, queries| {
-            let g = crossbeam_epoch::pin();
-            lookup_loop!(b, queries, |q| e.fixed.get(&q, &g).copied())
-        });
-        group.bench_with_input(BenchmarkId::new("hashbrown", n), &queries, |b, queries| {
-            lookup_loop!(b, queries, |q| e.hashbrown.get(&q.to_bits()).copied())
-        });
-        group.bench_with_input(BenchmarkId::new("papaya", n), &queries, |b, queries| {
-            let p = e.papaya.pin();
-            lookup_loop!(b, queries, |q| p.get(&q.to_bits()).copied())
-        });
-        group.bench_with_input(BenchmarkId::new("dashmap", n), &queries, |b, queries| {
-            lookup_loop!(b, queries, |q| e.dashmap.get(&q.to_bits()).map(|r| *r))
-        });
+/// Hits (`addr-table/lookup`) and misses (`addr-table/lookup-miss`) at every count: the tables
+/// are built once per count and serve both groups.
+fn lookup(c: &mut Criterion) {
+    let configure = |group: &mut criterion::BenchmarkGroup<'_, _>| {
+        group.throughput(Throughput::Elements(BATCH as u64));
+        group
+            .sample_size(30)
+            .warm_up_time(Duration::from_millis(300))
+            .measurement_time(Duration::from_secs(1));
+    };
+    let built: Vec<(usize, Engines, Vec<Ipv4Addr>, Vec<Ipv4Addr>)> = COUNTS
+        .iter()
+        .map(|&n| {
+            let addrs = addresses(n);
+            let e = Engines::build(&addrs);
+            let order = shuffled(n);
+            let hits: Vec<Ipv4Addr> = order.iter().map(|&i| addrs[i].0).collect();
+            let absent = absent_addresses(n);
+            let misses: Vec<Ipv4Addr> = order.iter().map(|&i| absent[i]).collect();
+            let want: u64 = addrs.iter().map(|&(_, i)| u64::from(i)).sum();
+            let (hit_sums, miss_sums) = (e.checksums(&hits), e.checksums(&misses));
+            for (engine, (hit, miss)) in hit_sums.into_iter().zip(miss_sums).enumerate() {
+                if let (Some(hit), Some(miss)) = (hit, miss) {
+                    assert_eq!(hit, want, "engine {engine} disagrees at {n} addresses");
+                    assert_eq!(miss, 0, "engine {engine} answered a miss at {n} addresses");
+                }
+            }
+            (n, e, hits, misses)
+        })
+        .collect();
+
+    let mut group = c.benchmark_group("addr-table/lookup");
+    configure(&mut group);
+    for (n, e, hits, _) in &built {
+        lookup_engines(&mut group, e, *n, hits);
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("addr-table/lookup-miss");
+    configure(&mut group);
+    for (n, e, _, misses) in &built {
+        lookup_engines(&mut group, e, *n, misses);
     }
     group.finish();
 }
@@ -298,14 +362,14 @@ fn contended(c: &mut Criterion) {
             Arc::new(move |qs| {
                 let g = crossbeam_epoch::pin();
                 qs.iter()
-                    .map(|&q| u64::from(e1.fixed.get(&q, &g).copied().unwrap_or(0)))
+                    .map(|&q| u64::from(e1.fixed().get(&q, &g).copied().unwrap_or(0)))
                     .sum()
             }),
             Arc::new(move |a, i, add| {
                 if add {
-                    e2.fixed.insert(a, i);
+                    e2.fixed().insert(a, i);
                 } else {
-                    e2.fixed.remove(&a, |v| *v == i);
+                    e2.fixed().remove(&a, |v| *v == i);
                 }
             }),
         );
@@ -351,12 +415,22 @@ fn contended(c: &mut Criterion) {
 
 /// Heap bytes plus the struct itself, for a value built by `make`.
 fn footprint<T>(make: impl FnOnce() -> T) -> usize {
+    // Garbage retired earlier (by other benchmarks' tables) must not be freed inside the window.
+    flush_epoch();
     let before = LIVE.load(Ordering::Relaxed);
     let value = make();
-    let heap = LIVE.load(Ordering::Relaxed) - before;
-    let total = heap as usize + std::mem::size_of_val(&value);
+    let heap = usize::try_from(LIVE.load(Ordering::Relaxed) - before)
+        .expect("the epoch freed older garbage while measuring");
+    let total = heap + std::mem::size_of_val(&value);
     drop(value);
     total
+}
+
+/// Lets the epoch collector free what this thread retired so far.
+fn flush_epoch() {
+    for _ in 0..16 {
+        crossbeam_epoch::pin().flush();
+    }
 }
 
 /// Memory of an empty per-namespace table (printed and written beside criterion's data), and
@@ -382,6 +456,64 @@ fn empty_netns(c: &mut Criterion) {
     let mut report = String::from("| table | bytes of an empty table |\n|---|---|\n");
     for (name, bytes) in rows {
         report.push_str(&format!("| {name} | {bytes} |\n"));
+    }
+    // Populated: 100,000 keys (u32 -> u32), the size where lookups leave the caches.
+    let n = 100_000u32;
+    let rows = [
+        (
+            "addr-table (RhlTable)",
+            footprint(|| {
+                let t = RhlTable::<u32, u32>::new();
+                (0..n).for_each(|k| t.insert(k, k).expect("fresh key"));
+                t.finish_rehash();
+                // Let the epoch free the tables the growth retired.
+                flush_epoch();
+                t
+            }),
+        ),
+        (
+            "fixed-256",
+            footprint(|| {
+                let t = FixedTable::<u32, u32>::new(1);
+                (0..n).for_each(|k| t.insert(k, k));
+                t
+            }),
+        ),
+        (
+            "hashbrown",
+            footprint(|| {
+                (0..n)
+                    .map(|k| (k, k))
+                    .collect::<hashbrown::HashMap<u32, u32>>()
+            }),
+        ),
+        (
+            "papaya",
+            footprint(|| {
+                let t = papaya::HashMap::<u32, u32>::new();
+                (0..n).for_each(|k| {
+                    t.pin().insert(k, k);
+                });
+                t
+            }),
+        ),
+        (
+            "dashmap",
+            footprint(|| {
+                let t = dashmap::DashMap::<u32, u32>::new();
+                (0..n).for_each(|k| {
+                    t.insert(k, k);
+                });
+                t
+            }),
+        ),
+    ];
+    report.push_str("\n| table | bytes per key with 100,000 `u32 -> u32` keys |\n|---|---|\n");
+    for (name, bytes) in rows {
+        report.push_str(&format!(
+            "| {name} | {:.1} |\n",
+            bytes as f64 / f64::from(n)
+        ));
     }
     println!("addr-table/memory:\n{report}");
     let dir = std::env::var_os("CRITERION_HOME")

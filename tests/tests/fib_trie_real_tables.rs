@@ -152,7 +152,7 @@ fn check_fib<A: PrefixAddr, K: TrieKey>(
         })
         .collect();
     let fib = Fib::<K>::new();
-    assert_eq!(fib.insert_many(routes).unwrap(), table.len());
+    assert_eq!(fib.insert_many(&routes).unwrap(), table.len());
     let guard = &epoch::pin();
     let main = fib.table(254, guard).unwrap();
     let stats = main.fast_stats();

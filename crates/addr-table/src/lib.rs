@@ -4,12 +4,16 @@
 //!
 //! # Layers
 //!
-//! - [`RhlTable<K, V>`]: the generic multimap (rhashtable + rhltable). Buckets are chains of
-//!   objects; objects with equal keys hang off one chain member, newest first; [`len`] counts
-//!   distinct keys. Each bucket table has its own random seed (keyed foldhash). The table grows
-//!   above 75% load, shrinks below 30% down to `min_size` (default 32), and rehashes at once
-//!   when an insert finds a chain longer than [`ELASTICITY`] (16): bigger if above 75%, else the
-//!   same size with a fresh seed (the DoS guard).
+//! - [`RhlTable<K, V>`]: the generic multimap (rhashtable + rhltable). A bucket is one 64-byte
+//!   cache line holding six one-byte key fingerprints (tags) and six pointers to objects, plus a
+//!   link to an overflow line when more than six keys land in it; objects with equal keys hang
+//!   off the object in the slot, newest first; [`len`] counts distinct keys. A lookup reads one
+//!   line for a miss and two (the bucket and the object) for a hit, at any size. Each bucket
+//!   table has its own random seed (keyed foldhash). Sizes count four per bucket line, so the
+//!   kernel's thresholds hold: the table grows above 75% load (3 keys per line on average),
+//!   shrinks below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an
+//!   insert finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above
+//!   75%, else the same size with a fresh seed (the DoS guard).
 //! - [`AddrTable`]: one namespace ([`NetnsId`]) of [`IfAddr`]s: an `RhlTable` per family for
 //!   [`dev_find`](AddrTable::dev_find) / [`is_local`](AddrTable::is_local), and per-interface
 //!   lists in kernel order for iteration, source selection
@@ -22,23 +26,27 @@
 //!
 //! Readers take a `&crossbeam_epoch::Guard` from `crossbeam_epoch::pin()` (pin once per batch)
 //! and never lock, allocate or wait. Writers are serialized by an internal mutex that readers
-//! never touch, publish with release stores, and free through `defer_destroy`.
+//! never touch, publish with release stores, and free through the epoch (deferred until every
+//! reader pinned at the time has unpinned).
 //!
 //! A rehash hangs the new table off the old one (`future`). Inserts go to the newest table;
 //! lookups search the old table, then the new; every write first migrates the bucket its key
 //! hashes to in the old table plus a share of the rest (a rehash completes within
 //! [`MIGRATE_WRITES`] writes, or at once with [`RhlTable::finish_rehash`]), so writer operations
-//! only ever edit the newest table. Migration relinks nodes in place, tail first: a node is published in the
-//! new table before it is unlinked from the old, and every chain ends in a *nulls marker* naming
-//! its bucket, so a reader that followed a moved node into the new table notices the foreign
-//! end marker and restarts its bucket (as the kernel's `rht_for_each_rcu` loop does). When the
-//! old table is empty the new one becomes current and the old one is retired. One migration
-//! at a time: a rehash due while one runs first completes it.
+//! only ever edit the newest table. Objects never move between the slots of one table; the
+//! writer publishes an object by storing its pointer into a free slot and then its tag, and
+//! unpublishes it in the reverse order. Migration moves each object's pointer (not the object):
+//! it is published in the new table before its slot in the old one is cleared, so a reader
+//! that searches the old table and then the new one finds every object that stayed in the map
+//! (the kernel needs nulls markers because it relinks chain nodes into the new table; bucket
+//! lines are never relinked, so the walk cannot stray into another chain). When the old table
+//! is empty the new one becomes current and the old one is retired. One migration at a time:
+//! a rehash due while one runs first completes it.
 //!
 //! Invariants (checked by the tests): every object is reachable from exactly one live table;
 //! a key never removed is found by every reader; the newest table's load stays in [30%, 75%]
-//! (or the table is at `min_size`); a chain longer than 16 exists only until the next insert
-//! into it starts a reseed.
+//! (or the table is at `min_size`); a bucket chain of more than 16 keys exists only until the
+//! next insert into it starts a reseed.
 //!
 //! # Example
 //!

@@ -7,13 +7,14 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
-use crate::bucket::{BucketTable, Dups, Node, is_marker, node};
+use crate::bucket::{Bucket, BucketTable, Dups, Hashed, Node, SIZE_PER_BUCKET};
 use crate::error::{InsertError, ParamsError};
 use crate::seed::{SeedMode, SeedSource};
 
-/// A chain longer than this in the table an insert lands in forces a rehash (the kernel's
-/// `RHT_ELASTICITY`): on a table at most 75% full, a chain of 17 distinct keys is all but
-/// impossible by chance, so it means the keys were chosen against this table's seed.
+/// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
+/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 75% full a bucket line holds 3
+/// keys on average, so a chain of 17 (three lines) is all but impossible by chance and means
+/// the keys were chosen against this table's seed.
 pub const ELASTICITY: usize = 16;
 
 /// Fewest buckets migrated per write while a rehash is in progress.
@@ -26,20 +27,24 @@ pub const MIGRATE_BATCH: usize = 4;
 /// is bounded in writes, not in buckets. [`RhlTable::finish_rehash`] completes it at once.
 pub const MIGRATE_WRITES: usize = 64;
 
-/// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`).
-pub const MIN_SIZE_FLOOR: usize = 4;
+/// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`): one bucket line.
+pub const MIN_SIZE_FLOOR: usize = SIZE_PER_BUCKET;
 
 /// The largest `max_size` accepted.
 pub const MAX_SIZE_CEILING: usize = 1 << 30;
 
 /// Sizing and seeding of an [`RhlTable`] (the tunable part of the kernel's `rhashtable_params`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Sizes are in the kernel's units, the ones its load factor counts in: a table of `size` holds
+/// `size / 4` bucket lines of 6 slots each (see [`TableStats::buckets`]), so the thresholds
+/// (grow above `0.75 * size` keys, shrink below `0.3 * size`) are the kernel's.
 pub struct Params {
-    /// Buckets of a new table and the floor of any shrink; a power of two, at least 4.
-    /// Default 32, as in the seed post's conversion of `inet_addr_lst`.
+    /// Size of a new table and the floor of any shrink; a power of two, at least 4 (one bucket
+    /// line). Default 32 (8 lines), as in the seed post's conversion of `inet_addr_lst`.
     pub min_size: usize,
-    /// The table never grows beyond this many buckets; a power of two, at most 2^30. Inserts of
-    /// new keys fail once the table holds twice this many keys (the kernel's `max_elems`).
+    /// The table never grows beyond this size; a power of two, at most 2^30. Inserts of new
+    /// keys fail once the table holds twice this many keys (the kernel's `max_elems`).
     pub max_size: usize,
     /// Shrink below 30% load (the kernel's `automatic_shrinking`). Default on.
     pub automatic_shrinking: bool,
@@ -92,15 +97,20 @@ pub struct RehashCounts {
 /// A consistent view of an [`RhlTable`]'s shape, taken under the writer lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableStats {
-    /// Buckets of the newest bucket table.
+    /// Size of the newest bucket table, in [`Params`] units (4 per bucket line).
     pub size: usize,
-    /// Buckets of the table being migrated away from, while a rehash is in progress.
+    /// Bucket lines (64-byte cache lines of 6 slots) of the newest table: `size / 4`.
+    pub buckets: usize,
+    /// Overflow lines hanging off full buckets, over the live tables.
+    pub overflow_lines: usize,
+    /// Size of the table being migrated away from, while a rehash is in progress.
     pub migrating_from: Option<usize>,
     /// Distinct keys (the kernel's `nelems`).
     pub keys: usize,
     /// Objects, duplicates included.
     pub objects: usize,
-    /// Longest hash chain (distinct keys in one bucket) over the live tables.
+    /// Longest bucket chain (distinct keys in one bucket line and its overflow lines) over the
+    /// live tables.
     pub max_chain: usize,
     /// Rehashes started so far.
     pub rehashes: RehashCounts,
@@ -204,7 +214,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
 
     fn build(params: Params) -> Self {
         let mut seeds = SeedSource::new(params.seed);
-        let tbl = BucketTable::alloc(params.min_size, seeds.next_seed());
+        let tbl = BucketTable::alloc(params.min_size / SIZE_PER_BUCKET, seeds.next_seed());
         RhlTable {
             tbl: AtomicPtr::new(tbl),
             nelems: AtomicUsize::new(0),
@@ -219,7 +229,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         }
     }
 
-    /// The chain member for `key`: old table first, then each newer one.
+    /// The object in a slot for `key`: old table first, then each newer one.
     #[inline]
     fn find<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Node<K, V>> {
         check_guard(guard);
@@ -229,7 +239,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
             // `future` of a table loaded that way; tables are retired through the default
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
-            // SAFETY: as above, the guard keeps this table's nodes alive.
+            // SAFETY: as above, the guard keeps this table's lines and nodes alive.
             if let Some(n) = unsafe { table.lookup(key) } {
                 return Some(n);
             }
@@ -278,20 +288,18 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         let _w = self.lock();
         for table in self.live_tables() {
-            for slot in table.buckets.iter() {
-                let mut link = slot.load(Ordering::Relaxed);
-                while !is_marker(link) {
-                    // SAFETY: under the writer lock nothing is freed, and `link` is a chain
-                    // member of a live table.
-                    let head = unsafe { node::<K, V>(link) };
-                    let mut d: *const Node<K, V> = head;
-                    while !d.is_null() {
-                        // SAFETY: `d` is `head` or a `dup` of a live object, under the lock.
-                        let n = unsafe { &*d };
-                        f(&n.key, &n.value);
-                        d = n.dup.load(Ordering::Relaxed);
+            for index in 0..table.lines() {
+                for line in table.chain(index) {
+                    for slot in &line.slots {
+                        let mut d: *const Node<K, V> = slot.load(Ordering::Relaxed);
+                        while !d.is_null() {
+                            // SAFETY: under the writer lock nothing is freed, and `d` is a
+                            // slot's object or one of its duplicates in a live table.
+                            let n = unsafe { &*d };
+                            f(&n.key, &n.value);
+                            d = n.dup.load(Ordering::Relaxed);
+                        }
                     }
-                    link = head.next.load(Ordering::Relaxed);
                 }
             }
         }
@@ -302,21 +310,22 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         let w = self.lock();
         let tables = self.live_tables();
         let mut max_chain = 0;
+        let mut overflow_lines = 0;
         for table in &tables {
-            for slot in table.buckets.iter() {
-                let mut len = 0;
-                let mut link = slot.load(Ordering::Relaxed);
-                while !is_marker(link) {
-                    len += 1;
-                    // SAFETY: a chain member of a live table, under the writer lock.
-                    link = unsafe { node::<K, V>(link) }.next.load(Ordering::Relaxed);
+            for index in 0..table.lines() {
+                let mut keys = 0;
+                for (i, line) in table.chain(index).enumerate() {
+                    overflow_lines += usize::from(i > 0);
+                    keys += Bucket::<K, V>::keys(line.tags.load(Ordering::Relaxed));
                 }
-                max_chain = max_chain.max(len);
+                max_chain = max_chain.max(keys);
             }
         }
         let newest = tables[tables.len() - 1];
         TableStats {
             size: newest.size(),
+            buckets: newest.lines(),
+            overflow_lines,
             migrating_from: (tables.len() == 2).then(|| tables[0].size()),
             keys: self.len(),
             objects: self.objects(),
@@ -325,13 +334,14 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         }
     }
 
-    /// Which bucket of the newest table `key` hashes to, with that table's size. For
-    /// diagnostics and tests (the seed, and so the answer, changes with every rehash).
+    /// Which bucket line of the newest table `key` hashes to, with that table's number of
+    /// lines ([`TableStats::buckets`]). For diagnostics and tests (the seed, and so the answer,
+    /// changes with every rehash).
     pub fn bucket_of(&self, key: &K) -> (usize, usize) {
         let _w = self.lock();
         let tables = self.live_tables();
         let newest = tables[tables.len() - 1];
-        (newest.bucket_of(key), newest.size())
+        (newest.hash(key).index, newest.lines())
     }
 
     /// The current table and, during a rehash, its future table. Caller holds the writer lock.
@@ -362,6 +372,16 @@ enum Cause {
     Reseed,
 }
 
+/// Where a key's newest object sits in one bucket table.
+struct Position<'t, K, V> {
+    /// The line before `line` in its chain (`None` when `line` is the first).
+    prev: Option<&'t Bucket<K, V>>,
+    line: &'t Bucket<K, V>,
+    slot: usize,
+    /// The object in the slot, as loaded from it (frees need the pointer's own provenance).
+    head: *mut Node<K, V>,
+}
+
 impl<K, V> RhlTable<K, V>
 where
     K: Hash + Eq + Send + 'static,
@@ -376,40 +396,25 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, &key);
-        let index = t.bucket_of(&key);
-        let slot = &t.buckets[index];
-        let mut pprev = slot;
-        let mut link = slot.load(Ordering::Relaxed);
-        let mut chain = 0;
-        while !is_marker(link) {
-            // SAFETY: a chain member of the newest table, under the writer lock.
-            let n = unsafe { node::<K, V>(link) };
-            if n.key == key {
-                // The new object takes the old one's place in the chain; readers standing on
-                // the old one still follow its (unchanged) `next`.
-                let new = Node::alloc(key, value, n.next.load(Ordering::Relaxed), link as *mut _);
-                pprev.store(new, Ordering::Release);
-                self.nobjs.fetch_add(1, Ordering::Relaxed);
-                return Ok(());
-            }
-            chain += 1;
-            pprev = &n.next;
-            link = n.next.load(Ordering::Relaxed);
+        let h = t.hash(&key);
+        if let Some(pos) = Self::position(t, h, &key) {
+            // The new object takes the old one's slot; readers standing on the old one still
+            // reach the older duplicates through it.
+            let new = Node::alloc(key, value, pos.head);
+            pos.line.slots[pos.slot].store(new, Ordering::Release);
+            self.nobjs.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
         }
         let max_elems = self.params.max_size * 2;
         if self.len() >= max_elems {
             return Err(InsertError::TableFull { max_elems });
         }
-        let new = Node::alloc(
-            key,
-            value,
-            slot.load(Ordering::Relaxed),
-            std::ptr::null_mut(),
-        );
-        slot.store(new, Ordering::Release);
+        let new = Node::alloc(key, value, std::ptr::null_mut());
+        // SAFETY: under the writer lock; `new` is a fresh node whose key is not in `t`.
+        let chain = unsafe { Self::publish(t, h, new) };
         self.nelems.fetch_add(1, Ordering::Relaxed);
         self.nobjs.fetch_add(1, Ordering::Relaxed);
-        self.after_insert(&mut w, guard, chain + 1);
+        self.after_insert(&mut w, guard, chain);
         Ok(())
     }
 
@@ -419,42 +424,45 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
-        let Some((pprev, head)) = Self::chain_position(t, key) else {
+        let Some(pos) = Self::position(t, t.hash(key), key) else {
             return false;
         };
         let mut prev: Option<&Node<K, V>> = None;
-        let mut x: &Node<K, V> = head;
-        while !matches(&x.value) {
-            let d = x.dup.load(Ordering::Relaxed);
+        let mut x = pos.head;
+        loop {
+            // SAFETY: `pos.head` and the `dup`s reached from it are live objects of the newest
+            // table, and nothing is freed under the writer lock.
+            let n = unsafe { &*x };
+            if matches(&n.value) {
+                break;
+            }
+            let d = n.dup.load(Ordering::Relaxed);
             if d.is_null() {
                 return false;
             }
-            prev = Some(x);
-            // SAFETY: a `dup` of a live object, under the writer lock.
-            x = unsafe { &*d };
+            prev = Some(n);
+            x = d;
         }
+        // SAFETY: as above.
+        let older_than_x = unsafe { &*x }.dup.load(Ordering::Relaxed);
         match prev {
-            Some(p) => p
-                .dup
-                .store(x.dup.load(Ordering::Relaxed), Ordering::Release),
+            Some(p) => p.dup.store(older_than_x, Ordering::Release),
             None => {
-                let next = head.next.load(Ordering::Relaxed);
-                let older = head.dup.load(Ordering::Relaxed);
+                let older = older_than_x;
                 if older.is_null() {
-                    pprev.store(next, Ordering::Release);
+                    // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
+                    unsafe { Self::unpublish(&pos, guard) };
                     self.nelems.fetch_sub(1, Ordering::Relaxed);
                 } else {
-                    // The next older duplicate becomes the chain member.
-                    // SAFETY: a `dup` of a live object, under the writer lock.
-                    unsafe { &*older }.next.store(next, Ordering::Release);
-                    pprev.store(older as usize, Ordering::Release);
+                    // The next older duplicate takes the slot.
+                    pos.line.slots[pos.slot].store(older, Ordering::Release);
                 }
             }
         }
         self.nobjs.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: `x` is now unreachable from the table; readers that reached it before were
-        // pinned before this point, and the default collector frees it after they unpin.
-        unsafe { guard.defer_destroy(Shared::from(x as *const Node<K, V>)) };
+        // SAFETY: `x` is now unreachable from the table; readers that reached it were pinned
+        // before this point, and the default collector frees it after they unpin.
+        unsafe { retire_node(guard, x) };
         self.after_remove(&mut w, guard);
         true
     }
@@ -464,18 +472,19 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
-        let Some((pprev, head)) = Self::chain_position(t, key) else {
+        let Some(pos) = Self::position(t, t.hash(key), key) else {
             return 0;
         };
-        pprev.store(head.next.load(Ordering::Relaxed), Ordering::Release);
+        // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
+        unsafe { Self::unpublish(&pos, guard) };
         self.nelems.fetch_sub(1, Ordering::Relaxed);
         let mut removed = 0;
-        let mut d: *const Node<K, V> = head;
+        let mut d = pos.head;
         while !d.is_null() {
             // SAFETY: `d` is `head` or one of its duplicates, now unreachable; read before retiring.
             let next = unsafe { &*d }.dup.load(Ordering::Relaxed);
             // SAFETY: unreachable from the table; freed after every reader pinned before unpins.
-            unsafe { guard.defer_destroy(Shared::from(d)) };
+            unsafe { retire_node(guard, d) };
             removed += 1;
             d = next;
         }
@@ -491,23 +500,91 @@ where
         self.migrate_step(&mut w, guard, usize::MAX);
     }
 
-    /// The slot pointing at `key`'s chain member in table `t`, and that member.
-    fn chain_position<'t>(
-        t: &'t BucketTable<K, V>,
-        key: &K,
-    ) -> Option<(&'t AtomicUsize, &'t Node<K, V>)> {
-        let mut pprev = &t.buckets[t.bucket_of(key)];
-        let mut link = pprev.load(Ordering::Relaxed);
-        while !is_marker(link) {
-            // SAFETY: a chain member of a live table, under the writer lock.
-            let n = unsafe { node::<K, V>(link) };
-            if n.key == *key {
-                return Some((pprev, n));
+    /// Where `key` (hashed to `h` in `t`) sits in table `t`. Caller holds the writer lock.
+    fn position<'t>(t: &'t BucketTable<K, V>, h: Hashed, key: &K) -> Option<Position<'t, K, V>> {
+        let mut prev = None;
+        for line in t.chain(h.index) {
+            let mut m = Bucket::<K, V>::matches(line.tags.load(Ordering::Relaxed), h.tag);
+            while m != 0 {
+                let slot = Bucket::<K, V>::first(m);
+                let p = line.slots[slot].load(Ordering::Relaxed);
+                // SAFETY: under the writer lock a slot with a tag holds a live node.
+                if unsafe { &(*p).key } == key {
+                    return Some(Position {
+                        prev,
+                        line,
+                        slot,
+                        head: p,
+                    });
+                }
+                m &= m - 1;
             }
-            pprev = &n.next;
-            link = n.next.load(Ordering::Relaxed);
+            prev = Some(line);
         }
         None
+    }
+
+    /// Publishes `node` in its chain of `t` (the first free slot, else a new overflow line at
+    /// the end): slot first, then the tag. Returns the keys in the chain, `node`'s included.
+    ///
+    /// # Safety
+    /// The caller holds the writer lock, `h` is `t.hash(&node.key)`, no slot of `t` holds
+    /// `node`'s key, and `node` is live and reachable from nowhere else in `t`.
+    unsafe fn publish(t: &BucketTable<K, V>, h: Hashed, node: *mut Node<K, V>) -> usize {
+        let mut keys = 0;
+        let mut free = None;
+        let mut last = &t.buckets[h.index];
+        for line in t.chain(h.index) {
+            let tags = line.tags.load(Ordering::Relaxed);
+            keys += Bucket::<K, V>::keys(tags);
+            let empty = Bucket::<K, V>::free_slots(tags);
+            if free.is_none() && empty != 0 {
+                free = Some((line, Bucket::<K, V>::first(empty)));
+            }
+            last = line;
+        }
+        match free {
+            Some((line, slot)) => {
+                line.slots[slot].store(node, Ordering::Release);
+                let tags = line.tags.load(Ordering::Relaxed);
+                line.tags.store(
+                    Bucket::<K, V>::with_tag(tags, slot, h.tag),
+                    Ordering::Release,
+                );
+            }
+            None => {
+                let o = Bucket::alloc_overflow();
+                // SAFETY: fresh and not yet shared.
+                let line = unsafe { &*o };
+                line.slots[0].store(node, Ordering::Relaxed);
+                line.tags
+                    .store(Bucket::<K, V>::with_tag(0, 0, h.tag), Ordering::Relaxed);
+                // Readers that see the link see the filled line (release).
+                last.overflow.store(o, Ordering::Release);
+            }
+        }
+        keys + 1
+    }
+
+    /// Clears the slot of `pos` (tag first, then the pointer) and unlinks its line when it is
+    /// an overflow line left empty. Does not retire the objects.
+    ///
+    /// # Safety
+    /// The caller holds the writer lock, `pos` was found under it and nothing changed since,
+    /// and `guard` is pinned.
+    unsafe fn unpublish(pos: &Position<'_, K, V>, guard: &Guard) {
+        let line = pos.line;
+        let tags = Bucket::<K, V>::with_tag(line.tags.load(Ordering::Relaxed), pos.slot, 0);
+        line.tags.store(tags, Ordering::Release);
+        line.slots[pos.slot].store(std::ptr::null_mut(), Ordering::Release);
+        if let (0, Some(prev)) = (tags, pos.prev) {
+            // Readers standing on the line still follow its (unchanged) overflow link.
+            prev.overflow
+                .store(line.overflow.load(Ordering::Relaxed), Ordering::Release);
+            // SAFETY: the line came from `Bucket::alloc_overflow` (a `Box`) and is now
+            // unreachable from the table; readers on it were pinned before this point.
+            unsafe { guard.defer_destroy(Shared::from(line as *const Bucket<K, V>)) };
+        }
     }
 
     /// Advances a rehash in progress, then returns the table that holds `key` from now on (its
@@ -523,42 +600,36 @@ where
         // SAFETY: as above.
         let fut = unsafe { &*fut };
         // SAFETY: under the writer lock; `fut` is `cur`'s future table.
-        unsafe { Self::migrate_bucket(cur, fut, cur.bucket_of(key)) };
+        unsafe { Self::migrate_bucket(cur, fut, cur.hash(key).index) };
         fut
     }
 
-    /// Moves every node of `old`'s bucket `index` into `new`, tail first, as the kernel's
-    /// `rhashtable_rehash_chain` does: each node is published at the head of its new chain
-    /// before it is unlinked from the old one, so a reader finds it in one table or the other.
+    /// Moves every object of `old`'s bucket `index` into `new`, as the kernel's
+    /// `rhashtable_rehash_chain` does: each is published in the new table before its slot in
+    /// the old one is cleared, so a reader searching old then new finds it in one or the other.
+    /// The old chain's overflow lines stay (empty) until the old table is freed.
     ///
     /// # Safety
     /// - The caller holds the writer lock, and
     /// - `new` is `old`'s future table.
     unsafe fn migrate_bucket(old: &BucketTable<K, V>, new: &BucketTable<K, V>, index: usize) {
-        let slot = &old.buckets[index];
-        loop {
-            let mut pprev = slot;
-            let mut link = slot.load(Ordering::Relaxed);
-            if is_marker(link) {
-                return;
+        for line in old.chain(index) {
+            let mut tags = line.tags.load(Ordering::Relaxed);
+            let mut occupied = !Bucket::<K, V>::free_slots(tags) & Bucket::<K, V>::free_slots(0);
+            while occupied != 0 {
+                let slot = Bucket::<K, V>::first(occupied);
+                occupied &= occupied - 1;
+                let p = line.slots[slot].load(Ordering::Relaxed);
+                // SAFETY: under the writer lock a slot with a tag holds a live node.
+                let key = unsafe { &(*p).key };
+                // SAFETY: under the writer lock; every key lives in exactly one live table and
+                // `new` only receives keys migrated from `old` or inserted after they were, so
+                // `key` is not in `new`.
+                unsafe { Self::publish(new, new.hash(key), p) };
+                tags = Bucket::<K, V>::with_tag(tags, slot, 0);
+                line.tags.store(tags, Ordering::Release);
+                line.slots[slot].store(std::ptr::null_mut(), Ordering::Release);
             }
-            loop {
-                // SAFETY: a chain member of `old`, under the writer lock.
-                let next = unsafe { node::<K, V>(link) }.next.load(Ordering::Relaxed);
-                if is_marker(next) {
-                    break;
-                }
-                // SAFETY: as above.
-                pprev = &unsafe { node::<K, V>(link) }.next;
-                link = next;
-            }
-            // SAFETY: the tail of the chain, a live node.
-            let tail = unsafe { node::<K, V>(link) };
-            let target = &new.buckets[new.bucket_of(&tail.key)];
-            tail.next
-                .store(target.load(Ordering::Relaxed), Ordering::Release);
-            target.store(link, Ordering::Release);
-            pprev.store(old.marker(index), Ordering::Release);
         }
     }
 
@@ -574,24 +645,25 @@ where
         }
         // SAFETY: as above.
         let fut = unsafe { &*fut_ptr };
-        let batch = batch.max(MIGRATE_BATCH).max(cur.size() / MIGRATE_WRITES);
-        let end = w.cursor.saturating_add(batch).min(cur.size());
+        let batch = batch.max(MIGRATE_BATCH).max(cur.lines() / MIGRATE_WRITES);
+        let end = w.cursor.saturating_add(batch).min(cur.lines());
         for index in w.cursor..end {
             // SAFETY: under the writer lock; `fut` is `cur`'s future table.
             unsafe { Self::migrate_bucket(cur, fut, index) };
         }
         w.cursor = end;
-        if end == cur.size() {
+        if end == cur.lines() {
             // Readers that still hold `cur` find all its buckets empty and follow `future`.
             self.tbl.store(fut_ptr, Ordering::Release);
             w.cursor = 0;
             // SAFETY: `cur` is no longer reachable from `self.tbl`; readers that loaded it were
-            // pinned before now. Dropping a `BucketTable` frees its bucket array only.
+            // pinned before now. Dropping a `BucketTable` frees its lines, not the (moved)
+            // nodes.
             unsafe { guard.defer_destroy(Shared::from(cur_ptr as *const BucketTable<K, V>)) };
         }
     }
 
-    /// Starts a rehash of the newest table into a table of `size` buckets with a fresh seed.
+    /// Starts a rehash of the newest table into a table of `size` with a fresh seed.
     fn start_rehash(&self, w: &mut WriterState, guard: &Guard, size: usize, cause: Cause) {
         // SAFETY: under the writer lock, with `guard` pinned.
         let cur = unsafe { &*self.tbl.load(Ordering::Relaxed) };
@@ -606,7 +678,7 @@ where
             Cause::Shrink => w.rehashes.shrinks += 1,
             Cause::Reseed => w.rehashes.reseeds += 1,
         }
-        let fut = BucketTable::alloc(size, w.seeds.next_seed());
+        let fut = BucketTable::alloc(size / SIZE_PER_BUCKET, w.seeds.next_seed());
         cur.future.store(fut, Ordering::Release);
         w.cursor = 0;
         self.migrate_step(w, guard, 0);
@@ -645,12 +717,23 @@ where
     }
 }
 
+/// Frees `p` once every reader pinned now has unpinned.
+///
+/// # Safety
+/// `p` is a node of this crate's tables, now unreachable from them, retired once.
+unsafe fn retire_node<K: Send + 'static, V: Send + 'static>(guard: &Guard, p: *mut Node<K, V>) {
+    // SAFETY: `K` and `V` are `Send`, so the node may be freed on another thread; the caller
+    // guarantees it is unreachable and retired once, and the closure runs after every guard
+    // pinned before now is dropped.
+    unsafe { guard.defer_unchecked(move || Node::free(p)) };
+}
+
 impl<K, V> Drop for RhlTable<K, V> {
     fn drop(&mut self) {
         let cur = *self.tbl.get_mut();
         // SAFETY: `&mut self`: no reader or writer can reach the table any more. Every node and
         // table reachable from `self.tbl` is owned by it (retired ones are not reachable), and
-        // each node is reachable exactly once: as a chain member of one table, or as a `dup`.
+        // each node is reachable exactly once: from one slot of one table, or as a `dup`.
         unsafe {
             let fut = (*cur).future.load(Ordering::Relaxed);
             free_nodes(&*cur);
@@ -663,24 +746,25 @@ impl<K, V> Drop for RhlTable<K, V> {
     }
 }
 
-/// Frees every node of `table`.
+/// Frees every node of `table` (its lines go with the table).
 ///
 /// # Safety
 /// - No other thread can reach `table`, and
 /// - its nodes are reachable from nowhere else.
 unsafe fn free_nodes<K, V>(table: &BucketTable<K, V>) {
-    for slot in table.buckets.iter() {
-        let mut link = slot.load(Ordering::Relaxed);
-        while !is_marker(link) {
-            // SAFETY: a chain member, exclusively owned here.
-            let next = unsafe { node::<K, V>(link) }.next.load(Ordering::Relaxed);
-            let mut d = link as *mut Node<K, V>;
-            while !d.is_null() {
-                // SAFETY: `d` came from `Box::into_raw` in `Node::alloc` and is freed once.
-                let boxed = unsafe { Box::from_raw(d) };
-                d = boxed.dup.load(Ordering::Relaxed);
+    for index in 0..table.lines() {
+        for line in table.chain(index) {
+            for slot in &line.slots {
+                let mut d = slot.load(Ordering::Relaxed);
+                while !d.is_null() {
+                    // SAFETY: `d` is a slot's node or one of its duplicates, exclusively owned
+                    // here, read before it is freed once.
+                    let next = unsafe { &*d }.dup.load(Ordering::Relaxed);
+                    // SAFETY: as above; it came from `Node::alloc`.
+                    unsafe { Node::free(d) };
+                    d = next;
+                }
             }
-            link = next;
         }
     }
 }

@@ -320,7 +320,8 @@ impl<K: TrieKey> Fib<K> {
     /// let fib = Fib::<u32>::new();
     /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
     /// let routes = (0..1000u32).map(|i| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone()));
-    /// assert_eq!(fib.insert_many(routes.collect())?, 1000);
+    /// let routes: Vec<_> = routes.collect();
+    /// assert_eq!(fib.insert_many(&routes)?, 1000);
     /// let guard = crossbeam_epoch::pin();
     /// assert_eq!(fib.lookup(&Flow::to(0x0b00_0305), &guard).unwrap().plen, 24);
     /// # Ok::<(), fib_trie::RouteError>(())
@@ -329,11 +330,11 @@ impl<K: TrieKey> Fib<K> {
     /// # Errors
     /// The first route that fails validation; nothing is added then. A route refused one by
     /// one (in a table that held routes) ends the load with its error.
-    pub fn insert_many(&self, routes: Vec<Route<K>>) -> Result<usize, RouteError> {
-        for r in &routes {
+    pub fn insert_many(&self, routes: &[Route<K>]) -> Result<usize, RouteError> {
+        for r in routes {
             r.validate()?;
         }
-        let mut by_table: HashMap<u32, Vec<Route<K>>> = HashMap::new();
+        let mut by_table: HashMap<u32, Vec<&Route<K>>> = HashMap::new();
         for r in routes {
             by_table.entry(r.table).or_default().push(r);
         }
@@ -368,7 +369,7 @@ impl<K: TrieKey> Fib<K> {
                 Err(routes) => one_by_one.extend(routes),
             }
         }
-        for r in &one_by_one {
+        for r in one_by_one {
             match self.insert(r, InsertFlags::APPEND) {
                 Ok(()) => added += 1,
                 Err(RouteError::Exists) => {}

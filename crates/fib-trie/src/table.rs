@@ -486,11 +486,11 @@ impl<K: TrieKey> FibTable<K> {
     /// Within a prefix, routes are ordered as [`insert`](Self::insert) with
     /// [`InsertFlags::APPEND`] would order them, routes of equal table, tos and metric in the
     /// given order; a route identical to one before it is skipped, as such an insert refuses it.
-    pub(crate) fn load_empty(
+    pub(crate) fn load_empty<'r>(
         &self,
         tables: &[&FibTable<K>],
-        routes: Vec<Route<K>>,
-    ) -> Result<usize, Vec<Route<K>>> {
+        routes: Vec<&'r Route<K>>,
+    ) -> Result<usize, Vec<&'r Route<K>>> {
         self.write(|store, infos| {
             if !store.trie.is_empty() {
                 return Err(routes);

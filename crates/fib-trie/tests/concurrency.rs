@@ -234,3 +234,147 @@ fn readers_see_stable_routes_across_the_unmerge() {
         .collect();
     assert_eq!(counts.iter().sum::<usize>(), 32 + live.len());
 }
+
+/// The probes of the linearizability test and the prefixes that cover them.
+struct Pool {
+    /// Prefixes changed by the writer: nested around the probes, at every depth the fast
+    /// structure distinguishes (first-level-wide, slot, node, node below).
+    prefixes: Vec<(u32, u8)>,
+    probes: Vec<u32>,
+}
+
+fn pool() -> Pool {
+    // Each probe has a short chain of covering prefixes, so every length is often the answer.
+    let chains: [(u32, &[u8]); 6] = [
+        (0x0a01_0203, &[4, 18]),
+        (0x0b01_02f0, &[8, 17, 32]),
+        (0x2001_8000, &[12, 24]),
+        (0x3a7f_ff01, &[15, 19, 30]),
+        (0x4b00_0001, &[23, 25, 29]),
+        (0x4b00_0081, &[0, 26]),
+    ];
+    let mut prefixes = Vec::new();
+    for (probe, lengths) in chains {
+        for &plen in lengths {
+            let key = probe & <u32 as fib_trie::TrieKey>::prefix_mask(plen);
+            if !prefixes.contains(&(key, plen)) {
+                prefixes.push((key, plen));
+            }
+        }
+    }
+    Pool {
+        prefixes,
+        probes: chains.iter().map(|c| c.0).collect(),
+    }
+}
+
+/// Readers look up probes while a writer applies `changes` route changes (each an insert,
+/// replace or delete of a prefix covering some probe, the route's interface index numbering
+/// the change) over 5,000 unrelated routes (so the fast structure is wide). The writer logs
+/// each change before making it; every reader checks each answer against the log: it must be
+/// the table's state after some change between the last one completed before the lookup and
+/// the one announced after it. (Lookups take the fast structure here. The LC-trie walk alone
+/// does not pass this test: while a short prefix's many direct-table entries are rewritten, a
+/// walk can briefly miss a covering route; see the crate README.)
+#[test]
+fn every_answer_is_a_state_of_the_change_log() {
+    use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteSelector};
+    use std::sync::atomic::AtomicU64;
+
+    const READERS: usize = 2;
+    let changes: usize = if cfg!(debug_assertions) {
+        100_000
+    } else {
+        1_000_000
+    };
+    let fib = Arc::new(Fib::<u32>::new());
+    let background: Vec<Route<u32>> = (0..5000u32)
+        .map(|i| Route::unicast(0xc000_0000 | (i << 8), 24, 254, vec![NextHop::new(None, 1)]))
+        .collect();
+    fib.insert_many(&background).unwrap();
+    assert!(fib.table(254, &epoch::pin()).unwrap().fast_stats().enabled);
+    let pool = Arc::new(pool());
+    // Entry `i` (1-based): the pool index of the prefix changed, and the version installed
+    // (the change's number) or 0 for a delete.
+    let log: Arc<Vec<AtomicU64>> = Arc::new((0..=changes).map(|_| AtomicU64::new(0)).collect());
+    let done = Arc::new(AtomicUsize::new(0));
+    let announced = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    // The probe's answer after changes 1..=t: the longest prefix of its chain then present.
+    let state_at = |pool: &Pool, log: &[AtomicU64], probe: u32, t: usize| -> Option<(u8, u32)> {
+        let mut chain: Vec<(usize, u8)> = pool
+            .prefixes
+            .iter()
+            .enumerate()
+            .filter(|(_, (k, l))| probe & <u32 as fib_trie::TrieKey>::prefix_mask(*l) == *k)
+            .map(|(i, (_, l))| (i, *l))
+            .collect();
+        chain.sort_by_key(|c| std::cmp::Reverse(c.1));
+        chain.into_iter().find_map(|(index, plen)| {
+            let version = (1..=t).rev().find_map(|j| {
+                let e = log[j].load(Ordering::Relaxed);
+                ((e >> 32) as usize == index).then_some(e as u32)
+            })?;
+            (version != 0).then_some((plen, version))
+        })
+    };
+
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (fib, pool, log) = (fib.clone(), pool.clone(), log.clone());
+            let (done, announced, stop) = (done.clone(), announced.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut checked = 0usize;
+                let mut i = r;
+                while !stop.load(Ordering::Acquire) {
+                    let probe = pool.probes[i % pool.probes.len()];
+                    i += 1;
+                    let guard = epoch::pin();
+                    let before = done.load(Ordering::Acquire);
+                    let flow = Flow::to(probe);
+                    let answer = fib.lookup(&flow, &guard);
+                    let answer = answer
+                        .ok()
+                        .map(|a| (a.plen, a.alias.info.nexthops[a.nh_sel].ifindex));
+                    let after = announced.load(Ordering::Acquire);
+                    let ok = (before..=after).any(|t| state_at(&pool, &log, probe, t) == answer);
+                    assert!(
+                        ok,
+                        "answer {answer:?} for probe {probe:#x} is no state in {before}..={after}"
+                    );
+                    checked += 1;
+                }
+                checked
+            })
+        })
+        .collect();
+
+    // The writer: change `i` installs version `i` or deletes.
+    let mut rng = StdRng::seed_from_u64(0x11ae);
+    let mut present = vec![false; pool.prefixes.len()];
+    for i in 1..=changes {
+        let index = rng.random_range(0..pool.prefixes.len());
+        let (key, plen) = pool.prefixes[index];
+        let version = u32::try_from(i).unwrap();
+        let delete = present[index] && rng.random_bool(0.5);
+        let entry = (index as u64) << 32 | if delete { 0 } else { u64::from(version) };
+        log[i].store(entry, Ordering::Relaxed);
+        announced.store(i, Ordering::Release);
+        if delete {
+            fib.delete(&RouteSelector::new(key, plen, 254))
+                .map(|_| ())
+                .unwrap();
+        } else {
+            let route = Route::unicast(key, plen, 254, vec![NextHop::new(None, version)]);
+            fib.insert(&route, InsertFlags::REPLACE).unwrap();
+        }
+        present[index] = !delete;
+        done.store(i, Ordering::Release);
+    }
+    stop.store(true, Ordering::Release);
+    for r in readers {
+        let checked = r.join().unwrap();
+        assert!(checked > 1000, "a reader checked {checked} answers");
+    }
+}

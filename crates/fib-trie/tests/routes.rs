@@ -742,7 +742,7 @@ proptest! {
                 Err(e) => return Err(TestCaseError::fail(format!("{e}"))),
             }
         }
-        prop_assert_eq!(bulk.insert_many(routes.clone()), Ok(added));
+        prop_assert_eq!(bulk.insert_many(&routes), Ok(added));
         let g = &epoch::pin();
         for id in one.table_ids() {
             let (a, b) = (bulk.table(id, g).unwrap(), one.table(id, g).unwrap());
@@ -758,6 +758,6 @@ proptest! {
             prop_assert_eq!(bulk.lookup(&flow, g), bulk.lookup_walk(&flow, g), "flow {:?}", flow);
         }
         // A second load goes one by one into the filled tables and changes nothing.
-        prop_assert_eq!(bulk.insert_many(routes), Ok(0));
+        prop_assert_eq!(bulk.insert_many(&routes), Ok(0));
     }
 }

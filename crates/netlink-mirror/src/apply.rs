@@ -219,6 +219,53 @@ pub(crate) struct Applier {
     pub routes_need_redump: bool,
     /// The kinds of "kernel decides" routes already logged (each is logged once).
     logged_kinds: HashSet<&'static str>,
+    /// Routes of a dump into an empty FIB, loaded at once when the dump ends.
+    bulk4: Option<Bulk<u32>>,
+    bulk6: Option<Bulk<u128>>,
+}
+
+/// The routes of one dump, kept to be loaded together ([`Fib::insert_many`]).
+struct Bulk<K> {
+    routes: Vec<Route<K>>,
+    /// IPv6 gateway routes by key (table, prefix, length, tos, metric, type): a later one
+    /// replaces the earlier, as [`upsert_route`] does one by one.
+    gateway: HashMap<(u32, K, u8, u8, u32, RouteType), usize>,
+}
+
+impl<K: IpKey> Bulk<K> {
+    fn new() -> Self {
+        Bulk {
+            routes: Vec::new(),
+            gateway: HashMap::new(),
+        }
+    }
+
+    fn push(&mut self, r: Route<K>) {
+        if K::FAMILY == libc::AF_INET6 as u8 && has_gateway(&r) {
+            let key = (
+                r.table,
+                r.prefix,
+                r.plen,
+                r.tos,
+                r.info.priority,
+                r.route_type,
+            );
+            if let Some(&at) = self.gateway.get(&key) {
+                self.routes[at] = r;
+                return;
+            }
+            self.gateway.insert(key, self.routes.len());
+        }
+        self.routes.push(r);
+    }
+}
+
+/// Whether `fib` holds no route in any table.
+fn is_empty<K: IpKey>(fib: &Fib<K>) -> bool {
+    let guard = crossbeam_epoch::pin();
+    fib.table_ids()
+        .into_iter()
+        .all(|id| fib.table(id, &guard).is_none_or(|t| t.route_count() == 0))
 }
 
 /// The outcome of applying one message.
@@ -238,12 +285,77 @@ impl Applier {
             rules6: RuleBook::default(),
             routes_need_redump: false,
             logged_kinds: HashSet::new(),
+            bulk4: None,
+            bulk6: None,
+        }
+    }
+
+    /// Starts (or restarts) a dump of `kind`: a route dump into a FIB that holds no route yet
+    /// (the initial synchronisation) keeps its routes to load them at once at its end.
+    pub fn begin_dump(&mut self, kind: Kind) {
+        match kind {
+            Kind::Route4 => self.bulk4 = is_empty(&self.tables.fib4).then(Bulk::new),
+            Kind::Route6 => self.bulk6 = is_empty(&self.tables.fib6).then(Bulk::new),
+            _ => {}
+        }
+    }
+
+    /// Ends a dump of `kind` (before its sweep): loads the routes kept since
+    /// [`begin_dump`](Self::begin_dump) with one bulk build per table, then reports each as
+    /// applied. If the load refuses them, they are applied one by one (each refusal counted).
+    pub fn end_dump(&mut self, kind: Kind) {
+        match kind {
+            Kind::Route4 => {
+                if let Some(bulk) = self.bulk4.take() {
+                    let fib = self.tables.fib4.clone();
+                    self.load(&fib, bulk.routes, Mapped::Route4, |r| {
+                        Change::Route4(ChangeOp::Added, r)
+                    });
+                }
+            }
+            Kind::Route6 => {
+                if let Some(bulk) = self.bulk6.take() {
+                    let fib = self.tables.fib6.clone();
+                    self.load(&fib, bulk.routes, Mapped::Route6, |r| {
+                        Change::Route6(ChangeOp::Added, r)
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn load<K: IpKey>(
+        &mut self,
+        fib: &Fib<K>,
+        routes: Vec<Route<K>>,
+        mapped: fn(Route<K>, Upsert) -> Mapped,
+        change: fn(Route<K>) -> Change,
+    ) {
+        match fib.insert_many(&routes) {
+            Ok(_) => {
+                for r in routes {
+                    self.changed(&change(r));
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "bulk load refused; applying one by one");
+                for r in routes {
+                    self.apply(mapped(r, Upsert::Dump));
+                }
+            }
         }
     }
 
     /// Applies one mapped message, counts it, publishes, bumps the generation and tells the
-    /// observer.
+    /// observer. Routes of a dump started by [`begin_dump`](Self::begin_dump) are kept for
+    /// its end instead.
     pub fn apply(&mut self, m: Mapped) {
+        let m = match (m, &mut self.bulk4, &mut self.bulk6) {
+            (Mapped::Route4(r, Upsert::Dump), Some(bulk), _) => return bulk.push(r),
+            (Mapped::Route6(r, Upsert::Dump), _, Some(bulk)) => return bulk.push(r),
+            (m, _, _) => m,
+        };
         let result = self.apply_inner(m);
         self.finish(result);
     }
@@ -933,4 +1045,89 @@ fn stale_rules<K: IpKey>(
         .filter(|r| !keep.contains(r))
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn applier() -> Applier {
+        let tables = MirroredTables::new(addr_table::NetnsId(1), false);
+        Applier::new(tables, None, Arc::new(Counters::default()))
+    }
+
+    fn route<K: IpKey>(
+        prefix: K,
+        plen: u8,
+        table: u32,
+        metric: u32,
+        hops: &[(Option<K>, u32)],
+    ) -> Route<K> {
+        let mut r = Route::unicast(
+            prefix,
+            plen,
+            table,
+            hops.iter().map(|&(g, i)| NextHop::new(g, i)).collect(),
+        );
+        r.info.priority = metric;
+        r
+    }
+
+    fn dump<K: IpKey>(fib: &Fib<K>) -> Vec<(u32, K, u8, FibAlias<K>)> {
+        let guard = crossbeam_epoch::pin();
+        let mut out = Vec::new();
+        for id in fib.table_ids() {
+            for (k, l, a) in fib.table(id, &guard).unwrap().dump(&guard) {
+                out.push((id, k, l, a.clone()));
+            }
+        }
+        out
+    }
+
+    /// A dump into empty tables is loaded at its end and gives the tables that applying each
+    /// entry as it came gives: same routes in the same order, IPv6 gateway routes of one key
+    /// merged as one by one, every route reported once.
+    #[test]
+    fn an_initial_dump_loads_at_once_as_one_by_one() {
+        let v4 = vec![
+            route(0x0a00_0000u32, 8, 254, 0, &[(Some(0x0a00_0001), 2)]),
+            route(0x0a00_0000, 8, 254, 10, &[(None, 3)]),
+            route(0x0a00_0000, 8, 254, 0, &[(None, 4)]),
+            route(0x0a00_0001, 32, 255, 0, &[(None, 2)]),
+            route(0x0a00_0000, 8, 100, 0, &[(None, 5)]),
+            route(0x0a00_0000, 8, 254, 0, &[(Some(0x0a00_0001), 2)]),
+        ];
+        let v6 = vec![
+            route(0x2001_0db8u128 << 96, 32, 254, 1024, &[(Some(1), 2)]),
+            route(0x2001_0db8u128 << 96, 32, 254, 1024, &[(Some(2), 3)]),
+            route(0x2001_0db9u128 << 96, 32, 254, 1024, &[(None, 3)]),
+        ];
+        let mut bulk = applier();
+        let mut one = applier();
+        bulk.begin_dump(Kind::Route4);
+        bulk.begin_dump(Kind::Route6);
+        for r in &v4 {
+            bulk.apply(Mapped::Route4(r.clone(), Upsert::Dump));
+            one.apply(Mapped::Route4(r.clone(), Upsert::Dump));
+        }
+        for r in &v6 {
+            bulk.apply(Mapped::Route6(r.clone(), Upsert::Dump));
+            one.apply(Mapped::Route6(r.clone(), Upsert::Dump));
+        }
+        assert!(is_empty(&bulk.tables.fib4), "kept until the dump ends");
+        bulk.end_dump(Kind::Route4);
+        bulk.end_dump(Kind::Route6);
+        assert_eq!(dump(&bulk.tables.fib4), dump(&one.tables.fib4));
+        assert_eq!(dump(&bulk.tables.fib6), dump(&one.tables.fib6));
+        assert_eq!(dump(&bulk.tables.fib6).len(), 2);
+        // A dump into tables that hold routes applies entries one by one.
+        bulk.begin_dump(Kind::Route4);
+        assert!(bulk.bulk4.is_none());
+        let extra = route(0x0b00_0000u32, 8, 254, 0, &[(None, 2)]);
+        bulk.apply(Mapped::Route4(extra, Upsert::Dump));
+        assert_eq!(
+            dump(&bulk.tables.fib4).len(),
+            dump(&one.tables.fib4).len() + 1
+        );
+    }
 }

@@ -247,6 +247,7 @@ where
     let mut overrun = false;
     let (mut failures, mut timeouts) = (0, 0);
     loop {
+        applier.begin_dump(kind);
         let seq = ch.cmd.dump(request())?;
         let port = ch.cmd.port();
         let mut seen = Seen::default();
@@ -353,6 +354,7 @@ where
             tracing::debug!(?kind, "dump interrupted by a change, restarting");
             continue;
         }
+        applier.end_dump(kind);
         applier.sweep(kind, &seen);
         inc(&applier.counters.dumps);
         return Ok(overrun);

@@ -295,6 +295,7 @@ impl<A: Family> FamilyTable<A> {
             .min()
     }
 
+    #[inline]
     fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
         self.local
             .get_all(&addr.key(), guard)

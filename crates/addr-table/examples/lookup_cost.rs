@@ -1,0 +1,107 @@
+//! Load-independent cost of a lookup, for `valgrind --tool=callgrind`: builds a table of `n`
+//! IPv4 addresses the way the benchmark does (consecutive from 198.18.0.0, 256 per interface,
+//! then `finish_rehash`) and looks up every one of them (hits) or as many never-added
+//! addresses (misses) in a shuffled order, inside one function per engine that the profiler
+//! is told to count alone:
+//!
+//! ```sh
+//! cargo build --release -p addr-table --example lookup_cost
+//! valgrind --tool=callgrind --cache-sim=yes --toggle-collect='lookup_cost::lookups_*' \
+//!     target/release/examples/lookup_cost addr-table hit 1000000
+//! ```
+//!
+//! Instructions (`Ir`) and first-level data misses (`D1mr`) divided by the number of lookups it
+//! prints (whole passes over the addresses, at least 100,000) are the per-lookup
+//! instructions and cache lines touched (with a table far larger than the simulated caches,
+//! every line a lookup touches outside the hot stack is a miss). `hashbrown` runs the same
+//! queries against a `hashbrown::HashMap<u32, u32>` for comparison.
+
+use std::hint::black_box;
+use std::net::Ipv4Addr;
+
+use addr_table::{AddrTable, IfAddr, NetnsId};
+
+/// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark.
+fn shuffled(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+#[inline(never)]
+fn lookups_addr_table(table: &AddrTable, queries: &[Ipv4Addr]) -> u64 {
+    let guard = crossbeam_epoch::pin();
+    queries
+        .iter()
+        .map(|&q| u64::from(black_box(table.dev_find(q, None, &guard)).unwrap_or(0)))
+        .sum()
+}
+
+#[inline(never)]
+fn lookups_hashbrown(table: &hashbrown::HashMap<u32, u32>, queries: &[Ipv4Addr]) -> u64 {
+    queries
+        .iter()
+        .map(|&q| u64::from(black_box(table.get(&q.to_bits()).copied()).unwrap_or(0)))
+        .sum()
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let usage = "usage: lookup_cost addr-table|hashbrown hit|miss N";
+    let (engine, mode, n) = match &args[1..] {
+        [e, m, n] => (e.as_str(), m.as_str(), n.parse::<usize>().expect(usage)),
+        _ => panic!("{usage}"),
+    };
+    let base = match mode {
+        "hit" => 0xc612_0000u32,
+        "miss" => 0x0a00_0000u32,
+        _ => panic!("{usage}"),
+    };
+    let addrs: Vec<(Ipv4Addr, u32)> = (0..n)
+        .map(|i| {
+            (
+                Ipv4Addr::from_bits(0xc612_0000 + i as u32),
+                2 + (i / 256) as u32,
+            )
+        })
+        .collect();
+    // Whole passes over the addresses, at least 100,000 lookups (small tables are then warm, as
+    // in the benchmark's steady state).
+    let passes = 100_000usize.div_ceil(n);
+    let queries: Vec<Ipv4Addr> = std::iter::repeat_n(shuffled(n), passes)
+        .flatten()
+        .map(|i| Ipv4Addr::from_bits(base + i as u32))
+        .collect();
+    let sum = match engine {
+        "addr-table" => {
+            let table = AddrTable::new(NetnsId(1));
+            for &(a, ifindex) in &addrs {
+                table
+                    .add(IfAddr::new(a, 32, ifindex))
+                    .expect("fresh address");
+            }
+            table.finish_rehash();
+            let stats = table.family::<Ipv4Addr>().hash().stats();
+            eprintln!("{stats:?}");
+            lookups_addr_table(&table, &queries)
+        }
+        "hashbrown" => {
+            let table: hashbrown::HashMap<u32, u32> =
+                addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect();
+            lookups_hashbrown(&table, &queries)
+        }
+        _ => panic!("{usage}"),
+    };
+    let want: u64 = match mode {
+        "hit" => passes as u64 * addrs.iter().map(|&(_, i)| u64::from(i)).sum::<u64>(),
+        _ => 0,
+    };
+    assert_eq!(sum, want, "wrong answers");
+    println!("{engine} {mode} {n}: {} lookups", queries.len());
+}

@@ -1,0 +1,143 @@
+//! Reader/writer stress at 100k addresses: the table holds 100,000 stable IPv4 (or IPv6)
+//! addresses while a writer adds and removes 100,000 more, so every round grows the table
+//! (262,144 → 524,288) and shrinks it back, with bucket-by-bucket migrations running under the
+//! readers. Readers check every lookup: a stable address always answers with its own value,
+//! a churning one answers with its own value or not at all, an address never added never
+//! answers, and the duplicate list of a stable address is exactly its one object.
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+
+use addr_table::RhlTable;
+use crossbeam_epoch as epoch;
+
+const STABLE: u32 = 100_000;
+const CHURN: u32 = 100_000;
+const ROUNDS: u32 = 2;
+
+/// Three disjoint key spaces: stable, churning, never added.
+trait Addr: Hash + Eq + Copy + Debug + Send + Sync + 'static {
+    fn stable(i: u32) -> Self;
+    fn churn(i: u32) -> Self;
+    fn absent(i: u32) -> Self;
+}
+
+impl Addr for u32 {
+    fn stable(i: u32) -> u32 {
+        0x0a00_0000 + i // 10.0.0.0/8
+    }
+    fn churn(i: u32) -> u32 {
+        0xc612_0000 + i // 198.18.0.0/15
+    }
+    fn absent(i: u32) -> u32 {
+        0xac10_0000 + i // 172.16.0.0/12
+    }
+}
+
+impl Addr for u128 {
+    fn stable(i: u32) -> u128 {
+        (0x2001_0db8_0000_0001u128 << 64) | u128::from(i)
+    }
+    fn churn(i: u32) -> u128 {
+        (0x2001_0db8_0000_0002u128 << 64) | u128::from(i)
+    }
+    fn absent(i: u32) -> u128 {
+        (0x2001_0db8_0000_0003u128 << 64) | u128::from(i)
+    }
+}
+
+fn stress<A: Addr>() {
+    let table: Arc<RhlTable<A, u32>> = Arc::new(RhlTable::new());
+    for i in 0..STABLE {
+        table.insert(A::stable(i), i).unwrap();
+    }
+    table.finish_rehash();
+    let start = table.stats();
+    assert_eq!(start.size, 262_144, "{start:?}");
+
+    let done = Arc::new(AtomicBool::new(false));
+    let lookups = Arc::new(AtomicU64::new(0));
+    let churn_hits = Arc::new(AtomicU64::new(0));
+    let readers: Vec<_> = (0..2u32)
+        .map(|r| {
+            let (table, done) = (table.clone(), done.clone());
+            let (lookups, churn_hits) = (lookups.clone(), churn_hits.clone());
+            thread::spawn(move || {
+                let (mut n, mut hits) = (0u64, 0u64);
+                // Strides co-prime with the key counts visit every address in a scattered order.
+                let mut i = r * 50_000;
+                while !done.load(Ordering::Acquire) {
+                    let guard = epoch::pin();
+                    for _ in 0..256 {
+                        let s = i % STABLE;
+                        assert_eq!(
+                            table.get(&A::stable(s), &guard),
+                            Some(&s),
+                            "stable {s} lost"
+                        );
+                        assert_eq!(table.get_all(&A::stable(s), &guard).count(), 1);
+                        let c = i.wrapping_mul(7919) % CHURN;
+                        if let Some(v) = table.get(&A::churn(c), &guard) {
+                            assert_eq!(*v, c, "churn key {c} carries another value");
+                            hits += 1;
+                        }
+                        let a = i.wrapping_mul(104_729) % STABLE;
+                        assert_eq!(table.get(&A::absent(a), &guard), None, "absent {a} found");
+                        i = i.wrapping_add(7);
+                        n += 3;
+                    }
+                }
+                lookups.fetch_add(n, Ordering::Relaxed);
+                churn_hits.fetch_add(hits, Ordering::Relaxed);
+            })
+        })
+        .collect();
+
+    let mut peak = 0;
+    for _ in 0..ROUNDS {
+        for i in 0..CHURN {
+            table.insert(A::churn(i), i).unwrap();
+        }
+        peak = peak.max(table.stats().size);
+        for i in 0..CHURN {
+            assert!(table.remove(&A::churn(i), |v| *v == i), "churn {i} missing");
+        }
+    }
+    done.store(true, Ordering::Release);
+    for r in readers {
+        r.join().expect("reader panicked");
+    }
+    let end = table.stats();
+    assert_eq!(peak, 524_288, "{end:?}");
+    assert!(end.rehashes.grows >= u64::from(ROUNDS), "{end:?}");
+    assert!(end.rehashes.shrinks >= u64::from(ROUNDS), "{end:?}");
+    assert_eq!(end.rehashes.reseeds, 0, "{end:?}");
+    assert_eq!((end.keys, end.objects), (STABLE as usize, STABLE as usize));
+    assert!(lookups.load(Ordering::Relaxed) > 0);
+    // Every stable key is still there, with its value, after the last migration.
+    table.finish_rehash();
+    let guard = epoch::pin();
+    for i in 0..STABLE {
+        assert_eq!(table.get(&A::stable(i), &guard), Some(&i));
+    }
+    eprintln!(
+        "{}: {} lookups, {} churn hits, {:?}",
+        std::any::type_name::<A>(),
+        lookups.load(Ordering::Relaxed),
+        churn_hits.load(Ordering::Relaxed),
+        end
+    );
+}
+
+#[test]
+fn ipv4_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress::<u32>();
+}
+
+#[test]
+fn ipv6_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress::<u128>();
+}
