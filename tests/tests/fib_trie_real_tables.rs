@@ -99,7 +99,6 @@ fn compare<K: TrieKey>(trie: &LcTrie<K, u32>, reference: &ReferenceLpm<K, u32>, 
 
 /// Every prefix's first and last address, and the addresses just outside them.
 fn boundaries<K: TrieKey>(prefixes: &[(K, u8)]) -> Vec<K> {
-    let one = K::from_usize(1);
     let mut out = Vec::with_capacity(prefixes.len() * 4);
     for &(k, plen) in prefixes {
         let last = k | !K::prefix_mask(plen);

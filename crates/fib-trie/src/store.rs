@@ -192,9 +192,7 @@ impl<K: TrieKey> Store<K> {
             && (flow.tos == 0 || self.tos_routes.load(Ordering::Acquire) == 0)
             && self.fast_ok.load(Ordering::Acquire)
         {
-            let Some(id) = self.fast.lookup(flow.dst, guard) else {
-                return None;
-            };
+            let id = self.fast.lookup(flow.dst, guard)?;
             if let Some(a) = self.answers.get(id, guard) {
                 let alias = &a.alias;
                 let (mut nh_sel, mut path) = (a.nh_sel, None);

@@ -121,7 +121,7 @@ pub(crate) fn new_node(
 /// The first child slot of `node`.
 #[inline(always)]
 fn children_ptr(node: NonNull<Node>) -> *mut Slot {
-    // SAFETY (of the offset): the header is followed by the child slots in the same
+    // SAFETY: (of the offset) the header is followed by the child slots in the same
     // allocation (`layout`), and `Slot`'s alignment divides the header's size.
     unsafe { node.as_ptr().add(1).cast::<Slot>() }
 }
@@ -129,7 +129,7 @@ fn children_ptr(node: NonNull<Node>) -> *mut Slot {
 /// The first leaf answer of `node`, which has `children` child slots.
 #[inline(always)]
 fn leaves_ptr(node: NonNull<Node>, children: usize) -> *mut u32 {
-    // SAFETY (of the offset): the leaves follow the `children` slots in the same allocation.
+    // SAFETY: (of the offset) the leaves follow the `children` slots in the same allocation.
     unsafe { children_ptr(node).add(children).cast::<u32>() }
 }
 
