@@ -181,7 +181,8 @@ fn speaker_config(asn: u32, id: Ipv4Addr, peer4: Ipv4Addr, peer6: Ipv6Addr, own:
           neighbor {peer6} disable-connected-check\n\
           address-family ipv4 unicast\n"
     );
-    let (v4, v6): (fn(u32) -> Ipv4Addr, fn(u32) -> Ipv6Addr) = if own {
+    type Prefixes = (fn(u32) -> Ipv4Addr, fn(u32) -> Ipv6Addr);
+    let (v4, v6): Prefixes = if own {
         (only_src_v4, only_src_v6)
     } else {
         (only_dst_v4, only_dst_v6)
