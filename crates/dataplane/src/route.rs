@@ -50,7 +50,8 @@ pub enum Route {
     Forward(Hop),
     /// A local destination: a UDP endpoint, else the kernel.
     Local,
-    /// The kernel's (broadcast and multicast routes).
+    /// The kernel's (broadcast and multicast routes, "kernel decides" routes, egress on an
+    /// interface the pipeline does not serve).
     Punt(PuntReason),
     /// A reject route.
     Reject(Reject),
@@ -136,7 +137,7 @@ pub fn resolve(
         };
         match tables.fib6.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
@@ -156,7 +157,7 @@ pub fn resolve(
         };
         match tables.fib4.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
@@ -174,6 +175,7 @@ pub fn resolve(
         RouteType::Unreachable => return Route::Reject(Reject::Unreachable),
         RouteType::Prohibit => return Route::Reject(Reject::Prohibit),
         RouteType::Throw => return Route::Reject(Reject::NoRoute),
+        RouteType::Kernel => return Route::Punt(PuntReason::KernelRoute),
     }
     let Some((oif, next_hop)) = nexthop else {
         return Route::Reject(Reject::NoRoute);
@@ -209,6 +211,10 @@ pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
         multipath,
         route_mtu,
     } = *e;
+    // Out of an interface the pipeline does not serve: the kernel forwards it.
+    if tables.served.as_ref().is_some_and(|s| !s.contains(&oif)) {
+        return Route::Punt(PuntReason::UnservedEgress);
+    }
     let Some(link) = tables.links.get(oif, guard) else {
         return Route::Drop(DropReason::NoEgressLink);
     };
