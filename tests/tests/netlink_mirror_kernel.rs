@@ -9,61 +9,11 @@ mod netlink_mirror_common;
 
 use std::net::IpAddr;
 
-use netlink_mirror::cli::{RouteGetArgs, route_get};
-use netlink_mirror::{MirrorOptions, MirroredTables};
-use netlink_mirror_common::{CONVERGE, converge, get_fields, mirror, netns, wait_for};
+use netlink_mirror::MirrorOptions;
+use netlink_mirror_common::{
+    CONVERGE, converge, ip, mirror, netns, same_answer, two_links, wait_for,
+};
 use xfwd_lab::netns::Netns;
-
-fn ip(ns: &Netns, line: &str) {
-    ns.ip(line.split_whitespace())
-        .unwrap_or_else(|e| panic!("ip {line}: {e}"));
-}
-
-/// Two veth pairs inside `ns`: d0 (10.1.0.1/24, 2001:db8:1::1/64) and d1 (10.2.0.1/24,
-/// 2001:db8:2::1/64), peers p0/p1 in the same namespace, all up.
-fn two_links(ns: &Netns) {
-    for i in 0..2 {
-        ip(ns, &format!("link add d{i} type veth peer name p{i}"));
-        ip(ns, &format!("link set d{i} up"));
-        ip(ns, &format!("link set p{i} up"));
-        ip(ns, &format!("addr add 10.{}.0.1/24 dev d{i}", i + 1));
-        ip(
-            ns,
-            &format!("addr add 2001:db8:{}::1/64 dev d{i} nodad", i + 1),
-        );
-    }
-}
-
-/// `route get` from the mirror equals `ip route get` in type, via, dev, src, table and MTU
-/// (IPv4 shows it on a second, `cache`, line).
-fn same_answer(ns: &Netns, t: &MirroredTables, query: &str) {
-    let kernel = ns.ip(["route", "get"].into_iter().chain(query.split_whitespace()));
-    let mut words = query.split_whitespace().map(str::to_owned);
-    let addr: IpAddr = words.next().unwrap().parse().unwrap();
-    let ours = route_get(
-        t,
-        &RouteGetArgs {
-            addr,
-            selectors: words.collect(),
-            netns: None,
-        },
-    );
-    match (kernel, ours) {
-        (Ok(k), Ok(o)) => assert_eq!(
-            get_fields(&k),
-            get_fields(&o),
-            "route get {query}: kernel {k:?}, mirror {o:?}"
-        ),
-        (Err(k), Err(o)) => {
-            let o = o.to_string();
-            assert!(
-                k.to_string().contains(&o),
-                "route get {query}: kernel {k}, mirror {o}"
-            );
-        }
-        (k, o) => panic!("route get {query}: kernel {k:?}, mirror {o:?}"),
-    }
-}
 
 #[test]
 fn routes_of_every_table_and_type_converge() {

@@ -42,11 +42,42 @@ fn next_hops(ns: &xfwd_lab::netns::Netns) {
     ip_batch(ns, lines);
 }
 
+/// The nexthop objects routes use with `--nexthop-objects`: one per next hop, a group of one
+/// (hash-threshold), a resilient group of one, a blackhole. Single-member groups keep every
+/// answer deterministic (with several members, the kernel's hash picks its own).
+const OBJECTS: [&str; 8] = [
+    "nexthop add id 1 via 10.255.0.2 dev d0",
+    "nexthop add id 2 via 10.255.1.2 dev d1",
+    "nexthop add id 3 via 10.255.2.2 dev d2",
+    "nexthop add id 4 via 10.255.3.2 dev d3",
+    "nexthop add id 10 group 1",
+    "nexthop add id 11 group 2 type resilient buckets 16",
+    "link set lo up",
+    "nexthop add id 12 blackhole",
+];
+/// The object ids routes are spread over.
+const OBJECT_IDS: [u32; 7] = [1, 2, 3, 4, 10, 11, 12];
+
 #[test]
 fn kernel_oracle_bgp_full_v4() {
     if !xfwd_lab::privileged("kernel_oracle_bgp_full_v4") {
         return;
     }
+    oracle(false);
+}
+
+/// The same through nexthop objects (what routing daemons such as FRR install): the mirror
+/// resolves every route through its object; then one group replace moves a seventh of the
+/// table to another next hop, and the answers must follow.
+#[test]
+fn kernel_oracle_bgp_full_v4_nexthop_objects() {
+    if !xfwd_lab::privileged("kernel_oracle_bgp_full_v4_nexthop_objects") {
+        return;
+    }
+    oracle(true);
+}
+
+fn oracle(objects: bool) {
     let all = std::env::var("XFWD_ORACLE_ROUTES").is_ok_and(|v| v == "all");
     let stride = if all {
         1
@@ -55,18 +86,26 @@ fn kernel_oracle_bgp_full_v4() {
     };
     let lookups = env_usize("XFWD_ORACLE_LOOKUPS").unwrap_or(CI_LOOKUPS);
     let table = BGP_FULL_V4.load().expect("bgp-full-v4");
-    let ns = netns("oracle");
+    let ns = netns(if objects { "oraclenh" } else { "oracle" });
     next_hops(&ns);
+    if objects {
+        ip_batch(&ns, OBJECTS.iter().map(|l| (*l).to_owned()));
+    }
     let chosen: Vec<_> = table.iter().step_by(stride.max(1)).collect();
     let t0 = Instant::now();
     ip_batch(
         &ns,
         chosen.iter().map(|r| {
-            format!(
-                "route add {} via 10.255.{}.2",
-                r.prefix,
-                r.origin_asn % NEXT_HOPS
-            )
+            if objects {
+                let id = OBJECT_IDS[r.origin_asn as usize % OBJECT_IDS.len()];
+                format!("route add {} nhid {id}", r.prefix)
+            } else {
+                format!(
+                    "route add {} via 10.255.{}.2",
+                    r.prefix,
+                    r.origin_asn % NEXT_HOPS
+                )
+            }
         }),
     );
     let loaded = t0.elapsed();
@@ -98,7 +137,30 @@ fn kernel_oracle_bgp_full_v4() {
             }
         })
         .collect();
-    let kernel = ip_batch(&ns, addrs.iter().map(|a| format!("route get {a}")));
+    compare(&ns, &live, &addrs);
+    if objects {
+        // One message for a seventh of the table: group 10 moves from d0 to d2.
+        let t2 = Instant::now();
+        ip_batch(&ns, ["nexthop replace id 10 group 3".to_owned()]);
+        converge(&live, &ns, Duration::from_secs(300)).unwrap();
+        eprintln!(
+            "oracle: group replace under {} routes converged in {:?}",
+            chosen.len(),
+            t2.elapsed()
+        );
+        let some: Vec<_> = addrs
+            .iter()
+            .take(addrs.len().min(20_000))
+            .copied()
+            .collect();
+        compare(&ns, &live, &some);
+    }
+    assert!(live.stats().errors.is_empty(), "{:?}", live.stats().errors);
+}
+
+/// `route get` from the mirror equals `ip route get` for every address.
+fn compare(ns: &xfwd_lab::netns::Netns, live: &netlink_mirror::MirrorHandle, addrs: &[Ipv4Addr]) {
+    let kernel = ip_batch(ns, addrs.iter().map(|a| format!("route get {a}")));
     let mut answers = std::collections::HashMap::new();
     for line in kernel
         .lines()
@@ -108,7 +170,7 @@ fn kernel_oracle_bgp_full_v4() {
         answers.insert(f.dst.clone(), f);
     }
     let mut mismatches = Vec::new();
-    for a in &addrs {
+    for a in addrs {
         let args = RouteGetArgs {
             addr: IpAddr::V4(*a),
             selectors: vec![],
@@ -126,7 +188,6 @@ fn kernel_oracle_bgp_full_v4() {
         addrs.len(),
         &mismatches[..mismatches.len().min(5)]
     );
-    assert!(live.stats().errors.is_empty(), "{:?}", live.stats().errors);
 }
 
 #[test]

@@ -21,6 +21,10 @@ pub struct Options {
     /// Load every n-th prefix instead of all of them (1: the whole table).
     #[arg(long, default_value_t = 1)]
     stride: usize,
+    /// Install the routes through kernel nexthop objects (single nexthops, a group, a
+    /// resilient group, a blackhole), as routing daemons do, and replace one group afterwards.
+    #[arg(long)]
+    nexthop_objects: bool,
 }
 
 /// Runs the oracle test in release with the full table.
@@ -43,7 +47,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                 "--test",
                 "netlink_mirror_oracle",
             ])
-            .args(["kernel_oracle_bgp_full_v4", "--", "--exact", "--nocapture"])
+            .arg(if options.nexthop_objects {
+                "kernel_oracle_bgp_full_v4_nexthop_objects"
+            } else {
+                "kernel_oracle_bgp_full_v4"
+            })
+            .args(["--", "--exact", "--nocapture"])
             .env("XFWD_ORACLE_ROUTES", routes)
             .env("XFWD_ORACLE_LOOKUPS", options.lookups.to_string()),
     )

@@ -18,6 +18,8 @@ pub const PACKAGES: &[&str] = &[
     "binutils",
     "clang",
     "ethtool",
+    // FRR (zebra, staticd, bgpd, vtysh) for the real control-plane lab test.
+    "frr",
     "iproute2",
     "libbpf-dev",
     "libelf-dev",

@@ -153,6 +153,9 @@ impl EgressMemo {
         v6: bool,
         e: &Egress,
     ) -> Route {
+        if let Some(punt) = route::unserved(tables, e.oif) {
+            return punt;
+        }
         let mix = ((e.next_hop as u64) ^ ((e.next_hop >> 64) as u64).rotate_left(21))
             .wrapping_add(u64::from(e.oif).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
         let index = (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (EGRESS_SLOTS - 1);

@@ -51,7 +51,8 @@ pub enum Route {
     Forward(Hop),
     /// A local destination: a UDP endpoint, else the kernel.
     Local,
-    /// The kernel's (broadcast and multicast routes).
+    /// The kernel's (broadcast and multicast routes, "kernel decides" routes, egress on an
+    /// interface the pipeline does not serve).
     Punt(PuntReason),
     /// A reject route.
     Reject(Reject),
@@ -169,7 +170,7 @@ pub fn fib_lookup(
         };
         match tables.fib6.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
@@ -189,7 +190,7 @@ pub fn fib_lookup(
         };
         match tables.fib4.lookup(&flow, guard) {
             Ok(r) => {
-                let multipath = r.alias.info.nexthops.len() > 1;
+                let multipath = r.nexthops().len() > 1;
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
@@ -207,6 +208,7 @@ pub fn fib_lookup(
         RouteType::Unreachable => return Err(Route::Reject(Reject::Unreachable)),
         RouteType::Prohibit => return Err(Route::Reject(Reject::Prohibit)),
         RouteType::Throw => return Err(Route::Reject(Reject::NoRoute)),
+        RouteType::Kernel => return Err(Route::Punt(PuntReason::KernelRoute)),
     }
     let Some((oif, next_hop)) = nexthop else {
         return Err(Route::Reject(Reject::NoRoute));
@@ -235,7 +237,21 @@ pub struct Egress {
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
 /// usable.
 pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
+    if let Some(punt) = unserved(tables, e.oif) {
+        return punt;
+    }
     complete(e, link_answer(tables, guard, v6, e.oif, e.next_hop))
+}
+
+/// Out of an interface the pipeline does not serve ([`Tables::served`]): the kernel forwards
+/// it.
+#[inline]
+pub fn unserved(tables: &Tables, oif: u32) -> Option<Route> {
+    tables
+        .served
+        .as_ref()
+        .is_some_and(|s| !s.contains(&oif))
+        .then_some(Route::Punt(PuntReason::UnservedEgress))
 }
 
 /// What the link and neighbour tables say about a usable next hop.

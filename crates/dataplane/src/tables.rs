@@ -47,6 +47,10 @@ pub struct Tables {
     pub generation: Arc<Generation>,
     /// This namespace's id in `sockets`.
     pub sock_netns: udp_socktab::NetnsId,
+    /// The interfaces the pipeline transmits on (the forwarder's `--iface`); a route out of
+    /// any other (a management NIC, a VLAN, a bond, a tunnel) is punted for the kernel to
+    /// forward. `None`: every interface.
+    pub served: Option<Arc<[u32]>>,
 }
 
 impl Tables {
@@ -63,6 +67,7 @@ impl Tables {
             sockets,
             generation: Arc::new(Generation::new()),
             sock_netns,
+            served: None,
         }
     }
 }

@@ -1098,3 +1098,80 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
         .unwrap();
     assert_eq!(verdict(&fx), Verdict::Punt(PuntReason::PolicyKernel));
 }
+
+#[test]
+fn kernel_decides_routes_punt_and_nexthop_objects_route() {
+    let fx = fixture();
+    let fib = &fx.tables.fib4;
+    // A route the mirror could not represent: its prefix goes to the kernel, not to the
+    // default route.
+    fib.insert(
+        &fib_trie::Route::reject(0x0808_0800, 24, 254, fib_trie::RouteType::Kernel),
+        fib_trie::InsertFlags::ADD,
+    )
+    .unwrap();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let o = run_on(
+        &mut queue,
+        &fx,
+        &udp4(HOST4, [8, 8, 8, 8], 64, 53, 0),
+        256,
+        0,
+    );
+    assert_eq!(o.verdict, Verdict::Punt(PuntReason::KernelRoute));
+    // A route through a nexthop object forwards by the object's group, and follows a replace
+    // (the generation bump is the mirror's).
+    let object = std::sync::Arc::new(fib_trie::NexthopObject::new(
+        1,
+        fib_trie::NexthopGroup::Blackhole,
+    ));
+    fib.insert(
+        &fib_trie::Route::via_object(0x0909_0000, 16, 254, std::sync::Arc::clone(&object)),
+        fib_trie::InsertFlags::ADD,
+    )
+    .unwrap();
+    fx.tables.generation.bump();
+    let frame = udp4(HOST4, [9, 9, 1, 1], 64, 53, 0);
+    assert_eq!(
+        run_on(&mut queue, &fx, &frame, 256, 0).verdict,
+        Verdict::Drop(DropReason::Blackhole)
+    );
+    let via_8 = {
+        let g = crossbeam_epoch::pin();
+        fib.lookup(&fib_trie::Flow::to(0x0808_0404), &g)
+            .unwrap()
+            .nexthops()[0]
+            .clone()
+    };
+    object.replace(fib_trie::NexthopGroup::hops(vec![via_8]));
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &frame, 256, 0).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    object.replace(fib_trie::NexthopGroup::Kernel);
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &frame, 256, 0).verdict,
+        Verdict::Punt(PuntReason::KernelRoute)
+    );
+}
+
+#[test]
+fn egress_on_an_interface_not_served_is_punted_unchanged() {
+    let mut fx = fixture();
+    // The pipeline serves the ingress and SMALL only: OUT belongs to the kernel.
+    fx.tables.served = Some(std::sync::Arc::from([IN, SMALL]));
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let frame = udp4(HOST4, [8, 8, 8, 8], 64, 53, 0);
+    let o = run_on(&mut queue, &fx, &frame, 256, 0);
+    assert_eq!(o.verdict, Verdict::Punt(PuntReason::UnservedEgress));
+    assert_eq!(
+        o.out, frame,
+        "punted as received: the kernel decrements the TTL"
+    );
+    fx.tables.served = Some(std::sync::Arc::from([IN, OUT]));
+    fx.tables.generation.bump();
+    let o = run_on(&mut queue, &fx, &frame, 256, 0);
+    assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+}

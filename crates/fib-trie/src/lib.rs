@@ -74,6 +74,7 @@ mod fast;
 mod fib;
 mod key;
 mod metrics;
+mod nexthop;
 mod node;
 mod reference;
 mod route;
@@ -87,11 +88,12 @@ pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;
+pub use nexthop::{NexthopGroup, NexthopObject};
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{
-    FibAlias, InsertFlags, NextHop, NextHopFlags, Route, RouteError, RouteInfo, RouteSelector,
-    RouteType, Scope,
+    FibAlias, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
+    RouteSelector, RouteType, Scope,
 };
 pub use stats::TrieStats;
 pub use store::FastStats;

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
+use crossbeam_epoch::Guard;
+
 use crate::key::TrieKey;
 use crate::metrics::Metrics;
+use crate::nexthop::NexthopObject;
 
 /// The route types of `rtm_type` that a FIB holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -28,6 +31,10 @@ pub enum RouteType {
     Prohibit,
     /// Not in this table: policy routing continues with the next rule (`RTN_THROW`).
     Throw,
+    /// Kernel decides: a route the FIB cannot represent (an encapsulation, a source-specific
+    /// route, an unknown type or attribute) stands in for it over exactly its prefix; packets
+    /// matching it are handed to the kernel, which routes them. No Linux counterpart.
+    Kernel,
 }
 
 impl RouteType {
@@ -126,6 +133,64 @@ pub struct RouteInfo<K> {
     pub nexthops: Vec<NextHop<K>>,
     /// The route's metrics (`RTA_METRICS`): path MTU and TCP parameters.
     pub metrics: Metrics,
+    /// The nexthop object the route uses (`RTA_NH_ID`), whose current group stands in for
+    /// `nexthops` (then empty) at every lookup.
+    pub nh_object: Option<Arc<NexthopObject<K>>>,
+}
+
+/// What a route's next hops are at the moment of a lookup: its own, or its nexthop object's
+/// current group.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resolved<'g, K> {
+    /// The type the route behaves as: its own, or `Blackhole`/`Kernel` for a nexthop object
+    /// that is a blackhole or cannot be represented.
+    pub route_type: RouteType,
+    /// The next hops.
+    pub nexthops: &'g [NextHop<K>],
+    /// A resilient group's bucket table (index into `nexthops` per bucket); else empty.
+    pub buckets: &'g [u16],
+}
+
+impl<K> Clone for Resolved<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Resolved<'_, K> {}
+
+impl<K> FibAlias<K> {
+    /// The route's next hops and behaviour now, read under `guard` (one atomic load for a
+    /// route through a nexthop object).
+    ///
+    /// ```
+    /// use fib_trie::{FibAlias, NextHop, Route, RouteType};
+    ///
+    /// let r = Route::<u32>::unicast(0, 0, 254, vec![NextHop::new(Some(1), 2)]);
+    /// let alias = FibAlias { table: 254, tos: 0, route_type: r.route_type, info: r.info.into() };
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(alias.resolve(&guard).route_type, RouteType::Unicast);
+    /// ```
+    #[inline]
+    pub fn resolve<'g>(&'g self, guard: &'g Guard) -> Resolved<'g, K> {
+        match &self.info.nh_object {
+            // A reject or throw route keeps its type whatever its object (`fib_table_lookup`
+            // checks the type first).
+            Some(obj) if self.route_type == RouteType::Unicast => {
+                let group = obj.load(guard);
+                Resolved {
+                    route_type: group.route_type(),
+                    nexthops: group.nexthops(),
+                    buckets: group.buckets(),
+                }
+            }
+            _ => Resolved {
+                route_type: self.route_type,
+                nexthops: &self.info.nexthops,
+                buckets: &[],
+            },
+        }
+    }
 }
 
 /// One route of a prefix as a leaf stores it (`fib_alias`).
@@ -192,6 +257,22 @@ impl<K: TrieKey> Route<K> {
             route_type,
             info: RouteInfo {
                 protocol: 4,
+                ..RouteInfo::default()
+            },
+        }
+    }
+
+    /// A unicast route through nexthop object `object` (`ip route add PREFIX nhid N`).
+    pub fn via_object(prefix: K, plen: u8, table: u32, object: Arc<NexthopObject<K>>) -> Self {
+        Route {
+            prefix,
+            plen,
+            table,
+            tos: 0,
+            route_type: RouteType::Unicast,
+            info: RouteInfo {
+                protocol: 4,
+                nh_object: Some(object),
                 ..RouteInfo::default()
             },
         }
@@ -292,6 +373,8 @@ pub struct RouteSelector<K> {
     pub prefsrc: Option<K>,
     /// The next hops, compared by gateway and interface, in order.
     pub nexthops: Option<Vec<NextHop<K>>>,
+    /// The nexthop object's id (`nhid N`); `Some(None)` selects routes without one.
+    pub nh_id: Option<Option<u32>>,
 }
 
 impl<K: TrieKey> RouteSelector<K> {
@@ -308,6 +391,7 @@ impl<K: TrieKey> RouteSelector<K> {
             scope: None,
             prefsrc: None,
             nexthops: None,
+            nh_id: None,
         }
     }
 
@@ -324,6 +408,7 @@ impl<K: TrieKey> RouteSelector<K> {
             scope: Some(route.info.scope),
             prefsrc: route.info.prefsrc,
             nexthops: Some(route.info.nexthops.clone()),
+            nh_id: Some(route.info.nh_object.as_ref().map(|o| o.id())),
         }
     }
 
@@ -335,6 +420,9 @@ impl<K: TrieKey> RouteSelector<K> {
             && self.protocol.is_none_or(|p| p == info.protocol)
             && self.scope.is_none_or(|s| s == info.scope)
             && self.prefsrc.is_none_or(|s| Some(s) == info.prefsrc)
+            && self
+                .nh_id
+                .is_none_or(|id| id == info.nh_object.as_ref().map(|o| o.id()))
             && self.nexthops.as_ref().is_none_or(|want| {
                 want.len() == info.nexthops.len()
                     && want
@@ -366,6 +454,12 @@ pub enum RouteError {
     /// A next hop of weight 0.
     #[error("next-hop weight must be at least 1")]
     ZeroWeight,
+    /// A route through a nexthop object that has next hops of its own, or is of a type with
+    /// next hops other than unicast.
+    #[error(
+        "a route through a nexthop object must be unicast (or a reject type) without next hops of its own"
+    )]
+    ObjectMisuse,
 }
 
 impl<K: TrieKey> Route<K> {
@@ -376,6 +470,13 @@ impl<K: TrieKey> Route<K> {
     pub fn validate(&self) -> Result<u8, RouteError> {
         let slen = crate::trie::check_prefix(self.prefix, self.plen)?;
         let hops = &self.info.nexthops;
+        if self.info.nh_object.is_some() {
+            let reject = !self.route_type.has_next_hops();
+            if !(reject || self.route_type == RouteType::Unicast) || !hops.is_empty() {
+                return Err(RouteError::ObjectMisuse);
+            }
+            return Ok(slen);
+        }
         if self.route_type.has_next_hops() && hops.is_empty() {
             return Err(RouteError::MissingNextHop(self.route_type));
         }

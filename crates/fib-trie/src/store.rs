@@ -3,6 +3,12 @@
 //! share one store (the kernel's merged trie, aliases tagged with their table id); the first
 //! custom rule gives each its own (`fib_unmerge`).
 
+#![allow(
+    clippy::mutable_key_type,
+    reason = "a RouteInfo's only interior mutability is its nexthop object's current group, \
+              which neither its Hash (the object's id) nor its Eq (the object's address) reads"
+)]
+
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,7 +20,7 @@ use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
 use crate::node::Alias;
 use crate::route::{FibAlias, RouteInfo, Scope};
-use crate::table::{FibResult, Flow, accept, lookup_raw};
+use crate::table::{FibResult, Flow, accept, accept_static, lookup_raw};
 use crate::trie::LcTrie;
 
 /// One trie of routes (of one table, or of local and main while merged), its infos, and the
@@ -188,11 +194,21 @@ impl<K: TrieKey> Store<K> {
         {
             let id = self.fast.lookup(flow.dst, guard)?;
             if let Some(a) = self.answers.get(id, guard) {
+                let alias = &a.alias;
+                let (mut nh_sel, mut path) = (a.nh_sel, None);
+                // A route through a nexthop object was taken whatever its object's group
+                // (`accept_static`): judge the group now; if it refuses, the walk decides.
+                if alias.info.nh_object.is_some()
+                    && !accept(alias, flow, &mut nh_sel, &mut path, guard)
+                {
+                    return lookup_raw(&self.trie, table, flow, guard);
+                }
                 return Some(FibResult {
                     prefix: flow.dst & K::prefix_mask(a.plen),
                     plen: a.plen,
-                    alias: &a.alias,
-                    nh_sel: a.nh_sel,
+                    alias,
+                    nh_sel,
+                    path: path.unwrap_or_else(|| alias.resolve(guard)),
                 });
             }
         }
@@ -239,7 +255,7 @@ pub(crate) fn default_answers<K: TrieKey>(
         .filter_map(move |group| {
             group.iter().find_map(|a| {
                 let mut nh_sel = 0;
-                accept(&a.value, &flow, &mut nh_sel).then_some((a.slen, (&a.value, nh_sel)))
+                accept_static(&a.value, &flow, &mut nh_sel).then_some((a.slen, (&a.value, nh_sel)))
             })
         })
 }
@@ -258,7 +274,7 @@ impl<K: TrieKey> PrefixSource<K> for StoreSource<'_, K> {
         let flow = Flow::to(K::ZERO);
         let mut nh_sel = 0;
         let (_, alias) = self.trie.search_alias(key, self.guard, |a| {
-            K::BITS - a.slen <= plen && accept(&a.value, &flow, &mut nh_sel)
+            K::BITS - a.slen <= plen && accept_static(&a.value, &flow, &mut nh_sel)
         })?;
         let id = self
             .answers

@@ -10,7 +10,9 @@ use crossbeam_epoch::Guard;
 
 use crate::key::TrieKey;
 use crate::node::Alias;
-use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector, RouteType, Scope};
+use crate::route::{
+    FibAlias, InsertFlags, NextHop, Resolved, Route, RouteError, RouteSelector, RouteType, Scope,
+};
 use crate::store::{FastStats, Infos, Store, StoreCell};
 use crate::trie::{LcTrie, check_prefix};
 
@@ -64,12 +66,21 @@ pub struct FibResult<'g, K> {
     pub alias: &'g FibAlias<K>,
     /// The index of the first usable next hop (`nh_sel`); 0 for routes without next hops.
     pub nh_sel: usize,
+    /// The route's next hops and behaviour as the lookup found them (through its nexthop
+    /// object, if it has one).
+    pub path: Resolved<'g, K>,
 }
 
-impl<K: TrieKey> FibResult<'_, K> {
-    /// The route type.
+impl<'g, K: TrieKey> FibResult<'g, K> {
+    /// The type the route behaves as (a route through a blackhole nexthop object is a
+    /// blackhole route).
     pub fn route_type(&self) -> RouteType {
-        self.alias.route_type
+        self.path.route_type
+    }
+
+    /// The route's next hops (its nexthop object's, if it has one).
+    pub fn nexthops(&self) -> &'g [NextHop<K>] {
+        self.path.nexthops
     }
 
     /// The table the route came from.
@@ -78,9 +89,18 @@ impl<K: TrieKey> FibResult<'_, K> {
     }
 
     /// Picks a next hop of a multipath route by flow hash, in proportion to the weights of the
-    /// live next hops (`fib_select_multipath`); the selected one for single-path routes.
-    pub fn select_path(&self, hash: u32) -> Option<&crate::route::NextHop<K>> {
-        let hops = &self.alias.info.nexthops;
+    /// live next hops (`fib_select_multipath`); the selected one for single-path routes. A
+    /// resilient group picks bucket `hash % buckets` (`nexthop_select_path_res`), or, if that
+    /// bucket's next hop is dead, falls back to the weights.
+    pub fn select_path(&self, hash: u32) -> Option<&'g NextHop<K>> {
+        let hops = self.path.nexthops;
+        let buckets = self.path.buckets;
+        if !buckets.is_empty() {
+            let bucket = buckets[hash as usize % buckets.len()];
+            if let Some(h) = hops.get(usize::from(bucket)).filter(|h| h.is_alive()) {
+                return Some(h);
+            }
+        }
         let total: u64 = hops
             .iter()
             .filter(|h| h.is_alive())
@@ -578,20 +598,30 @@ pub(crate) fn lookup_raw<'g, K: TrieKey>(
     guard: &'g Guard,
 ) -> Option<FibResult<'g, K>> {
     let mut nh_sel = 0;
+    let mut path = None;
     let found = trie.lookup(flow.dst, guard, |a| {
-        table.is_none_or(|t| a.table == t) && accept(a, flow, &mut nh_sel)
+        table.is_none_or(|t| a.table == t) && accept(a, flow, &mut nh_sel, &mut path, guard)
     });
     found.map(|m| FibResult {
         prefix: m.key,
         plen: m.plen,
         alias: m.value,
         nh_sel,
+        // `accept` took the route last, with the next hops it saw.
+        path: path.unwrap_or_else(|| m.value.resolve(guard)),
     })
 }
 
-/// Whether a lookup may take `alias` for `flow`; sets `nh_sel` to the first usable next hop.
+/// Whether a lookup may take `alias` for `flow`; sets `nh_sel` to the first usable next hop
+/// and `path` to the next hops it judged (a nexthop object's group is loaded once).
 #[inline]
-pub(crate) fn accept<K: TrieKey>(alias: &FibAlias<K>, flow: &Flow<K>, nh_sel: &mut usize) -> bool {
+pub(crate) fn accept<'g, K: TrieKey>(
+    alias: &'g FibAlias<K>,
+    flow: &Flow<K>,
+    nh_sel: &mut usize,
+    path: &mut Option<Resolved<'g, K>>,
+    guard: &'g Guard,
+) -> bool {
     if alias.tos != 0 && alias.tos != flow.tos {
         return false;
     }
@@ -599,11 +629,13 @@ pub(crate) fn accept<K: TrieKey>(alias: &FibAlias<K>, flow: &Flow<K>, nh_sel: &m
     if info.scope < flow.scope {
         return false;
     }
-    if !alias.route_type.has_next_hops() {
+    let resolved = alias.resolve(guard);
+    *path = Some(resolved);
+    if !resolved.route_type.has_next_hops() {
         *nh_sel = 0;
         return true;
     }
-    match info
+    match resolved
         .nexthops
         .iter()
         .position(|h| h.is_alive() && (flow.oif == 0 || h.ifindex == flow.oif))
@@ -616,11 +648,31 @@ pub(crate) fn accept<K: TrieKey>(alias: &FibAlias<K>, flow: &Flow<K>, nh_sel: &m
     }
 }
 
-pub(crate) fn classify<K>(found: Option<FibResult<'_, K>>) -> TableLookup<'_, K> {
+/// [`accept`] for the fast structure's precomputed answers, which must not depend on anything
+/// that changes without a route change: a unicast route through a nexthop object is taken
+/// whatever its object's group (`nh_sel` 0); the lookup judges the group when it reads the
+/// answer, and walks the trie if the group refuses (see `Store::lookup`).
+#[inline]
+pub(crate) fn accept_static<K: TrieKey>(
+    alias: &FibAlias<K>,
+    flow: &Flow<K>,
+    nh_sel: &mut usize,
+) -> bool {
+    if alias.info.nh_object.is_some() && alias.route_type == RouteType::Unicast {
+        *nh_sel = 0;
+        return (alias.tos == 0 || alias.tos == flow.tos) && alias.info.scope >= flow.scope;
+    }
+    // Without an object, nothing epoch-protected is read; the pin only satisfies the types
+    // (and nests in the writer's own).
+    let guard = &crossbeam_epoch::pin();
+    accept(alias, flow, nh_sel, &mut None, guard)
+}
+
+pub(crate) fn classify<K: TrieKey>(found: Option<FibResult<'_, K>>) -> TableLookup<'_, K> {
     let Some(r) = found else {
         return TableLookup::Continue;
     };
-    match r.alias.route_type {
+    match r.route_type() {
         RouteType::Throw => TableLookup::Continue,
         RouteType::Blackhole => TableLookup::Reject(LookupError::Blackhole, r),
         RouteType::Unreachable => TableLookup::Reject(LookupError::Unreachable, r),

@@ -343,7 +343,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
             app::run(&config, pipeline, metrics, stop)?;
         }
         None => {
-            let pipeline = crate::router::pipeline(dataplane::Config::default())?;
+            let served: Vec<u32> = app::resolve_ports(&config)?
+                .iter()
+                .map(|p| p.ifindex)
+                .collect();
+            let pipeline = crate::router::pipeline(dataplane::Config::default(), &served)?;
             app::run(&config, pipeline, metrics, stop)?;
         }
     }

@@ -207,7 +207,13 @@ pub const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120
 ///
 /// # Errors
 /// When the mirror cannot start or sync, or the socket table cannot be made.
-pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipeline<Router>> {
+///
+/// Routes out of interfaces other than `served` (the ifindexes of `--iface`) are punted: the
+/// kernel forwards those packets.
+pub fn pipeline(
+    config: dataplane::Config,
+    served: &[u32],
+) -> anyhow::Result<crate::app::Pipeline<Router>> {
     use anyhow::Context;
     use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
     use udp_socktab::{NetnsConfig, SockTable, TableConfig};
@@ -248,6 +254,7 @@ pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipelin
         sockets,
         generation: m.generation.clone(),
         sock_netns,
+        served: Some(served.into()),
     };
     let board = CounterBoard::default();
     let resolver = mirror.resolver();
@@ -288,6 +295,11 @@ pub fn pipeline(config: dataplane::Config) -> anyhow::Result<crate::app::Pipelin
             ("resolve_rate_limited".into(), ms.resolve_rate_limited),
             ("resolve_queue_full".into(), ms.resolve_queue_full),
         ];
+        stats.kernel_decides = ms
+            .kernel_decides
+            .iter()
+            .map(|(kind, n)| ((*kind).to_owned(), *n))
+            .collect();
     };
     Ok(crate::app::Pipeline {
         mode: "router",

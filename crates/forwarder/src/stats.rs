@@ -35,6 +35,11 @@ pub struct Stats {
     /// dump_restarts, resyncs, route_redumps, overruns, errors, resolve_*.
     #[serde(default)]
     pub mirror: Vec<(String, u64)>,
+    /// Kernel routes the mirror cannot represent, each standing behind a "kernel decides"
+    /// route whose packets go to the kernel, by kind (`encap`, `source-specific`,
+    /// `route-type`, `route-attribute`, `gateway-family`, `nexthop-encap`, ...): a gauge.
+    #[serde(default)]
+    pub kernel_decides: Vec<(String, u64)>,
 }
 
 impl Stats {
@@ -177,6 +182,13 @@ impl Stats {
         }
         if !self.mirror.is_empty() {
             let _ = writeln!(out, "mirror: {}", join(&self.mirror, false));
+        }
+        if !self.kernel_decides.is_empty() {
+            let _ = writeln!(
+                out,
+                "kernel decides (routes not mirrored): {}",
+                join(&self.kernel_decides, false)
+            );
         }
         let xdp: Vec<String> = self
             .xdp
@@ -403,6 +415,16 @@ impl Stats {
                 lines.push(format!("{name}{{counter=\"{key}\"}} {n}"));
             }
         }
+        if !self.kernel_decides.is_empty() {
+            let name = family(
+                "netlink_mirror_kernel_decides",
+                "gauge",
+                "Kernel routes the mirror cannot represent, handed to the kernel, by kind.",
+            );
+            for (kind, n) in &self.kernel_decides {
+                lines.push(format!("{name}{{kind=\"{kind}\"}} {n}"));
+            }
+        }
         // Families first (HELP/TYPE), then samples grouped: Prometheus accepts samples of a
         // family only after its TYPE line, so interleave by family prefix.
         let mut text = String::new();
@@ -488,5 +510,23 @@ mod tests {
         assert!(text.contains("xfwd_drops_total{queue=\"0\",reason=\"runt\"} 3"));
         assert!(text.contains("xfwd_interface_up{iface=\"fwd1\"} 0"));
         assert!(!text.contains("netlink_generation"));
+    }
+
+    #[test]
+    fn kernel_decides_is_a_gauge_by_kind_and_printed() {
+        let mut s = sample(10);
+        s.kernel_decides = vec![("encap".into(), 2), ("source-specific".into(), 1)];
+        let text = s.prometheus();
+        assert!(
+            text.contains("# TYPE xfwd_netlink_mirror_kernel_decides gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("xfwd_netlink_mirror_kernel_decides{kind=\"encap\"} 2"),
+            "{text}"
+        );
+        let shown = s.render(None);
+        assert!(shown.contains("kernel decides"), "{shown}");
+        assert!(shown.contains("encap 2"), "{shown}");
     }
 }

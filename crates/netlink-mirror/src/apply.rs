@@ -15,8 +15,11 @@ use neigh_table::Link;
 
 use crate::change::{Change, ChangeOp, Observer};
 use crate::error::MapError;
+use crate::kernel_routes::{KernelRoutes, StandInChange, StandInKey, key_of};
 use crate::key::IpKey;
+use crate::map::KernelRoute;
 use crate::map::{AddrEntry, Mapped, PolicyKey, RuleEntry, Upsert};
+use crate::nexthops::ObjectFamily;
 use crate::stats::{Counters, inc};
 use crate::tables::MirroredTables;
 
@@ -39,6 +42,8 @@ pub enum Kind {
     Rule6,
     /// xfrm policies.
     Policy,
+    /// Nexthop objects (dumped before routes, which name them).
+    Nexthop,
 }
 
 /// A route's identity for sweeping: everything a leaf's alias holds.
@@ -103,6 +108,9 @@ pub(crate) struct Seen {
     rules4: HashSet<RuleEntry<u32>>,
     rules6: HashSet<RuleEntry<u128>>,
     policies: HashSet<PolicyKey>,
+    nexthops: HashSet<u32>,
+    kernel4: HashSet<(StandInKey<u32>, u64)>,
+    kernel6: HashSet<(StandInKey<u128>, u64)>,
 }
 
 impl Seen {
@@ -137,6 +145,33 @@ impl Seen {
             }
             Mapped::Neigh(n) => {
                 self.neigh.insert((n.ifindex, n.addr));
+            }
+            Mapped::Nexthop(id, _) => {
+                self.nexthops.insert(*id);
+            }
+            Mapped::Kernel4(k, Some(_)) => {
+                let r = &k.route;
+                self.routes4.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+                self.kernel4.insert((key_of(r), k.origin));
+            }
+            Mapped::Kernel6(k, Some(_)) => {
+                let r = &k.route;
+                self.routes6.insert(digest(
+                    r.prefix,
+                    r.plen,
+                    r.table,
+                    r.tos,
+                    r.route_type,
+                    &r.info,
+                ));
+                self.kernel6.insert((key_of(r), k.origin));
             }
             Mapped::Rule4(r) => {
                 self.rules4.insert(r.clone());
@@ -183,6 +218,8 @@ pub(crate) struct Applier {
     rules6: RuleBook<u128>,
     /// Set when a link went down or away: the kernel then flushes routes silently.
     pub routes_need_redump: bool,
+    /// The kinds of "kernel decides" routes already logged (each is logged once).
+    logged_kinds: HashSet<&'static str>,
     /// Routes of a dump into an empty FIB, loaded at once when the dump ends.
     bulk4: Option<Bulk<u32>>,
     bulk6: Option<Bulk<u128>>,
@@ -248,6 +285,7 @@ impl Applier {
             rules4: RuleBook::default(),
             rules6: RuleBook::default(),
             routes_need_redump: false,
+            logged_kinds: HashSet::new(),
             bulk4: None,
             bulk6: None,
         }
@@ -323,6 +361,23 @@ impl Applier {
         self.finish(result);
     }
 
+    /// Applies one dumped message and records it in `seen` as applied (a route through a
+    /// nexthop object as attached to it, since the kernel may report it as a blackhole).
+    pub fn apply_dumped(&mut self, m: Mapped, seen: &mut Seen) {
+        let m = match m {
+            Mapped::Route4(r, u) => attach(&self.tables, r).map(|r| Mapped::Route4(r, u)),
+            Mapped::Route6(r, u) => attach(&self.tables, r).map(|r| Mapped::Route6(r, u)),
+            other => Ok(other),
+        };
+        match m {
+            Ok(m) => {
+                seen.record(&m);
+                self.apply(m);
+            }
+            Err(e) => self.map_failed(&e),
+        }
+    }
+
     /// Applies a message whose mapping failed: counted and logged.
     pub fn map_failed(&self, e: &MapError) {
         self.counters.error(e.kind());
@@ -393,15 +448,61 @@ impl Applier {
                 }
             }
             Mapped::Route4(r, u) => {
+                let r = attach(&t, r)?;
                 upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r))
             }
             Mapped::Route6(r, u) => {
+                let r = attach(&t, r)?;
                 upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
             }
+            Mapped::Kernel4(k, u) => {
+                let changed = self.kernel_route(&t.fib4, &mut t.kernel_routes.v4(), k, u);
+                self.count_kernel_routes();
+                changed?.map(|(op, r)| Change::Route4(op, r))
+            }
+            Mapped::Kernel6(k, u) => {
+                let changed = self.kernel_route(&t.fib6, &mut t.kernel_routes.v6(), k, u);
+                self.count_kernel_routes();
+                changed?.map(|(op, r)| Change::Route6(op, r))
+            }
+            Mapped::Nexthop(id, spec) => {
+                let changed = t.nexthops.lock().upsert(id, spec);
+                self.count_kernel_routes();
+                changed.then_some(Change::Nexthop(Added, id))
+            }
+            Mapped::NexthopGone(id) => {
+                let gone = t.nexthops.lock().remove(id);
+                if gone.is_empty() {
+                    return Ok(None);
+                }
+                // The kernel removes the routes through a deleted object without notifying.
+                for r in routes_through(&t.fib4, &gone) {
+                    if delete_route(&t.fib4, &r)? {
+                        self.changed(&Change::Route4(Removed, r));
+                    }
+                }
+                for r in routes_through(&t.fib6, &gone) {
+                    if delete_route(&t.fib6, &r)? {
+                        self.changed(&Change::Route6(Removed, r));
+                    }
+                }
+                for g in gone.iter().filter(|&&g| g != id) {
+                    self.changed(&Change::Nexthop(Removed, *g));
+                }
+                self.count_kernel_routes();
+                Some(Change::Nexthop(Removed, id))
+            }
             Mapped::Route4Gone(r) => {
+                let Ok(r) = attach(&t, r) else {
+                    // Its object is gone, and with it every route through it.
+                    return Ok(None);
+                };
                 delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r))
             }
             Mapped::Route6Gone(r) => {
+                let Ok(r) = attach(&t, r) else {
+                    return Ok(None);
+                };
                 delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r))
             }
             Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
@@ -475,6 +576,64 @@ impl Applier {
                 t.generation.set_custom_rules(custom);
             }
         })
+    }
+
+    /// Adds (`upsert` is `Some`) or removes a kernel route the FIB cannot represent: its
+    /// stand-in is inserted with the first kernel route behind it (before the routes of the
+    /// same key: "kernel decides" wins a tie) and deleted with the last.
+    fn kernel_route<K: IpKey>(
+        &mut self,
+        fib: &Fib<K>,
+        book: &mut KernelRoutes<K>,
+        k: KernelRoute<K>,
+        upsert: Option<Upsert>,
+    ) -> Result<Option<(ChangeOp, Route<K>)>, MapError> {
+        if upsert.is_none() {
+            return Ok(match book.remove(&k) {
+                StandInChange::Delete => {
+                    delete_route(fib, &k.route)?.then_some((ChangeOp::Removed, k.route))
+                }
+                _ => None,
+            });
+        }
+        if self.logged_kinds.insert(k.reason) {
+            tracing::warn!(
+                kind = k.reason,
+                route = ?(k.route.prefix, k.route.plen, k.route.table),
+                "a kernel route the FIB cannot represent: the kernel decides for its prefix \
+                 (further routes of this kind are counted in the stats as kernel_decides, \
+                 not logged)"
+            );
+        }
+        if book.add(&k) != StandInChange::Insert {
+            return Ok(None);
+        }
+        fib.table_or_create(k.route.table);
+        match fib.insert(&k.route, InsertFlags::PREPEND) {
+            Ok(()) => Ok(Some((ChangeOp::Added, k.route))),
+            Err(RouteError::Exists) => Ok(None),
+            Err(e) => {
+                book.remove(&k);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Publishes how many kernel routes stand behind stand-ins, by kind.
+    /// Nexthop objects the FIB cannot represent are counted too (by their reason,
+    /// `nexthop-encap`, `nexthop-group-type`): the routes through them are handed to the kernel.
+    fn count_kernel_routes(&self) {
+        let mut counts = self.tables.kernel_routes.counts();
+        for (_, e) in self.tables.nexthops.lock().iter() {
+            if let crate::map::NexthopSpec::Unrepresentable(why) = e.spec {
+                *counts.entry(why).or_default() += 1;
+            }
+        }
+        *self
+            .counters
+            .kernel_decides
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = counts;
     }
 
     fn add_addr(&self, a: AddrEntry) -> Applied {
@@ -617,6 +776,8 @@ impl Applier {
                 }
             }
             Kind::Route4 => {
+                let unseen = t.kernel_routes.v4().unseen(&seen.kernel4);
+                gone.extend(unseen.into_iter().map(|k| Mapped::Kernel4(k, None)));
                 gone.extend(
                     stale_routes(&t.fib4, &seen.routes4)
                         .into_iter()
@@ -624,6 +785,8 @@ impl Applier {
                 );
             }
             Kind::Route6 => {
+                let unseen = t.kernel_routes.v6().unseen(&seen.kernel6);
+                gone.extend(unseen.into_iter().map(|k| Mapped::Kernel6(k, None)));
                 gone.extend(
                     stale_routes(&t.fib6, &seen.routes6)
                         .into_iter()
@@ -658,6 +821,14 @@ impl Applier {
                     }
                 }
             }
+            Kind::Nexthop => {
+                let ids: Vec<u32> = t.nexthops.lock().iter().map(|(id, _)| id).collect();
+                for id in ids {
+                    if !seen.nexthops.contains(&id) {
+                        gone.push(Mapped::NexthopGone(id));
+                    }
+                }
+            }
             Kind::Policy => {
                 for p in t.policies.dump() {
                     let key = PolicyKey {
@@ -680,6 +851,50 @@ impl Applier {
             }
         }
     }
+}
+
+/// Gives a route through a nexthop object (mapped with a stand-in of that id) the mirrored
+/// object of its id. The kernel reports a unicast route as a blackhole while its object is a
+/// blackhole (`fib_dump_info`); such a route is unicast again here, so that it follows a
+/// later replace of the object. A route added as `blackhole ... nhid N` through an object
+/// that is not a blackhole stays a blackhole.
+fn attach<K: ObjectFamily>(t: &MirroredTables, mut r: Route<K>) -> Result<Route<K>, MapError> {
+    if let Some(stand_in) = &r.info.nh_object {
+        let id = stand_in.id();
+        let object = t
+            .nexthops
+            .lock()
+            .object::<K>(id)
+            .ok_or(MapError::NexthopObject(id))?;
+        if r.route_type == RouteType::Blackhole
+            && object.snapshot() == fib_trie::NexthopGroup::Blackhole
+        {
+            r.route_type = RouteType::Unicast;
+        }
+        r.info.nh_object = Some(object);
+    }
+    Ok(r)
+}
+
+/// The routes of `fib` through any of the objects `ids` (a walk of every table, as the
+/// kernel's `fib_flush` after a nexthop removal).
+fn routes_through<K: IpKey>(fib: &Fib<K>, ids: &[u32]) -> Vec<Route<K>> {
+    let guard = crossbeam_epoch::pin();
+    let mut out = Vec::new();
+    for id in fib.table_ids() {
+        if let Some(table) = fib.table(id, &guard) {
+            for (prefix, plen, a) in table.dump(&guard) {
+                if a.info
+                    .nh_object
+                    .as_ref()
+                    .is_some_and(|o| ids.contains(&o.id()))
+                {
+                    out.push(RouteId::of_alias(prefix, plen, a).into_route());
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Routes of `fib` that `seen` does not hold.

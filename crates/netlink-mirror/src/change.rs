@@ -42,6 +42,9 @@ pub enum Change {
     PolicyHThresh(HThresh),
     /// New default policies (block?) for in, out and fwd.
     PolicyDefaults([bool; 3]),
+    /// A nexthop object (by id): added or replaced (every route through it, and every group
+    /// containing it, changed with it), or removed (its routes were removed before).
+    Nexthop(ChangeOp, u32),
 }
 
 /// Hears of every applied change, on the mirror's control thread. Keep it quick: the

@@ -13,6 +13,7 @@ use fib_trie::{
 };
 use policy_tree::{Action, Direction, PolicyType};
 
+use crate::kernel_routes::key_of;
 use crate::key::IpKey;
 use crate::tables::MirroredTables;
 
@@ -45,6 +46,8 @@ pub enum ShowWhat {
     Policies,
     /// Interfaces.
     Links,
+    /// Nexthop objects (`ip nexthop show`).
+    Nexthops,
 }
 
 /// `show routes|addrs|neigh|rules|policies|links [--netns NS]`.
@@ -159,6 +162,7 @@ pub fn type_name(t: RouteType) -> &'static str {
         RouteType::Unreachable => "unreachable",
         RouteType::Prohibit => "prohibit",
         RouteType::Throw => "throw",
+        RouteType::Kernel => "kernel",
     }
 }
 
@@ -245,10 +249,10 @@ fn get<K: IpKey>(
     let r: FibResult<'_, K> = fib.lookup(&flow, guard).map_err(CliError::Lookup)?;
     let v6 = K::FAMILY == libc::AF_INET6 as u8;
     let rtype = r.route_type();
-    let hop: Option<&NextHop<K>> = if r.alias.info.nexthops.len() > 1 {
+    let hop: Option<&NextHop<K>> = if r.nexthops().len() > 1 {
         r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
     } else {
-        r.alias.info.nexthops.get(r.nh_sel)
+        r.nexthops().get(r.nh_sel)
     };
     let mut out = String::new();
     if rtype != RouteType::Unicast {
@@ -349,8 +353,13 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
     let mut out = String::new();
     match args.what {
         ShowWhat::Routes => {
-            show_routes(t, &t.fib4, &mut out, &guard);
-            show_routes(t, &t.fib6, &mut out, &guard);
+            let book = &t.kernel_routes;
+            show_routes(t, &t.fib4, &mut out, &guard, |r| {
+                book.v4().get(&key_of(r)).map(|s| s.reason)
+            });
+            show_routes(t, &t.fib6, &mut out, &guard, |r| {
+                book.v6().get(&key_of(r)).map(|s| s.reason)
+            });
         }
         ShowWhat::Addrs => {
             for (ifindex, list) in t.addrs.interfaces::<Ipv4Addr>(&guard) {
@@ -436,6 +445,7 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
                 let _ = writeln!(out, " index {}", p.index);
             }
         }
+        ShowWhat::Nexthops => show_nexthops(t, &mut out, &guard),
         ShowWhat::Links => {
             for l in t.links.to_vec() {
                 let _ = writeln!(
@@ -453,6 +463,118 @@ pub fn show(t: &MirroredTables, args: &ShowArgs) -> String {
     out
 }
 
+/// Nexthop objects as `ip nexthop show` prints them: `id N via GW dev DEV [onlink]`,
+/// `id N dev DEV`, `id N blackhole`, `id N group A/W,B type resilient buckets K`; objects the
+/// FIB cannot represent say why (`kernel decides: REASON`).
+fn show_nexthops(t: &MirroredTables, out: &mut String, guard: &Guard) {
+    use crate::map::NexthopSpec;
+    let nexthops = t.nexthops.lock();
+    for (id, e) in nexthops.iter() {
+        let _ = write!(out, "id {id}");
+        match &e.spec {
+            NexthopSpec::Single {
+                gateway,
+                ifindex,
+                flags,
+                ..
+            } => {
+                if let Some(g) = gateway {
+                    let _ = write!(out, " via {g}");
+                }
+                if *ifindex != 0 {
+                    let _ = write!(out, " dev {}", dev_name(t, *ifindex, guard));
+                }
+                if flags & fib_trie::NextHopFlags::ONLINK.0 != 0 {
+                    out.push_str(" onlink");
+                }
+                if flags & fib_trie::NextHopFlags::DEAD.0 != 0 {
+                    out.push_str(" dead");
+                }
+                if flags & fib_trie::NextHopFlags::LINKDOWN.0 != 0 {
+                    out.push_str(" linkdown");
+                }
+            }
+            NexthopSpec::Blackhole => out.push_str(" blackhole"),
+            NexthopSpec::Group { members, buckets } => {
+                let list: Vec<String> = members
+                    .iter()
+                    .map(|(m, w)| {
+                        if *w == 1 {
+                            m.to_string()
+                        } else {
+                            format!("{m}/{w}")
+                        }
+                    })
+                    .collect();
+                let _ = write!(out, " group {}", list.join(","));
+                if let Some(n) = buckets {
+                    let _ = write!(out, " type resilient buckets {n}");
+                }
+            }
+            NexthopSpec::Unrepresentable(why) => {
+                let _ = write!(out, " kernel decides: {why}");
+            }
+        }
+        out.push('\n');
+    }
+}
+
+/// A route's destination as `ip` prints it: `default` for a zero-length prefix, the bare
+/// address for a host route (/32, /128), else `ADDR/LEN`.
+///
+/// ```
+/// use netlink_mirror::cli::prefix_text;
+///
+/// assert_eq!(prefix_text(0u32, 0), "default");
+/// assert_eq!(prefix_text(0x0a00_0001u32, 32), "10.0.0.1");
+/// assert_eq!(prefix_text(0x0a00_0000u32, 8), "10.0.0.0/8");
+/// ```
+pub fn prefix_text<K: IpKey>(prefix: K, plen: u8) -> String {
+    if plen == 0 {
+        "default".into()
+    } else if plen == K::BITS {
+        prefix.to_ip().to_string()
+    } else {
+        format!("{}/{plen}", prefix.to_ip())
+    }
+}
+
+/// The name `ip` prints for a route protocol (`/etc/iproute2/rt_protos`), else the number.
+///
+/// ```
+/// assert_eq!(netlink_mirror::cli::protocol_name(186), "bgp");
+/// assert_eq!(netlink_mirror::cli::protocol_name(77), "77");
+/// ```
+pub fn protocol_name(protocol: u8) -> String {
+    match protocol {
+        0 => "unspec",
+        1 => "redirect",
+        2 => "kernel",
+        3 => "boot",
+        4 => "static",
+        8 => "gated",
+        9 => "ra",
+        10 => "mrt",
+        11 => "zebra",
+        12 => "bird",
+        13 => "dnrouted",
+        14 => "xorp",
+        15 => "ntk",
+        16 => "dhcp",
+        17 => "mrouted",
+        18 => "keepalived",
+        42 => "babel",
+        99 => "openr",
+        186 => "bgp",
+        187 => "isis",
+        188 => "ospf",
+        189 => "rip",
+        192 => "eigrp",
+        n => return n.to_string(),
+    }
+    .into()
+}
+
 fn scope_name(s: u8) -> String {
     match s {
         0 => "global".into(),
@@ -464,7 +586,13 @@ fn scope_name(s: u8) -> String {
     }
 }
 
-fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, guard: &Guard) {
+fn show_routes<K: IpKey>(
+    t: &MirroredTables,
+    fib: &Fib<K>,
+    out: &mut String,
+    guard: &Guard,
+    reason: impl Fn(&fib_trie::Route<K>) -> Option<&'static str>,
+) {
     for id in fib.table_ids() {
         let Some(table) = fib.table(id, guard) else {
             continue;
@@ -473,8 +601,11 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             if a.route_type != RouteType::Unicast {
                 let _ = write!(out, "{} ", type_name(a.route_type));
             }
-            let _ = write!(out, "{}/{plen}", prefix.to_ip());
+            let _ = write!(out, "{}", prefix_text(prefix, plen));
             let info = &a.info;
+            if let Some(o) = &info.nh_object {
+                let _ = write!(out, " nhid {}", o.id());
+            }
             if let [h] = info.nexthops.as_slice() {
                 if let Some(g) = h.gateway {
                     let _ = write!(out, " via {}", g.to_ip());
@@ -484,7 +615,10 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             if id != ids::MAIN {
                 let _ = write!(out, " table {}", table_name(id));
             }
-            let _ = write!(out, " proto {}", info.protocol);
+            // `ip` leaves out `proto boot` (what `ip route add` sets).
+            if info.protocol != 3 {
+                let _ = write!(out, " proto {}", protocol_name(info.protocol));
+            }
             if info.scope != Scope::UNIVERSE {
                 let _ = write!(out, " scope {}", scope_name(info.scope.0));
             }
@@ -496,6 +630,21 @@ fn show_routes<K: IpKey>(t: &MirroredTables, fib: &Fib<K>, out: &mut String, gua
             }
             if !info.metrics.is_empty() {
                 let _ = write!(out, " {}", info.metrics);
+            }
+            if a.route_type == RouteType::Kernel {
+                let r = fib_trie::Route {
+                    prefix,
+                    plen,
+                    table: a.table,
+                    tos: a.tos,
+                    route_type: a.route_type,
+                    info: (*a.info).clone(),
+                };
+                let _ = write!(out, " kernel-decides {}", reason(&r).unwrap_or("unknown"));
+            } else if let Some(o) = &info.nh_object {
+                if matches!(o.load(guard), fib_trie::NexthopGroup::Kernel) {
+                    out.push_str(" kernel-decides nexthop");
+                }
             }
             out.push('\n');
             if info.nexthops.len() > 1 {
@@ -686,7 +835,7 @@ mod tests {
             },
         );
         assert!(
-            routes.contains("blackhole 10.10.0.0/16 proto 4"),
+            routes.contains("blackhole 10.10.0.0/16 proto static"),
             "{routes}"
         );
     }

@@ -26,13 +26,14 @@ use netlink_packet_xfrm::policy::DelGetMessage;
 
 use crate::apply::{Applier, Kind, Seen};
 use crate::error::MapError;
-use crate::map::{Mapped, map_rtnl, map_xfrm};
+use crate::map::{Mapped, map_route_socket, map_xfrm};
+use crate::nl_nexthop::{NexthopMessage, RtnlMessage};
 use crate::resolver::RateLimiter;
 use crate::socket::{NlSocket, Recv, wait_any};
 use crate::stats::inc;
 
 /// The rtnetlink multicast groups (`RTNLGRP_*`) the mirror joins.
-pub(crate) const ROUTE_GROUPS: [u32; 8] = [
+pub(crate) const ROUTE_GROUPS: [u32; 9] = [
     1,  // RTNLGRP_LINK
     3,  // RTNLGRP_NEIGH
     5,  // RTNLGRP_IPV4_IFADDR
@@ -41,14 +42,17 @@ pub(crate) const ROUTE_GROUPS: [u32; 8] = [
     9,  // RTNLGRP_IPV6_IFADDR
     11, // RTNLGRP_IPV6_ROUTE
     19, // RTNLGRP_IPV6_RULE
+    crate::nl_nexthop::RTNLGRP_NEXTHOP,
 ];
 /// `XFRMNLGRP_POLICY`.
 pub(crate) const XFRM_GROUPS: [u32; 1] = [netlink_packet_xfrm::XFRMNLGRP_POLICY];
 
-/// The kinds dumped on the route socket, in dependency order (links first: rules name them).
-const ROUTE_KINDS: [Kind; 7] = [
+/// The kinds dumped on the route socket, in dependency order (links first: rules and
+/// nexthops name them; nexthop objects before the routes through them).
+const ROUTE_KINDS: [Kind; 8] = [
     Kind::Link,
     Kind::Addr,
+    Kind::Nexthop,
     Kind::Route4,
     Kind::Route6,
     Kind::Neigh,
@@ -119,7 +123,14 @@ impl From<io::Error> for SyncError {
     }
 }
 
-fn route_request(kind: Kind) -> RouteNetlinkMessage {
+fn route_request(kind: Kind) -> RtnlMessage {
+    match kind {
+        Kind::Nexthop => RtnlMessage::GetNexthop(NexthopMessage::default()),
+        other => RtnlMessage::Route(rtnl_request(other)),
+    }
+}
+
+fn rtnl_request(kind: Kind) -> RouteNetlinkMessage {
     let route = |family| {
         let mut m = RouteMessage::default();
         m.header.address_family = family;
@@ -139,7 +150,7 @@ fn route_request(kind: Kind) -> RouteNetlinkMessage {
         Kind::Neigh => RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
         Kind::Rule4 => rule(AddressFamily::Inet),
         Kind::Rule6 => rule(AddressFamily::Inet6),
-        Kind::Policy => unreachable_kind(),
+        Kind::Policy | Kind::Nexthop => unreachable_kind(),
     }
 }
 
@@ -304,11 +315,11 @@ where
                         NetlinkPayload::InnerMessage(msg) => {
                             match map(&msg, m.header.flags, true) {
                                 Ok(mapped) => {
-                                    seen.record(&mapped);
                                     if kind == Kind::Policy {
+                                        seen.record(&mapped);
                                         newest_first.push(mapped);
                                     } else {
-                                        applier.apply(mapped);
+                                        applier.apply_dumped(mapped, &mut seen);
                                     }
                                 }
                                 Err(e) => applier.map_failed(&e),
@@ -369,8 +380,8 @@ where
 }
 
 impl Control {
-    fn map_route(m: &RouteNetlinkMessage, flags: u16, dump: bool) -> Result<Mapped, MapError> {
-        map_rtnl(m, flags, dump)
+    fn map_route(m: &RtnlMessage, flags: u16, dump: bool) -> Result<Mapped, MapError> {
+        map_route_socket(m, flags, dump)
     }
 
     fn map_policy(m: &XfrmMessage, _flags: u16, _dump: bool) -> Result<Mapped, MapError> {
@@ -488,8 +499,8 @@ impl Control {
         Ok(())
     }
 
-    fn apply_route_event(&mut self, msg: &RouteNetlinkMessage, flags: u16) {
-        match map_rtnl(msg, flags, false) {
+    fn apply_route_event(&mut self, msg: &RtnlMessage, flags: u16) {
+        match map_route_socket(msg, flags, false) {
             Ok(m) => self.applier.apply(m),
             Err(e) => self.applier.map_failed(&e),
         }
@@ -564,7 +575,8 @@ impl Control {
             // A link went down or away: the kernel drops its IPv4 routes without telling.
             self.applier.routes_need_redump = false;
             inc(&self.applier.counters.route_redumps);
-            if self.sync_route(&[Kind::Route4, Kind::Route6])? {
+            // Nexthops on that device went too, and with them their routes, also silently.
+            if self.sync_route(&[Kind::Nexthop, Kind::Route4, Kind::Route6])? {
                 self.full_sync(true)?;
             }
         }
@@ -636,7 +648,7 @@ impl Control {
                 Recv::Overrun => tracing::warn!("route command socket overran"),
                 Recv::Data => {
                     let mut refused = Vec::new();
-                    self.route.cmd.messages::<RouteNetlinkMessage>(
+                    self.route.cmd.messages::<RtnlMessage>(
                         |m| {
                             if let NetlinkPayload::Error(e) = m.payload {
                                 if m.header.port_number == port && e.code.is_some() {

@@ -62,12 +62,18 @@ pub enum MapError {
     /// A source-specific (IPv6 subtree, `from PREFIX`) route.
     #[error("source-specific route (from /{0}) cannot be mirrored")]
     SourceSpecific(u8),
-    /// A route using a nexthop object (`nhid N`).
-    #[error("route through nexthop object {0} cannot be mirrored")]
+    /// A route through a nexthop object (`nhid N`) the mirror has not been told of.
+    #[error("route through unknown nexthop object {0}")]
     NexthopObject(u32),
     /// A route with lightweight-tunnel encapsulation (MPLS, seg6, ...).
     #[error("route with encapsulation cannot be mirrored")]
     Encap,
+    /// A route attribute the mirror does not know (by `RTA_*` number).
+    #[error("route attribute {0} cannot be mirrored")]
+    RouteAttribute(u16),
+    /// A gateway of the other family (an IPv4 route via an IPv6 gateway, RFC 5549).
+    #[error("gateway of the other family ({0}) cannot be mirrored")]
+    GatewayFamily(String),
     /// A route the FIB refused as malformed (bad prefix, missing next hop, ...).
     #[error("route refused by the FIB: {0}")]
     Route(#[from] fib_trie::RouteError),
@@ -89,6 +95,20 @@ pub enum MapError {
 }
 
 impl MapError {
+    /// For a route the FIB cannot represent but the kernel routes by: the kind of its
+    /// "kernel decides" stand-in (a punt route over its prefix); `None` for errors that are
+    /// not about a route's meaning (undecodable, refused, ...).
+    pub fn kernel_decides(&self) -> Option<&'static str> {
+        match self {
+            MapError::RouteType(_) => Some("route-type"),
+            MapError::SourceSpecific(_) => Some("source-specific"),
+            MapError::Encap => Some("encap"),
+            MapError::RouteAttribute(_) => Some("route-attribute"),
+            MapError::GatewayFamily(_) => Some("gateway-family"),
+            _ => None,
+        }
+    }
+
     /// A short stable name for counting errors by kind.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -99,6 +119,8 @@ impl MapError {
             MapError::SourceSpecific(_) => "source-specific-route",
             MapError::NexthopObject(_) => "nexthop-object",
             MapError::Encap => "route-encap",
+            MapError::RouteAttribute(_) => "route-attribute",
+            MapError::GatewayFamily(_) => "gateway-family",
             MapError::Route(_) => "route-refused",
             MapError::Rule(_) => "rule-refused",
             MapError::RuleFeature(_) => "rule-feature",

@@ -29,6 +29,10 @@ pub struct MirrorStats {
     pub errors: BTreeMap<&'static str, u64>,
     /// Messages outside the mirror's scope, by [`Ignored::name`](crate::map::Ignored::name).
     pub ignored: BTreeMap<&'static str, u64>,
+    /// Kernel routes the FIBs cannot represent, now standing behind "kernel decides" routes
+    /// (packets matching them go to the kernel), by reason: `encap`, `source-specific`,
+    /// `route-type`, `route-attribute`, `gateway-family`.
+    pub kernel_decides: BTreeMap<&'static str, u64>,
     /// Neighbour resolution requests accepted by [`NeighResolver::request`](crate::NeighResolver::request).
     pub resolve_requested: u64,
     /// Requests refused because the queue to the control thread was full.
@@ -59,6 +63,7 @@ pub(crate) struct Counters {
     pub resolve_errors: AtomicU64,
     pub errors: Mutex<BTreeMap<&'static str, u64>>,
     pub ignored: Mutex<BTreeMap<&'static str, u64>>,
+    pub kernel_decides: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 pub(crate) fn inc(c: &AtomicU64) {
@@ -102,6 +107,11 @@ impl Counters {
                 .clone(),
             ignored: self
                 .ignored
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            kernel_decides: self
+                .kernel_decides
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),

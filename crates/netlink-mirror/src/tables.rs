@@ -9,6 +9,9 @@ use fib_trie::Fib;
 use neigh_table::{LinkTable, NeighTable};
 use policy_tree::PolicyDb;
 
+use crate::kernel_routes::KernelRouteBook;
+use crate::nexthops::NexthopTable;
+
 /// Every table one namespace's mirror keeps. The dataplane's `Tables` holds the same `Arc`s
 /// under the same field names. Readers use them lock-free under an epoch guard; only the
 /// mirror's control thread writes them.
@@ -26,6 +29,10 @@ pub struct MirroredTables {
     pub fib6: Arc<Fib<u128>>,
     /// xfrm policies.
     pub policies: Arc<PolicyDb>,
+    /// Nexthop objects (`RTM_NEWNEXTHOP`); routes hold their objects directly.
+    pub nexthops: Arc<NexthopTable>,
+    /// The kernel routes the FIBs cannot represent, behind their "kernel decides" stand-ins.
+    pub kernel_routes: Arc<KernelRouteBook>,
     /// Bumped after every applied change (dst-cache entries made before are stale).
     pub generation: Arc<Generation>,
 }
@@ -47,6 +54,8 @@ impl MirroredTables {
             fib4: Arc::new(Fib::new()),
             fib6: Arc::new(Fib::new()),
             policies: Arc::new(PolicyDb::new()),
+            nexthops: Arc::new(NexthopTable::default()),
+            kernel_routes: Arc::new(KernelRouteBook::default()),
             generation: Arc::new(Generation::new()),
         }
     }

@@ -5,7 +5,9 @@ use std::io::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use netlink_mirror::cli::{ShowArgs, ShowWhat, show};
+use std::net::IpAddr;
+
+use netlink_mirror::cli::{RouteGetArgs, ShowArgs, ShowWhat, route_get, show};
 use netlink_mirror::{Mirror, MirrorHandle, MirrorOptions, MirroredTables, NetnsSpec};
 use xfwd_lab::netns::Netns;
 
@@ -35,6 +37,7 @@ pub fn snapshot(t: &MirroredTables) -> Vec<String> {
         ShowWhat::Neigh,
         ShowWhat::Rules,
         ShowWhat::Policies,
+        ShowWhat::Nexthops,
     ] {
         let text = show(t, &ShowArgs { what, netns: None });
         lines.extend(text.lines().map(|l| format!("{what:?}: {l}")));
@@ -154,4 +157,55 @@ pub fn get_fields(line: &str) -> GetFields {
         slot.push_str(words.next().unwrap_or_default());
     }
     f
+}
+
+pub fn ip(ns: &Netns, line: &str) {
+    ns.ip(line.split_whitespace())
+        .unwrap_or_else(|e| panic!("ip {line}: {e}"));
+}
+
+/// Two veth pairs inside `ns`: d0 (10.1.0.1/24, 2001:db8:1::1/64) and d1 (10.2.0.1/24,
+/// 2001:db8:2::1/64), peers p0/p1 in the same namespace, all up.
+pub fn two_links(ns: &Netns) {
+    for i in 0..2 {
+        ip(ns, &format!("link add d{i} type veth peer name p{i}"));
+        ip(ns, &format!("link set d{i} up"));
+        ip(ns, &format!("link set p{i} up"));
+        ip(ns, &format!("addr add 10.{}.0.1/24 dev d{i}", i + 1));
+        ip(
+            ns,
+            &format!("addr add 2001:db8:{}::1/64 dev d{i} nodad", i + 1),
+        );
+    }
+}
+
+/// `route get` from the mirror equals `ip route get` in type, via, dev, src, table and MTU
+/// (IPv4 shows it on a second, `cache`, line).
+pub fn same_answer(ns: &Netns, t: &MirroredTables, query: &str) {
+    let kernel = ns.ip(["route", "get"].into_iter().chain(query.split_whitespace()));
+    let mut words = query.split_whitespace().map(str::to_owned);
+    let addr: IpAddr = words.next().unwrap().parse().unwrap();
+    let ours = route_get(
+        t,
+        &RouteGetArgs {
+            addr,
+            selectors: words.collect(),
+            netns: None,
+        },
+    );
+    match (kernel, ours) {
+        (Ok(k), Ok(o)) => assert_eq!(
+            get_fields(&k),
+            get_fields(&o),
+            "route get {query}: kernel {k:?}, mirror {o:?}"
+        ),
+        (Err(k), Err(o)) => {
+            let o = o.to_string();
+            assert!(
+                k.to_string().contains(&o),
+                "route get {query}: kernel {k}, mirror {o}"
+            );
+        }
+        (k, o) => panic!("route get {query}: kernel {k:?}, mirror {o:?}"),
+    }
 }

@@ -7,6 +7,7 @@
 mod addr;
 mod link;
 mod neigh;
+mod nexthop;
 mod route;
 mod rule;
 mod xfrm;
@@ -24,6 +25,7 @@ use crate::error::MapError;
 pub use addr::map_addr;
 pub use link::map_link;
 pub use neigh::map_neigh;
+pub use nexthop::{NexthopSpec, map_nexthop};
 pub use route::map_route;
 pub use rule::map_rule;
 pub use xfrm::map_xfrm;
@@ -166,8 +168,32 @@ pub enum Mapped {
     PolicyDefaults([bool; 3]),
     /// `XFRM_MSG_FLUSHPOLICY`.
     PolicyFlush(PolicyType),
+    /// `RTM_NEWROUTE` (`Some`) or `RTM_DELROUTE` (`None`) of an IPv4 route the FIB cannot
+    /// represent: its "kernel decides" stand-in.
+    Kernel4(KernelRoute<u32>, Option<Upsert>),
+    /// The same for IPv6.
+    Kernel6(KernelRoute<u128>, Option<Upsert>),
+    /// `RTM_NEWNEXTHOP`: the nexthop object of this id is (now) this.
+    Nexthop(u32, NexthopSpec),
+    /// `RTM_DELNEXTHOP`.
+    NexthopGone(u32),
     /// A message outside what the mirror keeps (see [`Ignored`]).
     Ignored(Ignored),
+}
+
+/// A "kernel decides" stand-in for a kernel route the FIB cannot represent: a
+/// [`RouteType::Kernel`](fib_trie::RouteType::Kernel) route over the same prefix, in the same
+/// table, that sends matching packets to the kernel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelRoute<K> {
+    /// The stand-in route.
+    pub route: Route<K>,
+    /// Why the kernel's route cannot be represented (`encap`, `source-specific`,
+    /// `route-type`, `route-attribute`, `gateway-family`).
+    pub reason: &'static str,
+    /// A digest of the kernel's route: several kernel routes (sources of one destination) may
+    /// share one stand-in, which stays while any of them does.
+    pub origin: u64,
 }
 
 /// Messages the mirror deliberately leaves out, counted by reason: they describe state that
@@ -189,6 +215,8 @@ pub enum Ignored {
     MulticastNeigh,
     /// An xfrm message about states (SAs) or events, not policies.
     XfrmNonPolicy,
+    /// A bridge FDB nexthop (`ip nexthop add ... fdb`, for VXLAN): routes cannot use it.
+    FdbNexthop,
 }
 
 impl Ignored {
@@ -201,6 +229,7 @@ impl Ignored {
             Ignored::ProxyNeigh => "proxy-neigh",
             Ignored::MulticastNeigh => "multicast-neigh",
             Ignored::XfrmNonPolicy => "xfrm-non-policy",
+            Ignored::FdbNexthop => "fdb-nexthop",
         }
     }
 }
@@ -224,6 +253,25 @@ pub fn map_rtnl(msg: &RouteNetlinkMessage, nl_flags: u16, dump: bool) -> Result<
         M::NewRule(m) => map_rule(m, true),
         M::DelRule(m) => map_rule(m, false),
         _ => Ok(Mapped::Ignored(Ignored::MessageType)),
+    }
+}
+
+/// Maps one message of the route socket: [`map_rtnl`] for what netlink-packet-route decodes,
+/// [`map_nexthop`] for nexthop objects.
+///
+/// # Errors
+/// The [`MapError`] describing what could not be represented.
+pub fn map_route_socket(
+    msg: &crate::nl_nexthop::RtnlMessage,
+    nl_flags: u16,
+    dump: bool,
+) -> Result<Mapped, MapError> {
+    use crate::nl_nexthop::RtnlMessage as M;
+    match msg {
+        M::Route(m) => map_rtnl(m, nl_flags, dump),
+        M::NewNexthop(m) => map_nexthop(m, true),
+        M::DelNexthop(m) => map_nexthop(m, false),
+        M::GetNexthop(_) => Ok(Mapped::Ignored(Ignored::MessageType)),
     }
 }
 

@@ -1,7 +1,11 @@
 //! `RTM_NEWROUTE` / `RTM_DELROUTE` to fib-trie routes.
 #![forbid(unsafe_code)]
 
-use fib_trie::{Metrics, NextHop, NextHopFlags, Route, RouteInfo, RouteType, Scope};
+use std::sync::Arc;
+
+use fib_trie::{
+    Metrics, NextHop, NextHopFlags, NexthopGroup, NexthopObject, Route, RouteInfo, RouteType, Scope,
+};
 use netlink_packet_core::Nla;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::route::{
@@ -9,7 +13,7 @@ use netlink_packet_route::route::{
     RouteType as NlType, RouteVia,
 };
 
-use super::{Ignored, Mapped, Upsert, key_of};
+use super::{Ignored, KernelRoute, Mapped, Upsert, key_of};
 use crate::error::MapError;
 use crate::key::IpKey;
 
@@ -20,27 +24,100 @@ const MESSAGE: &str = "route";
 /// # Errors
 /// Types the FIB does not hold, source-specific routes, nexthop objects, encapsulation,
 /// addresses of the wrong family, and routes the FIB would refuse.
+///
+/// A route the FIB cannot represent but the kernel routes by (an encapsulation, a
+/// source-specific route, an unknown type or attribute, a gateway of the other family) maps to
+/// its "kernel decides" stand-in, [`Mapped::Kernel4`] / [`Mapped::Kernel6`].
 pub fn map_route(msg: &RouteMessage, upsert: Option<Upsert>) -> Result<Mapped, MapError> {
     if msg.header.flags.contains(RouteFlags::Cloned) {
         return Ok(Mapped::Ignored(Ignored::ClonedRoute));
     }
     match msg.header.address_family {
-        AddressFamily::Inet => {
-            let r = route_of::<u32>(msg)?;
-            Ok(match upsert {
+        AddressFamily::Inet => match route_of::<u32>(msg) {
+            Ok(r) => Ok(match upsert {
                 Some(u) => Mapped::Route4(r, u),
                 None => Mapped::Route4Gone(r),
-            })
-        }
-        AddressFamily::Inet6 => {
-            let r = route_of::<u128>(msg)?;
-            Ok(match upsert {
+            }),
+            Err(e) => Ok(Mapped::Kernel4(kernel_route(msg, &e)?, upsert)),
+        },
+        AddressFamily::Inet6 => match route_of::<u128>(msg) {
+            Ok(r) => Ok(match upsert {
                 Some(u) => Mapped::Route6(r, u),
                 None => Mapped::Route6Gone(r),
-            })
-        }
+            }),
+            Err(e) => Ok(Mapped::Kernel6(kernel_route(msg, &e)?, upsert)),
+        },
         _ => Ok(Mapped::Ignored(Ignored::Family)),
     }
+}
+
+/// The "kernel decides" stand-in of a route `route_of` refused with `why`: a
+/// [`RouteType::Kernel`] route over exactly its destination prefix, in its table, with its tos
+/// and metric, or `why` itself when it is not about what the route means.
+///
+/// A source-specific route gets metric 0: the kernel matches the source before comparing
+/// metrics with the routes of the same destination that have no source (`fib6` keeps them
+/// in a subtree of the destination's node), so no route of that prefix may win over it here.
+fn kernel_route<K: IpKey>(msg: &RouteMessage, why: &MapError) -> Result<KernelRoute<K>, MapError> {
+    let Some(reason) = why.kernel_decides() else {
+        return Err(why.clone());
+    };
+    let h = &msg.header;
+    let mut prefix = K::ZERO;
+    let mut table = u32::from(h.table);
+    let mut priority = 0;
+    let mut source = None;
+    for a in &msg.attributes {
+        match a {
+            RouteAttribute::Destination(d) => prefix = address(d)?,
+            RouteAttribute::Table(t) => table = *t,
+            RouteAttribute::Priority(p) => priority = *p,
+            RouteAttribute::Source(s) => source = Some(format!("{s:?}")),
+            _ => {}
+        }
+    }
+    if h.source_prefix_length != 0 || source.is_some() {
+        priority = 0;
+    }
+    // What tells this kernel route from others of the same stand-in: everything the message
+    // says but what changes on its own (cache info, expiry).
+    let origin = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        let mut header = h.clone();
+        header.flags = RouteFlags::empty();
+        format!("{header:?}").hash(&mut hasher);
+        for a in &msg.attributes {
+            if !matches!(
+                a,
+                RouteAttribute::CacheInfo(_)
+                    | RouteAttribute::Expires(_)
+                    | RouteAttribute::MulticastExpires(_)
+            ) {
+                format!("{a:?}").hash(&mut hasher);
+            }
+        }
+        hasher.finish()
+    };
+    let route = Route {
+        prefix,
+        plen: h.destination_prefix_length,
+        table,
+        tos: h.tos,
+        route_type: RouteType::Kernel,
+        info: RouteInfo {
+            protocol: u8::from(h.protocol),
+            scope: Scope(u8::from(h.scope)),
+            priority,
+            ..RouteInfo::default()
+        },
+    };
+    route.validate()?;
+    Ok(KernelRoute {
+        route,
+        reason,
+        origin,
+    })
 }
 
 fn route_type(t: NlType) -> Result<RouteType, MapError> {
@@ -82,10 +159,14 @@ fn via<K: IpKey>(v: &RouteVia) -> Result<K, MapError> {
 
 /// The gateway among a next hop's (or a single-path route's) attributes.
 fn gateway<K: IpKey>(attrs: &[RouteAttribute]) -> Result<Option<K>, MapError> {
+    let other_family = |e| match e {
+        MapError::Family { detail, .. } => MapError::GatewayFamily(detail),
+        e => e,
+    };
     for a in attrs {
         match a {
-            RouteAttribute::Gateway(g) => return address(g).map(Some),
-            RouteAttribute::Via(v) => return via(v).map(Some),
+            RouteAttribute::Gateway(g) => return address(g).map(Some).map_err(other_family),
+            RouteAttribute::Via(v) => return via(v).map(Some).map_err(other_family),
             RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
                 return Err(MapError::Encap);
             }
@@ -164,6 +245,8 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
     let mut oif = 0;
     let mut multipath = None;
     let mut metrics = Metrics::default();
+    let mut nh_id = None;
+    let mut encap = false;
     for a in &msg.attributes {
         match a {
             RouteAttribute::Destination(d) => prefix = address(d)?,
@@ -172,18 +255,32 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             RouteAttribute::PrefSource(s) => prefsrc = Some(address(s)?),
             RouteAttribute::Oif(i) => oif = *i,
             RouteAttribute::MultiPath(hops) => multipath = Some(hops),
-            RouteAttribute::NhId(id) => return Err(MapError::NexthopObject(*id)),
-            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
-                return Err(MapError::Encap);
-            }
+            RouteAttribute::NhId(id) => nh_id = Some(*id),
+            RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => encap = true,
             RouteAttribute::Source(_) => return Err(MapError::SourceSpecific(0)),
             RouteAttribute::Metrics(list) => metrics = metrics_of(list)?,
-            // Gateway/Via are read below; cache info, RA preference and expiry do not
+            // Gateway/Via are read below; cache info, RA preference, expiry and realms do not
             // change the forwarding decision.
-            _ => {}
+            RouteAttribute::Gateway(_)
+            | RouteAttribute::Via(_)
+            | RouteAttribute::CacheInfo(_)
+            | RouteAttribute::Preference(_)
+            | RouteAttribute::Expires(_)
+            | RouteAttribute::MulticastExpires(_)
+            | RouteAttribute::Realm(_) => {}
+            other => return Err(MapError::RouteAttribute(other.kind())),
         }
     }
-    let nexthops = if !route_type.has_next_hops() {
+    // A route through an object carries the object's encapsulation as an expansion.
+    if encap && nh_id.is_none() {
+        return Err(MapError::Encap);
+    }
+    // Through a nexthop object: the applier attaches the object of that id (and tells a
+    // unicast route the kernel reports as a blackhole, because its object is one, from a
+    // blackhole route). The kernel expands the object's next hops into the message
+    // (`nexthop_compat_mode`): they follow from the object and are not read.
+    let nh_object = nh_id.map(|id| Arc::new(NexthopObject::new(id, NexthopGroup::Kernel)));
+    let nexthops = if nh_object.is_some() || !route_type.has_next_hops() {
         // Reject routes carry `dev lo` in IPv6: not a next hop.
         Vec::new()
     } else if let Some(hops) = multipath {
@@ -210,6 +307,7 @@ pub(crate) fn route_of<K: IpKey>(msg: &RouteMessage) -> Result<Route<K>, MapErro
             prefsrc,
             nexthops,
             metrics,
+            nh_object,
         },
     };
     route.validate()?;
@@ -349,16 +447,69 @@ mod tests {
         );
     }
 
+    fn stand_in(m: &RouteMessage) -> KernelRoute<u32> {
+        match map_route(m, Some(Upsert::Dump)) {
+            Ok(Mapped::Kernel4(k, Some(Upsert::Dump))) => k,
+            other => panic!("not a kernel-decides route: {other:?}"),
+        }
+    }
+
     #[test]
-    fn unrepresentable_routes_are_typed_errors() {
+    fn unrepresentable_routes_become_kernel_decides_routes_over_their_prefix() {
         let mut nat = v4_message(NlType::Nat);
-        assert_eq!(map_route(&nat, None), Err(MapError::RouteType(10)));
+        let k = stand_in(&nat);
+        assert_eq!(k.reason, "route-type");
+        assert_eq!(
+            (
+                k.route.prefix,
+                k.route.plen,
+                k.route.table,
+                k.route.info.priority
+            ),
+            (0x0a09_0000, 16, 254, 5)
+        );
+        assert_eq!(k.route.route_type, RouteType::Kernel);
+        assert!(k.route.info.nexthops.is_empty());
         nat.header.kind = NlType::Unicast;
         nat.attributes.push(RouteAttribute::NhId(7));
-        assert_eq!(map_route(&nat, None), Err(MapError::NexthopObject(7)));
+        let Ok(Mapped::Route4Gone(r)) = map_route(&nat, None) else {
+            panic!("a route through nexthop object 7");
+        };
+        assert_eq!(r.info.nh_object.map(|o| o.id()), Some(7));
+        assert!(r.info.nexthops.is_empty(), "compat-mode expansion dropped");
+
         let mut from = v4_message(NlType::Unicast);
         from.header.source_prefix_length = 8;
-        assert_eq!(map_route(&from, None), Err(MapError::SourceSpecific(8)));
+        let k = stand_in(&from);
+        assert_eq!((k.reason, k.route.info.priority), ("source-specific", 0));
+
+        let mut encap = v4_message(NlType::Unicast);
+        encap.attributes.push(RouteAttribute::EncapType(
+            netlink_packet_route::route::RouteLwEnCapType::Mpls,
+        ));
+        assert_eq!(stand_in(&encap).reason, "encap");
+
+        let mut odd = v4_message(NlType::Unicast);
+        odd.attributes
+            .push(RouteAttribute::Other(netlink_packet_core::DefaultNla::new(
+                99,
+                vec![0; 4],
+            )));
+        assert_eq!(stand_in(&odd).reason, "route-attribute");
+
+        let mut v6_gw = v4_message(NlType::Unicast);
+        v6_gw
+            .attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_)));
+        v6_gw.attributes.push(RouteAttribute::Via(RouteVia::Inet6(
+            "fe80::1".parse().unwrap(),
+        )));
+        let k = stand_in(&v6_gw);
+        assert_eq!(k.reason, "gateway-family");
+        // Two kernel routes behind one stand-in are told apart by their origin.
+        assert_ne!(k.origin, stand_in(&encap).origin);
+        assert_eq!(stand_in(&encap).origin, stand_in(&encap).origin);
+
         let mut mixed = v4_message(NlType::Unicast);
         mixed
             .attributes

@@ -1,0 +1,154 @@
+//! Egress on an interface xfwd does not serve (privileged): `fwd` gets a third link, `fwd2`,
+//! to `dst`, which `xfwd run --iface fwd0,fwd1` does not bind; a route out of it must not drop
+//! the packets (`unknown_egress`) but punt them, unchanged, to the kernel, which forwards them
+//! out of `fwd2` (TTL decremented once, by the kernel).
+
+use std::net::IpAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use xfwd_lab::{Lab, Role, topology};
+
+const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
+
+struct Xfwd {
+    child: Child,
+    control: String,
+}
+
+impl Xfwd {
+    fn stats(&self) -> Option<serde_json::Value> {
+        let out = Command::new(XFWD)
+            .args(["stats", "--json", "--control", &self.control])
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+}
+
+impl Drop for Xfwd {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ip(ns: &str, line: &str) {
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(line.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {line}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Report {
+    sent: u64,
+    unique: u64,
+    ttls: Vec<(u8, u64)>,
+}
+
+fn punts(stats: &serde_json::Value, reason: &str) -> u64 {
+    stats["pipeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q["punts"].as_array().unwrap().iter())
+        .filter(|pair| pair[0] == reason)
+        .map(|pair| pair[1].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn routes_out_of_unserved_interfaces_are_forwarded_by_the_kernel() {
+    if !xfwd_lab::privileged("routes_out_of_unserved_interfaces_are_forwarded_by_the_kernel") {
+        return;
+    }
+    let lab = Lab::unique("unsrv").unwrap().up_scoped().unwrap();
+    let (fwd, dst) = (lab.netns(Role::Fwd), lab.netns(Role::Dst));
+    ip(
+        &fwd,
+        &format!("link add fwd2 type veth peer name dst1 netns {dst}"),
+    );
+    ip(&fwd, "addr add 198.18.3.1/24 dev fwd2");
+    ip(&dst, "addr add 198.18.3.2/24 dev dst1");
+    ip(&fwd, "link set fwd2 up");
+    ip(&dst, "link set dst1 up");
+    ip(&fwd, "route add 198.51.100.0/24 via 198.18.3.2 dev fwd2");
+    // fwd's kernel knows dst1's MAC before the probes come: a datagram from fwd's own stack
+    // makes it resolve.
+    let socket = xfwd_lab::netns::run_in(&fwd, || std::net::UdpSocket::bind("0.0.0.0:0"))
+        .unwrap()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = socket.send_to(b"resolve", "198.18.3.2:9");
+        std::thread::sleep(Duration::from_millis(100));
+        let out = Command::new("ip")
+            .args(["-n", &fwd, "neigh", "show", "198.18.3.2", "dev", "fwd2"])
+            .output()
+            .unwrap();
+        let neigh = String::from_utf8_lossy(&out.stdout);
+        if neigh.contains("REACHABLE") || neigh.contains("STALE") || neigh.contains("DELAY") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "fwd never resolved dst1: {neigh}"
+        );
+    }
+    let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
+    let xfwd = Xfwd {
+        child: Command::new(XFWD)
+            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
+            .args(["--control", &control])
+            .args([
+                "--punt-device",
+                &format!("u{}", std::process::id() % 100_000),
+            ])
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+        control,
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while xfwd.stats().is_none() {
+        assert!(Instant::now() < deadline, "xfwd never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let src = IpAddr::V4(topology::SRC0.ipv4);
+    let out = Command::new(XFWD)
+        .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])
+        .args(["--iface", "src0", "--to-mac", &topology::FWD0.mac_string()])
+        .args(["--src", &src.to_string(), "--dst", "198.51.100.7"])
+        .args(["--to-netns", &dst, "--capture", "dst1"])
+        .args(["--count", "200", "--rate", "1000"])
+        .output()
+        .unwrap();
+    let report: Report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!((report.sent, report.unique), (200, 200), "{report:?}");
+    assert_eq!(report.ttls, [(63, 200)], "decremented once, by the kernel");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = xfwd.stats().unwrap();
+        if punts(&stats, "unserved_egress") >= 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{stats:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
