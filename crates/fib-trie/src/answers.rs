@@ -70,8 +70,8 @@ pub(crate) struct Answers<K> {
 /// The writer's side: each live answer's index and how many prefixes use it.
 #[derive(Default)]
 struct Interning {
-    ids: HashMap<AnswerKey, u32>,
-    refs: HashMap<u32, (AnswerKey, usize)>,
+    ids: HashMap<AnswerKey, u32, foldhash::fast::RandomState>,
+    refs: HashMap<u32, (AnswerKey, usize), foldhash::fast::RandomState>,
     next: u32,
 }
 

@@ -37,13 +37,12 @@ pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K
     }
 
     // Children: the longer prefixes, grouped by position (contiguous, as items are sorted).
+    let mut entries = answers.map(Entry::Leaf);
     let longer: Vec<Item<K>> = items
         .iter()
         .copied()
         .filter(|(_, len, _)| *len > end)
         .collect();
-    let mut vector = 0u64;
-    let mut children = Vec::new();
     let mut rest = &longer[..];
     while let Some(&(k, _, _)) = rest.first() {
         let index = index_at(k, depth);
@@ -52,25 +51,39 @@ pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K
             .take_while(|(k, _, _)| index_at(*k, depth) == index)
             .count();
         let child_key = k & K::prefix_mask(end);
-        children.push(build(child_key, end, answers[index as usize], &rest[..n]));
-        vector |= 1 << index;
+        entries[index as usize] = build(child_key, end, answers[index as usize], &rest[..n]);
         rest = &rest[n..];
     }
+    assemble(&entries)
+}
 
+/// A node holding `entries` (one per position), or the lone answer if they are all the same
+/// answer.
+pub(crate) fn assemble(entries: &[Entry; 64]) -> Entry {
     // Leaf runs: a leaf position starts a new entry when its answer differs from the
     // previous leaf position's.
+    let mut vector = 0u64;
     let mut leafvec = 0u64;
+    let mut children = Vec::new();
     let mut leaves = Vec::new();
     let mut last = None;
-    for (i, &answer) in answers.iter().enumerate() {
-        if vector & (1 << i) != 0 {
-            continue;
+    for (i, e) in entries.iter().enumerate() {
+        match *e {
+            Entry::Node(_) => {
+                vector |= 1 << i;
+                children.push(*e);
+            }
+            Entry::Leaf(answer) => {
+                if last != Some(answer) {
+                    leafvec |= 1 << i;
+                    leaves.push(answer);
+                    last = Some(answer);
+                }
+            }
         }
-        if last != Some(answer) {
-            leafvec |= 1 << i;
-            leaves.push(answer);
-            last = Some(answer);
-        }
+    }
+    if vector == 0 && leaves.len() == 1 {
+        return Entry::Leaf(leaves[0]);
     }
     Entry::Node(new_node(vector, leafvec, &children, &leaves))
 }

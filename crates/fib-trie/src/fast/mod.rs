@@ -38,8 +38,8 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::key::TrieKey;
-use build::{Item, build};
-use node::{Entry, Slot, child_slot, prefetch, retire, step};
+use build::{Item, assemble, build};
+use node::{Entry, Slot, child_slot, entries, prefetch, retire, retire_shallow, step};
 
 /// The answer slots hold where no prefix covers a key.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -364,6 +364,44 @@ impl<K: TrieKey> FastLpm<K> {
             match unsafe { child_slot(n, index_at(key, depth)) } {
                 Some(child) => path.push((child, depth + STRIDE)),
                 None => break,
+            }
+        }
+        // Patch that node: only the positions the prefix covers (or the one its path leaves
+        // through) get new entries, rebuilt from the source; the other children are kept.
+        if let Some(&(slot, depth)) = path.last()
+            && let Entry::Node(n) = Entry::load(slot)
+            && depth + STRIDE <= K::BITS
+        {
+            // SAFETY: the writer lock is held and `guard` pinned: `n` is published and live.
+            let old = unsafe { entries(n) };
+            let mut new = old;
+            let index = index_at(key, depth) as usize;
+            let (first, count) = if plen <= depth + STRIDE {
+                let count = 1usize << (depth + STRIDE - plen);
+                (index & !(count - 1), count)
+            } else {
+                (index, 1)
+            };
+            let base = key & K::prefix_mask(depth);
+            for (i, e) in new.iter_mut().enumerate().skip(first).take(count) {
+                let sub = base | K::from_usize(i).shl(K::BITS - depth - STRIDE);
+                *e = region_entry(source, sub, depth + STRIDE, &mut items);
+            }
+            let patched = assemble(&new);
+            // A lone answer can only go into a first-level slot (else the parent is rebuilt
+            // below; `patched` then holds no node, nothing is lost).
+            if matches!(patched, Entry::Node(_)) || path.len() == 1 {
+                slot.store(patched.encode(), Ordering::Release);
+                // SAFETY: `n` was just unlinked (its untouched children live on in the new
+                // node, so only the node itself is freed); the children of the patched
+                // positions were unlinked with it and are retired once each.
+                unsafe {
+                    retire_shallow(n, guard);
+                    for e in &old[first..first + count] {
+                        retire(*e, guard);
+                    }
+                }
+                return;
             }
         }
         // Rebuild there; a child slot cannot hold a lone answer, so a subtree that became

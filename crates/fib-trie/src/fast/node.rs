@@ -235,6 +235,38 @@ pub(crate) unsafe fn free_subtree(node: NonNull<Node>) {
     }
 }
 
+/// Every position's entry of `node`.
+///
+/// # Safety
+/// `node` must be live.
+pub(crate) unsafe fn entries(node: NonNull<Node>) -> [Entry; 64] {
+    // SAFETY: the caller guarantees `node` is live; positions are below 64.
+    std::array::from_fn(|i| unsafe { step(node, i as u32) })
+}
+
+/// Frees `node` alone (not its children, which a replacement node took over) once every
+/// reader pinned now has unpinned.
+///
+/// # Safety
+/// `node` must have been unlinked, and its children must stay owned by another node.
+pub(crate) unsafe fn retire_shallow(node: NonNull<Node>, guard: &Guard) {
+    let n = SendNode(node);
+    // SAFETY: the node is unlinked, so only readers pinned before this call can hold it; the
+    // closure runs after all of them have unpinned, and frees the node's own allocation once,
+    // with the layout it was allocated with.
+    unsafe {
+        guard.defer_unchecked(move || {
+            let n = n;
+            let head = n.0.as_ptr().read();
+            let layout = layout(
+                head.vector.count_ones() as usize,
+                head.leafvec.count_ones() as usize,
+            );
+            dealloc(n.0.as_ptr().cast(), layout);
+        });
+    }
+}
+
 struct SendNode(NonNull<Node>);
 // SAFETY: an unlinked subtree is plain memory that any thread may free once readers are gone.
 unsafe impl Send for SendNode {}
