@@ -535,23 +535,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
 
     /// Calls `f` with every leaf key and its aliases, in ascending key order.
     pub fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(K, &'g [Alias<V>])) {
-        fn walk<'g, K: TrieKey, V>(
-            n: NodeRef<'g, K, V>,
-            guard: &'g Guard,
-            f: &mut impl FnMut(K, &'g [Alias<V>]),
-        ) {
-            if n.is_leaf() {
-                f(n.key, n.aliases());
-            } else {
-                for slot in n.children() {
-                    if let Some(c) = load(slot, guard) {
-                        walk(c, guard, f);
-                    }
-                }
-            }
-        }
         if let Some(root) = self.root(guard) {
-            walk(root, guard, &mut f);
+            walk_leaves(root, guard, &mut f);
         }
     }
 
@@ -564,21 +549,6 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         guard: &'g Guard,
         mut f: impl FnMut(K, &'g [Alias<V>]),
     ) {
-        fn all<'g, K: TrieKey, V>(
-            n: NodeRef<'g, K, V>,
-            guard: &'g Guard,
-            f: &mut impl FnMut(K, &'g [Alias<V>]),
-        ) {
-            if n.is_leaf() {
-                f(n.key, n.aliases());
-            } else {
-                for slot in n.children() {
-                    if let Some(c) = load(slot, guard) {
-                        all(c, guard, f);
-                    }
-                }
-            }
-        }
         let mut node = self.root(guard);
         while let Some(n) = node {
             // The bits `n` fixes: all of a leaf's key, a tnode's key above `pos + bits`.
@@ -587,7 +557,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 return;
             }
             if fixed >= plen {
-                return all(n, guard, &mut f);
+                return walk_leaves(n, guard, &mut f);
             }
             // The region lies inside `n`: it fixes the top `plen - fixed` of its index bits.
             let index = key.shr_in_width(n.pos).low_usize() & ((1 << n.bits) - 1);
@@ -599,7 +569,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             let first = index >> free << free;
             for slot in &n.children()[first..first + (1 << free)] {
                 if let Some(c) = load(slot, guard) {
-                    all(c, guard, &mut f);
+                    walk_leaves(c, guard, &mut f);
                 }
             }
             return;
@@ -1213,6 +1183,23 @@ pub const BATCH: usize = 16;
 /// How many levels of each key's path [`LcTrie::lookup_batch`] warms before the lookups (the
 /// root's child and grandchild: most paths are no deeper).
 const WARM_LEVELS: usize = 2;
+
+/// Calls `f` with the key and aliases of every leaf below `n`, in ascending key order.
+fn walk_leaves<'g, K: TrieKey, V>(
+    n: NodeRef<'g, K, V>,
+    guard: &'g Guard,
+    f: &mut impl FnMut(K, &'g [Alias<V>]),
+) {
+    if n.is_leaf() {
+        f(n.key, n.aliases());
+    } else {
+        for slot in n.children() {
+            if let Some(c) = load(slot, guard) {
+                walk_leaves(c, guard, f);
+            }
+        }
+    }
+}
 
 fn should_inflate<K: TrieKey, V>(tn: NodeRef<'_, K, V>, is_root: bool) -> bool {
     let len = tn.children().len();
