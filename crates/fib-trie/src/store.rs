@@ -93,17 +93,22 @@ impl<K: TrieKey> Store<K> {
     /// Builds the fast structure anew from the trie (turning it off if `broken`).
     fn rebuild_fast(&self, broken: bool) {
         let guard = &epoch::pin();
-        let mut source = StoreSource {
-            trie: &self.trie,
-            answers: &self.answers,
-            guard,
-            missing: false,
-        };
+        let mut source = self.source(guard);
         if !broken {
             self.fast.rebuild(&mut source);
         }
         self.fast_ok
             .store(!broken && !source.missing, Ordering::Release);
+    }
+
+    /// The store's trie as the fast structure's source.
+    fn source<'a>(&'a self, guard: &'a Guard) -> StoreSource<'a, K> {
+        StoreSource {
+            trie: &self.trie,
+            answers: &self.answers,
+            guard,
+            missing: false,
+        }
     }
 
     /// The writer's lock on this store (its route infos).
@@ -159,12 +164,7 @@ impl<K: TrieKey> Store<K> {
                 return;
             }
         }
-        let mut source = StoreSource {
-            trie: &self.trie,
-            answers: &self.answers,
-            guard,
-            missing: false,
-        };
+        let mut source = self.source(guard);
         self.fast.update(key, plen, &mut source);
         if source.missing {
             self.fast_ok.store(false, Ordering::Release);
