@@ -78,6 +78,7 @@
 pub mod addr;
 mod bucket;
 pub mod error;
+pub mod inline;
 pub mod fixed;
 pub mod rhltable;
 pub mod seed;
@@ -89,6 +90,7 @@ pub use addr::flags::{IfaFlags, Scope};
 pub use addr::table::{AddrConfig, AddrTable, FamilySweep, LocalAddr, Sweep};
 pub use bucket::Dups;
 pub use error::{InsertError, ParamsError};
+pub use inline::Inline;
 pub use fixed::FixedTable;
 pub use rhltable::{Params, RehashCounts, RhlTable, TableStats};
 pub use seed::SeedMode;

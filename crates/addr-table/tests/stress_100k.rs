@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
-use addr_table::RhlTable;
+use addr_table::{Inline, RhlTable};
 use crossbeam_epoch as epoch;
 
 const STABLE: u32 = 100_000;
@@ -19,7 +19,7 @@ const CHURN: u32 = 100_000;
 const ROUNDS: u32 = 2;
 
 /// Three disjoint key spaces: stable, churning, never added.
-trait Addr: Hash + Eq + Copy + Debug + Send + Sync + 'static {
+trait Addr: Inline + Hash + Eq + Copy + Debug + Send + Sync + 'static {
     fn stable(i: u32) -> Self;
     fn churn(i: u32) -> Self;
     fn absent(i: u32) -> Self;
@@ -75,13 +75,13 @@ fn stress<A: Addr>() {
                         let s = i % STABLE;
                         assert_eq!(
                             table.get(&A::stable(s), &guard),
-                            Some(&s),
+                            Some(s),
                             "stable {s} lost"
                         );
                         assert_eq!(table.get_all(&A::stable(s), &guard).count(), 1);
                         let c = i.wrapping_mul(7919) % CHURN;
                         if let Some(v) = table.get(&A::churn(c), &guard) {
-                            assert_eq!(*v, c, "churn key {c} carries another value");
+                            assert_eq!(v, c, "churn key {c} carries another value");
                             hits += 1;
                         }
                         let a = i.wrapping_mul(104_729) % STABLE;
@@ -121,7 +121,7 @@ fn stress<A: Addr>() {
     table.finish_rehash();
     let guard = epoch::pin();
     for i in 0..STABLE {
-        assert_eq!(table.get(&A::stable(i), &guard), Some(&i));
+        assert_eq!(table.get(&A::stable(i), &guard), Some(i));
     }
     eprintln!(
         "{}: {} lookups, {} churn hits, {:?}",
