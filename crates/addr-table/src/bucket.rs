@@ -220,22 +220,59 @@ impl Line {
         }
     }
 
+    /// Slot `i`'s value part as of `meta`, read as both a value and a list pointer (relaxed
+    /// loads; the caller validates): no branch on the kind in the reader's path.
+    #[inline(always)]
+    fn found<K: Inline, V: Inline>(&self, meta: Meta, i: usize) -> Found<V> {
+        let w = self.payload_words::<K, V>(i);
+        let addr = u64::from(w[0].load(Ordering::Relaxed))
+            | (u64::from(w[1].load(Ordering::Relaxed)) << 32);
+        let addr = if meta.dups(i) { addr as usize } else { 0 };
+        Found {
+            value: V::load(w),
+            list: ptr::with_exposed_provenance(addr),
+        }
+    }
+
     /// A validated copy of the slot holding `key`, or `None` when this line has none.
     #[inline(always)]
-    fn find<K: Inline + Eq, V: Inline>(&self, key: &K) -> Option<Payload<V>> {
+    fn find<K: Inline + Eq, V: Inline>(&self, key: &K) -> Option<Found<V>> {
         loop {
             let m = Meta(self.meta.load(Ordering::Acquire));
-            let mut found = None;
+            // Compare every slot's key without branching (the slot that matches is as good as
+            // random, a branch per slot would mispredict), then keep the occupied ones.
+            let mut hits = 0u32;
             for i in 0..Geometry::<K, V>::SLOTS {
-                if m.occupied(i) && K::load(self.key_words::<K, V>(i)) == *key {
-                    found = Some(self.payload::<K, V>(m, i));
-                    break;
-                }
+                hits |= u32::from(K::load(self.key_words::<K, V>(i)) == *key) << i;
             }
+            hits &= m.occupied_mask();
+            let i = hits.trailing_zeros() as usize;
+            let found = (i < Geometry::<K, V>::SLOTS).then(|| self.found::<K, V>(m, i));
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
                 return found;
             }
+        }
+    }
+}
+
+/// A reader's validated copy of a slot's value part.
+#[derive(Clone, Copy)]
+pub(crate) struct Found<V> {
+    /// The key's only value, when `list` is null (else whatever the pointer's words decode to).
+    pub(crate) value: V,
+    /// The key's duplicate list, or null.
+    pub(crate) list: *const DupList<V>,
+}
+
+impl<V: Copy> Found<V> {
+    /// What the slot holds.
+    #[inline(always)]
+    pub(crate) fn payload(self) -> Payload<V> {
+        if self.list.is_null() {
+            Payload::Value(self.value)
+        } else {
+            Payload::Dups(self.list)
         }
     }
 }
@@ -362,7 +399,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     #[inline]
-    pub(crate) unsafe fn find(&self, key: &K) -> Option<Payload<V>> {
+    pub(crate) unsafe fn find(&self, key: &K) -> Option<Found<V>> {
         let index = self.hash(key);
         // SAFETY: `index` is masked with `mask`, and the table has `mask + 1` buckets.
         let mut line = unsafe { self.buckets.get_unchecked(index) };

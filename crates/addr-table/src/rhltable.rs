@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
-use crate::bucket::{BucketTable, DupList, DupNode, Dups, Geometry, Meta, Payload};
+use crate::bucket::{BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload};
 use crate::inline::Inline;
 use crate::error::{InsertError, ParamsError};
 use crate::seed::{SeedMode, SeedSource};
@@ -174,6 +174,8 @@ pub struct RhlTable<K: Inline, V: Inline> {
     nobjs: AtomicUsize,
     params: Params,
     writer: Mutex<WriterState>,
+    /// `crossbeam_epoch::default_collector()`, which readers' guards must pin.
+    collector: &'static epoch::Collector,
     /// Owns `K`s and `V`s: `Send`/`Sync` only when they are.
     _owns: PhantomData<(K, V)>,
 }
@@ -181,8 +183,15 @@ pub struct RhlTable<K: Inline, V: Inline> {
 /// Panics unless `guard` pins the default collector, the one this crate retires memory into.
 #[inline(always)]
 pub(crate) fn check_guard(guard: &Guard) {
+    check_guard_against(guard, epoch::default_collector());
+}
+
+/// [`check_guard`] against a collector looked up once (the lookup of the default collector is
+/// a call through a `OnceLock`; readers compare with a copy of its address instead).
+#[inline(always)]
+pub(crate) fn check_guard_against(guard: &Guard, default: &'static epoch::Collector) {
     match guard.collector() {
-        Some(c) if c == epoch::default_collector() => {}
+        Some(c) if c == default => {}
         _ => panic!("addr-table: pass a guard from crossbeam_epoch::pin() (the default collector)"),
     }
 }
@@ -248,14 +257,15 @@ where
                 seeds,
                 rehashes: RehashCounts::default(),
             }),
+            collector: epoch::default_collector(),
             _owns: PhantomData,
         }
     }
 
     /// A validated copy of the slot of `key`: old table first, then the newer one.
-    #[inline]
-    fn find(&self, key: &K, guard: &Guard) -> Option<Payload<V>> {
-        check_guard(guard);
+    #[inline(always)]
+    fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
+        check_guard_against(guard, self.collector);
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
             // SAFETY: `t` was loaded after `guard` was pinned, from `self.tbl` or from the
@@ -279,7 +289,39 @@ where
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn get(&self, key: &K, guard: &Guard) -> Option<V> {
-        self.get_all(key, guard).next()
+        let f = self.lookup(key, guard)?;
+        if f.list.is_null() {
+            return Some(f.value);
+        }
+        // SAFETY: the list was loaded from a live table after `guard` was pinned.
+        unsafe { Dups::of(f.payload()) }.next()
+    }
+
+    /// A copy of the newest value with `key` for which `pred` holds (the kernel's walk of an
+    /// rhltable list with a test, as `__ip_dev_find` does): no iterator on the common path of
+    /// a key with one object.
+    ///
+    /// ```
+    /// use addr_table::RhlTable;
+    /// let t: RhlTable<u32, u32> = RhlTable::new();
+    /// t.insert(1, 10)?;
+    /// t.insert(1, 11)?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(t.find(&1, &guard, |v| v % 2 == 0), Some(10));
+    /// assert_eq!(t.find(&1, &guard, |v| *v > 20), None);
+    /// # Ok::<(), addr_table::InsertError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
+    #[inline]
+    pub fn find(&self, key: &K, guard: &Guard, mut pred: impl FnMut(&V) -> bool) -> Option<V> {
+        let f = self.lookup(key, guard)?;
+        if f.list.is_null() {
+            return pred(&f.value).then_some(f.value);
+        }
+        // SAFETY: the list was loaded from a live table after `guard` was pinned.
+        unsafe { Dups::of(f.payload()) }.find(|v| pred(v))
     }
 
     /// Copies of every value with `key`, newest first (empty when there is none).
@@ -288,9 +330,9 @@ where
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn get_all<'g>(&self, key: &K, guard: &'g Guard) -> Dups<'g, V> {
-        match self.find(key, guard) {
+        match self.lookup(key, guard) {
             // SAFETY: the payload was loaded from a live table after `guard` was pinned.
-            Some(p) => unsafe { Dups::of(p) },
+            Some(f) => unsafe { Dups::of(f.payload()) },
             None => Dups::empty(),
         }
     }
@@ -301,7 +343,7 @@ where
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn contains_key(&self, key: &K, guard: &Guard) -> bool {
-        self.find(key, guard).is_some()
+        self.lookup(key, guard).is_some()
     }
 
     /// Calls `f` on every object, under the writer lock (so it sees one consistent state; keep

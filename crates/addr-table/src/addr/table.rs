@@ -337,8 +337,9 @@ impl<A: Family> FamilyTable<A> {
     #[inline]
     fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
         self.local
-            .get_all(&addr.key(), guard)
-            .find(|l| l.answers && ifindex.is_none_or(|i| i == l.ifindex))
+            .find(&addr.key(), guard, |l| {
+                l.answers && ifindex.is_none_or(|i| i == l.ifindex)
+            })
             .map(|l| l.ifindex)
     }
 }
