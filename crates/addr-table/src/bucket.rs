@@ -747,18 +747,20 @@ mod tests {
         let line = Line::empty();
         line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
         line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
-        assert!(matches!(
-            line.find::<u32, u32>(&7),
-            Some(Payload::Value(70))
-        ));
+        let value = |line: &Line, k| {
+            line.find::<u32, u32>(&k)
+                .map(|f| (f.value, f.list.is_null()))
+        };
+        assert_eq!(value(&line, 7), Some((70, true)));
         // Rewritten into slot 1 with one store: the key never disappears.
         line.write_slot::<u32, u32>(1, 7, Payload::Value(71));
         let m = Meta(line.meta.load(Ordering::Relaxed));
         line.meta.store(m.moved(0, 1, false).0, Ordering::Release);
-        assert!(matches!(
-            line.find::<u32, u32>(&7),
-            Some(Payload::Value(71))
-        ));
-        assert!(line.find::<u32, u32>(&8).is_none());
+        assert_eq!(value(&line, 7), Some((71, true)));
+        assert_eq!(value(&line, 8), None);
+        // A stale key in a free slot never answers.
+        let m = Meta(line.meta.load(Ordering::Relaxed));
+        line.meta.store(m.without(1).0, Ordering::Release);
+        assert_eq!(value(&line, 7), None);
     }
 }
