@@ -220,17 +220,21 @@ impl Line {
         }
     }
 
-    /// Slot `i`'s value part as of `meta`, read as both a value and a list pointer (relaxed
-    /// loads; the caller validates): no branch on the kind in the reader's path.
+    /// Slot `i`'s value part as of `meta` (relaxed loads; the caller validates), in the
+    /// reader's form: a value, or a list pointer when the key has duplicates (rare, so the
+    /// branch is predicted).
     #[inline(always)]
     fn found<K: Inline, V: Inline>(&self, meta: Meta, i: usize) -> Found<V> {
         let w = self.payload_words::<K, V>(i);
-        let addr = u64::from(w[0].load(Ordering::Relaxed))
-            | (u64::from(w[1].load(Ordering::Relaxed)) << 32);
-        let addr = if meta.dups(i) { addr as usize } else { 0 };
-        Found {
-            value: V::load(w),
-            list: ptr::with_exposed_provenance(addr),
+        if meta.dups(i) {
+            let addr = u64::from(w[0].load(Ordering::Relaxed))
+                | (u64::from(w[1].load(Ordering::Relaxed)) << 32);
+            Found::list(ptr::with_exposed_provenance(addr as usize))
+        } else {
+            Found {
+                value: V::load(w),
+                list: ptr::null(),
+            }
         }
     }
 
@@ -259,11 +263,25 @@ impl Line {
 /// A reader's validated copy of a slot's value part.
 #[derive(Clone, Copy)]
 pub(crate) struct Found<V> {
-    /// The key's only value, when `list` is null (else whatever the pointer's words decode to).
+    /// The key's only value, when `list` is null (else a placeholder).
     pub(crate) value: V,
     /// The key's duplicate list, or null.
     pub(crate) list: *const DupList<V>,
 }
+
+impl<V: Inline> Found<V> {
+    /// A list pointer (the value part is then a placeholder decoded from no words).
+    #[inline(always)]
+    fn list(list: *const DupList<V>) -> Self {
+        Found {
+            value: V::load(&ZERO_WORDS[..V::WORDS]),
+            list,
+        }
+    }
+}
+
+/// Words to decode a placeholder value from.
+static ZERO_WORDS: [AtomicU32; LINE_WORDS] = [const { AtomicU32::new(0) }; LINE_WORDS];
 
 impl<V: Copy> Found<V> {
     /// What the slot holds.

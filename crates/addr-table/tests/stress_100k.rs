@@ -141,3 +141,94 @@ fn ipv4_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
 fn ipv6_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
     stress::<u128>();
 }
+
+/// Duplicates (a key's slot turning into a list pointer and back inline), value updates (a
+/// slot rewritten elsewhere in its line or further down its chain) and removals of list
+/// heads, all on the 100,000 stable keys while 100,000 churning keys grow and shrink the
+/// table under two readers. Each stable key `s` keeps its first object (value `s`) throughout;
+/// the writer gives it a newer duplicate (`s + DUP`), updates that one (`s + UPD`) and removes
+/// it again. Readers check that `s` is always the oldest value, the list is one of the states
+/// the writer went through (`[s]`, `[s + DUP, s]`, `[s + UPD, s]`), and a predicate search for
+/// `s` always finds it.
+fn stress_duplicates<A: Addr>() {
+    const DUP: u32 = 1 << 24;
+    const UPD: u32 = 2 << 24;
+    let table: Arc<RhlTable<A, u32>> = Arc::new(RhlTable::new());
+    for i in 0..STABLE {
+        table.insert(A::stable(i), i).unwrap();
+    }
+    table.finish_rehash();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u32)
+        .map(|r| {
+            let (table, done) = (table.clone(), done.clone());
+            thread::spawn(move || {
+                let mut i = r * 50_000;
+                let mut lists = 0u64;
+                let mut buf = Vec::with_capacity(4);
+                while !done.load(Ordering::Acquire) {
+                    let guard = epoch::pin();
+                    for _ in 0..256 {
+                        let s = i % STABLE;
+                        buf.clear();
+                        buf.extend(table.get_all(&A::stable(s), &guard));
+                        let ok = buf == [s] || buf == [s + DUP, s] || buf == [s + UPD, s];
+                        assert!(ok, "stable {s}: {buf:?}");
+                        lists += u64::from(buf.len() == 2);
+                        assert_eq!(table.find(&A::stable(s), &guard, |v| *v == s), Some(s));
+                        let c = i.wrapping_mul(7919) % CHURN;
+                        if let Some(v) = table.get(&A::churn(c), &guard) {
+                            assert_eq!(v, c, "churn key {c} carries another value");
+                        }
+                        i = i.wrapping_add(7);
+                    }
+                }
+                lists
+            })
+        })
+        .collect();
+
+    for round in 0..ROUNDS {
+        for i in 0..CHURN {
+            table.insert(A::churn(i), i).unwrap();
+            // Interleave duplicate traffic on the stable keys with the growth.
+            let s = (i.wrapping_mul(31) + round) % STABLE;
+            table.insert(A::stable(s), s + DUP).unwrap();
+            assert!(table.update(&A::stable(s), |v| *v == s + DUP, |v| *v = s + UPD));
+        }
+        for i in 0..CHURN {
+            assert!(table.remove(&A::churn(i), |v| *v == i), "churn {i} missing");
+            let s = (i.wrapping_mul(31) + round) % STABLE;
+            assert!(table.remove(&A::stable(s), |v| *v == s + UPD), "dup of {s} missing");
+        }
+    }
+    done.store(true, Ordering::Release);
+    let lists: u64 = readers
+        .into_iter()
+        .map(|r| r.join().expect("reader panicked"))
+        .sum();
+    let end = table.stats();
+    assert!(end.rehashes.grows >= u64::from(ROUNDS), "{end:?}");
+    assert!(end.rehashes.shrinks >= u64::from(ROUNDS), "{end:?}");
+    assert_eq!((end.keys, end.objects), (STABLE as usize, STABLE as usize));
+    table.finish_rehash();
+    let guard = epoch::pin();
+    for i in 0..STABLE {
+        assert_eq!(table.get_all(&A::stable(i), &guard).collect::<Vec<_>>(), [i]);
+    }
+    eprintln!(
+        "{}: readers saw {lists} two-object lists, {end:?}",
+        std::any::type_name::<A>()
+    );
+}
+
+#[test]
+fn ipv4_duplicates_and_updates_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress_duplicates::<u32>();
+}
+
+#[test]
+fn ipv6_duplicates_and_updates_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress_duplicates::<u128>();
+}
