@@ -525,7 +525,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
 
     /// Replaces the payload of `pos`'s slot: in a free slot of the same line with one `meta`
     /// store that sets it and clears the old one, else further down the chain before the old
-    /// slot is cleared (a key only moves forwards). Does not retire the old payload.
+    /// slot is cleared (a key only moves forwards). Does not retire the old payload. Returns
+    /// whether the key left its line (it then stays further down until the next rehash).
     ///
     /// # Safety
     /// As for [`BucketTable::unpublish`].
@@ -534,7 +535,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         pos: &Position<'_, K, V>,
         payload: Payload<V>,
         guard: &crossbeam_epoch::Guard,
-    ) {
+    ) -> bool {
         let line = pos.line;
         let m = Meta(line.meta.load(Ordering::Relaxed));
         if let Some(i) = m.first_free(Geometry::<K, V>::SLOTS) {
@@ -542,12 +543,13 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             let dups = matches!(payload, Payload::Dups(_));
             line.meta
                 .store(m.moved(pos.slot, i, dups).0, Ordering::Release);
-            return;
+            return false;
         }
         // The line is full: the first free slot from here on is further down the chain.
         self.publish_from(line, pos.key, payload);
         // SAFETY: forwarded from the caller; `publish_from` did not touch this line's `meta`.
         unsafe { Self::unpublish(pos, guard) };
+        true
     }
 
     /// Moves every key of bucket `index` into `new`, as the kernel's `rhashtable_rehash_chain`

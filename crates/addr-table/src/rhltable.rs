@@ -18,6 +18,14 @@ use crate::seed::{SeedMode, SeedSource};
 /// and means the keys were chosen against this table's seed.
 pub const ELASTICITY: usize = 16;
 
+/// A rewrite of a slot (a key's second object arriving or its last duplicate leaving, an
+/// [`RhlTable::update`]) goes to a free slot of the same line, or, when the line is full,
+/// further down the chain (readers scan lines forwards, so a key never moves backwards). Once
+/// more than one key in `COMPACT_AFTER` lines (at least `COMPACT_AFTER` keys) was moved so
+/// since the last rehash, a same-size rehash packs them back ([`RehashCounts::compactions`]),
+/// so hits stay on one line.
+pub const COMPACT_AFTER: usize = 32;
+
 /// Fewest buckets migrated per write while a rehash is in progress.
 pub const MIGRATE_BATCH: usize = 4;
 
@@ -98,6 +106,10 @@ pub struct RehashCounts {
     pub reseeds: u64,
     /// Migrations that had to be completed at once because another rehash was due.
     pub forced_finishes: u64,
+    /// Same-size rehashes that pack keys back into their first lines after many rewrites
+    /// (a duplicate's arrival or departure, an [`update`](RhlTable::update)) found their line
+    /// full and moved keys further down their chains (see [`COMPACT_AFTER`]).
+    pub compactions: u64,
 }
 
 /// A consistent view of an [`RhlTable`]'s shape, taken under the writer lock.
@@ -128,6 +140,8 @@ pub struct TableStats {
 struct WriterState {
     /// Next bucket of the current table to migrate into its `future` table.
     cursor: usize,
+    /// Keys moved out of their line by rewrites since the last rehash.
+    displaced: usize,
     seeds: SeedSource,
     rehashes: RehashCounts,
 }
@@ -254,6 +268,7 @@ where
             params,
             writer: Mutex::new(WriterState {
                 cursor: 0,
+                displaced: 0,
                 seeds,
                 rehashes: RehashCounts::default(),
             }),
@@ -430,6 +445,7 @@ enum Cause {
     Grow,
     Shrink,
     Reseed,
+    Compact,
 }
 
 impl<K, V> RhlTable<K, V>
@@ -452,7 +468,8 @@ where
                     // The key's second object: the slot now points to a list of both.
                     let list = DupList::alloc(value, only);
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
-                    unsafe { t.rewrite(&pos, Payload::Dups(list), guard) };
+                    let moved = unsafe { t.rewrite(&pos, Payload::Dups(list), guard) };
+                    self.after_rewrite(&mut w, guard, moved);
                 }
                 Payload::Dups(list) => {
                     // SAFETY: a list in a live slot; nothing is freed under the writer lock.
@@ -526,9 +543,10 @@ where
                     // SAFETY: as above.
                     let value = unsafe { &*left }.value;
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
-                    unsafe { t.rewrite(&pos, Payload::Value(value), guard) };
+                    let moved = unsafe { t.rewrite(&pos, Payload::Value(value), guard) };
                     // SAFETY: the list is unreachable from the table now.
                     unsafe { retire_list(guard, list_ptr.cast_mut()) };
+                    self.after_rewrite(&mut w, guard, moved);
                 } else {
                     match prev {
                         Some(p) => p.next.store(after_x, Ordering::Release),
@@ -608,7 +626,8 @@ where
                 }
                 change(&mut v);
                 // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
-                unsafe { t.rewrite(&pos, Payload::Value(v), guard) };
+                let moved = unsafe { t.rewrite(&pos, Payload::Value(v), guard) };
+                self.after_rewrite(&mut w, guard, moved);
             }
             Payload::Dups(list) => {
                 // SAFETY: a list in a live slot; nothing is freed under the writer lock.
@@ -704,7 +723,10 @@ where
             Cause::Grow => w.rehashes.grows += 1,
             Cause::Shrink => w.rehashes.shrinks += 1,
             Cause::Reseed => w.rehashes.reseeds += 1,
+            Cause::Compact => w.rehashes.compactions += 1,
         }
+        // Every rehash packs each key into the first free slot of its new chain.
+        w.displaced = 0;
         let lines = (size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
         let fut = BucketTable::alloc(lines, w.seeds.next_seed());
         cur.future.store(fut, Ordering::Release);
@@ -726,6 +748,22 @@ where
             self.start_rehash(w, guard, size * 2, Cause::Grow);
         } else if chain > ELASTICITY {
             self.start_rehash(w, guard, size, Cause::Reseed);
+        }
+    }
+
+    /// Rehash at the same size once more than [`COMPACT_AFTER`] of the lines' worth of keys
+    /// were moved down their chains by rewrites.
+    fn after_rewrite(&self, w: &mut WriterState, guard: &Guard, moved: bool) {
+        if !moved {
+            return;
+        }
+        w.displaced += 1;
+        // SAFETY: under the writer lock, with `guard` pinned.
+        let cur = unsafe { &*self.tbl.load(Ordering::Relaxed) };
+        if cur.future.load(Ordering::Relaxed).is_null()
+            && w.displaced > (cur.lines() / COMPACT_AFTER).max(COMPACT_AFTER)
+        {
+            self.start_rehash(w, guard, cur.size(), Cause::Compact);
         }
     }
 
