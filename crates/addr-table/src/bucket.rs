@@ -484,9 +484,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             if next.is_null() {
                 let fresh = Box::new(Line::empty());
                 fresh.write_slot::<K, V>(0, key, payload);
-                fresh
-                    .meta
-                    .store(Meta(0).with(0, dups).0, Ordering::Relaxed);
+                fresh.meta.store(Meta(0).with(0, dups).0, Ordering::Relaxed);
                 // Readers that see the link see the filled line (release).
                 line.overflow.store(Box::into_raw(fresh), Ordering::Release);
                 return keys + 1;

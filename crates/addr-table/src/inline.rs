@@ -104,10 +104,9 @@ impl Inline for u128 {
     }
     #[inline(always)]
     fn load(words: &[AtomicU32]) -> Self {
-        words[..4]
-            .iter()
-            .enumerate()
-            .fold(0, |x, (i, w)| x | (u128::from(w.load(Ordering::Relaxed)) << (32 * i)))
+        words[..4].iter().enumerate().fold(0, |x, (i, w)| {
+            x | (u128::from(w.load(Ordering::Relaxed)) << (32 * i))
+        })
     }
 }
 

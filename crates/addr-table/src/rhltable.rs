@@ -8,8 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
 use crate::bucket::{BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload};
-use crate::inline::Inline;
 use crate::error::{InsertError, ParamsError};
+use crate::inline::Inline;
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a

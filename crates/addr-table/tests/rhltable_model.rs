@@ -68,7 +68,11 @@ fn check(table: &RhlTable<u32, u32>, fixed: &FixedTable<u32, u32>, model: &Model
         let want: &[u32] = model.0.get(&k).map_or(&[], |l| l.as_slice());
         let got: Vec<u32> = table.get_all(&k, &guard).collect();
         assert_eq!(got, want, "rhltable key {k}");
-        assert_eq!(table.get(&k, &guard), want.first().copied(), "rhltable get {k}");
+        assert_eq!(
+            table.get(&k, &guard),
+            want.first().copied(),
+            "rhltable get {k}"
+        );
         assert_eq!(table.contains_key(&k, &guard), !want.is_empty());
         let got: Vec<u32> = fixed.get_all(&k, &guard).copied().collect();
         assert_eq!(got, want, "fixed key {k}");

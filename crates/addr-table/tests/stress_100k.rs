@@ -73,11 +73,7 @@ fn stress<A: Addr>() {
                     let guard = epoch::pin();
                     for _ in 0..256 {
                         let s = i % STABLE;
-                        assert_eq!(
-                            table.get(&A::stable(s), &guard),
-                            Some(s),
-                            "stable {s} lost"
-                        );
+                        assert_eq!(table.get(&A::stable(s), &guard), Some(s), "stable {s} lost");
                         assert_eq!(table.get_all(&A::stable(s), &guard).count(), 1);
                         let c = i.wrapping_mul(7919) % CHURN;
                         if let Some(v) = table.get(&A::churn(c), &guard) {
@@ -200,7 +196,10 @@ fn stress_duplicates<A: Addr>() {
         for i in 0..CHURN {
             assert!(table.remove(&A::churn(i), |v| *v == i), "churn {i} missing");
             let s = (i.wrapping_mul(31) + round) % STABLE;
-            assert!(table.remove(&A::stable(s), |v| *v == s + UPD), "dup of {s} missing");
+            assert!(
+                table.remove(&A::stable(s), |v| *v == s + UPD),
+                "dup of {s} missing"
+            );
         }
     }
     done.store(true, Ordering::Release);
@@ -218,7 +217,10 @@ fn stress_duplicates<A: Addr>() {
     table.finish_rehash();
     let guard = epoch::pin();
     for i in 0..STABLE {
-        assert_eq!(table.get_all(&A::stable(i), &guard).collect::<Vec<_>>(), [i]);
+        assert_eq!(
+            table.get_all(&A::stable(i), &guard).collect::<Vec<_>>(),
+            [i]
+        );
     }
     eprintln!(
         "{}: readers saw {lists} two-object lists, {end:?}",
