@@ -35,7 +35,10 @@ pub unsafe fn chunk_mut<'a>(
     if !frame_size.is_power_of_two() || offset + capacity != frame_size {
         // SAFETY: `start..start + capacity` is the data segment xsk-rs just handed out for
         // `'a`, and `data` is not used again.
-        return (unsafe { std::slice::from_raw_parts_mut(start, capacity) }, 0);
+        return (
+            unsafe { std::slice::from_raw_parts_mut(start, capacity) },
+            0,
+        );
     }
     // SAFETY: a UMEM is one mapping of equal chunks of `frame_size` bytes, aligned to it; the
     // data segment starts `offset` bytes into its chunk and runs to the chunk's end

@@ -26,8 +26,7 @@ use nix::net::if_::InterfaceFlags;
 
 use crate::config::{Config, XdpMode};
 use crate::counters::QueueCounters;
-use crate::locals::LocalAddrFeed;
-use crate::processor::Processor;
+use crate::engine::{Engine, EngineSpec};
 use crate::punt::Punt;
 use crate::runloop::{LoopOptions, PortSpec, PortState, QueueLoop};
 use crate::serve::{ControlSocket, SnapshotFn, serve_metrics, spawn_named};
@@ -102,27 +101,6 @@ fn sync_locals(xdp: &mut XdpProgram, wanted: &BTreeSet<IpAddr>, current: &mut BT
     }
 }
 
-/// Adds a pipeline's own counters to a stats snapshot.
-pub type ReportFn = Arc<dyn Fn(&mut Stats) + Send + Sync>;
-
-/// What differs between processors, for start-up and reports.
-pub struct Pipeline<P> {
-    /// `bare` or `router`.
-    pub mode: &'static str,
-    /// Builds the processor of queue `q` (called on the queue's thread; an error stops the
-    /// instance).
-    pub make: Arc<dyn Fn(u32) -> anyhow::Result<P> + Send + Sync>,
-    /// Drop reason names of the processor.
-    pub drop_reasons: &'static [&'static str],
-    /// The mirrored tables' generation, when there is a mirror.
-    pub generation: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
-    /// Adds the pipeline's own counters (and the mirror's) to a stats snapshot.
-    pub report: Option<ReportFn>,
-    /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:
-    /// polled with getifaddrs(3) every [`MONITOR_PERIOD`].
-    pub locals: Option<Arc<LocalAddrFeed>>,
-}
-
 /// The interfaces of `config`, found in the calling thread's namespace.
 ///
 /// # Errors
@@ -156,9 +134,9 @@ pub fn resolve_ports(config: &Config) -> anyhow::Result<Vec<PortSpec>> {
 ///
 /// # Errors
 /// Any start-up failure (everything started so far is undone), or every interface vanishing.
-pub fn run<P: Processor + 'static>(
+pub fn run<E: Engine + 'static>(
     config: &Config,
-    pipeline: Pipeline<P>,
+    engine: EngineSpec<E>,
     metrics: Option<TcpListener>,
     stop: Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
@@ -176,7 +154,7 @@ pub fn run<P: Processor + 'static>(
         xdp.set_port(port.ifindex, slot as u32)?;
     }
     let mut locals = BTreeSet::new();
-    match &pipeline.locals {
+    match &engine.locals {
         Some(feed) => feed.fill(&mut xdp),
         None => sync_locals(&mut xdp, &local_addresses(&links()?), &mut locals),
     }
@@ -213,7 +191,7 @@ pub fn run<P: Processor + 'static>(
     };
     let control = ControlSocket::bind(&config.control_socket)?;
     let xdp = Arc::new(Mutex::new(xdp));
-    if let Some(feed) = &pipeline.locals {
+    if let Some(feed) = &engine.locals {
         feed.attach(xdp.clone());
     }
 
@@ -223,10 +201,9 @@ pub fn run<P: Processor + 'static>(
         let counters = counters.clone();
         let states = states.clone();
         let names = port_names.clone();
-        let drop_names = pipeline.drop_reasons;
-        let generation = pipeline.generation.clone();
-        let report = pipeline.report.clone();
-        let mode = pipeline.mode;
+        let generation = engine.generation.clone();
+        let report = engine.report.clone();
+        let mode = engine.mode;
         Arc::new(move || {
             let (xdp_counters, local_addresses) = {
                 let program = xdp.lock().unwrap_or_else(|e| e.into_inner());
@@ -240,10 +217,7 @@ pub fn run<P: Processor + 'static>(
                     .iter()
                     .map(|s| s.up.load(Ordering::Relaxed) && !s.gone.load(Ordering::Relaxed))
                     .collect(),
-                queues: counters
-                    .iter()
-                    .map(|c| c.snapshot(&names, drop_names))
-                    .collect(),
+                queues: counters.iter().map(|c| c.snapshot(&names)).collect(),
                 xdp: XDP_COUNTERS
                     .iter()
                     .zip(xdp_counters)
@@ -253,9 +227,7 @@ pub fn run<P: Processor + 'static>(
                 netlink_generation: generation.as_ref().map(|g| g()),
                 ..Stats::default()
             };
-            if let Some(report) = &report {
-                report(&mut stats);
-            }
+            report(&mut stats);
             stats
         })
     };
@@ -268,7 +240,7 @@ pub fn run<P: Processor + 'static>(
                 Some(cpus) => Some(cpus[index]),
                 None => default_cpu(&allowed, index),
             };
-            let make = pipeline.make.clone();
+            let make = engine.make.clone();
             let punt = punt.clone();
             let stop = stop.clone();
             tracing::debug!(queue = index, ?cpu, "run loop CPU");
@@ -277,9 +249,9 @@ pub fn run<P: Processor + 'static>(
                     pin_to_cpu(cpu);
                 }
                 match make(index as u32) {
-                    Ok(mut processor) => queue_loop.run(&mut processor, punt.as_deref(), &stop),
+                    Ok(mut engine) => queue_loop.run(&mut engine, punt.as_deref(), &stop),
                     Err(e) => {
-                        tracing::error!(queue = index, "no processor: {e:#}");
+                        tracing::error!(queue = index, "no engine: {e:#}");
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -300,14 +272,14 @@ pub fn run<P: Processor + 'static>(
             })?);
         }
         tracing::info!(
-            mode = pipeline.mode,
+            mode = engine.mode,
             interfaces = %port_names.join(","),
             queues = config.queues,
             control = %config.control_socket.display(),
             punt = punt.as_ref().map_or("off", |p| p.name()),
             "forwarding"
         );
-        let poll_addresses = pipeline.locals.is_none();
+        let poll_addresses = engine.locals.is_none();
         monitor(
             &ports,
             &states,
@@ -330,7 +302,7 @@ pub fn run<P: Processor + 'static>(
         "stopped; detaching the XDP program"
     );
     drop(snapshot);
-    if let Some(feed) = &pipeline.locals {
+    if let Some(feed) = &engine.locals {
         feed.detach();
     }
     // The last owner of the program detaches it from every interface.

@@ -11,8 +11,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::{self, Pipeline};
-use crate::bare::{BARE_DROP_REASONS, Bare, BareRoute};
+use crate::app;
+use crate::bare::BareRoute;
 use crate::config::{Config, ConfigError, ConfigFile, XdpMode, default_control_socket};
 use crate::serve::query_stats;
 
@@ -68,7 +68,7 @@ pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandl
     let handle = Mirror::start(spec.clone(), MirrorOptions::default())
         .with_context(|| format!("starting the mirror of {spec:?}"))?;
     handle
-        .wait_synced(crate::router::SYNC_TIMEOUT)
+        .wait_synced(crate::startup::SYNC_TIMEOUT)
         .context("synchronising the mirror")?;
     Ok(handle)
 }
@@ -332,23 +332,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                     });
                 }
             }
-            let pipeline = Pipeline {
-                mode: "bare",
-                make: Arc::new(move |_queue| Ok(Bare::new(routes.clone()))),
-                drop_reasons: BARE_DROP_REASONS,
-                generation: None,
-                report: None,
-                locals: None,
-            };
-            app::run(&config, pipeline, metrics, stop)?;
+            app::run(&config, crate::startup::bare(routes), metrics, stop)?;
         }
         None => {
             let served: Vec<u32> = app::resolve_ports(&config)?
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let pipeline = crate::router::pipeline(dataplane::Config::default(), &served)?;
-            app::run(&config, pipeline, metrics, stop)?;
+            let engine = crate::startup::routing(dataplane::Config::default(), &served)?;
+            app::run(&config, engine, metrics, stop)?;
         }
     }
     Ok(0)

@@ -84,11 +84,11 @@ pub struct RingsFile {
     pub frame_size: Option<u32>,
 }
 
-/// The bare processor's section.
+/// The bare engine's section.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BareFile {
-    /// Use the bare processor.
+    /// Use the bare engine.
     #[serde(default)]
     pub enabled: bool,
     /// Per egress interface, the MAC written as destination.

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::board::PipelineSnapshot;
 use crate::counters::QueueSnapshot;
-use crate::router::PipelineSnapshot;
 
 /// Everything a running instance reports at one moment.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
