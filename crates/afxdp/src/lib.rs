@@ -60,7 +60,7 @@ mod ring;
 pub use chunk::{Commit, chunk_mut, commit};
 pub use error::Error;
 pub use open::{Program, Socket, SocketOptions, UmemOptions, open_socket, open_umem};
-pub use ring::{Statistics, kick_tx, set_busy_poll, statistics, wait_readable, wake_fill};
+pub use ring::{Statistics, kick_tx, pollfd, set_busy_poll, statistics, wait_readable, wake_fill};
 pub use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 /// The headroom the kernel leaves in front of a received packet (`XDP_PACKET_HEADROOM`).

@@ -3,22 +3,24 @@
 
 use std::os::fd::AsRawFd;
 
+use xsk_rs::socket::Fd;
 use xsk_rs::{FillQueue, RxQueue, TxQueue};
 
 use crate::Error;
 
 /// Kicks the kernel to send what the TX ring holds (`sendto` with no data), when the ring
-/// asks for it (`need_wakeup`); true when a kick was made. Copy mode sends at most 32 frames
-/// per kick, so call it on every turn while frames are in flight. Transient errors (`ENOBUFS`,
-/// `EAGAIN`, `EBUSY`, `ENETDOWN`) only mean "try again later" and are not reported.
-pub fn kick_tx(tx: &TxQueue) -> bool {
+/// asks for it (`need_wakeup`); `Ok(true)` when a kick was made. Copy mode sends at most 32
+/// frames per kick, so call it on every turn while frames are in flight. Transient errors
+/// (`ENOBUFS`, `EAGAIN`, `EBUSY`, `ENETDOWN`) only mean "try again later" and count as a kick.
+///
+/// # Errors
+/// Any other error of `sendto` (the socket itself is broken).
+pub fn kick_tx(tx: &TxQueue) -> std::io::Result<bool> {
     if !tx.needs_wakeup() {
-        return false;
+        return Ok(false);
     }
-    // The errors xsk-rs passes on are the socket's own (EBADF and the like): the next turn
-    // sees them again, and the statistics show a ring that does not drain.
-    let _ = tx.wakeup();
-    true
+    tx.wakeup()?;
+    Ok(true)
 }
 
 /// Wakes the kernel to take buffers from the fill ring (a zero-timeout `poll` on the socket),
@@ -38,15 +40,27 @@ pub fn wake_fill(fill: &FillQueue, rx: &RxQueue) -> bool {
     true
 }
 
-/// Sleeps until one of `fds` is readable or `timeout_ms` passed (0: do not sleep). Negative
-/// descriptors are skipped (poll(2)'s convention: negate a descriptor to leave it out).
-pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) {
+/// Sleeps until one of `fds` is readable or `timeout_ms` passed (0: do not sleep); returns
+/// how many are readable (0 on timeout or error: the caller just looks at its rings again).
+/// Negative descriptors are skipped (poll(2)'s convention: negate a descriptor to leave it
+/// out).
+pub fn wait_readable(fds: &mut [libc::pollfd], timeout_ms: i32) -> usize {
     for pollfd in fds.iter_mut() {
         pollfd.events = libc::POLLIN;
     }
     // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfds; poll(2) writes only
     // their `revents`.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    let ready = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    usize::try_from(ready).unwrap_or(0)
+}
+
+/// A pollfd that waits for `rx`'s socket to become readable, for [`wait_readable`].
+pub fn pollfd(rx: &RxQueue) -> libc::pollfd {
+    libc::pollfd {
+        fd: rx.fd().as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }
 }
 
 /// Turns on busy polling for a socket (Linux 5.11+): `SO_PREFER_BUSY_POLL`, `SO_BUSY_POLL`
@@ -101,10 +115,10 @@ pub struct Statistics {
     pub tx_ring_empty: u64,
 }
 
-/// Reads a socket's `XDP_STATISTICS` (one `getsockopt`); `None` when the kernel refuses (the
-/// interface is gone).
-pub fn statistics(rx: &RxQueue) -> Option<Statistics> {
-    let s = rx.fd().xdp_statistics().ok()?;
+/// Reads a socket's `XDP_STATISTICS` (one `getsockopt`) through the descriptor of any of its
+/// rings (`rx.fd()`, `tx.fd()`); `None` when the kernel refuses (the interface is gone).
+pub fn statistics(fd: &Fd) -> Option<Statistics> {
+    let s = fd.xdp_statistics().ok()?;
     Some(Statistics {
         rx_dropped: s.rx_dropped(),
         rx_ring_full: s.rx_ring_full(),

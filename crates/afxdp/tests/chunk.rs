@@ -71,20 +71,16 @@ fn commit_sets_the_length_and_moves_a_moved_packet_back() {
     let (chunk, offset) = unsafe { chunk_mut(&umem, desc, 2048) };
     chunk[offset..offset + 100].copy_from_slice(&packet);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { commit(&umem, desc, 2048, offset, 100) },
-        Commit::InPlace
-    );
+    let done = unsafe { commit(&umem, desc, 2048, offset, 100) };
+    assert_eq!(done, Commit::InPlace);
     assert_eq!(desc.lengths().data(), 100);
     // SAFETY: as above.
     assert_eq!(unsafe { umem.data_mut(desc) }.contents(), &packet[..]);
 
     // A tag fell away at the front: the rest moves back to the data start.
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { commit(&umem, desc, 2048, offset + 4, 96) },
-        Commit::Shifted
-    );
+    let done = unsafe { commit(&umem, desc, 2048, offset + 4, 96) };
+    assert_eq!(done, Commit::Shifted);
     // SAFETY: as above.
     assert_eq!(unsafe { umem.data_mut(desc) }.contents(), &packet[4..]);
 
@@ -93,10 +89,8 @@ fn commit_sets_the_length_and_moves_a_moved_packet_back() {
     let (chunk, _) = unsafe { chunk_mut(&umem, desc, 2048) };
     chunk[offset - 28..offset].fill(0xee);
     // SAFETY: as above.
-    assert_eq!(
-        unsafe { commit(&umem, desc, 2048, offset - 28, 124) },
-        Commit::Shifted
-    );
+    let done = unsafe { commit(&umem, desc, 2048, offset - 28, 124) };
+    assert_eq!(done, Commit::Shifted);
     // SAFETY: as above.
     let data = unsafe { umem.data_mut(desc) };
     assert_eq!(&data.contents()[..28], &[0xee; 28]);
@@ -105,10 +99,8 @@ fn commit_sets_the_length_and_moves_a_moved_packet_back() {
     // Too long for the room between the data start and the chunk's end, or outside the chunk.
     for (at, len) in [(0, 2000), (2000, 100), (usize::MAX, 2)] {
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { commit(&umem, desc, 2048, at, len) },
-            Commit::DoesNotFit
-        );
+        let done = unsafe { commit(&umem, desc, 2048, at, len) };
+        assert_eq!(done, Commit::DoesNotFit);
     }
     assert_eq!(desc.lengths().data(), 124, "unchanged by a refused commit");
 }

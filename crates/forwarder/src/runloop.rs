@@ -221,15 +221,8 @@ impl QueueLoop {
     pub fn run<E: Engine>(&mut self, engine: &mut E, punt: Option<&Punt>, stop: &AtomicBool) {
         let mut descs = [FrameDesc::default(); BATCH];
         let mut turns: u32 = 0;
-        let mut pollfds: Vec<libc::pollfd> = self
-            .ports
-            .iter()
-            .map(|p| libc::pollfd {
-                fd: p.rx.fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut pollfds: Vec<libc::pollfd> =
+            self.ports.iter().map(|p| afxdp::pollfd(&p.rx)).collect();
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
             for index in 0..self.ports.len() {
@@ -470,7 +463,9 @@ impl QueueLoop {
                 bump(&counters.tx_bytes, bytes as u64);
             }
         }
-        if port.in_flight > 0 && afxdp::kick_tx(&port.tx) {
+        // A broken socket shows in its statistics (a ring that does not drain): the loop goes
+        // on with its other ports.
+        if port.in_flight > 0 && afxdp::kick_tx(&port.tx).unwrap_or(true) {
             bump(&self.counters.ports[index].tx_wakeups, 1);
         }
         port.in_flight > 0 || !port.pending.is_empty()
@@ -479,7 +474,7 @@ impl QueueLoop {
     /// Copies every socket's XDP_STATISTICS into the counters.
     fn read_socket_stats(&self) {
         for (port, counters) in self.ports.iter().zip(&self.counters.ports) {
-            if let Some(stats) = afxdp::statistics(&port.rx) {
+            if let Some(stats) = afxdp::statistics(port.rx.fd()) {
                 let c = &counters.socket;
                 c.rx_dropped.store(stats.rx_dropped, Ordering::Relaxed);
                 c.rx_ring_full.store(stats.rx_ring_full, Ordering::Relaxed);

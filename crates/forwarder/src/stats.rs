@@ -51,9 +51,11 @@ impl Stats {
     pub fn tx_packets(&self) -> u64 {
         self.queues.iter().map(QueueSnapshot::tx_packets).sum()
     }
-    /// Frames dropped by all loops.
+    /// Frames dropped: by the engines (their `dropped` verdicts) and by the loops (verdicts
+    /// they could not carry out); each frame is in one of the two at most.
     pub fn dropped(&self) -> u64 {
-        self.queues.iter().map(QueueSnapshot::dropped).sum()
+        let engines: u64 = self.pipeline.iter().map(|p| p.verdict("dropped")).sum();
+        engines + self.queues.iter().map(QueueSnapshot::dropped).sum::<u64>()
     }
     /// Frames punted by all loops.
     pub fn punted(&self) -> u64 {
@@ -82,10 +84,16 @@ impl Stats {
         out
     }
 
-    /// Drops summed over queues by reason.
+    /// The loops' drops (verdicts they could not carry out) summed over queues by reason,
+    /// the reasons with a count only.
     pub fn drops_by_reason(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = Vec::new();
-        for (name, n) in self.queues.iter().flat_map(|q| &q.drops) {
+        for (name, n) in self
+            .queues
+            .iter()
+            .flat_map(|q| &q.drops)
+            .filter(|(_, n)| *n > 0)
+        {
             match out.iter_mut().find(|(k, _)| k == name) {
                 Some((_, total)) => *total += n,
                 None => out.push((name.clone(), *n)),
@@ -150,7 +158,7 @@ impl Stats {
             self.dropped()
         );
         for (reason, n) in self.drops_by_reason() {
-            let _ = writeln!(out, "  drop {reason}: {n}");
+            let _ = writeln!(out, "  not carried out, {reason}: {n}");
         }
         let join = |pairs: &[(String, u64)], all: bool| -> String {
             let text: Vec<String> = pairs
@@ -487,7 +495,7 @@ mod tests {
         assert!(text.contains("fwd0"), "{text}");
         // 200 frames in 2 seconds.
         assert!(text.contains(" 100 "), "{text}");
-        assert!(text.contains("drop runt: 3"), "{text}");
+        assert!(text.contains("not carried out, runt: 3"), "{text}");
         assert!(
             text.contains("redirect 300") && !text.contains("pass_arp"),
             "{text}"
