@@ -65,3 +65,8 @@ pub use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 /// The headroom the kernel leaves in front of a received packet (`XDP_PACKET_HEADROOM`).
 pub const XDP_PACKET_HEADROOM: usize = 256;
+
+/// The README's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

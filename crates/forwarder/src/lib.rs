@@ -60,3 +60,8 @@ pub mod serve;
 pub mod startup;
 pub mod stats;
 pub mod xdp;
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
