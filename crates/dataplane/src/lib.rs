@@ -98,6 +98,7 @@ pub mod parse;
 mod pool;
 mod queue;
 mod ratelimit;
+mod reconfigure;
 pub mod route;
 mod tables;
 mod vector;
