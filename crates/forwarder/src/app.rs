@@ -14,6 +14,11 @@
 //! On stop (SIGINT/SIGTERM set the flag): the loops finish their turn and close their
 //! sockets, the XDP program is detached from every interface, the control socket file and
 //! the punt device are removed.
+//!
+//! On reload (SIGHUP sets [`Reload::requested`]): the link monitor reads the configuration
+//! again; a valid one's live `[pipeline]` settings go to the engines (applied between two
+//! batches), and every other change is named in a warning as needing a restart; an invalid
+//! one changes nothing.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, TcpListener};
@@ -24,9 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nix::net::if_::InterfaceFlags;
 
-use crate::config::{Config, XdpMode};
+use crate::config::{Config, ConfigError, XdpMode};
 use crate::counters::QueueCounters;
-use crate::engine::{Engine, EngineSpec};
+use crate::engine::{Engine, EngineSpec, LiveConfig};
 use crate::punt::Punt;
 use crate::runloop::{LoopOptions, PortSpec, PortState, QueueLoop};
 use crate::serve::{ControlSocket, SnapshotFn, serve_metrics, spawn_named};
@@ -101,6 +106,56 @@ fn sync_locals(xdp: &mut XdpProgram, wanted: &BTreeSet<IpAddr>, current: &mut BT
     }
 }
 
+/// How a running instance reloads its configuration.
+pub struct Reload {
+    /// Set (by SIGHUP) to ask for a reload; cleared when it is done.
+    pub requested: Arc<AtomicBool>,
+    /// Reads and validates the configuration again (the file and the command line's flags).
+    pub load: Box<dyn Fn() -> Result<Config, ConfigError> + Send>,
+}
+
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reload")
+            .field("requested", &self.requested)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The configuration did not load or validate: nothing changed.
+    Refused(String),
+    /// The live settings were published to the engines (`live`: whether an engine takes
+    /// them); `restart` names what changed but only takes effect after a restart.
+    Applied {
+        /// An engine follows the live settings.
+        live: bool,
+        /// Settings that changed and need a restart.
+        restart: Vec<String>,
+    },
+}
+
+impl Reload {
+    /// Reloads now: validates the configuration again, publishes its pipeline settings to
+    /// `live` (each engine applies what can change live), and says what needs a restart
+    /// compared with `running`.
+    pub fn apply(&self, running: &Config, live: Option<&LiveConfig>) -> Reloaded {
+        let new = match (self.load)() {
+            Ok(config) => config,
+            Err(e) => return Reloaded::Refused(e.to_string()),
+        };
+        if let Some(live) = live {
+            live.publish(new.pipeline);
+        }
+        Reloaded::Applied {
+            live: live.is_some(),
+            restart: new.needs_restart(running),
+        }
+    }
+}
+
 /// The interfaces of `config`, found in the calling thread's namespace.
 ///
 /// # Errors
@@ -130,7 +185,7 @@ pub fn resolve_ports(config: &Config) -> anyhow::Result<Vec<PortSpec>> {
 /// Runs an instance until `stop` is set (or every interface is gone).
 ///
 /// `metrics` is a listener bound beforehand (so that it can live in another namespace than
-/// the forwarder). `ready` is called once traffic flows.
+/// the forwarder). `reload`, when given, is checked by the link monitor (SIGHUP).
 ///
 /// # Errors
 /// Any start-up failure (everything started so far is undone), or every interface vanishing.
@@ -139,6 +194,7 @@ pub fn run<E: Engine + 'static>(
     engine: EngineSpec<E>,
     metrics: Option<TcpListener>,
     stop: Arc<AtomicBool>,
+    reload: Option<Reload>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let ports = resolve_ports(config)?;
@@ -280,12 +336,20 @@ pub fn run<E: Engine + 'static>(
             "forwarding"
         );
         let poll_addresses = engine.locals.is_none();
+        let mut on_turn = || {
+            if let Some(reload) = &reload {
+                if reload.requested.swap(false, Ordering::Relaxed) {
+                    log_reload(&reload.apply(config, engine.live.as_deref()));
+                }
+            }
+        };
         monitor(
             &ports,
             &states,
             &xdp,
             poll_addresses.then_some(&mut locals),
             &stop,
+            &mut on_turn,
         )
     })();
 
@@ -310,17 +374,39 @@ pub fn run<E: Engine + 'static>(
     result
 }
 
+/// Logs what a reload did.
+fn log_reload(reloaded: &Reloaded) {
+    match reloaded {
+        Reloaded::Refused(e) => tracing::error!("configuration not reloaded, nothing changed: {e}"),
+        Reloaded::Applied { live, restart } => {
+            if *live {
+                tracing::info!("configuration reloaded: [pipeline] live settings applied");
+            } else {
+                tracing::info!("configuration reloaded: this engine has no live settings");
+            }
+            if !restart.is_empty() {
+                tracing::warn!(
+                    "changed but only after a restart: {} (still running with the old values)",
+                    restart.join(", ")
+                );
+            }
+        }
+    }
+}
+
 /// Watches the links until `stop`: marks ports up/down/gone and (with `locals`) keeps the
-/// local set in step.
+/// local set in step; calls `on_turn` every period (reloads).
 fn monitor(
     ports: &[PortSpec],
     states: &[PortState],
     xdp: &Mutex<XdpProgram>,
     mut locals: Option<&mut BTreeSet<IpAddr>>,
     stop: &AtomicBool,
+    on_turn: &mut dyn FnMut(),
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(MONITOR_PERIOD);
+        on_turn();
         let Ok(views) = links() else { continue };
         for (port, state) in ports.iter().zip(states) {
             if state.gone.load(Ordering::Relaxed) {

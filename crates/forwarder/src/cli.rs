@@ -13,7 +13,9 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::app;
 use crate::bare::BareRoute;
-use crate::config::{Config, ConfigError, ConfigFile, XdpMode, default_control_socket};
+use crate::config::{
+    Config, ConfigError, ConfigFile, DEFAULT_CONFIG_PATH, XdpMode, default_control_socket,
+};
 use crate::serve::query_stats;
 
 /// Exit status for a bad command line or configuration (sysexits EX_USAGE).
@@ -34,8 +36,13 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Forward between interfaces until SIGINT/SIGTERM.
+    /// Forward between interfaces until SIGINT/SIGTERM; SIGHUP reloads the configuration
+    /// (the `[pipeline]` settings that can change live; the rest is named as needing a
+    /// restart).
     Run(RunArgs),
+    /// Validate the configuration `run` would use (the file and these flags) and print it;
+    /// exit status 64 with every problem listed when it is invalid.
+    CheckConfig(RunArgs),
     /// Live per-queue counters and rates of the running instance (over its control socket).
     Stats(StatsArgs),
     /// Send complete UDP test frames from one namespace and check what arrives in another.
@@ -148,7 +155,7 @@ pub struct ProbeArgs {
 }
 
 /// `xfwd run`.
-#[derive(Debug, Args, Default)]
+#[derive(Debug, Args, Default, Clone)]
 pub struct RunArgs {
     /// Interfaces to serve, comma-separated (overrides the file's `interfaces`).
     #[arg(long, value_delimiter = ',')]
@@ -159,7 +166,8 @@ pub struct RunArgs {
     /// Enter this network namespace (`ip netns` name) first.
     #[arg(long)]
     pub netns: Option<String>,
-    /// TOML configuration file (flags override its values).
+    /// TOML configuration file (flags override its values); default /etc/xfwd/xfwd.toml when
+    /// it exists.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Busy polling on the sockets; the loops spin instead of sleeping.
@@ -228,13 +236,21 @@ pub struct StatsArgs {
 }
 
 impl RunArgs {
+    /// The configuration file read: `--config`, else [`DEFAULT_CONFIG_PATH`] when it exists.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            let default = PathBuf::from(DEFAULT_CONFIG_PATH);
+            default.exists().then_some(default)
+        })
+    }
+
     /// The configuration: the file (if any) overridden by the flags, validated.
     ///
     /// # Errors
     /// A [`ConfigError`] listing what is wrong.
     pub fn config(&self) -> Result<Config, ConfigError> {
-        let mut file = match &self.config {
-            Some(path) => ConfigFile::load(path)?,
+        let mut file = match self.config_path() {
+            Some(path) => ConfigFile::load(&path)?,
             None => ConfigFile::default(),
         };
         if !self.iface.is_empty() {
@@ -317,6 +333,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    let requested = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, requested.clone())
+        .context("installing signal handlers")?;
+    let reload = {
+        let args = RunArgs {
+            config: args.config_path(),
+            ..args.clone()
+        };
+        app::Reload {
+            requested,
+            load: Box::new(move || args.config()),
+        }
+    };
     match &config.bare {
         Some(peer_macs) => {
             let ports = app::resolve_ports(&config)?;
@@ -332,18 +361,75 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                     });
                 }
             }
-            app::run(&config, crate::startup::bare(routes), metrics, stop)?;
+            app::run(
+                &config,
+                crate::startup::bare(routes),
+                metrics,
+                stop,
+                Some(reload),
+            )?;
         }
         None => {
             let served: Vec<u32> = app::resolve_ports(&config)?
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let engine = crate::startup::routing(dataplane::Config::default(), &served)?;
-            app::run(&config, engine, metrics, stop)?;
+            let engine = crate::startup::routing(config.pipeline, &served)?;
+            app::run(&config, engine, metrics, stop, Some(reload))?;
         }
     }
     Ok(0)
+}
+
+/// `xfwd check-config`: validates what `xfwd run` with the same arguments would use, without
+/// touching any interface; prints a summary (exit 0) or every problem (exit 64).
+pub fn check_config(args: &RunArgs) -> anyhow::Result<u8> {
+    let source = args
+        .config_path()
+        .map_or_else(|| "flags only".to_owned(), |p| p.display().to_string());
+    match args.config() {
+        Ok(config) => {
+            println!("{source}: valid");
+            println!("{}", describe(&config));
+            Ok(0)
+        }
+        Err(error) => {
+            eprintln!("xfwd: {source}: {error}");
+            Ok(EX_USAGE)
+        }
+    }
+}
+
+/// A few lines saying what a configuration runs.
+fn describe(config: &Config) -> String {
+    let p = &config.pipeline;
+    let mode = if config.bare.is_some() {
+        "bare (MAC rewrite between interface pairs, no lookups)".to_owned()
+    } else {
+        format!(
+            "router; pipeline: route cache {}, ICMP {}/s burst {}, hold {} frames ({} per neighbour, {} ms), vlan {:?}, {} extension headers, policy mark {}",
+            p.dst_cache.map_or("off".to_owned(), |c| format!(
+                "{} entries, {}-way",
+                c.entries, c.ways
+            )),
+            p.icmp_rate,
+            p.icmp_burst,
+            p.hold_frames,
+            p.hold_per_neighbour,
+            p.hold_timeout_ns / 1_000_000,
+            p.vlan,
+            p.max_extension_headers,
+            p.policy_mark
+        )
+    };
+    format!(
+        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}",
+        config.interfaces.join(","),
+        config.queues,
+        config.control_socket.display(),
+        config.punt_device.as_deref().unwrap_or("off"),
+        config.metrics.map_or("off".to_owned(), |a| a.to_string()),
+    )
 }
 
 /// `xfwd probe`: exit status 0 when every frame arrived with valid checksums.

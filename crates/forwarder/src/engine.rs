@@ -9,7 +9,8 @@
 //! only rewrites MACs (the AF_XDP ceiling).
 #![forbid(unsafe_code)]
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::Guard;
 use dataplane::{Frame, FramePool};
@@ -62,4 +63,46 @@ pub struct EngineSpec<E> {
     /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:
     /// polled with getifaddrs(3).
     pub locals: Option<Arc<LocalAddrFeed>>,
+    /// Where a reloaded pipeline configuration reaches the running engines (SIGHUP); `None`:
+    /// the engine has none to take.
+    pub live: Option<Arc<LiveConfig>>,
+}
+
+/// A pipeline configuration published to the run loops while they run: the reloading thread
+/// [`publish`](Self::publish)es, each engine [`poll`](Self::poll)s once per loop turn (one
+/// atomic load when nothing changed; a `try_lock` otherwise, so a loop never waits).
+///
+/// ```
+/// use forwarder::engine::LiveConfig;
+/// let live = LiveConfig::default();
+/// let mut seen = 0;
+/// assert!(live.poll(&mut seen).is_none());
+/// live.publish(dataplane::Config { icmp_rate: 5, ..Default::default() });
+/// assert_eq!(live.poll(&mut seen).map(|c| c.icmp_rate), Some(5));
+/// assert!(live.poll(&mut seen).is_none(), "taken once");
+/// ```
+#[derive(Debug, Default)]
+pub struct LiveConfig {
+    generation: AtomicU64,
+    config: Mutex<dataplane::Config>,
+}
+
+impl LiveConfig {
+    /// Publishes `config` to every engine that follows this handle.
+    pub fn publish(&self, config: dataplane::Config) {
+        *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The configuration published since generation `seen` (which it updates), if any and
+    /// if the slot is free right now (else the next poll takes it).
+    pub fn poll(&self, seen: &mut u64) -> Option<dataplane::Config> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if generation == *seen {
+            return None;
+        }
+        let config = *self.config.try_lock().ok()?;
+        *seen = generation;
+        Some(config)
+    }
 }

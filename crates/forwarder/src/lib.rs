@@ -39,7 +39,7 @@
 //! let ports = app::resolve_ports(&config)?;
 //! let routes = vec![BareRoute { ingress: ports[0].ifindex, egress: ports[1].ifindex,
 //!                               src_mac: ports[1].mac, dst_mac: [2, 0, 0, 0, 0, 1] }];
-//! app::run(&config, startup::bare(routes), None, Arc::new(AtomicBool::new(false)))?; // until the flag is set
+//! app::run(&config, startup::bare(routes), None, Arc::new(AtomicBool::new(false)), None)?; // until the flag is set
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 

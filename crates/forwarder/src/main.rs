@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use forwarder::cli::{Cli, Command, probe, route, run, show, stats};
+use forwarder::cli::{Cli, Command, check_config, probe, route, run, show, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -26,6 +26,7 @@ fn main() -> ExitCode {
         .init();
     let result = match &cli.command {
         Command::Run(args) => run(args),
+        Command::CheckConfig(args) => check_config(args),
         Command::Stats(args) => stats(args),
         Command::Probe(args) => probe(args),
         Command::Route { command } => route(command),

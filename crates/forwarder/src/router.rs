@@ -21,8 +21,10 @@ use std::time::Instant;
 use crossbeam_epoch::Guard;
 use dataplane::{Frame, FramePool, Queue, Tables};
 
+use std::sync::Arc;
+
 use crate::board::{Publisher, SharedCounters};
-use crate::engine::Engine;
+use crate::engine::{Engine, LiveConfig};
 
 /// Where a queue's neighbour resolution requests go: in `xfwd`,
 /// `netlink_mirror::NeighResolver::request` (non-blocking, no syscall).
@@ -35,6 +37,7 @@ pub struct Router {
     resolve: Resolve,
     clock: Instant,
     publisher: Publisher,
+    live: Option<(Arc<LiveConfig>, u64)>,
 }
 
 impl std::fmt::Debug for Router {
@@ -55,6 +58,32 @@ impl Router {
             resolve,
             clock: Instant::now(),
             publisher: Publisher::new(shared),
+            live: None,
+        }
+    }
+
+    /// Follows `live`: a configuration published there is applied between two batches
+    /// ([`Queue::reconfigure`]: what can change live; the rest needs a restart).
+    pub fn follow(mut self, live: Arc<LiveConfig>) -> Self {
+        self.live = Some((live, 0));
+        self
+    }
+
+    /// Applies a configuration published since the last turn, if any.
+    fn reconfigure(&mut self) {
+        let Some((live, seen)) = &mut self.live else {
+            return;
+        };
+        let Some(config) = live.poll(seen) else {
+            return;
+        };
+        let queue_id = self.queue.config().queue_id;
+        match self
+            .queue
+            .reconfigure(&dataplane::Config { queue_id, ..config })
+        {
+            Ok(changed) => tracing::info!(queue = queue_id, ?changed, "pipeline reconfigured"),
+            Err(e) => tracing::warn!(queue = queue_id, "pipeline not reconfigured: {e}"),
         }
     }
 
@@ -77,6 +106,7 @@ impl Engine for Router {
     }
 
     fn turn<P: FramePool>(&mut self, guard: &Guard, pool: &mut P) {
+        self.reconfigure();
         let now = self.now();
         self.queue.release_held(&self.tables, guard, now, pool);
         while let Some(request) = self.queue.poll_resolution() {

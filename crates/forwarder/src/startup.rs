@@ -13,7 +13,7 @@ use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
 use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 
 use crate::board::CounterBoard;
-use crate::engine::EngineSpec;
+use crate::engine::{EngineSpec, LiveConfig};
 use crate::locals::LocalAddrFeed;
 use crate::router::{Resolve, Router};
 use crate::stats::Stats;
@@ -75,8 +75,10 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
     };
     let board = CounterBoard::default();
     let resolver = mirror.resolver();
+    let live = Arc::new(LiveConfig::default());
     let make = {
         let board = board.clone();
+        let live = live.clone();
         move |queue: u32| -> anyhow::Result<Router> {
             let dp = Queue::new(dataplane::Config {
                 queue_id: queue,
@@ -85,7 +87,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
             let counters = board.register(queue);
             let resolver = resolver.clone();
             let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
-            Ok(Router::new(dp, tables.clone(), resolve, counters))
+            Ok(Router::new(dp, tables.clone(), resolve, counters).follow(live.clone()))
         }
     };
     let generation = {
@@ -124,6 +126,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         generation: Some(Arc::new(generation)),
         report: Arc::new(report),
         locals: Some(feed),
+        live: Some(live),
     })
 }
 
@@ -146,5 +149,6 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         generation: None,
         report: Arc::new(move |stats: &mut Stats| stats.pipeline = board.snapshots()),
         locals: None,
+        live: None,
     }
 }
