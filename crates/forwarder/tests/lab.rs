@@ -1110,3 +1110,69 @@ fn more_queues_than_the_device_has_is_refused() {
     assert!(!xdp_attached(&lab));
     assert!(!Path::new(&control).exists());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Configuration reload.
+
+/// SIGHUP: the `[pipeline]` settings that can change live reach the running pipeline (here the
+/// ICMP rate: 0, no time exceeded errors; then 1000, errors again), the instance keeps
+/// running, a change that needs a restart is not applied, and an invalid file changes nothing.
+#[test]
+fn sighup_applies_live_pipeline_settings() {
+    if !xfwd_lab::privileged("sighup_applies_live_pipeline_settings") {
+        return;
+    }
+    let lab = lab("fwdhup");
+    let dir = std::env::temp_dir().join(format!("xfwd-hup-{}", lab.prefix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("xfwd.toml");
+    std::fs::write(&path, "[pipeline]\nicmp_rate = 0\n").unwrap();
+    let xfwd = Xfwd::spawn(&lab, &["--config", path.to_str().unwrap()]);
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let sent = |s: &serde_json::Value| pipeline(s, "icmp_sent", "time_exceeded");
+    let hup = || {
+        let pid = xfwd.child.as_ref().unwrap().id().to_string();
+        let status = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+        assert!(status.success());
+        // The link monitor looks every 200 ms; the loops apply it at their next turn.
+        std::thread::sleep(Duration::from_millis(600));
+    };
+
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "TTL 1 dropped without an error", |s| {
+        pipeline(s, "drops", "ttl_exceeded") >= 3
+    });
+    assert_eq!(sent(&stats), 0, "icmp_rate = 0 sends none: {stats:#}");
+    assert!(
+        pipeline(&stats, "events", "icmp_rate_limited") >= 3,
+        "{stats:#}"
+    );
+
+    // An invalid file: nothing changes, the instance goes on.
+    std::fs::write(&path, "[pipeline]\nicmp_rate = -1\n").unwrap();
+    hup();
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "still dropping", |s| {
+        pipeline(s, "drops", "ttl_exceeded") >= 6
+    });
+    assert_eq!(sent(&stats), 0, "{stats:#}");
+
+    // A live setting and one that needs a restart: the first applies, the second waits.
+    std::fs::write(
+        &path,
+        "queues = 2\n[pipeline]\nicmp_rate = 1000\nhold_frames = 8\n",
+    )
+    .unwrap();
+    hup();
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "time exceeded sent after the reload", |s| {
+        sent(s) >= 3
+    });
+    assert_eq!(
+        stats["queues"].as_array().unwrap().len(),
+        1,
+        "queues needs a restart: {stats:#}"
+    );
+    assert_counted_once(&xfwd);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
