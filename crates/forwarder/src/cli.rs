@@ -28,9 +28,22 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax; RUST_LOG overrides).
     #[arg(long, global = true, default_value = "info")]
     pub log: String,
+    /// Log format on stderr: `text` for people, `json` (one object per line: timestamp,
+    /// level, target, fields) for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (colours on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// Subcommands.
@@ -173,8 +186,9 @@ pub struct RunArgs {
     /// Busy polling on the sockets; the loops spin instead of sleeping.
     #[arg(long)]
     pub busy_poll: bool,
-    /// Serve Prometheus metrics on this loopback address:port (bound before entering --netns,
-    /// so it lives in the caller's namespace).
+    /// Serve Prometheus metrics on this address:port (bound before entering --netns, so it
+    /// lives in the caller's namespace). A non-loopback address exposes the counters to the
+    /// network: put it behind a firewall.
     #[arg(long)]
     pub metrics: Option<String>,
     /// Bare port forwarding: frames from one interface of a pair leave through the other with

@@ -10,7 +10,7 @@
 //! busy_poll = false
 //! zero_copy = false          # veth has no zero-copy
 //! xdp_mode = "native"        # or "generic"
-//! metrics = "127.0.0.1:9587" # Prometheus text, loopback only
+//! metrics = "127.0.0.1:9587" # Prometheus text (any address; loopback unless scraped remotely)
 //! control_socket = "/run/xfwd/xfwd.sock"
 //! punt_device = "xfwd-punt"  # "" turns the punt path off
 //!
@@ -298,7 +298,7 @@ pub struct Config {
     pub zero_copy: bool,
     /// XDP mode.
     pub xdp_mode: XdpMode,
-    /// Metrics listener (loopback).
+    /// Metrics listener (any address; loopback by habit).
     pub metrics: Option<SocketAddr>,
     /// Control socket.
     pub control_socket: PathBuf,
@@ -403,13 +403,10 @@ impl ConfigFile {
         let metrics = match &self.metrics {
             None => None,
             Some(text) => match text.parse::<SocketAddr>() {
-                Ok(addr) if addr.ip().is_loopback() => Some(addr),
-                Ok(addr) => {
-                    problems.push(format!(
-                        "metrics = {addr}: only loopback addresses are served (127.0.0.1:PORT or [::1]:PORT)"
-                    ));
-                    None
-                }
+                // Any address: a non-loopback one exposes the counters (no secrets, but
+                // interface names and traffic volumes) to whoever reaches it; see
+                // docs/forwarder.md.
+                Ok(addr) => Some(addr),
                 Err(_) => {
                     problems.push(format!("metrics = {text:?} is not an address:port"));
                     None
@@ -563,7 +560,7 @@ mod tests {
             r#"
             interfaces = ["fwd0", "fwd0", "a-name-far-too-long"]
             queues = 0
-            metrics = "10.0.0.1:80"
+            metrics = "10.0.0.1"
             [rings]
             rx = 1000
             frame_size = 1500
@@ -580,7 +577,7 @@ mod tests {
             "listed twice",
             "not a valid Linux name",
             "queues = 0",
-            "only loopback",
+            "is not an address:port",
             "rings.rx = 1000",
             "frame_size = 1500",
             "\"zz\"",

@@ -52,6 +52,7 @@ pub mod config;
 pub mod counters;
 pub mod engine;
 pub mod locals;
+pub mod metrics;
 pub mod probe;
 pub mod punt;
 pub mod router;

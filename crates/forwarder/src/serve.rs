@@ -1,5 +1,6 @@
 //! The two ways out of a running instance: the local control socket (a unix socket;
-//! `xfwd stats` asks it for a JSON [`Stats`]) and Prometheus text over HTTP on loopback.
+//! `xfwd stats` asks it for a JSON [`Stats`]) and Prometheus text over HTTP
+//! ([`metrics`](crate::metrics)).
 //!
 //! Both are served by one small thread each, polling a non-blocking listener so that they
 //! notice the stop flag; neither touches the packet path (they read atomic counters).
@@ -127,10 +128,11 @@ pub fn serve_metrics(listener: &TcpListener, snapshot: &dyn Fn() -> Stats, stop:
                 let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
                 let mut request = [0u8; 1024];
                 let _ = stream.read(&mut request);
-                let body = snapshot().prometheus();
+                let body = crate::metrics::exposition(&snapshot());
                 let _ = write!(
                     stream,
-                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    "HTTP/1.0 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n{body}",
+                    crate::metrics::CONTENT_TYPE,
                     body.len()
                 );
             }

@@ -1016,8 +1016,8 @@ fn routing_two_queues_two_run_loops() {
     // The same per queue in the Prometheus text.
     let text = scrape(metrics);
     for q in 0..2 {
-        let rx = format!("xfwd_rx_packets_total{{queue=\"{q}\",iface=\"fwd0\"}}");
-        let tx = format!("xfwd_tx_packets_total{{queue=\"{q}\",iface=\"fwd1\"}}");
+        let rx = format!("xfwd_rx_packets_total{{iface=\"fwd0\",queue=\"{q}\"}}");
+        let tx = format!("xfwd_tx_packets_total{{iface=\"fwd1\",queue=\"{q}\"}}");
         let transmit = format!("xfwd_pipeline_frames_total{{queue=\"{q}\",verdict=\"transmit\"}}");
         for series in [rx, tx, transmit] {
             assert!(metric(&text, &series) >= share, "{series}: {text}");
