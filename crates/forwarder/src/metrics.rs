@@ -19,6 +19,7 @@
 use prometheus::core::Collector;
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 
+use crate::counters::{PortSnapshot, QueueSnapshot};
 use crate::stats::Stats;
 
 /// The content type of [`exposition`]'s text.
@@ -27,6 +28,12 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// The verdicts `xfwd_pipeline_frames_total` counts: every verdict but drops and punts, which
 /// have their own families by reason.
 const FRAME_VERDICTS: [&str; 5] = ["transmit", "deliver", "reply", "held", "consumed"];
+
+/// A per-port counter family: name, help, and the value it reads from a port's snapshot.
+type PortFamily = (&'static str, &'static str, fn(&PortSnapshot) -> u64);
+
+/// A per-queue counter family: name, help, and the value it reads from a queue's snapshot.
+type QueueFamily = (&'static str, &'static str, fn(&QueueSnapshot) -> u64);
 
 /// Collects the families of one scrape.
 struct Families {
@@ -91,7 +98,7 @@ pub fn exposition(stats: &Stats) -> String {
         .with_label_values::<&str>(&[])
         .set(stats.uptime_seconds);
 
-    let port_families: [(&str, &str, fn(&crate::counters::PortSnapshot) -> u64); 12] = [
+    let port_families: [PortFamily; 12] = [
         (
             "xfwd_rx_packets_total",
             "Frames received from AF_XDP sockets.",
@@ -166,7 +173,7 @@ pub fn exposition(stats: &Stats) -> String {
         "Frames whose verdict the run loop could not carry out (the engine counted the verdict), by reason.",
         &["queue", "reason"],
     );
-    let per_queue: [(&str, &str, fn(&crate::counters::QueueSnapshot) -> u64); 5] = [
+    let per_queue: [QueueFamily; 5] = [
         (
             "xfwd_punted_total",
             "Frames written to the punt device.",
@@ -362,7 +369,6 @@ fn mirror(f: &Families, stats: &Stats) {
 mod tests {
     use super::*;
     use crate::board::PipelineSnapshot;
-    use crate::counters::{PortSnapshot, QueueSnapshot};
     use dataplane::{Counters, DropReason, PuntReason, Verdict};
 
     /// A routing instance's snapshot: one queue, two ports, counters of a few frames.
