@@ -316,8 +316,9 @@ pub fn run<E: Engine + 'static>(
         {
             let snapshot = snapshot.clone();
             let stop = stop.clone();
+            let query = engine.query.clone();
             threads.push(spawn_named("xfwd-control", move || {
-                control.serve(&*snapshot, &stop);
+                control.serve(&*snapshot, query.as_ref(), &stop);
             })?);
         }
         if let Some(listener) = metrics {

@@ -60,22 +60,69 @@ pub enum Command {
     Stats(StatsArgs),
     /// Send complete UDP test frames from one namespace and check what arrives in another.
     Probe(ProbeArgs),
-    /// Route lookups in the mirrored tables (`xfwd route get ADDR [from A] [iif D] [oif D]
-    /// [mark N] [--netns NS]`), printed like `ip route get`.
+    /// Route lookups (`xfwd route get ADDR [from A] [iif D] [oif D] [mark N] [--netns NS]`),
+    /// printed like `ip route get`: asked of the running instance's tables over its control
+    /// socket when one answers, else from a fresh mirror of the namespace.
     Route {
         /// What to do.
         #[command(subcommand)]
         command: RouteCommand,
     },
-    /// List the mirrored tables: routes, addrs, neigh, rules, policies, links.
-    Show(netlink_mirror::cli::ShowArgs),
+    /// List the tables: routes, addrs, neigh, rules, policies, links, nexthops (the running
+    /// instance's when one answers on the control socket, else a fresh mirror's).
+    Show(ShowCmd),
 }
 
 /// `xfwd route ...`.
 #[derive(Debug, Subcommand)]
 pub enum RouteCommand {
     /// The route the pipeline would use for a destination.
-    Get(netlink_mirror::cli::RouteGetArgs),
+    Get(RouteGetCmd),
+}
+
+/// `xfwd show`'s arguments.
+#[derive(Debug, Args)]
+pub struct ShowCmd {
+    /// What to show.
+    #[command(flatten)]
+    pub args: netlink_mirror::cli::ShowArgs,
+    /// Ask the instance on this control socket (and fail when none answers); default: the
+    /// one of `--netns`, else a fresh mirror when nobody answers there.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+/// `xfwd route get`'s arguments.
+#[derive(Debug, Args)]
+pub struct RouteGetCmd {
+    /// The lookup.
+    #[command(flatten)]
+    pub args: netlink_mirror::cli::RouteGetArgs,
+    /// Ask the instance on this control socket (and fail when none answers); default: the
+    /// one of `--netns`, else a fresh mirror when nobody answers there.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+/// Asks the running instance (`control`, else the default socket of `netns`); `None` when
+/// nobody answers on the default socket.
+///
+/// # Errors
+/// When `control` was given and nobody answers there, or the answer is malformed.
+fn ask_instance(
+    control: Option<&Path>,
+    netns: Option<&str>,
+    query: &crate::serve::Query,
+) -> anyhow::Result<Option<Result<String, String>>> {
+    let path = control.map_or_else(|| default_control_socket(netns), Path::to_owned);
+    let answer = crate::serve::query_tables(&path, query)?;
+    if answer.is_none() && control.is_some() {
+        anyhow::bail!("no xfwd answers on {}", path.display());
+    }
+    if answer.is_some() {
+        tracing::debug!(socket = %path.display(), "answered by the running instance");
+    }
+    Ok(answer)
 }
 
 /// Starts a mirror of `netns` (the current namespace if `None`) and waits until it is synced.
@@ -97,11 +144,19 @@ pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandl
 /// message on stderr).
 ///
 /// # Errors
-/// When the mirror cannot start.
+/// When no instance answers and the mirror cannot start.
 pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
-    let RouteCommand::Get(args) = command;
-    let mirror = mirror(args.netns.as_deref())?;
-    match netlink_mirror::cli::route_get(mirror.tables(), args) {
+    let RouteCommand::Get(cmd) = command;
+    let args = &cmd.args;
+    let query = crate::serve::Query::RouteGet(args.clone());
+    let answer = match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
+        Some(answer) => answer.map(|text| text.trim_end().to_owned()),
+        None => {
+            let mirror = mirror(args.netns.as_deref())?;
+            netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+        }
+    };
+    match answer {
         Ok(line) => {
             println!("{line}");
             Ok(0)
@@ -116,10 +171,18 @@ pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
 /// `xfwd show`.
 ///
 /// # Errors
-/// When the mirror cannot start.
-pub fn show(args: &netlink_mirror::cli::ShowArgs) -> anyhow::Result<u8> {
-    let mirror = mirror(args.netns.as_deref())?;
-    print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+/// When no instance answers and the mirror cannot start, or the instance has no tables.
+pub fn show(cmd: &ShowCmd) -> anyhow::Result<u8> {
+    let args = &cmd.args;
+    let query = crate::serve::Query::Show(args.what);
+    match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
+        Some(Ok(text)) => print!("{text}"),
+        Some(Err(e)) => anyhow::bail!("{e}"),
+        None => {
+            let mirror = mirror(args.netns.as_deref())?;
+            print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+        }
+    }
     Ok(0)
 }
 

@@ -66,6 +66,9 @@ pub struct EngineSpec<E> {
     /// Where a reloaded pipeline configuration reaches the running engines (SIGHUP); `None`:
     /// the engine has none to take.
     pub live: Option<Arc<LiveConfig>>,
+    /// Answers `xfwd show` / `xfwd route get` over the control socket from the engine's
+    /// tables; `None`: the engine has none (bare).
+    pub query: Option<crate::serve::QueryFn>,
 }
 
 /// A pipeline configuration published to the run loops while they run: the reloading thread

@@ -16,6 +16,7 @@ use crate::board::CounterBoard;
 use crate::engine::{EngineSpec, LiveConfig};
 use crate::locals::LocalAddrFeed;
 use crate::router::{Resolve, Router};
+use crate::serve::Query;
 use crate::stats::Stats;
 
 /// How long `xfwd run` waits for the mirror's first synchronisation (a full BGP table takes
@@ -95,6 +96,21 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         move || g.snapshot().generation
     };
     let mirror = Arc::new(mirror);
+    let query: crate::serve::QueryFn = {
+        let mirror = mirror.clone();
+        Arc::new(move |query: &Query| match query {
+            Query::Show(what) => Ok(netlink_mirror::cli::show(
+                mirror.tables(),
+                &netlink_mirror::cli::ShowArgs {
+                    what: *what,
+                    netns: None,
+                },
+            )),
+            Query::RouteGet(args) => {
+                netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+            }
+        })
+    };
     let report = move |stats: &mut Stats| {
         stats.pipeline = board.snapshots();
         let ms = mirror.stats();
@@ -127,6 +143,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         report: Arc::new(report),
         locals: Some(feed),
         live: Some(live),
+        query: Some(query),
     })
 }
 
@@ -150,5 +167,6 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         report: Arc::new(move |stats: &mut Stats| stats.pipeline = board.snapshots()),
         locals: None,
         live: None,
+        query: None,
     }
 }

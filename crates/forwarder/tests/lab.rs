@@ -1176,3 +1176,86 @@ fn sighup_applies_live_pipeline_settings() {
     assert_counted_once(&xfwd);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------------
+// Queries answered by the running instance.
+
+/// `xfwd route get` and `xfwd show` with `--control` are answered by the running instance from
+/// the tables its pipeline reads, and say the same as a fresh mirror of the namespace.
+#[test]
+fn route_get_and_show_ask_the_running_instance() {
+    if !xfwd_lab::privileged("route_get_and_show_ask_the_running_instance") {
+        return;
+    }
+    let lab = lab("fwdask");
+    let xfwd = Xfwd::start_routing(&lab);
+    let fwd = lab.netns(Role::Fwd);
+    let control = xfwd.control.to_str().unwrap().to_owned();
+    let xfwd_out = |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(XFWD).args(args).output().unwrap();
+        (out, started.elapsed())
+    };
+    for target in [v4_target().to_string(), v6_target().to_string()] {
+        let (live, took) = xfwd_out(&["route", "get", &target, "--control", &control]);
+        assert!(
+            live.status.success(),
+            "{}",
+            String::from_utf8_lossy(&live.stderr)
+        );
+        let (fresh, _) = xfwd_out(&["route", "get", &target, "--netns", &fwd]);
+        assert!(
+            fresh.status.success(),
+            "{}",
+            String::from_utf8_lossy(&fresh.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&live.stdout),
+            String::from_utf8_lossy(&fresh.stdout),
+            "the instance and a fresh mirror agree on {target}"
+        );
+        eprintln!("route get {target} from the instance in {took:?}");
+    }
+    // No route: exit status 2 with the kernel's message, from the instance too.
+    let (none, _) = xfwd_out(&["route", "get", "203.0.113.250", "--control", &control]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    assert!(!none.stderr.is_empty());
+    // The same routes (as a set: routes of one prefix may be listed in another order, the
+    // order their events arrived in). The lab's IPv6 link-local addresses may still finish
+    // duplicate address detection meanwhile (a local route appears): ask again until both
+    // views agree.
+    let lines = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = lines(&xfwd_out(&["show", "routes", "--control", &control]).0);
+        let fresh = lines(&xfwd_out(&["show", "routes", "--netns", &fwd]).0);
+        assert!(
+            live.iter().any(|l| l.starts_with("198.18.2.0/24 via")),
+            "{live:?}"
+        );
+        if live == fresh {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance {live:#?}\nfresh mirror {fresh:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Nobody on an explicit socket: an error, not a silent fallback.
+    let (missing, _) = xfwd_out(&["show", "links", "--control", "/run/xfwd/nobody-here.sock"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no xfwd answers"));
+}
