@@ -11,6 +11,10 @@ use crate::Tables;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
 
+/// The DSCP bits of the IPv4 TOS byte or the IPv6 traffic class (the two ECN bits cleared):
+/// what the FIB's `tos` selector and the route cache's key compare.
+pub const DSCP_MASK: u8 = 0xfc;
+
 /// Where a forwarded packet goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hop {
@@ -157,7 +161,7 @@ pub fn fib_lookup(
     iif: u32,
 ) -> Result<Egress, Route> {
     // The FIB's tos selector compares DSCP bits.
-    let dscp = tos & 0xfc;
+    let dscp = tos & DSCP_MASK;
     let (route_type, nexthop, multipath, route_mtu) = if v6 {
         let flow = Flow {
             dst,
@@ -171,8 +175,10 @@ pub fn fib_lookup(
         match tables.fib6.lookup(&flow, guard) {
             Ok(r) => {
                 let multipath = r.nexthops().len() > 1;
+                // One next hop: the hash cannot change the choice.
+                let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
                 let nh = r
-                    .select_path(flow_hash(src, dst, 0))
+                    .select_path(hash)
                     .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
@@ -191,8 +197,10 @@ pub fn fib_lookup(
         match tables.fib4.lookup(&flow, guard) {
             Ok(r) => {
                 let multipath = r.nexthops().len() > 1;
+                // One next hop: the hash cannot change the choice.
+                let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
                 let nh = r
-                    .select_path(flow_hash(src, dst, 0))
+                    .select_path(hash)
                     .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
@@ -321,7 +329,7 @@ pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> 
 /// The route-cache key of a parsed packet arriving on `iif`: destination, DSCP bits of the
 /// TOS byte / traffic class, ingress interface.
 pub fn flow_key(meta: &Meta, iif: u32) -> FlowKey {
-    let tos = meta.tos & 0xfc;
+    let tos = meta.tos & DSCP_MASK;
     if meta.v6 {
         FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
     } else {

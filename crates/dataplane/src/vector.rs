@@ -3,21 +3,23 @@
 //! back to back and their cache misses overlap instead of queueing one behind the other.
 //!
 //! Stages, in order (each one only over the frames still in it):
-//! 1. parse and validate, link-layer checks ([`Queue::admit`]);
-//! 2. the own-source check (IPv4), behind a filter of the local addresses rebuilt per route
-//!    generation;
-//! 3. route-cache probes;
-//! 4. for the misses: local destinations (the same filter, then the address table), then
-//! 5. FIB lookups, then
-//! 6. egress link and neighbour (memoised per next hop and route generation), then
-//! 7. cache fills;
-//! 8. the fwd policy, only when the fwd direction needs a check (the out policy, after the
-//!    TTL check, is part of stage 9);
-//! 9. in frame order, everything with side effects on the queue (ICMP errors and their token
+//! 1. parse and validate, link-layer checks ([`Queue::admit`]), and the own-source check
+//!    (IPv4) behind a filter of the local addresses rebuilt per route generation;
+//! 2. route-cache probes: the adaptive bypass answers for the whole vector at once
+//!    ([`DstCache::admit_many`](dst_cache::DstCache::admit_many)), so a cache that steps aside
+//!    costs a few steps per vector;
+//! 3. for the misses: local destinations (the same filter, then the address table), then the
+//!    FIB lookups, gathered per family;
+//! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
+//!    does per route, done once per route), then
+//! 5. cache fills (only with a route cache);
+//! 6. the fwd policy, only when the fwd direction needs a check (the out policy, after the
+//!    TTL check, is part of stage 7);
+//! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
-//! 10. the rewrite of every plain transmit (TTL, MACs);
-//! 11. verdicts and counters.
+//! 8. the rewrite of every plain transmit (TTL, MACs);
+//! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
 //! the route cache is probed for the whole vector before any miss is filled (two frames of one
@@ -44,20 +46,16 @@ pub(crate) const VECTOR: usize = 64;
 pub(crate) enum Step {
     /// Decided.
     Done(Verdict),
-    /// Parsed; the own-source check is next.
+    /// Parsed and not an own source: the route cache is next.
     #[default]
-    Source,
-    /// The route cache is next.
     Probe,
     /// A route-cache miss (`token` set) or bypass: the tables decide.
     Miss,
     /// The same key as the missed lane at this index, just before it: takes its answer.
     Same(usize),
-    /// Not a local destination: the FIB is next.
-    Fib,
     /// The FIB chose a unicast next hop (`egress`): its link and neighbour are next.
     Egress,
-    /// Resolved from the tables (`route`): to be stored in the cache.
+    /// Resolved from the tables (`route`) after a cache miss (`token`): to be stored.
     Fill,
     /// The route (`route`) is known.
     Routed,
@@ -76,6 +74,18 @@ pub(crate) struct Lane {
     egress: Egress,
     /// The route, once known.
     route: Route,
+}
+
+impl Lane {
+    /// The step after the tables answered a miss: a fill if the cache asked for one.
+    #[inline]
+    fn resolved(&self) -> Step {
+        if self.token.is_some() {
+            Step::Fill
+        } else {
+            Step::Routed
+        }
+    }
 }
 
 impl Default for Lane {
@@ -107,14 +117,14 @@ impl Queue {
         pool: &mut P,
     ) {
         self.stage_parse(b, frames, lanes);
-        self.stage_source(b, lanes);
         self.stage_probe(b, frames, lanes);
-        stage_local(b, &self.locals, lanes);
-        stage_fib(b, frames, lanes);
+        stage_fib(b, &self.locals, frames, lanes);
         self.stage_egress(b, lanes);
-        self.stage_fill(b, frames, lanes);
+        if self.cache.is_some() {
+            self.stage_fill(b, frames, lanes);
+        }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
-        if b.tables.policies.needs_check(Direction::Fwd) {
+        if b.fwd_policies {
             self.stage_policy(b, lanes);
         }
         self.stage_decide(b, frames, lanes, pool);
@@ -122,39 +132,45 @@ impl Queue {
         self.stage_count(frames, lanes);
     }
 
-    /// Stage 1: Parse and validate, link-layer checks.
+    /// Stage 1: Parse and validate, link-layer checks; then `fib_validate_source`: one of our
+    /// own addresses as the source is a martian (the filter first, the address table only
+    /// for addresses that may be local).
     #[inline(never)]
     fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             lane.step = match self.admit_into(b, frame, &mut lane.meta) {
-                Ok(()) => Step::Source,
+                Ok(()) => {
+                    let m = &lane.meta;
+                    let own = !m.v6
+                        && self.locals.may_be_local(false, m.src)
+                        && route::is_local_dst(b.tables, b.guard, false, m.src);
+                    if own {
+                        Step::Done(Verdict::Drop(DropReason::MartianSource))
+                    } else {
+                        Step::Probe
+                    }
+                }
                 Err(verdict) => Step::Done(verdict),
             };
         }
     }
 
-    /// Stage 2: `fib_validate_source`: one of our own addresses as the source is a martian.
-    #[inline(never)]
-    fn stage_source(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
-        for lane in lanes.iter_mut() {
-            if let Step::Source = lane.step {
-                let m = &lane.meta;
-                let own = !m.v6
-                    && self.locals.may_be_local(false, m.src)
-                    && route::is_local_dst(b.tables, b.guard, false, m.src);
-                lane.step = if own {
-                    Step::Done(Verdict::Drop(DropReason::MartianSource))
-                } else {
-                    Step::Probe
-                };
-            }
-        }
-    }
-
-    /// Stage 3: Route-cache probes; a run of frames with one key costs one probe.
+    /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
+    /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
+    /// probed and the rest go to the tables without a key being built.
     #[inline(never)]
     fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-        let Some(cache) = &mut self.cache else {
+        let mut admitted = match &mut self.cache {
+            Some(cache) => {
+                let wanting = lanes
+                    .iter()
+                    .filter(|l| matches!(l.step, Step::Probe))
+                    .count();
+                cache.admit_many(b.snapshot, wanting)
+            }
+            None => 0,
+        };
+        if admitted == 0 {
             for lane in lanes.iter_mut() {
                 if let Step::Probe = lane.step {
                     lane.token = None;
@@ -162,14 +178,19 @@ impl Queue {
                 }
             }
             return;
+        }
+        let Some(cache) = &mut self.cache else {
+            return;
         };
         let mut previous: Option<(FlowKey, usize)> = None;
         for i in 0..lanes.len() {
             let Step::Probe = lanes[i].step else {
                 continue;
             };
+            let admit = admitted & 1 != 0;
+            admitted >>= 1;
             // Custom rules, or the adaptive bypass: the tables decide, no key is built.
-            if !cache.admit(b.snapshot) {
+            if !admit {
                 lanes[i].token = None;
                 lanes[i].step = Step::Miss;
                 continue;
@@ -217,7 +238,7 @@ impl Queue {
         }
     }
 
-    /// Stage 6: Misses: egress link and neighbour, per next hop.
+    /// Stage 4: Misses: egress link and neighbour, per next hop.
     #[inline(never)]
     fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
@@ -226,12 +247,12 @@ impl Queue {
                 lane.route =
                     self.egress
                         .egress(b.tables, b.guard, generation, lane.meta.v6, &lane.egress);
-                lane.step = Step::Fill;
+                lane.step = lane.resolved();
             }
         }
     }
 
-    /// Stage 7: Cache fills; then repeats of a missed key take its answer, as their probe would have
+    /// Stage 5: Cache fills; then repeats of a missed key take its answer, as their probe would have
     /// after the fill (an answer that could not be cached is looked up again, as the reference
     /// does).
     #[inline(never)]
@@ -262,7 +283,7 @@ impl Queue {
         }
     }
 
-    /// Stage 8: The fwd policy (only called when the fwd direction needs a check). The flow's
+    /// Stage 6: The fwd policy (only called when the fwd direction needs a check). The flow's
     /// interface is the egress one (`flowi_oif` of the forward decode).
     #[inline(never)]
     fn stage_policy(&self, b: &Batch<'_>, lanes: &mut [Lane]) {
@@ -275,7 +296,7 @@ impl Queue {
         }
     }
 
-    /// Stage 9: In frame order: the forwarding checks, and every decision with side effects on the
+    /// Stage 7: In frame order: the forwarding checks, and every decision with side effects on the
     /// queue (ICMP errors, local delivery, hold buffer, fragments); plain transmits go on to
     /// the rewrite.
     #[inline(never)]
@@ -305,9 +326,10 @@ impl Queue {
         }
     }
 
-    /// Stage 11: Verdicts and counters.
+    /// Stage 9: Verdicts and counters (the plain transmits counted at once).
     #[inline(never)]
     fn stage_count(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
+        let mut transmits = 0;
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
             let verdict = match lane.step {
                 Step::Done(verdict) => verdict,
@@ -315,58 +337,72 @@ impl Queue {
                 _ => Verdict::Pending,
             };
             frame.verdict = verdict;
-            self.counters.count(verdict);
+            if let Verdict::Transmit { .. } = verdict {
+                transmits += 1;
+            } else {
+                self.counters.count(verdict);
+            }
         }
+        self.counters.count_transmits(transmits);
     }
 }
 
-/// Stage 4: Misses: local destinations (address table, behind the filter).
+/// Stage 3: Misses: local destinations (address table, behind the filter), then the FIB
+/// lookups of the rest, gathered per family so that they run back to back.
 #[inline(never)]
-fn stage_local(b: &Batch<'_>, locals: &LocalFilter, lanes: &mut [Lane]) {
-    for lane in lanes.iter_mut() {
+fn stage_fib(b: &Batch<'_>, locals: &LocalFilter, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+    let mut v4 = [0u8; VECTOR];
+    let mut v6 = [0u8; VECTOR];
+    let (mut n4, mut n6) = (0, 0);
+    for (i, lane) in lanes.iter_mut().enumerate() {
         if let Step::Miss = lane.step {
             let m = &lane.meta;
             if locals.may_be_local(m.v6, m.dst)
                 && route::is_local_dst(b.tables, b.guard, m.v6, m.dst)
             {
                 lane.route = Route::Local;
-                lane.step = Step::Fill;
+                lane.step = lane.resolved();
+            } else if m.v6 {
+                v6[n6] = i as u8;
+                n6 += 1;
             } else {
-                lane.step = Step::Fib;
+                v4[n4] = i as u8;
+                n4 += 1;
+            }
+        }
+    }
+    fib_lookups(b, frames, lanes, &v4[..n4]);
+    fib_lookups(b, frames, lanes, &v6[..n6]);
+}
+
+/// The FIB lookups of the lanes at `indices` (one family), back to back.
+#[inline(always)]
+fn fib_lookups(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+    for &i in indices {
+        let (frame, lane) = (&frames[usize::from(i)], &mut lanes[usize::from(i)]);
+        let m = &lane.meta;
+        match route::fib_lookup(
+            b.tables,
+            b.guard,
+            m.v6,
+            m.src,
+            m.dst,
+            m.tos & route::DSCP_MASK,
+            frame.ifindex,
+        ) {
+            Ok(egress) => {
+                lane.egress = egress;
+                lane.step = Step::Egress;
+            }
+            Err(route) => {
+                lane.route = route;
+                lane.step = lane.resolved();
             }
         }
     }
 }
 
-/// Stage 5: Misses: FIB lookups, back to back.
-#[inline(never)]
-fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-    for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
-        if let Step::Fib = lane.step {
-            let m = &lane.meta;
-            match route::fib_lookup(
-                b.tables,
-                b.guard,
-                m.v6,
-                m.src,
-                m.dst,
-                m.tos & 0xfc,
-                frame.ifindex,
-            ) {
-                Ok(egress) => {
-                    lane.egress = egress;
-                    lane.step = Step::Egress;
-                }
-                Err(route) => {
-                    lane.route = route;
-                    lane.step = Step::Fill;
-                }
-            }
-        }
-    }
-}
-
-/// Stage 10: Rewrite the plain transmits (TTL / hop limit, MACs).
+/// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
 #[inline(never)]
 fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
