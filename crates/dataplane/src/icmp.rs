@@ -219,7 +219,6 @@ mod tests {
             ip_len: 2000,
             proto,
             l4_offset: 20,
-            ports: None,
             icmp_type,
             fragment: false,
             later_fragment: false,

@@ -38,9 +38,6 @@ pub struct Meta {
     pub proto: u8,
     /// The offset of the upper-layer header from the start of the IP header.
     pub l4_offset: usize,
-    /// The ports (or ICMP type and code) for policy lookups; `None` for fragments and for
-    /// protocols without ports.
-    pub ports: Option<(u16, u16)>,
     /// The ICMP / ICMPv6 type when the upper layer is ICMP and its header is in this packet
     /// (first fragments included).
     pub icmp_type: Option<u8>,
@@ -56,6 +53,31 @@ impl Meta {
     /// The offset of the IP header from the frame's start.
     pub fn l3(&self) -> usize {
         self.l2_len
+    }
+
+    /// The ports (or ICMP type and code) for policy lookups, read from the frame this `Meta`
+    /// was parsed from: `None` for fragments, protocols without ports, or an upper-layer
+    /// header too short to hold them. Read only when a policy lookup needs them (most packets
+    /// meet no policy), not by the parser.
+    ///
+    /// ```
+    /// use dataplane::{Config, parse::parse};
+    /// let mut frame = vec![0u8; 14 + 20 + 8];
+    /// frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    /// frame[14..34].copy_from_slice(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7]);
+    /// let sum = dataplane::wire::checksum::checksum(&frame[14..34]);
+    /// frame[24..26].copy_from_slice(&sum.to_be_bytes());
+    /// frame[34..38].copy_from_slice(&[0x13, 0x88, 0, 53]);
+    /// let meta = parse(&frame, &Config::default())?;
+    /// assert_eq!(meta.ports(&frame), Some((5000, 53)));
+    /// # Ok::<(), dataplane::Verdict>(())
+    /// ```
+    pub fn ports(&self, frame: &[u8]) -> Option<(u16, u16)> {
+        if self.fragment {
+            return None;
+        }
+        let upper = frame.get(self.l2_len + self.l4_offset..self.l2_len + self.ip_len)?;
+        l4::ports(self.proto, upper)
     }
 }
 
@@ -163,7 +185,6 @@ pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), 
     meta.dst_mac = dst_mac;
     meta.src_mac = src_mac;
     // The fields only some packets set.
-    meta.ports = None;
     meta.icmp_type = None;
     meta.dont_frag = false;
     let ip = &frame[l2_len..];
@@ -238,14 +259,8 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
         return Err(Verdict::Drop(DropReason::MartianDestination));
     }
 
-    if !meta.later_fragment {
-        let upper = ip.packet().get(hlen..).unwrap_or_default();
-        if meta.proto == protocol::ICMP {
-            meta.icmp_type = upper.first().copied();
-        }
-        if !meta.fragment {
-            meta.ports = l4::ports(meta.proto, upper);
-        }
+    if !meta.later_fragment && meta.proto == protocol::ICMP {
+        meta.icmp_type = ip.packet().get(hlen).copied();
     }
     Ok(())
 }
@@ -305,9 +320,6 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
         if let Some(133..=137) = meta.icmp_type {
             return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
         }
-    }
-    if !meta.fragment {
-        meta.ports = l4::ports(meta.proto, l4);
     }
     if ipv6::in_prefix(dst, ipv6::LINK_LOCAL) {
         return Err(Verdict::Punt(PuntReason::LinkLocal));

@@ -415,7 +415,7 @@ impl Queue {
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup. The flow's interface is
         // the egress one (`flowi_oif` of the forward decode).
         if b.fwd_policies {
-            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Fwd) {
+            if let Some(verdict) = self.policy(b, meta, frame.bytes(), hop.oif, Direction::Fwd) {
                 return verdict;
             }
         }
@@ -448,7 +448,7 @@ impl Queue {
         }
         // `xfrm_route_forward`: a forwarded packet also meets the out policies.
         if b.out_policies {
-            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Out) {
+            if let Some(verdict) = self.policy(b, meta, frame.bytes(), hop.oif, Direction::Out) {
                 return Err(verdict);
             }
         }
@@ -506,6 +506,7 @@ impl Queue {
         &self,
         b: &Batch<'_>,
         meta: &Meta,
+        packet: &[u8],
         oif: u32,
         dir: Direction,
     ) -> Option<Verdict> {
@@ -517,7 +518,7 @@ impl Queue {
         .proto(meta.proto)
         .ifindex(oif)
         .mark(self.config.policy_mark);
-        let flow = match meta.ports {
+        let flow = match meta.ports(packet) {
             Some((sport, dport)) => flow.ports(sport, dport),
             None => flow,
         };

@@ -125,7 +125,7 @@ impl Queue {
         }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
         if b.fwd_policies {
-            self.stage_policy(b, lanes);
+            self.stage_policy(b, frames, lanes);
         }
         self.stage_decide(b, frames, lanes, pool);
         stage_rewrite(frames, lanes);
@@ -286,10 +286,12 @@ impl Queue {
     /// Stage 6: The fwd policy (only called when the fwd direction needs a check). The flow's
     /// interface is the egress one (`flowi_oif` of the forward decode).
     #[inline(never)]
-    fn stage_policy(&self, b: &Batch<'_>, lanes: &mut [Lane]) {
-        for lane in lanes.iter_mut() {
+    fn stage_policy(&self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             if let (Step::Routed, Route::Forward(hop)) = (lane.step, &lane.route) {
-                if let Some(verdict) = self.policy(b, &lane.meta, hop.oif, Direction::Fwd) {
+                let packet = frame.bytes();
+                if let Some(verdict) = self.policy(b, &lane.meta, packet, hop.oif, Direction::Fwd)
+                {
                     lane.step = Step::Done(verdict);
                 }
             }
