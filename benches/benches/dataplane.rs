@@ -391,10 +391,15 @@ fn instruction_report() -> Option<String> {
          (`dataplane` with the route cache, `off` without). `ceiling / vector` is the share of \
          the vector pipeline's instructions that the ceiling engine needs.\n\n",
     );
-    let mut header = String::from("| family | flows | dataplane | dst-cache-off | scalar | ceiling | ceiling / vector |");
+    let mut header = String::from(
+        "| family | flows | dataplane | dst-cache-off | scalar | ceiling | ceiling / vector |",
+    );
     let mut rule = String::from("|---|---:|---:|---:|---:|---:|---:|");
     for stage in STAGES {
-        header.push_str(&format!(" {} (cache / off) |", stage.trim_start_matches("stage_")));
+        header.push_str(&format!(
+            " {} (cache / off) |",
+            stage.trim_start_matches("stage_")
+        ));
         rule.push_str("---:|");
     }
     report.push_str(&format!("{header}\n{rule}\n"));
@@ -411,7 +416,9 @@ fn instruction_report() -> Option<String> {
             })
             .collect();
         let per_packet = |e: usize, name: &str| {
-            engine_costs[e].get(name).map_or(0.0, |&c| c as f64 / packets)
+            engine_costs[e]
+                .get(name)
+                .map_or(0.0, |&c| c as f64 / packets)
         };
         let totals = [
             per_packet(0, "run_vector"),
@@ -457,7 +464,9 @@ fn inclusive_costs(path: &std::path::Path) -> std::collections::HashMap<String, 
     };
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         let mut words = line.split_whitespace();
-        let Some(count) = words.next().and_then(|w| w.replace(',', "").parse::<u64>().ok())
+        let Some(count) = words
+            .next()
+            .and_then(|w| w.replace(',', "").parse::<u64>().ok())
         else {
             continue;
         };
@@ -465,7 +474,9 @@ fn inclusive_costs(path: &std::path::Path) -> std::collections::HashMap<String, 
             continue;
         };
         let function = function.split_whitespace().next().unwrap_or("");
-        let names = STAGES.iter().chain(&["run_vector", "run_scalar", "run_ceiling"]);
+        let names = STAGES
+            .iter()
+            .chain(&["run_vector", "run_scalar", "run_ceiling"]);
         for name in names {
             if function == *name {
                 let entry = costs.entry((*name).to_owned()).or_insert(0);

@@ -113,11 +113,9 @@ fn parse_l2<'a>(frame: &'a [u8], config: &Config) -> Result<(L2Header<'a>, usize
     }
     match inner {
         ethertype::VLAN | ethertype::QINQ => Err(Verdict::Drop(DropReason::VlanStack)),
-        ethertype::IPV4 | ethertype::IPV6 => Ok((
-            L2Header::Tagged(tagged),
-            ethernet::TAGGED_HEADER_LEN,
-            inner,
-        )),
+        ethertype::IPV4 | ethertype::IPV6 => {
+            Ok((L2Header::Tagged(tagged), ethernet::TAGGED_HEADER_LEN, inner))
+        }
         ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
         _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
     }

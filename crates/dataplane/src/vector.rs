@@ -290,8 +290,7 @@ impl Queue {
         for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             if let (Step::Routed, Route::Forward(hop)) = (lane.step, &lane.route) {
                 let packet = frame.bytes();
-                if let Some(verdict) = self.policy(b, &lane.meta, packet, hop.oif, Direction::Fwd)
-                {
+                if let Some(verdict) = self.policy(b, &lane.meta, packet, hop.oif, Direction::Fwd) {
                     lane.step = Step::Done(verdict);
                 }
             }

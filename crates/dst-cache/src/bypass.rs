@@ -166,10 +166,21 @@ mod tests {
             let (mut one, mut many) = (Bypass::new(config), Bypass::new(config));
             one.mode = Mode::Off;
             many.mode = Mode::Off;
-            for n in [0u32, 1, 2, 5, 63, 64, 7, 64, 1, 33].into_iter().cycle().take(200) {
+            for n in [0u32, 1, 2, 5, 63, 64, 7, 64, 1, 33]
+                .into_iter()
+                .cycle()
+                .take(200)
+            {
                 let expected = (0..n).fold(0u64, |m, i| m | (u64::from(one.admit()) << i));
-                assert_eq!(many.admit_many(n), expected, "probe_every {probe_every}, n {n}");
-                assert_eq!((many.skipped, many.target, many.rng), (one.skipped, one.target, one.rng));
+                assert_eq!(
+                    many.admit_many(n),
+                    expected,
+                    "probe_every {probe_every}, n {n}"
+                );
+                assert_eq!(
+                    (many.skipped, many.target, many.rng),
+                    (one.skipped, one.target, one.rng)
+                );
             }
         }
         let mut on = Bypass::new(small());
