@@ -117,10 +117,10 @@ impl Queue {
         pool: &mut P,
     ) {
         self.stage_parse(b, frames, lanes);
-        self.stage_probe(b, frames, lanes);
+        let fills = self.stage_probe(b, frames, lanes);
         stage_fib(b, &self.locals, frames, lanes);
         self.stage_egress(b, lanes);
-        if self.cache.is_some() {
+        if fills {
             self.stage_fill(b, frames, lanes);
         }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
@@ -157,9 +157,10 @@ impl Queue {
 
     /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
     /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
-    /// probed and the rest go to the tables without a key being built.
+    /// probed and the rest go to the tables without a key being built. Returns whether any
+    /// lane will need the fill stage (a miss to insert, or a repeat of one).
     #[inline(never)]
-    fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+    fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) -> bool {
         let mut admitted = match &mut self.cache {
             Some(cache) => {
                 let wanting = lanes
@@ -177,11 +178,12 @@ impl Queue {
                     lane.step = Step::Miss;
                 }
             }
-            return;
+            return false;
         }
         let Some(cache) = &mut self.cache else {
-            return;
+            return false;
         };
+        let mut fills = false;
         let mut previous: Option<(FlowKey, usize)> = None;
         for i in 0..lanes.len() {
             let Step::Probe = lanes[i].step else {
@@ -211,10 +213,12 @@ impl Queue {
                     }
                     Step::Miss if lanes[j].token.is_some() => {
                         lanes[i].step = Step::Same(j);
+                        fills = true;
                         continue;
                     }
                     Step::Same(first) => {
                         lanes[i].step = Step::Same(first);
+                        fills = true;
                         continue;
                     }
                     _ => {}
@@ -229,6 +233,7 @@ impl Queue {
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
                     lane.step = Step::Miss;
+                    fills = true;
                 }
                 Lookup::Bypass => {
                     lane.token = None;
@@ -236,6 +241,7 @@ impl Queue {
                 }
             }
         }
+        fills
     }
 
     /// Stage 4: Misses: egress link and neighbour, per next hop.
