@@ -6,7 +6,7 @@ use crate::parse::Meta;
 use crate::verdict::IcmpError;
 use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetFrame, ethertype};
-use crate::wire::icmp::IcmpPacket;
+use crate::wire::icmp::{IcmpPacket, v4_type, v6_type};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::protocol;
@@ -33,7 +33,7 @@ pub fn may_send(meta: &Meta) -> bool {
             return true;
         }
         match meta.icmp_type {
-            Some(t) => t >= 128,
+            Some(t) => t >= v6_type::FIRST_INFORMATIONAL,
             None => meta.fragment,
         }
     } else {
@@ -44,7 +44,17 @@ pub fn may_send(meta: &Meta) -> bool {
             return true;
         }
         match meta.icmp_type {
-            Some(t) => t <= 18 && !matches!(t, 3 | 4 | 5 | 11 | 12),
+            Some(t) => {
+                t <= v4_type::LAST_KNOWN
+                    && !matches!(
+                        t,
+                        v4_type::DEST_UNREACHABLE
+                            | v4_type::SOURCE_QUENCH
+                            | v4_type::REDIRECT
+                            | v4_type::TIME_EXCEEDED
+                            | v4_type::PARAMETER_PROBLEM
+                    )
+            }
             None => false,
         }
     }
@@ -168,7 +178,7 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
     } else {
         let mut v4 = Ipv4Packet::new_unchecked(&mut header[..]);
         v4.set_version_header_len(ipv4::HEADER_LEN);
-        v4.set_tos((ip.tos & 0x1e) | 0xc0);
+        v4.set_tos((ip.tos & ipv4::TOS_BITS) | ipv4::PREC_INTERNETWORK_CONTROL);
         v4.set_total_len(ip_len as u16);
         v4.set_ident(ip.ident);
         v4.set_flags_offset(0);

@@ -5,6 +5,7 @@
 use crate::config::{Config, VlanMode};
 use crate::verdict::{DropReason, PuntReason, Verdict};
 use crate::wire::ethernet::{self, EthernetFrame, ethertype};
+use crate::wire::icmp::v6_type;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet, next_header};
 use crate::wire::l4::{self, protocol};
@@ -222,7 +223,7 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     } else {
         checksum::sum(&bytes[..hlen], 0)
     };
-    if checksum::fold(sum) != 0xffff {
+    if checksum::fold(sum) != CHECKSUM_VALID {
         return Err(Verdict::Drop(DropReason::BadChecksum));
     }
     let head = Ipv4Packet::new_unchecked(fixed);
@@ -250,10 +251,10 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     if dst == u32::MAX || (src == 0 && dst == 0) {
         return Err(Verdict::Punt(PuntReason::Broadcast));
     }
-    if src >> 24 == 0 || src >> 24 == 127 {
+    if is_v4_zeronet_or_loopback(src) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if dst >> 24 == 0 || dst >> 24 == 127 {
+    if is_v4_zeronet_or_loopback(dst) {
         return Err(Verdict::Drop(DropReason::MartianDestination));
     }
 
@@ -263,9 +264,24 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     Ok(())
 }
 
+/// 224.0.0.0/4.
 fn is_v4_multicast(addr: u32) -> bool {
-    addr >> 28 == 0xe
+    addr >> 28 == V4_MULTICAST_HIGH_NIBBLE
 }
+
+/// 0.0.0.0/8 ("this network") or 127.0.0.0/8.
+fn is_v4_zeronet_or_loopback(addr: u32) -> bool {
+    matches!(addr >> 24, V4_ZERONET_OCTET | V4_LOOPBACK_OCTET)
+}
+
+/// The first four bits of an IPv4 multicast address (224.0.0.0/4).
+const V4_MULTICAST_HIGH_NIBBLE: u32 = 0xe;
+/// The first octet of 0.0.0.0/8.
+const V4_ZERONET_OCTET: u32 = 0;
+/// The first octet of 127.0.0.0/8.
+const V4_LOOPBACK_OCTET: u32 = 127;
+/// What the ones' complement sum of a valid header folds to.
+const CHECKSUM_VALID: u16 = 0xffff;
 
 /// IPv6 per RFC 8200 and the kernel's `ipv6_rcv` / `ip6_forward`.
 fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
@@ -315,7 +331,7 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     meta.later_fragment = upper.later_fragment;
     if !meta.later_fragment && meta.proto == next_header::ICMPV6 {
         meta.icmp_type = l4.first().copied();
-        if let Some(133..=137) = meta.icmp_type {
+        if let Some(v6_type::ROUTER_SOLICITATION..=v6_type::REDIRECT) = meta.icmp_type {
             return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
         }
     }

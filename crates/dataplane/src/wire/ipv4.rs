@@ -26,6 +26,11 @@ pub const DF: u16 = 0x4000;
 pub const MF: u16 = 0x2000;
 /// The fragment offset bits (in units of 8 bytes) of the flags/offset word.
 pub const OFFSET_MASK: u16 = 0x1fff;
+/// The four TOS bits of RFC 1349 in the TOS byte (between the precedence and the last bit).
+pub const TOS_BITS: u8 = 0x1e;
+/// Precedence "internetwork control" (6) in the TOS byte: what the kernel's ICMP errors carry
+/// (`IPTOS_PREC_INTERNETCONTROL`).
+pub const PREC_INTERNETWORK_CONTROL: u8 = 0xc0;
 
 /// A typed view of an IPv4 packet over any buffer.
 ///
