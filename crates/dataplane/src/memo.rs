@@ -109,7 +109,7 @@ impl LocalFilter {
     }
 }
 
-/// One remembered next hop.
+/// One remembered next hop, with the decision last completed from it.
 #[derive(Clone, Copy, Debug)]
 struct EgressSlot {
     oif: u32,
@@ -118,6 +118,11 @@ struct EgressSlot {
     /// The route generation plus one (0: empty).
     generation: u64,
     answer: Result<LinkAnswer, DropReason>,
+    /// The route's own parts the last decision was completed with, and that decision: a
+    /// route with the same ones gets it without being completed again.
+    route_mtu: Option<u32>,
+    multipath: bool,
+    route: Route,
 }
 
 /// A direct-mapped memo of [`route::egress`]'s table lookups per (interface, next hop), valid
@@ -137,6 +142,9 @@ impl EgressMemo {
             v6: false,
             generation: 0,
             answer: Err(DropReason::NoEgressLink),
+            route_mtu: None,
+            multipath: false,
+            route: Route::Drop(DropReason::NoEgressLink),
         };
         EgressMemo {
             slots: vec![empty; EGRESS_SLOTS].into_boxed_slice(),
@@ -161,26 +169,33 @@ impl EgressMemo {
         let index = (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (EGRESS_SLOTS - 1);
         let tag = generation.wrapping_add(1);
         let slot = &mut self.slots[index];
-        let answer = if slot.generation == tag
+        if slot.generation == tag
             && slot.oif == e.oif
             && slot.next_hop == e.next_hop
             && slot.v6 == v6
         {
-            slot.answer
-        } else {
-            let answer = route::link_answer(tables, guard, v6, e.oif, e.next_hop);
-            if answer.map_or(true, |link| link.dst_mac.is_some()) {
-                *slot = EgressSlot {
-                    oif: e.oif,
-                    next_hop: e.next_hop,
-                    v6,
-                    generation: tag,
-                    answer,
-                };
+            if slot.route_mtu != e.route_mtu || slot.multipath != e.multipath {
+                slot.route = route::complete(e, slot.answer);
+                slot.route_mtu = e.route_mtu;
+                slot.multipath = e.multipath;
             }
-            answer
-        };
-        route::complete(e, answer)
+            return slot.route;
+        }
+        let answer = route::link_answer(tables, guard, v6, e.oif, e.next_hop);
+        let route = route::complete(e, answer);
+        if answer.map_or(true, |link| link.dst_mac.is_some()) {
+            *slot = EgressSlot {
+                oif: e.oif,
+                next_hop: e.next_hop,
+                v6,
+                generation: tag,
+                answer,
+                route_mtu: e.route_mtu,
+                multipath: e.multipath,
+                route,
+            };
+        }
+        route
     }
 }
 
@@ -225,6 +240,56 @@ mod tests {
             .filter(|i| filter.may_be_local(false, a + 1 + i))
             .count();
         assert!(misses < 10, "{misses} false positives in 1000");
+    }
+
+    /// Routes through one next hop share its link and neighbour answer, and each gets the
+    /// decision of its own MTU metric and multipath flag, remembered or not.
+    #[test]
+    fn the_egress_memo_completes_each_route_with_its_own_parts() {
+        use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+        let tables = tables();
+        let guard = crossbeam_epoch::pin();
+        let mut link = Link {
+            mac: Some([2, 0, 0, 0, 0, 2]),
+            mtu: 1500,
+            ..Link::new(2, String::from("eth2"))
+        };
+        link.flags = LinkFlags::UP | LinkFlags::RUNNING;
+        link.oper = OperState::UP;
+        tables.links.upsert(link);
+        let gw = Ipv4Addr::new(192, 0, 2, 1);
+        tables.neigh.upsert(Neighbour::new(
+            2,
+            gw.into(),
+            Some([2, 0, 0, 0, 0, 9]),
+            NudState::REACHABLE,
+        ));
+        let mut memo = EgressMemo::new();
+        let egress = |route_mtu, multipath| Egress {
+            oif: 2,
+            next_hop: u128::from(u32::from(gw)),
+            multipath,
+            route_mtu,
+        };
+        let mtu_of = |route: Route| match route {
+            Route::Forward(hop) => (hop.mtu, hop.multipath, hop.dst_mac),
+            other => panic!("{other:?}"),
+        };
+        for (route_mtu, multipath, expected) in [
+            (None, false, 1500),
+            (None, false, 1500),
+            (Some(1400), false, 1400),
+            (Some(9000), true, 1500),
+            (None, false, 1500),
+        ] {
+            let e = egress(route_mtu, multipath);
+            let route = memo.egress(&tables, &guard, 0, false, &e);
+            assert_eq!(route, route::egress(&tables, &guard, false, &e));
+            assert_eq!(
+                mtu_of(route),
+                (expected, multipath, Some([2, 0, 0, 0, 0, 9]))
+            );
+        }
     }
 
     #[test]
