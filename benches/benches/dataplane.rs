@@ -11,8 +11,8 @@
 //!
 //! Notes in `dataplane.md`; run with `cargo xtask bench dataplane`.
 //!
-//! Instructions per packet (load-independent), in the same run: unless `DATAPLANE_CALLGRIND=0`
-//! or `valgrind` is missing, the bench first runs itself under `valgrind --tool=callgrind` in
+//! Instructions per packet (load-independent), in the same run: in a benchmark run (`--bench`),
+//! unless `DATAPLANE_CALLGRIND=0` or `valgrind` is missing, the bench first runs itself under `valgrind --tool=callgrind` in
 //! count-only mode (below) over every family and number of flows, and writes the instructions
 //! per packet of each engine and of each stage of the vector pipeline to
 //! `$CRITERION_HOME/dataplane-instructions.md` (which `cargo xtask bench dataplane` appends to
@@ -31,6 +31,7 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::wire::ethernet::EthernetFrame;
 use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::ipv6::Ipv6Packet;
 use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
 use fib_trie::{Fib, InsertFlags, NextHop, Route};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
@@ -226,7 +227,7 @@ fn run_ceiling(config: &Config, frames: &mut [Frame<'_>]) {
             Ok(meta) => {
                 let ip = start + meta.l3();
                 if meta.v6 {
-                    f.chunk[ip + 7] -= 1;
+                    Ipv6Packet::new_unchecked(&mut f.chunk[ip..ip + 40]).decrement_hop_limit();
                 } else {
                     Ipv4Packet::new_unchecked(&mut f.chunk[ip..ip + 20]).decrement_ttl();
                 }
@@ -489,7 +490,9 @@ fn inclusive_costs(path: &std::path::Path) -> std::collections::HashMap<String, 
 
 fn per_packet(c: &mut Criterion) {
     let count_only = CountOnly::from_env();
-    let wants_count = std::env::var("DATAPLANE_CALLGRIND").map_or(true, |v| v != "0");
+    // Only in a benchmark run (`cargo bench`, not the harness's test mode), unless turned off.
+    let wants_count = std::env::args().any(|a| a == "--bench")
+        && std::env::var("DATAPLANE_CALLGRIND").map_or(true, |v| v != "0");
     let has_valgrind = std::process::Command::new("valgrind")
         .arg("--version")
         .output()
