@@ -117,11 +117,12 @@ impl Queue {
         pool: &mut P,
     ) {
         self.stage_parse(b, frames, lanes);
-        let fills = self.stage_probe(b, frames, lanes);
+        let mut fill = [0u8; VECTOR];
+        let fills = self.stage_probe(b, frames, lanes, &mut fill);
         stage_fib(b, &self.locals, frames, lanes);
         self.stage_egress(b, lanes);
-        if fills {
-            self.stage_fill(b, frames, lanes);
+        if fills > 0 {
+            self.stage_fill(b, frames, lanes, &fill[..fills]);
         }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
         if b.fwd_policies {
@@ -157,46 +158,39 @@ impl Queue {
 
     /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
     /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
-    /// probed and the rest go to the tables without a key being built. Returns whether any
-    /// lane will need the fill stage (a miss to insert, or a repeat of one).
+    /// probed and the rest go to the tables without a key being built, so a bypassed cache
+    /// costs one pass over the vector and a few steps per probe. Writes the lanes the fill
+    /// stage must visit (misses to insert, repeats of one) into `fill`, in order, and returns
+    /// how many.
     #[inline(never)]
-    fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) -> bool {
-        let mut admitted = match &mut self.cache {
-            Some(cache) => {
-                let wanting = lanes
-                    .iter()
-                    .filter(|l| matches!(l.step, Step::Probe))
-                    .count();
-                cache.admit_many(b.snapshot, wanting)
+    fn stage_probe(
+        &mut self,
+        b: &Batch<'_>,
+        frames: &[Frame<'_>],
+        lanes: &mut [Lane],
+        fill: &mut [u8; VECTOR],
+    ) -> usize {
+        // Every routable lane goes to the tables unless the cache answers it below.
+        let mut probing = [0u8; VECTOR];
+        let mut wanting = 0;
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            if let Step::Probe = lane.step {
+                lane.token = None;
+                lane.step = Step::Miss;
+                probing[wanting] = i as u8;
+                wanting += 1;
             }
-            None => 0,
-        };
-        if admitted == 0 {
-            for lane in lanes.iter_mut() {
-                if let Step::Probe = lane.step {
-                    lane.token = None;
-                    lane.step = Step::Miss;
-                }
-            }
-            return false;
         }
         let Some(cache) = &mut self.cache else {
-            return false;
+            return 0;
         };
-        let mut fills = false;
+        // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
+        let mut admitted = cache.admit_many(b.snapshot, wanting);
+        let mut fills = 0;
         let mut previous: Option<(FlowKey, usize)> = None;
-        for i in 0..lanes.len() {
-            let Step::Probe = lanes[i].step else {
-                continue;
-            };
-            let admit = admitted & 1 != 0;
-            admitted >>= 1;
-            // Custom rules, or the adaptive bypass: the tables decide, no key is built.
-            if !admit {
-                lanes[i].token = None;
-                lanes[i].step = Step::Miss;
-                continue;
-            }
+        while admitted != 0 {
+            let i = usize::from(probing[admitted.trailing_zeros() as usize]);
+            admitted &= admitted - 1;
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
             let repeat = match previous {
                 Some((k, j)) if k == key => Some(j),
@@ -204,24 +198,22 @@ impl Queue {
             };
             previous = Some((key, i));
             if let Some(j) = repeat {
-                match lanes[j].step {
+                let same = match lanes[j].step {
                     Step::Routed => {
                         cache.repeat_hit();
                         lanes[i].route = lanes[j].route;
                         lanes[i].step = Step::Routed;
                         continue;
                     }
-                    Step::Miss if lanes[j].token.is_some() => {
-                        lanes[i].step = Step::Same(j);
-                        fills = true;
-                        continue;
-                    }
-                    Step::Same(first) => {
-                        lanes[i].step = Step::Same(first);
-                        fills = true;
-                        continue;
-                    }
-                    _ => {}
+                    Step::Miss if lanes[j].token.is_some() => Some(j),
+                    Step::Same(first) => Some(first),
+                    _ => None,
+                };
+                if let Some(first) = same {
+                    lanes[i].step = Step::Same(first);
+                    fill[fills] = i as u8;
+                    fills += 1;
+                    continue;
                 }
             }
             let lane = &mut lanes[i];
@@ -232,13 +224,10 @@ impl Queue {
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
-                    lane.step = Step::Miss;
-                    fills = true;
+                    fill[fills] = i as u8;
+                    fills += 1;
                 }
-                Lookup::Bypass => {
-                    lane.token = None;
-                    lane.step = Step::Miss;
-                }
+                Lookup::Bypass => {}
             }
         }
         fills
@@ -258,13 +247,14 @@ impl Queue {
         }
     }
 
-    /// Stage 5: Cache fills; then repeats of a missed key take its answer, as their probe would have
-    /// after the fill (an answer that could not be cached is looked up again, as the reference
-    /// does).
+    /// Stage 5: Cache fills of the lanes the probe stage listed (`fill`, in order); repeats of
+    /// a missed key take its answer, as their probe would have after the fill (an answer that
+    /// could not be cached is looked up again, as the reference does).
     #[inline(never)]
-    fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+    fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], fill: &[u8]) {
         // A repeat's first lane comes before it: already filled when the repeat is reached.
-        for i in 0..lanes.len() {
+        for &i in fill {
+            let i = usize::from(i);
             match lanes[i].step {
                 Step::Fill => {
                     let lane = &mut lanes[i];
