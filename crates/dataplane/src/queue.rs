@@ -622,6 +622,7 @@ impl Queue {
 /// Rewrites a forwarded frame in place: an untagged Ethernet header right before the IP header
 /// (a tag, if any, falls away) with the hop's MACs, TTL / hop limit minus one; `offset` and
 /// `len` then describe the frame to send.
+#[inline]
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l2_len;
     let l2_start = ip_start - L2_LEN;

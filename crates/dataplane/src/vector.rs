@@ -35,6 +35,7 @@ use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
+use crate::wire::ipv6;
 use crate::verdict::{DropReason, Verdict};
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
@@ -310,6 +311,17 @@ impl Queue {
             };
             let meta = &lane.meta;
             lane.step = match &lane.route {
+                // The common case, decided inline: every check of `forward_checks` passes and
+                // the neighbour is known.
+                Route::Forward(hop)
+                    if meta.ttl > 1
+                        && !b.out_policies
+                        && meta.ip_len <= hop.mtu as usize
+                        && hop.dst_mac.is_some()
+                        && !(meta.v6 && ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL)) =>
+                {
+                    Step::Rewrite
+                }
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
                     Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
