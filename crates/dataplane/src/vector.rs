@@ -35,8 +35,8 @@ use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
-use crate::wire::ipv6;
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::ipv6;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
 pub(crate) const VECTOR: usize = 64;
@@ -117,10 +117,12 @@ impl Queue {
         lanes: &mut [Lane],
         pool: &mut P,
     ) {
-        self.stage_parse(b, frames, lanes);
+        // The lanes each stage hands on, in frame order (VPP's next-node frames).
+        let mut routable = [0u8; VECTOR];
+        let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
-        let fills = self.stage_probe(b, frames, lanes, &mut fill);
-        stage_fib(b, &self.locals, frames, lanes);
+        let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        stage_fib(b, &self.locals, frames, lanes, &routable[..routables]);
         self.stage_egress(b, lanes);
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
@@ -137,9 +139,18 @@ impl Queue {
     /// Stage 1: Parse and validate, link-layer checks; then `fib_validate_source`: one of our
     /// own addresses as the source is a martian (the filter first, the address table only
     /// for addresses that may be local).
+    /// Lists the lanes that go on to the route (`Step::Probe`) in `routable`, in order, and
+    /// returns how many.
     #[inline(never)]
-    fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
+    fn stage_parse(
+        &self,
+        b: &mut Batch<'_>,
+        frames: &[Frame<'_>],
+        lanes: &mut [Lane],
+        routable: &mut [u8; VECTOR],
+    ) -> usize {
+        let mut n = 0;
+        for (i, (frame, lane)) in frames.iter().zip(lanes.iter_mut()).enumerate() {
             lane.step = match self.admit_into(b, frame, &mut lane.meta) {
                 Ok(()) => {
                     let m = &lane.meta;
@@ -149,12 +160,15 @@ impl Queue {
                     if own {
                         Step::Done(Verdict::Drop(DropReason::MartianSource))
                     } else {
+                        routable[n] = i as u8;
+                        n += 1;
                         Step::Probe
                     }
                 }
                 Err(verdict) => Step::Done(verdict),
             };
         }
+        n
     }
 
     /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
@@ -169,28 +183,24 @@ impl Queue {
         b: &Batch<'_>,
         frames: &[Frame<'_>],
         lanes: &mut [Lane],
+        routable: &[u8],
         fill: &mut [u8; VECTOR],
     ) -> usize {
         // Every routable lane goes to the tables unless the cache answers it below.
-        let mut probing = [0u8; VECTOR];
-        let mut wanting = 0;
-        for (i, lane) in lanes.iter_mut().enumerate() {
-            if let Step::Probe = lane.step {
-                lane.token = None;
-                lane.step = Step::Miss;
-                probing[wanting] = i as u8;
-                wanting += 1;
-            }
+        for &i in routable {
+            let lane = &mut lanes[usize::from(i)];
+            lane.token = None;
+            lane.step = Step::Miss;
         }
         let Some(cache) = &mut self.cache else {
             return 0;
         };
         // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
-        let mut admitted = cache.admit_many(b.snapshot, wanting);
+        let mut admitted = cache.admit_many(b.snapshot, routable.len());
         let mut fills = 0;
         let mut previous: Option<(FlowKey, usize)> = None;
         while admitted != 0 {
-            let i = usize::from(probing[admitted.trailing_zeros() as usize]);
+            let i = usize::from(routable[admitted.trailing_zeros() as usize]);
             admitted &= admitted - 1;
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
             let repeat = match previous {
@@ -356,14 +366,22 @@ impl Queue {
     }
 }
 
-/// Stage 3: Misses: local destinations (address table, behind the filter), then the FIB
-/// lookups of the rest, gathered per family so that they run back to back.
+/// Stage 3: Misses (among the `routable` lanes): local destinations (address table, behind
+/// the filter), then the FIB lookups of the rest, gathered per family so that they run back
+/// to back.
 #[inline(never)]
-fn stage_fib(b: &Batch<'_>, locals: &LocalFilter, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+fn stage_fib(
+    b: &Batch<'_>,
+    locals: &LocalFilter,
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    routable: &[u8],
+) {
     let mut v4 = [0u8; VECTOR];
     let mut v6 = [0u8; VECTOR];
     let (mut n4, mut n6) = (0, 0);
-    for (i, lane) in lanes.iter_mut().enumerate() {
+    for &i in routable {
+        let lane = &mut lanes[usize::from(i)];
         if let Step::Miss = lane.step {
             let m = &lane.meta;
             if locals.may_be_local(m.v6, m.dst)
@@ -372,10 +390,10 @@ fn stage_fib(b: &Batch<'_>, locals: &LocalFilter, frames: &[Frame<'_>], lanes: &
                 lane.route = Route::Local;
                 lane.step = lane.resolved();
             } else if m.v6 {
-                v6[n6] = i as u8;
+                v6[n6] = i;
                 n6 += 1;
             } else {
-                v4[n4] = i as u8;
+                v4[n4] = i;
                 n4 += 1;
             }
         }
