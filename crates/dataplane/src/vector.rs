@@ -78,6 +78,21 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
+    /// Takes the FIB's answer: a unicast next hop for the egress stage, or the decision.
+    #[inline]
+    fn take_fib_answer(&mut self, answer: Result<Egress, Route>) {
+        match answer {
+            Ok(egress) => {
+                self.egress = egress;
+                self.step = Step::Egress;
+            }
+            Err(route) => {
+                self.route = route;
+                self.step = self.resolved();
+            }
+        }
+    }
+
     /// The step after the tables answered a miss: a fill if the cache asked for one.
     #[inline]
     fn resolved(&self) -> Step {
@@ -398,35 +413,54 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups(b, frames, lanes, &v4[..n4]);
-    fib_lookups(b, frames, lanes, &v6[..n6]);
+    fib_lookups_v4(b, frames, lanes, &v4[..n4]);
+    fib_lookups_v6(b, frames, lanes, &v6[..n6]);
 }
 
-/// The FIB lookups of the lanes at `indices` (one family), back to back.
+/// The IPv4 FIB lookups of the lanes at `indices`, as one batch (`Fib::lookup_batch`: the
+/// walks overlap their cache misses).
 #[inline(always)]
-fn fib_lookups(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
-    for &i in indices {
-        let (frame, lane) = (&frames[usize::from(i)], &mut lanes[usize::from(i)]);
-        let m = &lane.meta;
-        match route::fib_lookup(
-            b.tables,
-            b.guard,
-            m.v6,
-            m.src,
-            m.dst,
-            m.tos & route::DSCP_MASK,
-            frame.ifindex,
-        ) {
-            Ok(egress) => {
-                lane.egress = egress;
-                lane.step = Step::Egress;
-            }
-            Err(route) => {
-                lane.route = route;
-                lane.step = lane.resolved();
-            }
-        }
+fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+    if indices.is_empty() {
+        return;
     }
+    let mut flows = [fib_trie::Flow::to(0u32); VECTOR];
+    for (flow, &i) in flows.iter_mut().zip(indices) {
+        let m = &lanes[usize::from(i)].meta;
+        *flow = route::fib_flow(
+            m.src as u32,
+            m.dst as u32,
+            m.tos,
+            frames[usize::from(i)].ifindex,
+        );
+    }
+    b.tables
+        .fib4
+        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
+            let lane = &mut lanes[usize::from(indices[k])];
+            let answer = route::fib_answer(result, lane.meta.src, lane.meta.dst, u128::from);
+            lane.take_fib_answer(answer);
+        });
+}
+
+/// The IPv6 FIB lookups of the lanes at `indices`, as one batch.
+#[inline(always)]
+fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+    if indices.is_empty() {
+        return;
+    }
+    let mut flows = [fib_trie::Flow::to(0u128); VECTOR];
+    for (flow, &i) in flows.iter_mut().zip(indices) {
+        let m = &lanes[usize::from(i)].meta;
+        *flow = route::fib_flow(m.src, m.dst, m.tos, frames[usize::from(i)].ifindex);
+    }
+    b.tables
+        .fib6
+        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
+            let lane = &mut lanes[usize::from(indices[k])];
+            let answer = route::fib_answer(result, lane.meta.src, lane.meta.dst, |gw: u128| gw);
+            lane.take_fib_answer(answer);
+        });
 }
 
 /// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
