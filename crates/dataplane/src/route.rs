@@ -5,11 +5,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
-use fib_trie::{Flow, LookupError, RouteType, Scope};
+use fib_trie::{FibResult, Flow, LookupError, RouteType, Scope, TrieKey};
 
 use crate::Tables;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
+
+/// The DSCP bits of the IPv4 TOS byte or the IPv6 traffic class (the two ECN bits cleared):
+/// what the FIB's `tos` selector and the route cache's key compare.
+pub const DSCP_MASK: u8 = 0xfc;
 
 /// Where a forwarded packet goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -156,50 +160,41 @@ pub fn fib_lookup(
     tos: u8,
     iif: u32,
 ) -> Result<Egress, Route> {
-    // The FIB's tos selector compares DSCP bits.
-    let dscp = tos & 0xfc;
-    let (route_type, nexthop, multipath, route_mtu) = if v6 {
-        let flow = Flow {
-            dst,
-            src,
-            tos: dscp,
-            iif,
-            oif: 0,
-            mark: 0,
-            scope: Scope::UNIVERSE,
-        };
-        match tables.fib6.lookup(&flow, guard) {
-            Ok(r) => {
-                let multipath = r.nexthops().len() > 1;
-                let nh = r
-                    .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
-                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
-            }
-            Err(e) => return Err(Route::Reject(e.into())),
-        }
+    if v6 {
+        let flow = fib_flow(src, dst, tos, iif);
+        fib_answer(tables.fib6.lookup(&flow, guard), src, dst, |gw: u128| gw)
     } else {
-        let flow = Flow {
-            dst: dst as u32,
-            src: src as u32,
-            tos: dscp,
-            iif,
-            oif: 0,
-            mark: 0,
-            scope: Scope::UNIVERSE,
-        };
-        match tables.fib4.lookup(&flow, guard) {
-            Ok(r) => {
-                let multipath = r.nexthops().len() > 1;
-                let nh = r
-                    .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
-                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
-            }
-            Err(e) => return Err(Route::Reject(e.into())),
-        }
-    };
-    match route_type {
+        let flow = fib_flow(src as u32, dst as u32, tos, iif);
+        fib_answer(tables.fib4.lookup(&flow, guard), src, dst, u128::from)
+    }
+}
+
+/// The FIB flow of an input route lookup (the TOS's DSCP bits, the ingress interface).
+#[inline]
+pub(crate) fn fib_flow<K>(src: K, dst: K, tos: u8, iif: u32) -> Flow<K> {
+    Flow {
+        dst,
+        src,
+        // The FIB's tos selector compares DSCP bits.
+        tos: tos & DSCP_MASK,
+        iif,
+        oif: 0,
+        mark: 0,
+        scope: Scope::UNIVERSE,
+    }
+}
+
+/// The second half of [`fib_lookup`]: the decision of the FIB's answer for a packet from `src`
+/// to `dst` (the pipeline's `u128` form), with `widen` turning a gateway into that form.
+#[inline]
+pub(crate) fn fib_answer<K: TrieKey>(
+    result: Result<FibResult<'_, K>, LookupError>,
+    src: u128,
+    dst: u128,
+    widen: impl Fn(K) -> u128,
+) -> Result<Egress, Route> {
+    let r = result.map_err(|e| Route::Reject(e.into()))?;
+    match r.route_type() {
         RouteType::Unicast => {}
         RouteType::Local | RouteType::Anycast => return Err(Route::Local),
         RouteType::Broadcast => return Err(Route::Punt(PuntReason::Broadcast)),
@@ -210,14 +205,17 @@ pub fn fib_lookup(
         RouteType::Throw => return Err(Route::Reject(Reject::NoRoute)),
         RouteType::Kernel => return Err(Route::Punt(PuntReason::KernelRoute)),
     }
-    let Some((oif, next_hop)) = nexthop else {
+    let multipath = r.nexthops().len() > 1;
+    // One next hop: the hash cannot change the choice.
+    let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
+    let Some(nh) = r.select_path(hash) else {
         return Err(Route::Reject(Reject::NoRoute));
     };
     Ok(Egress {
-        oif,
-        next_hop,
+        oif: nh.ifindex,
+        next_hop: nh.gateway.map_or(dst, widen),
         multipath,
-        route_mtu,
+        route_mtu: r.alias.info.metrics.mtu(),
     })
 }
 
@@ -321,7 +319,7 @@ pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> 
 /// The route-cache key of a parsed packet arriving on `iif`: destination, DSCP bits of the
 /// TOS byte / traffic class, ingress interface.
 pub fn flow_key(meta: &Meta, iif: u32) -> FlowKey {
-    let tos = meta.tos & 0xfc;
+    let tos = meta.tos & DSCP_MASK;
     if meta.v6 {
         FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
     } else {

@@ -1175,3 +1175,75 @@ fn egress_on_an_interface_not_served_is_punted_unchanged() {
     let o = run_on(&mut queue, &fx, &frame, 256, 0);
     assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
 }
+
+/// A policy selecting ports sees the frame's ports (read only when a policy lookup needs them),
+/// the ICMP type and code in their place, and none for fragments; the vector pipeline and the
+/// reference agree.
+#[test]
+fn policies_select_by_ports_and_icmp_type() {
+    use policy_tree::{Action, Direction, PolicySpec, PortMatch, Selector};
+    let fx = fixture();
+    let sel = |d: &str| Selector::new("0.0.0.0/0".parse().unwrap(), d.parse().unwrap()).unwrap();
+    let p = &fx.tables.policies;
+    p.add(
+        PolicySpec::new(
+            sel("8.8.8.0/24").proto(17).dport(PortMatch::exact(53)),
+            Direction::Fwd,
+        )
+        .action(Action::Block),
+    )
+    .unwrap();
+    // ICMP: the type sits in the source port, the code in the destination port.
+    p.add(
+        PolicySpec::new(
+            sel("8.8.8.0/24").proto(1).sport(PortMatch::exact(8)),
+            Direction::Fwd,
+        )
+        .action(Action::Block),
+    )
+    .unwrap();
+    fx.tables.generation.bump();
+    let echo = {
+        let mut out = Vec::new();
+        PacketBuilder::ethernet2(HOST_MAC, IN_MAC)
+            .ipv4(HOST4, [8, 8, 8, 8], 64)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut out, &[0; 8])
+            .unwrap();
+        out
+    };
+    let mut first_fragment = udp4(HOST4, [8, 8, 8, 8], 64, 53, 40);
+    patch4(&mut first_fragment, |h| {
+        h.more_fragments = true;
+        h.dont_fragment = false;
+    });
+    let cases = [
+        (
+            udp4(HOST4, [8, 8, 8, 8], 64, 53, 0),
+            Verdict::Drop(DropReason::PolicyBlock),
+        ),
+        (
+            udp4(HOST4, [8, 8, 8, 8], 64, 4789, 0),
+            Verdict::Transmit { ifindex: OUT },
+        ),
+        (echo, Verdict::Drop(DropReason::PolicyBlock)),
+        // A fragment carries no ports for the selector: the port policy does not match.
+        (first_fragment, Verdict::Transmit { ifindex: OUT }),
+    ];
+    for (frame, expected) in cases {
+        for vector in [true, false] {
+            let mut queue = Queue::new(Config::default()).unwrap();
+            let mut chunk = vec![0u8; 2048];
+            chunk[256..256 + frame.len()].copy_from_slice(&frame);
+            let mut frames = [Frame::new(&mut chunk, 256, frame.len(), IN)];
+            let mut pool = HeapPool::new(2048, 4);
+            let guard = crossbeam_epoch::pin();
+            if vector {
+                queue.process_batch(&fx.tables, &guard, 0, &mut frames, &mut pool);
+            } else {
+                queue.process_batch_reference(&fx.tables, &guard, 0, &mut frames, &mut pool);
+            }
+            assert_eq!(frames[0].verdict, expected, "vector {vector}: {frame:02x?}");
+        }
+    }
+}
