@@ -150,9 +150,9 @@ impl EgressMemo {
         tables: &Tables,
         guard: &Guard,
         generation: u64,
-        v6: bool,
         e: &Egress,
     ) -> Route {
+        let v6 = e.next_hop_v6;
         if let Some(punt) = route::unserved(tables, e.oif) {
             return punt;
         }

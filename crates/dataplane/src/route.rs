@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
-use fib_trie::{Flow, LookupError, RouteType, Scope};
+use fib_trie::{Flow, Gateway, LookupError, RouteType, Scope};
 
 use crate::Tables;
 use crate::parse::Meta;
@@ -19,6 +19,9 @@ pub struct Hop {
     /// The next hop's address: the gateway, or the destination itself on a connected route
     /// (an IPv4 address in the low 32 bits).
     pub next_hop: u128,
+    /// Whether `next_hop` is an IPv6 address, resolved with ND: always for IPv6 packets, and
+    /// for IPv4 packets on a route `via inet6` (RFC 8950, BGP unnumbered).
+    pub next_hop_v6: bool,
     /// The egress interface's MAC address.
     pub src_mac: [u8; 6],
     /// The next hop's MAC address, when the neighbour is usable.
@@ -117,7 +120,7 @@ pub fn resolve(
         return Route::Local;
     }
     match fib_lookup(tables, guard, v6, src, dst, tos, iif) {
-        Ok(hop) => egress(tables, guard, v6, &hop),
+        Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
     }
 }
@@ -171,9 +174,13 @@ pub fn fib_lookup(
         match tables.fib6.lookup(&flow, guard) {
             Ok(r) => {
                 let multipath = r.nexthops().len() > 1;
-                let nh = r
-                    .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
+                let nh = r.select_path(flow_hash(src, dst, 0)).map(|nh| {
+                    let gateway = match nh.gateway {
+                        Some(Gateway::Same(g) | Gateway::Inet6(g)) => g,
+                        None => dst,
+                    };
+                    (nh.ifindex, gateway, true)
+                });
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
             Err(e) => return Err(Route::Reject(e.into())),
@@ -191,9 +198,14 @@ pub fn fib_lookup(
         match tables.fib4.lookup(&flow, guard) {
             Ok(r) => {
                 let multipath = r.nexthops().len() > 1;
+                // An IPv6 gateway (`via inet6`): the neighbour is the IPv6 one.
                 let nh = r
                     .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
+                    .map(|nh| match nh.gateway {
+                        Some(Gateway::Inet6(g)) => (nh.ifindex, g, true),
+                        Some(Gateway::Same(g)) => (nh.ifindex, u128::from(g), false),
+                        None => (nh.ifindex, dst, false),
+                    });
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
             Err(e) => return Err(Route::Reject(e.into())),
@@ -210,12 +222,13 @@ pub fn fib_lookup(
         RouteType::Throw => return Err(Route::Reject(Reject::NoRoute)),
         RouteType::Kernel => return Err(Route::Punt(PuntReason::KernelRoute)),
     }
-    let Some((oif, next_hop)) = nexthop else {
+    let Some((oif, next_hop, next_hop_v6)) = nexthop else {
         return Err(Route::Reject(Reject::NoRoute));
     };
     Ok(Egress {
         oif,
         next_hop,
+        next_hop_v6,
         multipath,
         route_mtu,
     })
@@ -228,6 +241,8 @@ pub struct Egress {
     pub oif: u32,
     /// The gateway, or the destination on a connected route.
     pub next_hop: u128,
+    /// Whether `next_hop` is an IPv6 address ([`Hop::next_hop_v6`]).
+    pub next_hop_v6: bool,
     /// The route had several next hops.
     pub multipath: bool,
     /// The route's `mtu` metric, if set.
@@ -235,12 +250,15 @@ pub struct Egress {
 }
 
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
-/// usable.
-pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
+/// usable (the neighbour of the next hop's family: ND for an IPv6 gateway of an IPv4 route).
+pub fn egress(tables: &Tables, guard: &Guard, e: &Egress) -> Route {
     if let Some(punt) = unserved(tables, e.oif) {
         return punt;
     }
-    complete(e, link_answer(tables, guard, v6, e.oif, e.next_hop))
+    complete(
+        e,
+        link_answer(tables, guard, e.next_hop_v6, e.oif, e.next_hop),
+    )
 }
 
 /// Out of an interface the pipeline does not serve ([`Tables::served`]): the kernel forwards
@@ -266,7 +284,7 @@ pub struct LinkAnswer {
 }
 
 /// What the link and neighbour tables say about a next hop: the link's MAC and MTU and the
-/// neighbour's usable MAC, or why the link cannot be used.
+/// neighbour's usable MAC, or why the link cannot be used. `v6` is the next hop's family.
 ///
 /// # Errors
 /// [`DropReason::NoEgressLink`], [`DropReason::EgressDown`], [`DropReason::EgressNotEthernet`].
@@ -301,6 +319,7 @@ pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
         Ok(link) => Route::Forward(Hop {
             oif: e.oif,
             next_hop: e.next_hop,
+            next_hop_v6: e.next_hop_v6,
             src_mac: link.src_mac,
             dst_mac: link.dst_mac,
             mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),

@@ -87,6 +87,7 @@ impl Default for Lane {
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
+                next_hop_v6: false,
                 multipath: false,
                 route_mtu: None,
             },
@@ -223,9 +224,9 @@ impl Queue {
         let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Egress = lane.step {
-                lane.route =
-                    self.egress
-                        .egress(b.tables, b.guard, generation, lane.meta.v6, &lane.egress);
+                lane.route = self
+                    .egress
+                    .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = Step::Fill;
             }
         }
