@@ -6,6 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
 use fib_trie::{Flow, Gateway, LookupError, RouteType, Scope};
+use neigh_table::Ingress;
 
 use crate::Tables;
 use crate::parse::Meta;
@@ -183,7 +184,11 @@ pub fn fib_lookup(
                 });
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
-            Err(e) => return Err(Route::Reject(e.into())),
+            Err(e) => {
+                return Err(
+                    refused_ingress(tables, guard, v6, iif).unwrap_or(Route::Reject(e.into()))
+                );
+            }
         }
     } else {
         let flow = Flow {
@@ -208,9 +213,18 @@ pub fn fib_lookup(
                     });
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
-            Err(e) => return Err(Route::Reject(e.into())),
+            Err(e) => {
+                return Err(
+                    refused_ingress(tables, guard, v6, iif).unwrap_or(Route::Reject(e.into()))
+                );
+            }
         }
     };
+    if !matches!(route_type, RouteType::Local | RouteType::Anycast) {
+        if let Some(punt) = refused_ingress(tables, guard, v6, iif) {
+            return Err(punt);
+        }
+    }
     match route_type {
         RouteType::Unicast => {}
         RouteType::Local | RouteType::Anycast => return Err(Route::Local),
@@ -232,6 +246,21 @@ pub fn fib_lookup(
         multipath,
         route_mtu,
     })
+}
+
+/// A packet not for this host arriving on `iif`: the kernel's, when the device's switches
+/// say the kernel would not forward it (`forwarding` off: `ip_route_input_slow` answers "host
+/// unreachable" whatever the route) or would validate its source (`rp_filter`), or when they
+/// are not known.
+#[inline]
+pub fn refused_ingress(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> Option<Route> {
+    let reason = match tables.devconf.ingress(iif, v6, guard) {
+        Ingress::Forward => return None,
+        Ingress::ForwardingOff => PuntReason::ForwardingOff,
+        Ingress::RpFilter => PuntReason::RpFilter,
+        Ingress::Unknown => PuntReason::IngressConf,
+    };
+    Some(Route::Punt(reason))
 }
 
 /// What a route chose, for [`egress`] to complete.

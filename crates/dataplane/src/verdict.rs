@@ -131,6 +131,15 @@ reasons! {
         /// The route leaves through an interface the pipeline does not transmit on (not in
         /// the forwarder's `--iface`): the kernel forwards the packet.
         UnservedEgress = "unserved_egress",
+        /// Forwarding is off for the packet's family on its ingress device
+        /// (`net.ipv4.conf.DEV.forwarding`, `net.ipv6.conf.all.forwarding`): the kernel answers
+        /// as it does then (ICMP host unreachable, or a drop).
+        ForwardingOff = "forwarding_off",
+        /// Reverse-path filtering (`rp_filter`, strict or loose) is on for the ingress device:
+        /// the kernel validates the source.
+        RpFilter = "rp_filter",
+        /// The ingress device's forwarding switches are not known (yet): the kernel decides.
+        IngressConf = "ingress_conf",
     }
 }
 

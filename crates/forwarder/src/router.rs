@@ -255,6 +255,7 @@ pub fn pipeline(
         generation: m.generation.clone(),
         sock_netns,
         served: Some(served.into()),
+        devconf: m.devconf.clone(),
     };
     let board = CounterBoard::default();
     let resolver = mirror.resolver();

@@ -246,8 +246,21 @@ fn get<K: IpKey>(
         mark: sel.mark,
         scope: Scope::UNIVERSE,
     };
-    let r: FibResult<'_, K> = fib.lookup(&flow, guard).map_err(CliError::Lookup)?;
     let v6 = K::FAMILY == libc::AF_INET6 as u8;
+    // An IPv4 input route on a device with forwarding off: the kernel answers "No route to
+    // host" for whatever is not local or broadcast (`ip_route_input_slow`). IPv6 routes
+    // input as usual and drops in `ip6_forward`, so `route get` shows the route.
+    let forwarding_off = !v6
+        && iif.is_some_and(|i| {
+            t.devconf.ingress(i, false, guard) == neigh_table::Ingress::ForwardingOff
+        });
+    let r: FibResult<'_, K> = match fib.lookup(&flow, guard) {
+        Err(_) if forwarding_off => return Err(CliError::Lookup(LookupError::Unreachable)),
+        r => r.map_err(CliError::Lookup)?,
+    };
+    if forwarding_off && !matches!(r.route_type(), RouteType::Local | RouteType::Broadcast) {
+        return Err(CliError::Lookup(LookupError::Unreachable));
+    }
     let rtype = r.route_type();
     let hop: Option<&NextHop<K>> = if r.nexthops().len() > 1 {
         r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
