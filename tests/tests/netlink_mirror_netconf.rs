@@ -84,12 +84,12 @@ fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
 
     // rp_filter: the device's, or `all`'s, whichever is larger.
     sysctl(&ns, "ipv4/conf/d1/rp_filter", "1");
-    wait_ingress(&live, "d1", false, Ingress::RpFilter);
+    wait_ingress(&live, "d1", false, Ingress::RpFilter { strict: true });
     wait_ingress(&live, "d0", false, Ingress::Forward);
     sysctl(&ns, "ipv4/conf/d1/rp_filter", "0");
     wait_ingress(&live, "d1", false, Ingress::Forward);
     sysctl(&ns, "ipv4/conf/all/rp_filter", "2");
-    wait_ingress(&live, "d0", false, Ingress::RpFilter);
+    wait_ingress(&live, "d0", false, Ingress::RpFilter { strict: false });
     wait_ingress(&live, "d0", true, Ingress::Forward);
     sysctl(&ns, "ipv4/conf/all/rp_filter", "0");
     wait_ingress(&live, "d0", false, Ingress::Forward);

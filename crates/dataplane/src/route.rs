@@ -33,6 +33,9 @@ pub struct Hop {
     pub mtu: u32,
     /// The route had several next hops (the choice depends on the flow: never cached).
     pub multipath: bool,
+    /// The source passed reverse-path filtering (`rp_filter` on the ingress device): the
+    /// decision depends on the source, so it is never cached.
+    pub source_checked: bool,
 }
 
 /// Why a route refuses a packet.
@@ -67,8 +70,8 @@ pub enum Route {
 impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {
-            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath,
-            Route::Punt(_) => false,
+            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
+            Route::Punt(_) | Route::Drop(DropReason::RpFilter) => false,
             Route::Local | Route::Reject(_) | Route::Drop(_) => true,
         }
     }
@@ -184,11 +187,7 @@ pub fn fib_lookup(
                 });
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
-            Err(e) => {
-                return Err(
-                    refused_ingress(tables, guard, v6, iif).unwrap_or(Route::Reject(e.into()))
-                );
-            }
+            Err(e) => return Err(Route::Reject(e.into())),
         }
     } else {
         let flow = Flow {
@@ -214,15 +213,21 @@ pub fn fib_lookup(
                 (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
             }
             Err(e) => {
-                return Err(
-                    refused_ingress(tables, guard, v6, iif).unwrap_or(Route::Reject(e.into()))
-                );
+                return Err(refused_lookup(tables, guard, iif).unwrap_or(Route::Reject(e.into())));
             }
         }
     };
+    let mut source_checked = false;
     if !matches!(route_type, RouteType::Local | RouteType::Anycast) {
-        if let Some(punt) = refused_ingress(tables, guard, v6, iif) {
-            return Err(punt);
+        match ingress_check(tables, guard, v6, iif) {
+            IngressCheck::Pass => {}
+            IngressCheck::Refused(route) => return Err(route),
+            IngressCheck::ValidateSource { strict } => {
+                if !source_valid(tables, guard, src, dst, dscp, iif, strict) {
+                    return Err(Route::Drop(DropReason::RpFilter));
+                }
+                source_checked = true;
+            }
         }
     }
     match route_type {
@@ -245,22 +250,94 @@ pub fn fib_lookup(
         next_hop_v6,
         multipath,
         route_mtu,
+        source_checked,
     })
 }
 
-/// A packet not for this host arriving on `iif`: the kernel's, when the device's switches
-/// say the kernel would not forward it (`forwarding` off: `ip_route_input_slow` answers "host
-/// unreachable" whatever the route) or would validate its source (`rp_filter`), or when they
-/// are not known.
-#[inline]
-pub fn refused_ingress(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> Option<Route> {
-    let reason = match tables.devconf.ingress(iif, v6, guard) {
-        Ingress::Forward => return None,
-        Ingress::ForwardingOff => PuntReason::ForwardingOff,
-        Ingress::RpFilter => PuntReason::RpFilter,
-        Ingress::Unknown => PuntReason::IngressConf,
+/// What the ingress device's switches say about a packet not for this host.
+enum IngressCheck {
+    /// Forward as the route says.
+    Pass,
+    /// The kernel's verdict instead of the route's.
+    Refused(Route),
+    /// Forward if the source passes reverse-path filtering.
+    ValidateSource {
+        /// Strict (`rp_filter` 1) rather than loose (2).
+        strict: bool,
+    },
+}
+
+/// The kernel's verdicts for a packet not for this host arriving on `iif`: with `forwarding`
+/// off, IPv4 answers "host unreachable" whatever the route (`ip_route_input_slow`) and IPv6
+/// drops (`ip6_forward`); with `rp_filter` on, the source is validated; switches not known
+/// (yet): the kernel decides.
+fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressCheck {
+    match tables.devconf.ingress(iif, v6, guard) {
+        Ingress::Forward => IngressCheck::Pass,
+        Ingress::ForwardingOff if v6 => {
+            IngressCheck::Refused(Route::Drop(DropReason::ForwardingOff))
+        }
+        Ingress::ForwardingOff => IngressCheck::Refused(Route::Reject(Reject::Unreachable)),
+        Ingress::RpFilter { strict } => IngressCheck::ValidateSource { strict },
+        Ingress::Unknown => IngressCheck::Refused(Route::Punt(PuntReason::IngressConf)),
+    }
+}
+
+/// The verdict for an IPv4 destination without a route (or with a reject route) arriving on
+/// `iif`, when the ingress device's switches change it: forwarding off makes every lookup
+/// failure "host unreachable"; unknown switches leave it to the kernel.
+fn refused_lookup(tables: &Tables, guard: &Guard, iif: u32) -> Option<Route> {
+    match ingress_check(tables, guard, false, iif) {
+        IngressCheck::Refused(route) => Some(route),
+        IngressCheck::Pass | IngressCheck::ValidateSource { .. } => None,
+    }
+}
+
+/// Reverse-path filtering of an IPv4 source (`fib_validate_source`): the route back to `src`
+/// (a lookup of `src` from `dst`) must be unicast and, when `strict`, use the ingress device
+/// `iif` among its next hops.
+///
+/// ```
+/// use dataplane::route::source_valid;
+/// use dataplane::Tables;
+/// use fib_trie::{InsertFlags, NextHop, Route};
+/// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+///
+/// let (sockets, mut w) = SockTable::new(TableConfig::default())?;
+/// let ns = w.add_netns(NetnsConfig::default())?;
+/// let t = Tables::new(addr_table::NetnsId(1), sockets, ns);
+/// t.fib4.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(None, 1)]), InsertFlags::ADD)?;
+/// let g = crossbeam_epoch::pin();
+/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 1, true));
+/// assert!(!source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), "strict: via 1");
+/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, false), "loose");
+/// assert!(!source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), "no route back");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn source_valid(
+    tables: &Tables,
+    guard: &Guard,
+    src: u128,
+    dst: u128,
+    dscp: u8,
+    iif: u32,
+    strict: bool,
+) -> bool {
+    let flow = Flow {
+        dst: src as u32,
+        src: dst as u32,
+        tos: dscp,
+        iif: 0,
+        oif: 0,
+        mark: 0,
+        scope: Scope::UNIVERSE,
     };
-    Some(Route::Punt(reason))
+    match tables.fib4.lookup(&flow, guard) {
+        Ok(r) if r.route_type() == RouteType::Unicast => {
+            !strict || r.nexthops().iter().any(|h| h.ifindex == iif)
+        }
+        _ => false,
+    }
 }
 
 /// What a route chose, for [`egress`] to complete.
@@ -276,6 +353,8 @@ pub struct Egress {
     pub multipath: bool,
     /// The route's `mtu` metric, if set.
     pub route_mtu: Option<u32>,
+    /// The source passed reverse-path filtering ([`Hop::source_checked`]).
+    pub source_checked: bool,
 }
 
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
@@ -353,6 +432,7 @@ pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
             dst_mac: link.dst_mac,
             mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
             multipath: e.multipath,
+            source_checked: e.source_checked,
         }),
         Err(reason) => Route::Drop(reason),
     }

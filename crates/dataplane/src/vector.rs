@@ -90,6 +90,7 @@ impl Default for Lane {
                 next_hop_v6: false,
                 multipath: false,
                 route_mtu: None,
+                source_checked: false,
             },
             route: Route::Local,
         }

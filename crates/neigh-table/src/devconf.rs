@@ -29,7 +29,7 @@
 //! assert_eq!(t.ingress(3, false, &guard), Ingress::ForwardingOff);
 //! assert_eq!(t.ingress(4, false, &guard), Ingress::Forward);
 //! t.update(false, NETCONF_ALL, DevConf { forwarding: None, rp_filter: Some(2) });
-//! assert_eq!(t.ingress(4, false, &guard), Ingress::RpFilter);
+//! assert_eq!(t.ingress(4, false, &guard), Ingress::RpFilter { strict: false });
 //! ```
 
 use std::fmt;
@@ -77,8 +77,12 @@ pub enum Ingress {
     Forward,
     /// Forwarding is off for this packet (the kernel answers "host unreachable" or drops).
     ForwardingOff,
-    /// Reverse-path filtering is on for the device (strict or loose).
-    RpFilter,
+    /// Reverse-path filtering is on for the device: the source must be routed back out of
+    /// the ingress device (`strict`, `rp_filter` 1) or at all (loose, 2).
+    RpFilter {
+        /// Strict (1) rather than loose (2).
+        strict: bool,
+    },
     /// The table has no entry for the device nor a default (not yet synchronised).
     Unknown,
 }
@@ -187,7 +191,7 @@ impl DevConfTable {
         if !v6 {
             let rp = dev.rp_filter.unwrap_or(0).max(all.rp_filter.unwrap_or(0));
             if rp != 0 {
-                return Ingress::RpFilter;
+                return Ingress::RpFilter { strict: rp == 1 };
             }
         }
         Ingress::Forward
@@ -241,16 +245,16 @@ mod tests {
             t.update(v6, NETCONF_DEFAULT, on(0));
         }
         t.update(false, 2, on(1));
-        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter);
+        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter { strict: true });
         assert_eq!(t.ingress(3, false, &g), Ingress::Forward);
         t.update(false, 2, on(0));
         t.update(false, NETCONF_ALL, on(2));
-        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter);
+        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter { strict: false });
         assert_eq!(t.ingress(2, true, &g), Ingress::Forward, "IPv6 has none");
         assert!(t.remove(2));
         assert_eq!(
             t.ingress(2, false, &g),
-            Ingress::RpFilter,
+            Ingress::RpFilter { strict: false },
             "default and all"
         );
     }
