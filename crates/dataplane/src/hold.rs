@@ -31,7 +31,8 @@ pub struct Resolution {
 struct Waiting {
     oif: u32,
     next_hop: u128,
-    v6: bool,
+    /// The next hop's family (ND or ARP).
+    next_hop_v6: bool,
     frames: usize,
     last_request: u64,
 }
@@ -56,6 +57,8 @@ struct Held {
     len: usize,
     oif: u32,
     next_hop: u128,
+    /// The next hop's family (ND or ARP); IPv6 for an IPv4 packet on a route `via inet6`.
+    next_hop_v6: bool,
     /// The route's MTU when held (the link's, or the route's `mtu` metric if lower).
     mtu: u32,
     v6: bool,
@@ -112,7 +115,7 @@ impl HoldBuffer {
         if self.resolutions.len() < self.resolution_cap {
             self.resolutions.push_back(Resolution {
                 ifindex: w.oif,
-                addr: ip_of(w.v6, w.next_hop),
+                addr: ip_of(w.next_hop_v6, w.next_hop),
             });
             counters.resolutions += 1;
         } else {
@@ -120,8 +123,8 @@ impl HoldBuffer {
         }
     }
 
-    /// Copies `frame` (untagged Ethernet header, then the IP packet) to wait for the neighbour
-    /// `hop.next_hop` on `hop.oif`; asks for a resolution when it is the neighbour's first
+    /// Copies `frame` (untagged Ethernet header, then the IP packet of family `v6`) to wait
+    /// for the neighbour `hop.next_hop` (of its own family) on `hop.oif`; asks for a resolution when it is the neighbour's first
     /// frame or the last request is older than the retry interval.
     pub(crate) fn hold(
         &mut self,
@@ -134,11 +137,11 @@ impl HoldBuffer {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
-        let (oif, next_hop) = (hop.oif, hop.next_hop);
+        let (oif, next_hop, next_hop_v6) = (hop.oif, hop.next_hop, hop.next_hop_v6);
         let idx = self
             .waiting
             .iter()
-            .position(|w| w.oif == oif && w.next_hop == next_hop && w.v6 == v6);
+            .position(|w| w.oif == oif && w.next_hop == next_hop && w.next_hop_v6 == next_hop_v6);
         if idx.is_some_and(|i| self.waiting[i].frames >= self.per_neighbour) {
             return Err(DropReason::HoldFull);
         }
@@ -152,6 +155,7 @@ impl HoldBuffer {
             len: frame.len(),
             oif,
             next_hop,
+            next_hop_v6,
             mtu: hop.mtu,
             v6,
             since: now,
@@ -169,7 +173,7 @@ impl HoldBuffer {
                 let w = Waiting {
                     oif,
                     next_hop,
-                    v6,
+                    next_hop_v6,
                     frames: 1,
                     last_request: now,
                 };
@@ -236,11 +240,9 @@ impl HoldBuffer {
                 // Keep the order of the remaining frames (a neighbour's frames leave in order).
                 self.held.remove(i);
                 self.free.push(h.slot);
-                if let Some(w) = self
-                    .waiting
-                    .iter()
-                    .position(|w| w.oif == h.oif && w.next_hop == h.next_hop && w.v6 == h.v6)
-                {
+                if let Some(w) = self.waiting.iter().position(|w| {
+                    w.oif == h.oif && w.next_hop == h.next_hop && w.next_hop_v6 == h.next_hop_v6
+                }) {
                     self.waiting[w].frames -= 1;
                     if self.waiting[w].frames == 0 {
                         self.waiting.swap_remove(w);
@@ -277,7 +279,8 @@ impl HoldBuffer {
         pool: &mut P,
         counters: &mut Counters,
     ) -> Outcome {
-        let Some(dst_mac) = neighbour_mac(tables, guard, h.oif, ip_of(h.v6, h.next_hop)) else {
+        let Some(dst_mac) = neighbour_mac(tables, guard, h.oif, ip_of(h.next_hop_v6, h.next_hop))
+        else {
             return Outcome::Waiting;
         };
         let Some(link) = tables.links.get(h.oif, guard) else {

@@ -124,6 +124,7 @@ struct EgressSlot {
     /// route with the same ones gets it without being completed again.
     route_mtu: Option<u32>,
     multipath: bool,
+    source_checked: bool,
     route: Route,
 }
 
@@ -146,6 +147,7 @@ impl EgressMemo {
             answer: Err(DropReason::NoEgressLink),
             route_mtu: None,
             multipath: false,
+            source_checked: false,
             route: Route::Drop(DropReason::NoEgressLink),
         };
         EgressMemo {
@@ -160,9 +162,9 @@ impl EgressMemo {
         tables: &Tables,
         guard: &Guard,
         generation: u64,
-        v6: bool,
         e: &Egress,
     ) -> Route {
+        let v6 = e.next_hop_v6;
         if let Some(punt) = route::unserved(tables, e.oif) {
             return punt;
         }
@@ -173,7 +175,7 @@ impl EgressMemo {
         let tag = generation.wrapping_add(1);
         let start = bucket * EGRESS_WAYS;
         let Some(ways) = self.slots.get_mut(start..start + EGRESS_WAYS) else {
-            return route::egress(tables, guard, v6, e);
+            return route::egress(tables, guard, e);
         };
         for slot in ways.iter_mut() {
             if slot.generation == tag
@@ -181,10 +183,14 @@ impl EgressMemo {
                 && slot.next_hop == e.next_hop
                 && slot.v6 == v6
             {
-                if slot.route_mtu != e.route_mtu || slot.multipath != e.multipath {
+                if slot.route_mtu != e.route_mtu
+                    || slot.multipath != e.multipath
+                    || slot.source_checked != e.source_checked
+                {
                     slot.route = route::complete(e, slot.answer);
                     slot.route_mtu = e.route_mtu;
                     slot.multipath = e.multipath;
+                    slot.source_checked = e.source_checked;
                 }
                 return slot.route;
             }
@@ -209,6 +215,7 @@ impl EgressMemo {
                 answer,
                 route_mtu: e.route_mtu,
                 multipath: e.multipath,
+                source_checked: e.source_checked,
                 route,
             };
         }
@@ -285,8 +292,10 @@ mod tests {
         let egress = |route_mtu, multipath| Egress {
             oif: 2,
             next_hop: u128::from(u32::from(gw)),
+            next_hop_v6: false,
             multipath,
             route_mtu,
+            source_checked: false,
         };
         let mtu_of = |route: Route| match route {
             Route::Forward(hop) => (hop.mtu, hop.multipath, hop.dst_mac),
@@ -300,8 +309,8 @@ mod tests {
             (None, false, 1500),
         ] {
             let e = egress(route_mtu, multipath);
-            let route = memo.egress(&tables, &guard, 0, false, &e);
-            assert_eq!(route, route::egress(&tables, &guard, false, &e));
+            let route = memo.egress(&tables, &guard, 0, &e);
+            assert_eq!(route, route::egress(&tables, &guard, &e));
             assert_eq!(
                 mtu_of(route),
                 (expected, multipath, Some([2, 0, 0, 0, 0, 9]))
@@ -339,14 +348,16 @@ mod tests {
         let egress = |oif, gw: Ipv4Addr| Egress {
             oif,
             next_hop: u128::from(u32::from(gw)),
+            next_hop_v6: false,
             multipath: false,
             route_mtu: None,
+            source_checked: false,
         };
         let resolved = |memo: &mut EgressMemo, generation| {
             gateways
                 .iter()
                 .filter(|&&(oif, gw)| {
-                    let route = memo.egress(&tables, &guard, generation, false, &egress(oif, gw));
+                    let route = memo.egress(&tables, &guard, generation, &egress(oif, gw));
                     matches!(route, Route::Forward(hop) if hop.dst_mac.is_some())
                 })
                 .count()

@@ -113,8 +113,10 @@ impl Default for Lane {
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
+                next_hop_v6: false,
                 multipath: false,
                 route_mtu: None,
+                source_checked: false,
             },
             route: Route::Local,
         }
@@ -265,9 +267,9 @@ impl Queue {
         let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Egress = lane.step {
-                lane.route =
-                    self.egress
-                        .egress(b.tables, b.guard, generation, lane.meta.v6, &lane.egress);
+                lane.route = self
+                    .egress
+                    .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = lane.resolved();
             }
         }
@@ -438,7 +440,15 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
         .fib4
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
             let lane = &mut lanes[usize::from(indices[k])];
-            let answer = route::fib_answer(result, lane.meta.src, lane.meta.dst, u128::from);
+            let answer = route::fib_answer(
+                b.tables,
+                b.guard,
+                &flows[k],
+                result,
+                lane.meta.src,
+                lane.meta.dst,
+                route::widen4,
+            );
             lane.take_fib_answer(answer);
         });
 }
@@ -458,7 +468,15 @@ fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
         .fib6
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
             let lane = &mut lanes[usize::from(indices[k])];
-            let answer = route::fib_answer(result, lane.meta.src, lane.meta.dst, |gw: u128| gw);
+            let answer = route::fib_answer(
+                b.tables,
+                b.guard,
+                &flows[k],
+                result,
+                lane.meta.src,
+                lane.meta.dst,
+                route::widen6,
+            );
             lane.take_fib_answer(answer);
         });
 }

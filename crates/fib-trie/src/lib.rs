@@ -63,7 +63,7 @@
 //!
 //! let guard = crossbeam_epoch::pin(); // once per batch
 //! let hop = fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap();
-//! assert_eq!(hop.alias.info.nexthops[hop.nh_sel].gateway, Some(gw));
+//! assert_eq!(hop.alias.info.nexthops[hop.nh_sel].gateway_same(), Some(gw));
 //! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
@@ -92,7 +92,7 @@ pub use nexthop::{NexthopGroup, NexthopObject};
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{
-    FibAlias, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
+    FibAlias, Gateway, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
     RouteSelector, RouteType, Scope,
 };
 pub use stats::TrieStats;

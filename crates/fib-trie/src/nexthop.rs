@@ -21,7 +21,7 @@
 //! nh.replace(NexthopGroup::hops(vec![NextHop::new(Some(9), 3)]));
 //! let guard = crossbeam_epoch::pin();
 //! let r = fib.lookup(&Flow::to(0x0a01_0101), &guard).unwrap();
-//! assert_eq!(r.nexthops()[0].gateway, Some(9));
+//! assert_eq!(r.nexthops()[0].gateway_same(), Some(9));
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
 
@@ -45,7 +45,7 @@ pub enum NexthopGroup<K> {
     },
     /// A `blackhole` nexthop (or a group of one): routes using it discard, as blackhole routes.
     Blackhole,
-    /// Something the FIB cannot represent (an encapsulation, a gateway of the other family, an
+    /// Something the FIB cannot represent (an encapsulation, an IPv4 gateway for IPv6 routes, an
     /// unknown object): routes using it are "kernel decides" routes ([`RouteType::Kernel`]).
     Kernel,
 }
@@ -231,7 +231,7 @@ mod tests {
         obj.replace(NexthopGroup::Blackhole);
         obj.replace(NexthopGroup::Kernel);
         // Still the first group: retired, not freed, while `guard` is pinned.
-        assert_eq!(before.nexthops()[0].gateway, Some(1));
+        assert_eq!(before.nexthops()[0].gateway_same(), Some(1));
         drop(guard);
         assert_eq!(obj.snapshot(), NexthopGroup::Kernel);
     }

@@ -73,6 +73,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         generation: m.generation.clone(),
         sock_netns,
         served: Some(served.into()),
+        devconf: m.devconf.clone(),
     };
     let board = CounterBoard::default();
     let resolver = mirror.resolver();

@@ -38,8 +38,10 @@
 //! ```
 
 mod cow_map;
+mod devconf;
 mod link;
 mod neigh;
 
+pub use devconf::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
 pub use link::{Link, LinkFlags, LinkTable, OperState};
 pub use neigh::{NeighFlags, NeighTable, Neighbour, NudState};

@@ -63,6 +63,7 @@ pub mod map;
 mod mirror;
 pub mod netns;
 pub mod nexthops;
+pub mod nl_netconf;
 pub mod nl_nexthop;
 mod resolver;
 mod socket;
@@ -72,6 +73,8 @@ pub mod tables;
 pub use change::{Change, ChangeOp, Observer};
 pub use error::{MapError, MirrorError};
 pub use mirror::{DEFAULT_RCVBUF, Mirror, MirrorHandle, MirrorOptions};
+/// The devices' forwarding switches the mirror keeps ([`MirroredTables::devconf`]).
+pub use neigh_table::{DevConf, DevConfTable, Ingress};
 pub use netns::NetnsSpec;
 pub use resolver::NeighResolver;
 pub use stats::MirrorStats;
