@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
@@ -253,7 +254,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The table with this id, if it exists.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn table<'g>(&self, id: u32, guard: &'g Guard) -> Option<&'g FibTable<K>> {
+        check_guard(guard);
         self.load(guard).tables.get(&id).map(|t| &**t)
     }
 
@@ -266,7 +271,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The rules, in evaluation order.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn rules<'g>(&self, guard: &'g Guard) -> &'g [FibRule<K>] {
+        check_guard(guard);
         &self.load(guard).rules
     }
 
@@ -467,22 +476,33 @@ impl<K: TrieKey> Fib<K> {
     ///
     /// # Errors
     /// The [`LookupError`] of a reject route or rule, or [`LookupError::NoRoute`].
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, true)
     }
 
     /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
     /// through the fast structures: for comparisons and tests.
+    ///
+    /// # Errors
+    /// As [`lookup`](Self::lookup).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_walk<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, false)
     }
 
@@ -493,13 +513,7 @@ impl<K: TrieKey> Fib<K> {
         guard: &'g Guard,
         fast: bool,
     ) -> Result<FibResult<'g, K>, LookupError> {
-        let table_lookup = |t: &'g FibTable<K>| {
-            if fast {
-                t.lookup(flow, guard)
-            } else {
-                t.lookup_walk(flow, guard)
-            }
-        };
+        let table_lookup = |t: &'g FibTable<K>| t.lookup_pinned(flow, guard, fast);
         let snap = self.load(guard);
         if let Some(merged) = &snap.merged {
             // One walk of the merged trie: the longest prefix of either table, local first
