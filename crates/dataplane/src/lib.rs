@@ -107,7 +107,7 @@ pub mod wire;
 pub use config::{Config, ConfigError, VlanMode};
 pub use counters::Counters;
 pub use frag::{MIN_V4_MTU, fragment_v4};
-pub use hold::Resolution;
+pub use hold::{HOLD_FRAME_OVERHEAD, Resolution};
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;
