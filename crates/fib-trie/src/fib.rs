@@ -385,6 +385,11 @@ impl<K: TrieKey> Fib<K> {
                 Err(e) => return Err(e),
             }
         }
+        // A bulk load retires whole structures (the empty store it replaced, the fast
+        // structure's old root): hand this thread's deferred garbage to the global queue, where
+        // any thread's pins collect it, rather than leave it in this thread's bag until the
+        // writer retires 64 more objects, which a quiet writer may never do.
+        epoch::pin().flush();
         Ok(added)
     }
 

@@ -710,12 +710,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             .into_iter()
             .map(|(_, slen, value)| Alias { slen, value });
         let root = crate::bulk::build(&keys, &mut aliases, true, guard);
-        if keys.len() >= DIRECT_MIN_LEAVES {
-            // Build the direct table from the new leaves before the root is published.
+        if keys.len() >= DIRECT_MIN_LEAVES || self.direct.is_enabled() {
+            // Fill the direct table from the new leaves before the root is published (also
+            // when it was built before the trie was emptied: it stays built, and empty).
             let mut leaves = Vec::with_capacity(keys.len());
             collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
             let mut writer = writer;
-            writer.enable(&self.direct, leaves, guard);
+            writer.load(&self.direct, leaves, guard);
         }
         self.side.leaves.store(keys.len(), Ordering::Relaxed);
         self.side.aliases.store(added, Ordering::Relaxed);
