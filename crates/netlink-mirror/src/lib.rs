@@ -67,6 +67,8 @@ pub mod nl_nexthop;
 mod resolver;
 mod socket;
 pub mod stats;
+#[cfg(test)]
+mod sync_tests;
 pub mod tables;
 
 pub use change::{Change, ChangeOp, Observer};
