@@ -64,8 +64,10 @@ impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {
             Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath,
-            Route::Punt(_) => false,
-            Route::Local | Route::Reject(_) | Route::Drop(_) => true,
+            // An unusable egress may be one path of a multipath route, chosen by this flow's
+            // hash: another flow to the same destination may take a usable path.
+            Route::Punt(_) | Route::Drop(_) => false,
+            Route::Local | Route::Reject(_) => true,
         }
     }
 }
