@@ -57,6 +57,8 @@ pub mod change;
 pub mod cli;
 mod control;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kernel_routes;
 pub mod key;
 pub mod map;
