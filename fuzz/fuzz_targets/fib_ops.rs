@@ -18,7 +18,12 @@ impl Input<'_> {
         Some(b)
     }
     fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes([self.byte()?, self.byte()?, self.byte()?, self.byte()?]))
+        Some(u32::from_be_bytes([
+            self.byte()?,
+            self.byte()?,
+            self.byte()?,
+            self.byte()?,
+        ]))
     }
 }
 
@@ -38,7 +43,9 @@ fuzz_target!(|data: &[u8]| {
         match op % 8 {
             // Insert a prefix (keys clustered in a few /16s so prefixes nest).
             0..=3 => {
-                let (Some(k), Some(l)) = (input.u32(), input.byte()) else { break };
+                let (Some(k), Some(l)) = (input.u32(), input.byte()) else {
+                    break;
+                };
                 let plen = l % 33;
                 let key = canonical(k & 0x0303_ffff, plen);
                 let value = u32::from(op) << 16 | u32::from(l);
@@ -49,7 +56,9 @@ fuzz_target!(|data: &[u8]| {
             }
             // Remove a prefix.
             4 | 5 => {
-                let (Some(k), Some(l)) = (input.u32(), input.byte()) else { break };
+                let (Some(k), Some(l)) = (input.u32(), input.byte()) else {
+                    break;
+                };
                 let plen = l % 33;
                 let key = canonical(k & 0x0303_ffff, plen);
                 let a = trie.remove(key, plen).ok();
@@ -79,7 +88,9 @@ fuzz_target!(|data: &[u8]| {
         }
         let guard = epoch::pin();
         for &p in probes.iter().rev().take(4) {
-            let got = trie.lookup(p, &guard, |_| true).map(|m| (m.key, m.plen, *m.value));
+            let got = trie
+                .lookup(p, &guard, |_| true)
+                .map(|m| (m.key, m.plen, *m.value));
             let want = reference.lookup(p, |_| true).map(|(k, l, v)| (k, l, *v));
             assert_eq!(got, want, "lookup {p:#x}");
             let odd = |v: &u32| v % 2 == 1;

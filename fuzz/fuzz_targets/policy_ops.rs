@@ -29,15 +29,23 @@ fuzz_target!(|data: &[u8]| {
             let b = linear.add(spec).is_ok();
             assert_eq!(a, b);
         } else {
-            let a = db.delete(&sel, Direction::Fwd, PolicyType::Main, 0, Mark::default()).is_ok();
-            let b = linear.delete(&sel, Direction::Fwd, PolicyType::Main, 0, Mark::default()).is_ok();
+            let a = db
+                .delete(&sel, Direction::Fwd, PolicyType::Main, 0, Mark::default())
+                .is_ok();
+            let b = linear
+                .delete(&sel, Direction::Fwd, PolicyType::Main, 0, Mark::default())
+                .is_ok();
             assert_eq!(a, b);
         }
         let guard = crossbeam_epoch::pin();
         for &(s, d) in flows.iter().rev().take(4) {
             let flow = Flow::new(IpAddr::V4(s), IpAddr::V4(d)).unwrap();
-            let got = db.lookup(&flow, Direction::Fwd, &guard).map(|p| (p.priority, p.selector));
-            let want = linear.lookup(&flow, Direction::Fwd).map(|p| (p.priority, p.selector));
+            let got = db
+                .lookup(&flow, Direction::Fwd, &guard)
+                .map(|p| (p.priority, p.selector));
+            let want = linear
+                .lookup(&flow, Direction::Fwd)
+                .map(|p| (p.priority, p.selector));
             assert_eq!(got, want);
         }
     }
