@@ -503,6 +503,10 @@ impl<K: TrieKey> Fib<K> {
     /// other flow is looked up alone. Call it once per batch of packets with the batch's
     /// guard; it allocates nothing.
     ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
+    /// per call, not per flow.
+    ///
     /// ```
     /// use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route};
     ///
@@ -526,14 +530,19 @@ impl<K: TrieKey> Fib<K> {
     ) {
         /// Flows whose destinations go to the fast structure together.
         const GROUP: usize = 64;
+        check_guard(guard);
         let snap = self.load(guard);
         let Some(merged) = &snap.merged else {
             for (i, flow) in flows.iter().enumerate() {
-                emit(i, self.lookup(flow, guard));
+                emit(i, self.lookup_with(flow, guard, true));
             }
             return;
         };
-        let default = |flow: &Flow<K>| snap.default.as_ref().map(|t| t.lookup(flow, guard));
+        let default = |flow: &Flow<K>| {
+            snap.default
+                .as_ref()
+                .map(|t| t.lookup_pinned(flow, guard, true))
+        };
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];

@@ -65,6 +65,11 @@ fn fib_entry_points_refuse_a_foreign_guard() {
     refused("Fib::table", |g| {
         let _ = fib.table(254, g);
     });
+    refused("Fib::lookup_batch", |g| {
+        fib.lookup_batch(&[flow, flow], g, |_, r| {
+            let _ = r;
+        });
+    });
     refused("Fib::rules", |g| {
         let _ = fib.rules(g);
     });
