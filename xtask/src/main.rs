@@ -37,7 +37,7 @@ enum Command {
     Bench(bench::Options),
     /// Compare the netlink mirror's route lookups with the kernel's on all of bgp-full-v4 (root).
     MirrorOracle(mirror_oracle::Options),
-    /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
+    /// Fuzz one cargo-fuzz target (or each in turn) with nightly; prints executions and coverage.
     Fuzz(fuzz::Options),
 }
 

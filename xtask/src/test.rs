@@ -82,6 +82,28 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         let label = describe(command).replacen(&cargo, "cargo", 1);
         step(label, &mut || exec(command));
     }
+    // A short run of every fuzz target from its seeds, so that a regression on the corpus
+    // fails here; needs nightly and cargo-fuzz (`cargo xtask fuzz` installs the latter).
+    if crate::fuzz::available() {
+        for (krate, target) in crate::fuzz::TARGETS {
+            step(
+                format!("fuzz {target} ({} s)", crate::fuzz::SMOKE_SECONDS),
+                &mut || {
+                    let outcome =
+                        crate::fuzz::run_target(krate, target, crate::fuzz::SMOKE_SECONDS)?;
+                    crate::fuzz::print(std::slice::from_ref(&outcome));
+                    if outcome.crashed {
+                        bail!("fuzz: {target} crashed (input in {krate}/artifacts/)");
+                    }
+                    Ok(())
+                },
+            );
+        }
+    } else {
+        eprintln!(
+            "fuzz smoke skipped: needs nightly and cargo-fuzz (`cargo xtask fuzz` installs it)"
+        );
+    }
 
     eprintln!("\nsummary:");
     let mut failed = 0;

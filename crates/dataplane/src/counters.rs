@@ -51,6 +51,10 @@ pub struct Counters {
     /// Held frames dropped at release because the egress link went away or down, or the
     /// frame could not be sent (pool empty, frame too large to fragment).
     pub held_dropped: u64,
+    /// Held frames pushed out by newer frames of the same neighbour over its byte budget
+    /// ([`hold_bytes_per_neighbour`](crate::Config::hold_bytes_per_neighbour); the kernel's
+    /// `unres_discards`).
+    pub held_discarded: u64,
     /// Neighbour resolution requests emitted.
     pub resolutions: u64,
     /// Resolution requests lost because the caller did not poll them in time (queue full).

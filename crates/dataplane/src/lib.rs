@@ -110,7 +110,7 @@ pub use counters::Counters;
 /// The route cache's configuration, as [`Config::dst_cache`] holds it.
 pub use dst_cache::Config as DstCacheConfig;
 pub use frag::{MIN_V4_MTU, fragment_v4};
-pub use hold::Resolution;
+pub use hold::{HOLD_FRAME_OVERHEAD, Resolution};
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;

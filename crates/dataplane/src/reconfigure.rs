@@ -8,7 +8,7 @@ use crate::ratelimit::TokenBucket;
 impl Config {
     /// The settings of `self` that differ from `running` and that a running [`Queue`] cannot
     /// take, because the queue allocated for them when it was made: the route cache and the
-    /// hold buffer (`dst_cache`, `hold_frames`, `hold_per_neighbour`, `hold_slot_size`,
+    /// hold buffer (`dst_cache`, `hold_frames`, `hold_bytes_per_neighbour`, `hold_slot_size`,
     /// `hold_timeout_ns`, `resolve_retry_ns`, `resolution_queue`), and `queue_id`. Empty: every
     /// difference can be applied with [`Queue::reconfigure`].
     ///
@@ -31,8 +31,8 @@ impl Config {
         differs("dst_cache", self.dst_cache != running.dst_cache);
         differs("hold_frames", self.hold_frames != running.hold_frames);
         differs(
-            "hold_per_neighbour",
-            self.hold_per_neighbour != running.hold_per_neighbour,
+            "hold_bytes_per_neighbour",
+            self.hold_bytes_per_neighbour != running.hold_bytes_per_neighbour,
         );
         differs(
             "hold_slot_size",
@@ -173,10 +173,10 @@ mod tests {
         let mut queue = Queue::new(Config::default()).unwrap();
         let bad = Config {
             vlan: VlanMode::Punt,
-            hold_per_neighbour: 0,
+            hold_slot_size: 20,
             ..Config::default()
         };
-        assert_eq!(queue.reconfigure(&bad), Err(ConfigError::HoldPerNeighbour));
+        assert_eq!(queue.reconfigure(&bad), Err(ConfigError::HoldSlotSize));
         assert_eq!(queue.config().vlan, VlanMode::Drop);
     }
 

@@ -75,8 +75,11 @@ impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {
             Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
-            Route::Punt(_) | Route::Drop(DropReason::RpFilter) => false,
-            Route::Local | Route::Reject(_) | Route::Drop(_) => true,
+            // An unusable egress may be one path of a multipath route, chosen by this flow's
+            // hash: another flow to the same destination may take a usable path. Reverse-path
+            // drops depend on the source.
+            Route::Punt(_) | Route::Drop(_) => false,
+            Route::Local | Route::Reject(_) => true,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
@@ -253,7 +254,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The table with this id, if it exists.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn table<'g>(&self, id: u32, guard: &'g Guard) -> Option<&'g FibTable<K>> {
+        check_guard(guard);
         self.load(guard).tables.get(&id).map(|t| &**t)
     }
 
@@ -266,7 +271,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The rules, in evaluation order.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn rules<'g>(&self, guard: &'g Guard) -> &'g [FibRule<K>] {
+        check_guard(guard);
         &self.load(guard).rules
     }
 
@@ -376,6 +385,11 @@ impl<K: TrieKey> Fib<K> {
                 Err(e) => return Err(e),
             }
         }
+        // A bulk load retires whole structures (the empty store it replaced, the fast
+        // structure's old root): hand this thread's deferred garbage to the global queue, where
+        // any thread's pins collect it, rather than leave it in this thread's bag until the
+        // writer retires 64 more objects, which a quiet writer may never do.
+        epoch::pin().flush();
         Ok(added)
     }
 
@@ -467,12 +481,16 @@ impl<K: TrieKey> Fib<K> {
     ///
     /// # Errors
     /// The [`LookupError`] of a reject route or rule, or [`LookupError::NoRoute`].
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, true)
     }
 
@@ -484,6 +502,10 @@ impl<K: TrieKey> Fib<K> {
     /// (overlapping their cache misses), and their results are assembled afterwards; every
     /// other flow is looked up alone. Call it once per batch of packets with the batch's
     /// guard; it allocates nothing.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
+    /// per call, not per flow.
     ///
     /// ```
     /// use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route};
@@ -508,14 +530,19 @@ impl<K: TrieKey> Fib<K> {
     ) {
         /// Flows whose destinations go to the fast structure together.
         const GROUP: usize = 64;
+        check_guard(guard);
         let snap = self.load(guard);
         let Some(merged) = &snap.merged else {
             for (i, flow) in flows.iter().enumerate() {
-                emit(i, self.lookup(flow, guard));
+                emit(i, self.lookup_with(flow, guard, true));
             }
             return;
         };
-        let default = |flow: &Flow<K>| snap.default.as_ref().map(|t| t.lookup(flow, guard));
+        let default = |flow: &Flow<K>| {
+            snap.default
+                .as_ref()
+                .map(|t| t.lookup_pinned(flow, guard, true))
+        };
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];
@@ -548,11 +575,18 @@ impl<K: TrieKey> Fib<K> {
 
     /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
     /// through the fast structures: for comparisons and tests.
+    ///
+    /// # Errors
+    /// As [`lookup`](Self::lookup).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_walk<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, false)
     }
 
@@ -563,13 +597,7 @@ impl<K: TrieKey> Fib<K> {
         guard: &'g Guard,
         fast: bool,
     ) -> Result<FibResult<'g, K>, LookupError> {
-        let table_lookup = |t: &'g FibTable<K>| {
-            if fast {
-                t.lookup(flow, guard)
-            } else {
-                t.lookup_walk(flow, guard)
-            }
-        };
+        let table_lookup = |t: &'g FibTable<K>| t.lookup_pinned(flow, guard, fast);
         let snap = self.load(guard);
         if let Some(merged) = &snap.merged {
             // One walk of the merged trie: the longest prefix of either table, local first

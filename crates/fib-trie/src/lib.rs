@@ -52,6 +52,10 @@
 //!
 //! So a lookup racing a change answers as if it ran wholly before or wholly after it.
 //!
+//! Guards: every public function taking a `Guard` panics unless the guard pins
+//! crossbeam-epoch's default collector (from `crossbeam_epoch::pin()`), the collector the
+//! writers retire into (two pointers compared, once per call; the functions it calls trust it).
+//!
 //! # Example
 //! ```
 //! use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteType};
@@ -72,6 +76,7 @@ mod bulk;
 mod direct;
 mod fast;
 mod fib;
+mod guard;
 mod key;
 mod metrics;
 mod nexthop;

@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::route::{NextHop, RouteType};
 
 /// What a nexthop object currently stands for.
@@ -152,8 +153,18 @@ impl<K> NexthopObject<K> {
     }
 
     /// The current group, kept alive by `guard`.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn load<'g>(&self, guard: &'g Guard) -> &'g NexthopGroup<K> {
+        check_guard(guard);
+        self.load_pinned(guard)
+    }
+
+    /// [`load`](Self::load) under a guard the caller already checked.
+    #[inline(always)]
+    pub(crate) fn load_pinned<'g>(&self, guard: &'g Guard) -> &'g NexthopGroup<K> {
         let ptr = self.current.load(Ordering::Acquire, guard);
         // SAFETY: `current` is never null (set in `new`, only replaced by `replace` with another
         // group), and a replaced group is retired with `defer_destroy`, so it lives as long as

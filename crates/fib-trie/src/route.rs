@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::metrics::Metrics;
 use crate::nexthop::NexthopObject;
@@ -252,13 +253,23 @@ impl<K> FibAlias<K> {
     /// let guard = crossbeam_epoch::pin();
     /// assert_eq!(alias.resolve(&guard).route_type, RouteType::Unicast);
     /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn resolve<'g>(&'g self, guard: &'g Guard) -> Resolved<'g, K> {
+        check_guard(guard);
+        self.resolve_pinned(guard)
+    }
+
+    /// [`resolve`](Self::resolve) under a guard the caller already checked.
+    #[inline(always)]
+    pub(crate) fn resolve_pinned<'g>(&'g self, guard: &'g Guard) -> Resolved<'g, K> {
         match &self.info.nh_object {
             // A reject or throw route keeps its type whatever its object (`fib_table_lookup`
             // checks the type first).
             Some(obj) if self.route_type == RouteType::Unicast => {
-                let group = obj.load(guard);
+                let group = obj.load_pinned(guard);
                 Resolved {
                     route_type: group.route_type(),
                     nexthops: group.nexthops(),

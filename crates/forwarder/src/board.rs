@@ -162,6 +162,7 @@ impl PipelineSnapshot {
                 ("held_released", c.held_released),
                 ("held_expired", c.held_expired),
                 ("held_dropped", c.held_dropped),
+                ("held_discarded", c.held_discarded),
                 ("resolutions", c.resolutions),
                 ("resolutions_lost", c.resolutions_lost),
             ]),

@@ -484,7 +484,7 @@ fn describe(config: &Config) -> String {
         "bare (MAC rewrite between interface pairs, no lookups)".to_owned()
     } else {
         format!(
-            "router; pipeline: route cache {}, ICMP {}/s burst {}, hold {} frames ({} per neighbour, {} ms), vlan {:?}, {} extension headers, policy mark {}",
+            "router; pipeline: route cache {}, ICMP {}/s burst {}, hold {} frames ({} bytes per neighbour, {} ms), vlan {:?}, {} extension headers, policy mark {}",
             p.dst_cache.map_or("off".to_owned(), |c| format!(
                 "{} entries, {}-way",
                 c.entries, c.ways
@@ -492,7 +492,7 @@ fn describe(config: &Config) -> String {
             p.icmp_rate,
             p.icmp_burst,
             p.hold_frames,
-            p.hold_per_neighbour,
+            p.hold_bytes_per_neighbour,
             p.hold_timeout_ns / 1_000_000,
             p.vlan,
             p.max_extension_headers,

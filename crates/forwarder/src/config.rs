@@ -24,8 +24,8 @@
 //! route_cache_ways = 4       # entries per bucket                    (restart)
 //! icmp_rate = 1000           # ICMP errors per second, 0: none        (live)
 //! icmp_burst = 50            #                                        (live)
-//! hold_frames = 64           # frames waiting for a neighbour         (restart)
-//! hold_per_neighbour = 3     #                                        (restart)
+//! hold_frames = 256          # frames waiting for a neighbour         (restart)
+//! hold_bytes_per_neighbour = 212992 # the kernel's unres_qlen_bytes    (restart)
 //! hold_timeout_ms = 3000     #                                        (restart)
 //! vlan = "drop"              # tagged frames: "drop", "punt", "route" (live)
 //! max_extension_headers = 8  # IPv6 headers walked before a punt     (live)
@@ -159,8 +159,8 @@ pub struct PipelineFile {
     pub icmp_burst: Option<u32>,
     /// Frames the hold buffer keeps per queue.
     pub hold_frames: Option<usize>,
-    /// Frames held per unresolved neighbour.
-    pub hold_per_neighbour: Option<usize>,
+    /// Bytes held per unresolved neighbour (the kernel's `unres_qlen_bytes`).
+    pub hold_bytes_per_neighbour: Option<usize>,
     /// How long a frame may wait for its neighbour, in milliseconds.
     pub hold_timeout_ms: Option<u64>,
     /// Tagged frames.
@@ -195,7 +195,9 @@ impl PipelineFile {
         config.icmp_rate = self.icmp_rate.unwrap_or(config.icmp_rate);
         config.icmp_burst = self.icmp_burst.unwrap_or(config.icmp_burst);
         config.hold_frames = self.hold_frames.unwrap_or(config.hold_frames);
-        config.hold_per_neighbour = self.hold_per_neighbour.unwrap_or(config.hold_per_neighbour);
+        config.hold_bytes_per_neighbour = self
+            .hold_bytes_per_neighbour
+            .unwrap_or(config.hold_bytes_per_neighbour);
         if let Some(ms) = self.hold_timeout_ms {
             if ms == 0 {
                 problems.push("pipeline.hold_timeout_ms = 0; must be at least 1".into());
@@ -603,7 +605,7 @@ mod tests {
             icmp_rate = 10
             icmp_burst = 2
             hold_frames = 16
-            hold_per_neighbour = 2
+            hold_bytes_per_neighbour = 4096
             hold_timeout_ms = 500
             vlan = "route"
             max_extension_headers = 4
@@ -617,7 +619,7 @@ mod tests {
         let cache = p.dst_cache.unwrap();
         assert_eq!((cache.entries, cache.ways), (1024, 8));
         assert_eq!((p.icmp_rate, p.icmp_burst), (10, 2));
-        assert_eq!((p.hold_frames, p.hold_per_neighbour), (16, 2));
+        assert_eq!((p.hold_frames, p.hold_bytes_per_neighbour), (16, 4096));
         assert_eq!(p.hold_timeout_ns, 500_000_000);
         assert_eq!(p.vlan, dataplane::VlanMode::Route);
         assert_eq!((p.max_extension_headers, p.policy_mark), (4, 7));

@@ -47,7 +47,7 @@ fn flags_are_checked_with_the_file() {
 #[test]
 fn every_problem_is_listed_with_status_64() {
     let (code, _, err) = check(
-        "queues = 0\n[pipeline]\nroute_cache = 1000\nhold_per_neighbour = 0\n",
+        "queues = 0\n[pipeline]\nroute_cache = 1000\nhold_bytes_per_neighbour = 0\n",
         &[],
     );
     assert_eq!(code, Some(64), "{err}");

@@ -18,6 +18,11 @@
 //! entry either before or after a change, never a torn one. Every change bumps a generation
 //! counter, so a hold queue can poll for "anything changed?" with one atomic load.
 //!
+//! Guards: the writers retire replaced chains into crossbeam-epoch's default collector, so every
+//! reader function panics on a guard that does not pin it (one of another `Collector`, or
+//! `unprotected()`), which would not keep the returned entry alive: two pointers compared, once
+//! per call. addr-table, fib-trie, policy-tree and udp-socktab follow the same rule.
+//!
 //! ```
 //! use std::net::Ipv6Addr;
 //! use std::sync::Arc;
@@ -39,6 +44,7 @@
 
 mod cow_map;
 mod devconf;
+mod guard;
 mod link;
 mod neigh;
 

@@ -573,6 +573,10 @@ impl Control {
         if let Some(x) = &self.xfrm {
             socks.push(&x.events);
         }
+        // This thread is the tables' writer: what it retired stays in its thread-local bag
+        // until it retires 64 more objects, which a quiet control plane may never do; hand
+        // it to the global queue, where the run loops' pins free it, before waiting.
+        crossbeam_epoch::pin().flush();
         wait_any(&socks, self.settings.poll_interval)?;
         // Bounded so that resolver requests and stop are served during floods.
         let route_overrun = self.drain_route(4096)?;

@@ -57,6 +57,8 @@ pub mod change;
 pub mod cli;
 mod control;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kernel_routes;
 pub mod key;
 pub mod map;
@@ -68,6 +70,8 @@ pub mod nl_nexthop;
 mod resolver;
 mod socket;
 pub mod stats;
+#[cfg(test)]
+mod sync_tests;
 pub mod tables;
 
 pub use change::{Change, ChangeOp, Observer};

@@ -41,6 +41,11 @@
 //! - an update (same selector, new priority or action) replaces the policy in one swap;
 //! - a threshold change or a flush publishes a whole new structure in one swap.
 //!
+//! Guards: every public function taking a `Guard` panics unless the guard pins
+//! crossbeam-epoch's default collector (from `crossbeam_epoch::pin()`), the collector the
+//! writers retire into: a guard of another `Collector` would not keep the answer alive. The
+//! check is two pointers compared, once per call.
+//!
 //! # Example
 //!
 //! ```
@@ -80,6 +85,7 @@ mod decide;
 mod epoch;
 mod error;
 mod exact;
+mod guard;
 mod linear;
 mod list;
 mod policy;
