@@ -4,6 +4,7 @@
 //! the command that failed as context.
 
 mod bench;
+mod crates;
 mod demo;
 mod e2e;
 mod exec;

@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let db = PolicyDb::new(); // shared (in an Arc) between control plane and run loops
     let mut reference = LinearDb::new();
     let mut add = |spec: PolicySpec| -> Result<(), policy_tree::Error> {
-        db.add(spec.clone())?;
+        db.add(spec)?;
         reference.add(spec)?;
         Ok(())
     };
@@ -85,7 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     Mark::ANY,
                 )?;
             } else {
-                db.add(spec.clone())?;
+                db.add(spec)?;
                 reference.add(spec)?;
             }
         }
