@@ -307,6 +307,7 @@ pub fn run<P: Processor + 'static>(
             punt = punt.as_ref().map_or("off", |p| p.name()),
             "forwarding"
         );
+        crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
         let poll_addresses = pipeline.locals.is_none();
         monitor(
             &ports,
@@ -318,6 +319,7 @@ pub fn run<P: Processor + 'static>(
     })();
 
     stop.store(true, Ordering::Relaxed);
+    crate::notify::stopping();
     for thread in threads {
         let _ = thread.join();
     }
