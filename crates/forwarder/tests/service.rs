@@ -87,6 +87,35 @@ fn probe(lab: &Lab, count: u64) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
+/// Starts `xfwd run` in the lab's fwd namespace as `nobody` holding only `caps`: root enters
+/// the namespace (as systemd's `NetworkNamespacePath=` would), then drops to nobody with
+/// `caps` inheritable and ambient (so they survive the exec of xfwd) and nothing else in the
+/// bounding set. The locked-memory limit stays the test's (8 MiB by default), so without
+/// `CAP_IPC_LOCK` the UMEM cannot be registered (`ENOBUFS`).
+fn start(lab: &Lab, scratch: &std::path::Path, notify: &std::path::Path, caps: &[&str]) -> Running {
+    let caps: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+    let caps = format!("-all,{}", caps.join(","));
+    let child = Command::new("ip")
+        .args(["netns", "exec", &lab.netns(Role::Fwd)])
+        .arg("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg(format!("--bounding-set={caps}"))
+        .args([XFWD, "run", "--iface", "fwd0,fwd1"])
+        .arg("--control")
+        .arg(scratch.join("xfwd.sock"))
+        .args([
+            "--punt-device",
+            &format!("s{}", std::process::id() % 100_000),
+        ])
+        .env("NOTIFY_SOCKET", notify)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Running(child)
+}
+
 #[test]
 fn runs_unprivileged_with_only_its_capabilities_and_notifies_readiness() {
     if !xfwd_lab::privileged("runs_unprivileged_with_only_its_capabilities_and_notifies_readiness")
@@ -110,30 +139,33 @@ fn runs_unprivileged_with_only_its_capabilities_and_notifies_readiness() {
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
 
-    // Root enters the namespace (as systemd's NetworkNamespacePath= would), then drops to
-    // nobody keeping only the unit's capabilities, inheritable and ambient so they survive
-    // the exec of xfwd; the bounding set holds nothing else.
-    let caps: Vec<String> = CAPABILITIES.split(',').map(|c| format!("+{c}")).collect();
-    let caps = format!("-all,{}", caps.join(","));
-    let child = Command::new("ip")
-        .args(["netns", "exec", &lab.netns(Role::Fwd), "setpriv"])
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(format!("--inh-caps={caps}"))
-        .arg(format!("--ambient-caps={caps}"))
-        .arg(format!("--bounding-set={caps}"))
-        .args([XFWD, "run", "--iface", "fwd0,fwd1"])
-        .arg("--control")
-        .arg(scratch.0.join("xfwd.sock"))
-        .args([
-            "--punt-device",
-            &format!("s{}", std::process::id() % 100_000),
-        ])
-        .env("NOTIFY_SOCKET", &notify)
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut xfwd = Running(child);
+    // Each capability is needed: without any one of them xfwd fails to start, never ready
+    // (without CAP_NET_ADMIN the mirror cannot join its netlink groups; without CAP_NET_RAW
+    // no AF_XDP socket; without CAP_BPF no map; without CAP_IPC_LOCK no UMEM beyond the
+    // locked-memory limit).
+    for missing in CAPABILITIES.split(',') {
+        let others: Vec<&str> = CAPABILITIES.split(',').filter(|c| *c != missing).collect();
+        let mut xfwd = start(&lab, &scratch.0, &notify, &others);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = xfwd.0.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "xfwd without {missing} neither failed nor stopped"
+            );
+            let mut buf = [0u8; 512];
+            if let Ok(n) = manager.recv(&mut buf) {
+                let message = String::from_utf8_lossy(&buf[..n]);
+                assert!(!message.contains("READY=1"), "ready without {missing}");
+            }
+        };
+        assert!(!status.success(), "xfwd without {missing}: {status}");
+    }
 
+    let all: Vec<&str> = CAPABILITIES.split(',').collect();
+    let mut xfwd = start(&lab, &scratch.0, &notify, &all);
     let ready = receive(&manager, "READY=1", &mut xfwd.0);
     let pid: u32 = ready
         .lines()
