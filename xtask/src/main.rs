@@ -11,6 +11,7 @@ mod exec;
 mod fuzz;
 mod lab;
 mod mirror_oracle;
+mod package;
 mod setup;
 mod test;
 
@@ -40,6 +41,8 @@ enum Command {
     MirrorOracle(mirror_oracle::Options),
     /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
     Fuzz(fuzz::Options),
+    /// Build xfwd's Debian package (cargo-deb) and check it: unpacked, started from its unit.
+    Package(package::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(options) => bench::run(&options),
         Command::MirrorOracle(options) => mirror_oracle::run(&options),
         Command::Fuzz(options) => fuzz::run(&options),
+        Command::Package(options) => package::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
