@@ -16,8 +16,8 @@ const EXPECTED: &[&str] = &[
     "usr/bin/xfwd",
     "lib/systemd/system/xfwd.service",
     "etc/xfwd/xfwd.toml",
-    "usr/share/man/man1/xfwd.1",
-    "usr/share/man/man1/xfwd-run.1",
+    "usr/share/man/man1/xfwd.1.gz",
+    "usr/share/man/man1/xfwd-run.1.gz", // cargo-deb compresses man pages
     "usr/share/bash-completion/completions/xfwd",
     "usr/share/zsh/vendor-completions/_xfwd",
     "usr/share/fish/vendor_completions.d/xfwd.fish",
@@ -35,7 +35,7 @@ pub struct Options {
 /// Builds `target/debian/xfwd_VERSION_ARCH.deb` and checks it.
 pub fn run(options: &Options) -> anyhow::Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let target = target_dir(&cargo)?;
+    let workspace = workspace_root(&cargo)?;
     if Command::new(&cargo)
         .args(["deb", "--version"])
         .output()
@@ -44,7 +44,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         exec(Command::new(&cargo).args(["install", "cargo-deb", "--locked"]))
             .context("package: installing cargo-deb")?;
     }
-    let docs = target.join("xfwd-docs");
+    // Where crates/forwarder/Cargo.toml's deb assets expect them.
+    let docs = workspace.join("target/xfwd-docs");
     exec(
         Command::new(&cargo)
             .args(["run", "--locked", "--release", "-q", "-p", "forwarder"])
@@ -74,7 +75,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     check(&deb)
 }
 
-fn target_dir(cargo: &str) -> anyhow::Result<PathBuf> {
+fn workspace_root(cargo: &str) -> anyhow::Result<PathBuf> {
     let output = Command::new(cargo)
         .args([
             "metadata",
@@ -88,9 +89,9 @@ fn target_dir(cargo: &str) -> anyhow::Result<PathBuf> {
     ensure!(output.status.success(), "cargo metadata failed");
     let value: serde_json::Value = serde_json::from_slice(&output.stdout)?;
     Ok(PathBuf::from(
-        value["target_directory"]
+        value["workspace_root"]
             .as_str()
-            .context("cargo metadata without target_directory")?,
+            .context("cargo metadata without workspace_root")?,
     ))
 }
 

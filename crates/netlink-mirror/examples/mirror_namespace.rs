@@ -47,8 +47,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(str::trim)
         .collect();
     for name in &names {
-        if tables.links.by_name(name, &guard).is_none() {
-            return Err(format!("{name} is in /proc/net/dev but not in the mirror").into());
+        // A link created just now reaches the mirror as an event: give it a moment.
+        let mut tries = 0;
+        while tables
+            .links
+            .by_name(name, &crossbeam_epoch::pin())
+            .is_none()
+        {
+            tries += 1;
+            if tries > 20 {
+                return Err(format!("{name} is in /proc/net/dev but not in the mirror").into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
