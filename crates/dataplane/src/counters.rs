@@ -61,8 +61,19 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Counts one frame's verdict.
-    pub(crate) fn count(&mut self, verdict: Verdict) {
+    /// Counts one frame's verdict: once in `rx`, once under the verdict, and under its reason
+    /// for a drop or a punt. The pipeline calls it for every frame it processes; an engine
+    /// of its own that speaks the same frame contract (the forwarder's bare port forwarder)
+    /// counts its frames with it too, so that reports read the same.
+    ///
+    /// ```
+    /// use dataplane::{Counters, DropReason, Verdict};
+    /// let mut c = Counters::default();
+    /// c.count(Verdict::Transmit { ifindex: 2 });
+    /// c.count(Verdict::Drop(DropReason::Truncated));
+    /// assert_eq!((c.rx, c.transmit, c.dropped, c.drops_of(DropReason::Truncated)), (2, 1, 1, 1));
+    /// ```
+    pub fn count(&mut self, verdict: Verdict) {
         self.rx += 1;
         match verdict {
             Verdict::Pending => {}

@@ -98,6 +98,7 @@ pub mod parse;
 mod pool;
 mod queue;
 mod ratelimit;
+mod reconfigure;
 pub mod route;
 mod tables;
 mod vector;
@@ -116,6 +117,8 @@ pub use crossbeam_epoch;
 
 pub use config::{Config, ConfigError, VlanMode};
 pub use counters::Counters;
+/// The route cache's configuration, as [`Config::dst_cache`] holds it.
+pub use dst_cache::Config as DstCacheConfig;
 pub use frag::{MIN_V4_MTU, fragment_v4};
 pub use hold::Resolution;
 pub use pool::{FramePool, HeapPool, Sent};

@@ -114,7 +114,7 @@ pub struct Queue {
     pub(crate) config: Config,
     pub(crate) cache: Option<DstCache<Route>>,
     pub(crate) counters: Counters,
-    icmp: TokenBucket,
+    pub(crate) icmp: TokenBucket,
     hold: HoldBuffer,
     ident: u16,
     /// Which addresses may be local, per route generation.

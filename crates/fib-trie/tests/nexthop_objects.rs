@@ -214,13 +214,23 @@ fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
         let g = crossbeam_epoch::pin();
         let table = fib.table(254, &g).unwrap();
         assert!(table.fast_stats().enabled, "the fast structure answers");
-        for dst in [
+        let dsts = [
             0x0a0a_0a05u32,
             0x0a0a_0a15,
             0x0a0a_0b01,
             0x0a0b_0101,
             0x0b00_0001,
-        ] {
+        ];
+        let flows = dsts.map(Flow::to);
+        fib.lookup_batch(&flows, &g, |i, batched| {
+            assert_eq!(
+                format!("{batched:?}"),
+                format!("{:?}", fib.lookup(&flows[i], &g)),
+                "combination {combo}, batched, destination {:#x}",
+                dsts[i]
+            );
+        });
+        for dst in dsts {
             let flow = Flow::to(dst);
             let (fast, walk) = (table.lookup(&flow, &g), table.lookup_walk(&flow, &g));
             assert_eq!(

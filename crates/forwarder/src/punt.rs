@@ -15,7 +15,7 @@
 //! - Replies leave through the kernel's ordinary route and do not come back through xfwd:
 //!   replies on the forwarder's own links go out directly.
 //! - One `write(2)` per punted frame: the punt path is a slow path, rate bounded by the
-//!   caller's processor, not a way to forward in bulk.
+//!   caller's engine, not a way to forward in bulk.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
