@@ -60,6 +60,39 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         },
     ];
     let mut cargo_steps: Vec<Command> = cargo_steps.into();
+    // The publishable library crates: `cargo package` builds each one's .crate from the files
+    // it would publish and compiles it alone, against the packaged versions of its sibling
+    // crates (cargo's local overlay of the unpublished ones), offline: a missing file, a path
+    // dependency without a version or a manifest error fails here rather than at publish time.
+    // Then their examples run (each checks its own results and fails on a wrong one).
+    match crate::crates::publishable(&cargo) {
+        Ok(libraries) => {
+            let mut c = Command::new(&cargo);
+            c.args(["package", "--locked", "--offline", "--allow-dirty"]);
+            for library in &libraries {
+                c.args(["-p", &library.name]);
+            }
+            cargo_steps.push(c);
+            for library in &libraries {
+                for example in &library.examples {
+                    let mut c = Command::new(&cargo);
+                    c.args([
+                        "run",
+                        "--locked",
+                        "-q",
+                        "-p",
+                        &library.name,
+                        "--example",
+                        example,
+                    ]);
+                    cargo_steps.push(c);
+                }
+            }
+        }
+        Err(e) => step("finding the publishable crates".into(), &mut || {
+            Err(anyhow::anyhow!("{e:#}"))
+        }),
+    }
     if crate::bench::dpdk::installed() {
         // The DPDK FFI wrapper of the benches (feature `dpdk`), only where libdpdk-dev is.
         let mut c = Command::new(&cargo);

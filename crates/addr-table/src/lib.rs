@@ -94,6 +94,16 @@ pub mod inline;
 pub mod rhltable;
 pub mod seed;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = addr_table::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use addr::AddrError;
 pub use addr::entry::{IfAddr, Label, NetnsId};
 pub use addr::family::{Family, Removal};

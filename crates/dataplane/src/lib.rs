@@ -105,6 +105,16 @@ mod vector;
 mod verdict;
 pub mod wire;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = dataplane::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use config::{Config, ConfigError, VlanMode};
 pub use counters::Counters;
 /// The route cache's configuration, as [`Config::dst_cache`] holds it.

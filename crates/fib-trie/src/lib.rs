@@ -88,6 +88,16 @@ mod store;
 mod table;
 mod trie;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = fib_trie::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};

@@ -336,6 +336,7 @@ pub fn run<E: Engine + 'static>(
             punt = punt.as_ref().map_or("off", |p| p.name()),
             "forwarding"
         );
+        crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
         let poll_addresses = engine.locals.is_none();
         let mut on_turn = || {
             if let Some(reload) = &reload {
@@ -355,6 +356,7 @@ pub fn run<E: Engine + 'static>(
     })();
 
     stop.store(true, Ordering::Relaxed);
+    crate::notify::stopping();
     for thread in threads {
         let _ = thread.join();
     }

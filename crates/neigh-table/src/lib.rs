@@ -48,6 +48,16 @@ mod guard;
 mod link;
 mod neigh;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = neigh_table::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use devconf::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
 pub use link::{Link, LinkFlags, LinkTable, OperState};
 pub use neigh::{NeighFlags, NeighTable, Neighbour, NudState};

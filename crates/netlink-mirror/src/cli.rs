@@ -1,5 +1,9 @@
 //! The command line as library code, so the `xfwd` binary can reuse it: `route get` in the
 //! format of `ip route get`, and `show routes|addrs|neigh|rules|policies`.
+//!
+//! The formatting functions are always there; the clap derives on [`RouteGetArgs`],
+//! [`ShowArgs`] and [`ShowWhat`] (so a binary can embed them as subcommands) come with the
+//! crate's `cli` feature, which also builds the `xfwd-mirror` binary.
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
@@ -18,21 +22,23 @@ use crate::key::IpKey;
 use crate::tables::MirroredTables;
 
 /// `route get ADDR [from ADDR] [iif DEV] [oif DEV] [mark N] [--netns NS]`.
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RouteGetArgs {
     /// The destination address.
     pub addr: IpAddr,
     /// Selectors as `ip route get` takes them: `from ADDR`, `iif DEV`, `oif DEV`, `mark N`,
     /// `tos N`.
-    #[arg(value_name = "SELECTOR")]
+    #[cfg_attr(feature = "cli", arg(value_name = "SELECTOR"))]
     pub selectors: Vec<String>,
     /// The network namespace (a name under /run/netns or a path); the current one if absent.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub netns: Option<String>,
 }
 
 /// What `show` lists.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum ShowWhat {
     /// Routes of every table, IPv4 then IPv6 (`ip route show table all`).
     Routes,
@@ -51,12 +57,13 @@ pub enum ShowWhat {
 }
 
 /// `show routes|addrs|neigh|rules|policies|links [--netns NS]`.
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ShowArgs {
     /// What to list.
     pub what: ShowWhat,
     /// The network namespace (a name under /run/netns or a path); the current one if absent.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub netns: Option<String>,
 }
 

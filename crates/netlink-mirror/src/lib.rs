@@ -74,6 +74,16 @@ pub mod stats;
 mod sync_tests;
 pub mod tables;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = netlink_mirror::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use change::{Change, ChangeOp, Observer};
 pub use error::{MapError, MirrorError};
 pub use mirror::{DEFAULT_RCVBUF, Mirror, MirrorHandle, MirrorOptions};

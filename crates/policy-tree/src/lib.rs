@@ -93,6 +93,16 @@ mod registry;
 mod selector;
 mod trie;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = policy_tree::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use addr::{Family, Prefix};
 pub use bin::{BinShape, DstNodeShape, INEXACT_PREFIXLEN_IPV4, INEXACT_PREFIXLEN_IPV6, NodeShape};
 pub use db::{Counts, PolicyDb};

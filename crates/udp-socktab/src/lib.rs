@@ -96,6 +96,16 @@ mod sock;
 mod table;
 mod writer;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = udp_socktab::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use config::{
     DEFAULT_LOCAL_PORT_RANGE, MAX_HASH_ENTRIES, MIN_CHILD_HASH_ENTRIES, MIN_HASH_ENTRIES,
     NetnsConfig, TableConfig,
