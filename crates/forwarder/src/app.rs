@@ -367,11 +367,22 @@ pub fn run<E: Engine + 'static>(
         );
         crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
         let poll_addresses = engine.locals.is_none();
+        let generation = engine.generation.clone();
+        let mut trimmer = generation
+            .as_ref()
+            .map(|g| crate::trim::Trimmer::new(Instant::now(), g()));
         let mut on_turn = || {
             if let Some(reload) = &reload {
                 if reload.requested.swap(false, Ordering::Relaxed) {
                     log_reload(&reload.apply(config, engine.live.as_deref()));
                 }
+            }
+            // Memory freed by table changes goes back to the kernel once they are over.
+            if let (Some(trimmer), Some(generation)) = (trimmer.as_mut(), &generation)
+                && trimmer.due(Instant::now(), generation())
+            {
+                let released = crate::trim::trim();
+                tracing::debug!(released, "heap trimmed after table changes");
             }
         };
         loop {
