@@ -55,12 +55,21 @@ pub fn render(results: &Results, machine: &Machine) -> String {
             .unwrap_or("xfwd ran until stopped"),
         verdict(results.crashed.is_none())
     );
+    // Excused only as the interval after a fault: the kernel had its routes back, the mirror
+    // was still applying them.
+    let grace_loss: u64 = results
+        .intervals
+        .iter()
+        .filter(|i| i.excused && i.faults.is_empty())
+        .map(|i| i.sent.saturating_sub(i.received))
+        .sum();
     let _ = writeln!(
         out,
-        "| no loss outside the windows where the route or link was away | {} lost outside ({} of {} intervals excused); {} of {} received in all | {} |",
+        "| no loss outside the windows where the route or link was away | {} lost outside ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
         results.unexcused_loss(),
         excused,
         results.intervals.len(),
+        grace_loss,
         received,
         sent,
         verdict(results.unexcused_loss() == 0)
