@@ -616,6 +616,13 @@ fn soak(options: &Options, binaries: &Path, work: &Path) -> anyhow::Result<Resul
             std::thread::sleep(Duration::from_secs(2));
         }
     }
+    // The running instance's counters (drop reasons) for the analysis of a failed run.
+    if let Some(stats) = xfwd.stats() {
+        std::fs::write(
+            work.join("stats.json"),
+            serde_json::to_string_pretty(&stats)?,
+        )?;
+    }
     drop(xfwd);
     let load_end = crate::e2e::loadavg();
     drop(lab);
