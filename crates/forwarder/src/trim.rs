@@ -7,13 +7,16 @@
 //! the high-water mark of such a cycle (measured: +8% after one delete and re-add of 20k
 //! routes, `docs/benchmarks/soak.md`). [`Trimmer`] calls `malloc_trim(0)` (which also
 //! releases free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
-//! thread once the tables have changed and have then been quiet for a moment, never on a
-//! run loop.
+//! thread once the tables have changed and have then been quiet for a moment (or every
+//! 10 s under steady churn), never on a run loop. It lowers the level (53 → 37 MiB on 20k
+//! routes) but does not bring it back after each mass cycle: what remains is open (soak
+//! report).
 
 use std::time::{Duration, Instant};
 
 /// Decides when to trim: after the table generation changed, once it has stayed the same for
-/// [`Trimmer::QUIET`] (a burst of changes is over), at most once per [`Trimmer::PERIOD`].
+/// [`Trimmer::QUIET`] (a burst of changes is over), or after [`Trimmer::MAX_WAIT`] under
+/// changes that never pause; at most once per [`Trimmer::PERIOD`].
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -39,6 +42,8 @@ impl Trimmer {
     pub const QUIET: Duration = Duration::from_secs(1);
     /// The least time between two trims.
     pub const PERIOD: Duration = Duration::from_secs(5);
+    /// Under changes that never pause (steady route churn), a trim after this long anyway.
+    pub const MAX_WAIT: Duration = Duration::from_secs(10);
 
     /// Starts at `now` with the tables at `generation` (nothing to trim yet).
     pub fn new(now: Instant, generation: u64) -> Self {
@@ -58,9 +63,10 @@ impl Trimmer {
             self.seen_at = now;
             return false;
         }
+        let since_trim = now.duration_since(self.trimmed_at);
         let due = generation != self.trimmed_generation
-            && now.duration_since(self.seen_at) >= Self::QUIET
-            && now.duration_since(self.trimmed_at) >= Self::PERIOD;
+            && since_trim >= Self::PERIOD
+            && (now.duration_since(self.seen_at) >= Self::QUIET || since_trim >= Self::MAX_WAIT);
         if due {
             self.trimmed_at = now;
             self.trimmed_generation = generation;
@@ -118,5 +124,16 @@ mod tests {
         assert!(!trimmer.due(at(14), 11));
         assert!(trimmer.due(at(16), 11));
         assert!(!trimmer.due(at(100), 11));
+    }
+
+    #[test]
+    fn trims_under_steady_churn_too() {
+        // The link monitor asks every 200 ms; the generation moves every second.
+        let t0 = Instant::now();
+        let mut trimmer = Trimmer::new(t0, 0);
+        let trims = (0..150u64)
+            .filter(|&tick| trimmer.due(t0 + Duration::from_millis(200 * tick), tick / 5 + 1))
+            .count();
+        assert_eq!(trims, 2, "at 10 s and 20 s of 30");
     }
 }

@@ -37,8 +37,11 @@ pub fn render(results: &Results, machine: &Machine) -> String {
     );
     let _ = writeln!(
         out,
-        "| churn | {} route changes applied ({} asked per second; {} batches refused in part, while fwd1 was being re-created) |\n",
-        results.churned, results.churn_rate, results.churn_errors
+        "| churn | {} route changes applied, {:.0} per second ({} asked; {} batches refused in part, while fwd1 was being re-created) |\n",
+        results.churned,
+        results.churned as f64 / results.intervals.last().map_or(1.0, |i| i.t).max(1.0),
+        results.churn_rate,
+        results.churn_errors
     );
 
     let sent: u64 = results.intervals.iter().map(|i| i.sent).sum();
