@@ -267,8 +267,9 @@ struct SourceSlot {
 /// destination, which the memo's key does not hold.
 #[derive(Clone, Debug)]
 pub(crate) struct IngressMemo {
-    /// The route generation plus one and the device table's generation the epoch belongs to.
-    tables: (u64, u64),
+    /// The route generation plus one, the device table's generation and its address (another
+    /// table object is another epoch, whatever its generation) the epoch belongs to.
+    tables: (u64, u64, usize),
     /// Whether reverse-path answers may be remembered in this epoch (no custom rules).
     sources_usable: bool,
     /// The current epoch (never 0).
@@ -280,7 +281,7 @@ pub(crate) struct IngressMemo {
 impl IngressMemo {
     pub(crate) fn new() -> Self {
         IngressMemo {
-            tables: (0, 0),
+            tables: (0, 0, 0),
             sources_usable: false,
             epoch: 1,
             devices: [DeviceSlot {
@@ -300,6 +301,7 @@ impl IngressMemo {
         let now = (
             snapshot.generation.wrapping_add(1),
             tables.devconf.generation(),
+            std::sync::Arc::as_ptr(&tables.devconf) as usize,
         );
         if self.tables != now {
             self.tables = now;

@@ -196,3 +196,30 @@ fn remembered_switches_and_sources_follow_the_tables() {
     let no_route = verdict(HOST4, [8, 8, 4, 2], 5);
     assert_eq!(no_route, Verdict::Reply { ifindex: IN }, "host unreachable");
 }
+
+/// Another device table put in place (with the same generation as the old one, and no bump)
+/// is another set of switches: the queue's memo does not answer from the old one.
+#[test]
+fn another_device_table_is_not_answered_from_the_memo() {
+    let (mut fx, t) = followed();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    // Not in the route cache: a new destination each time.
+    let v4 = |last: u8| udp4(HOST4, [8, 8, 5, last], 64, 53, 10);
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4(1), 256, 0).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    let off = DevConfTable::followed();
+    for v6 in [false, true] {
+        off.update(v6, NETCONF_ALL, conf(false, 0));
+        off.update(v6, NETCONF_DEFAULT, conf(false, 0));
+    }
+    // Both tables have seen the same number of changes.
+    assert_eq!(off.generation(), t.generation());
+    fx.tables.devconf = Arc::new(off);
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4(2), 256, 1).verdict,
+        Verdict::Reply { ifindex: IN },
+        "host unreachable: forwarding is off in the new table"
+    );
+}
