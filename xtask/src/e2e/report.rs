@@ -382,7 +382,7 @@ fn goals(results: &Results) -> String {
         _ => {
             let _ = writeln!(
                 out,
-                "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd case)"
+                "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd and kernel cases)"
             );
         }
     }
