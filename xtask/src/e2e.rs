@@ -6,7 +6,7 @@
 //! two AF_XDP forwarders given as command lines (the bare MAC-swapping one and xfwd).
 //! Options after `--` (`cargo xtask bench e2e --quick -- --cases kernel,xdp`).
 
-mod harness;
+pub(crate) mod harness;
 mod report;
 
 use std::path::Path;
@@ -271,7 +271,7 @@ pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()
 }
 
 /// The 1-minute load average.
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))

@@ -433,7 +433,7 @@ pub fn unserved(tables: &Tables, oif: u32) -> Option<Route> {
     tables
         .served
         .as_ref()
-        .is_some_and(|s| !s.contains(&oif))
+        .is_some_and(|s| !s.contains(oif))
         .then_some(Route::Punt(PuntReason::UnservedEgress))
 }
 

@@ -451,7 +451,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let engine = crate::startup::routing(config.pipeline, &served)?;
+            let served = std::sync::Arc::new(dataplane::Served::new(&served));
+            let engine = crate::startup::routing(config.pipeline, served)?;
             app::run(&config, engine, metrics, stop, Some(reload))?;
         }
     }

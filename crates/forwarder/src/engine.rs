@@ -69,6 +69,10 @@ pub struct EngineSpec<E> {
     /// Answers `xfwd show` / `xfwd route get` over the control socket from the engine's
     /// tables; `None`: the engine has none (bare).
     pub query: Option<crate::serve::QueryFn>,
+    /// The served interfaces the engine's tables punt by (slot `i`: port `i`'s ifindex); the
+    /// instance replaces a slot when that port's interface is re-created. `None`: the engine
+    /// does not look (bare).
+    pub served: Option<Arc<dataplane::Served>>,
 }
 
 /// A pipeline configuration published to the run loops while they run: the reloading thread

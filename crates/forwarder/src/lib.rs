@@ -62,6 +62,7 @@ pub mod runloop;
 pub mod serve;
 pub mod startup;
 pub mod stats;
+pub mod trim;
 pub mod xdp;
 
 /// The README's example, compiled and run as a doctest.

@@ -35,7 +35,10 @@ pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// # Errors
 /// When the configuration is out of range, the mirror cannot start or sync, or the socket
 /// table cannot be made.
-pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<EngineSpec<Router>> {
+pub fn routing(
+    config: dataplane::Config,
+    served: Arc<dataplane::Served>,
+) -> anyhow::Result<EngineSpec<Router>> {
     config.validate().context("pipeline configuration")?;
     let feed = Arc::new(LocalAddrFeed::default());
     let options = MirrorOptions {
@@ -72,7 +75,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         sockets,
         generation: m.generation.clone(),
         sock_netns,
-        served: Some(served.into()),
+        served: Some(served.clone()),
         devconf: m.devconf.clone(),
     };
     let board = CounterBoard::default();
@@ -145,6 +148,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         locals: Some(feed),
         live: Some(live),
         query: Some(query),
+        served: Some(served),
     })
 }
 
@@ -169,5 +173,6 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         locals: None,
         live: None,
         query: None,
+        served: None,
     }
 }

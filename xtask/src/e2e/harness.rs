@@ -378,6 +378,28 @@ fn pin(pid: u32, cpu: usize) -> anyhow::Result<()> {
         .with_context(|| format!("pinning {pid} to CPU {cpu}"))
 }
 
+/// dst0's addresses as permanent neighbours in `fwd` (dst's kernel never answers ARP or ND
+/// once the receiver's XDP program takes every frame).
+pub(crate) fn static_neighbours(fwd: &str) -> anyhow::Result<()> {
+    for (family, addr) in [("-4", DST0.ipv4.to_string()), ("-6", DST0.ipv6.to_string())] {
+        ip([
+            "-n",
+            fwd,
+            family,
+            "neigh",
+            "replace",
+            &addr,
+            "lladdr",
+            &DST0.mac_string(),
+            "dev",
+            FWD1.name,
+            "nud",
+            "permanent",
+        ])?;
+    }
+    Ok(())
+}
+
 /// The lab with its receiver running.
 pub struct Lab {
     lab: Option<LabGuard>,
@@ -405,23 +427,7 @@ impl Lab {
         let lab = xfwd_lab::Lab::new(prefix)?
             .up_scoped()
             .with_context(|| format!("bench e2e: bringing up the lab {prefix} (`cargo xtask lab --prefix {prefix} down` removes a stale one)"))?;
-        let fwd = lab.netns(Role::Fwd);
-        for (family, addr) in [("-4", DST0.ipv4.to_string()), ("-6", DST0.ipv6.to_string())] {
-            ip([
-                "-n",
-                &fwd,
-                family,
-                "neigh",
-                "replace",
-                &addr,
-                "lladdr",
-                &DST0.mac_string(),
-                "dev",
-                FWD1.name,
-                "nud",
-                "permanent",
-            ])?;
-        }
+        static_neighbours(&lab.netns(Role::Fwd))?;
         for (role, dev) in [(Role::Src, SRC0.name), (Role::Fwd, FWD1.name)] {
             in_netns(
                 &lab.netns(role),
@@ -443,11 +449,12 @@ impl Lab {
         Ok(this)
     }
 
-    fn netns(&self, role: Role) -> String {
+    pub(crate) fn netns(&self, role: Role) -> String {
         self.lab.as_ref().map(|l| l.netns(role)).unwrap_or_default()
     }
 
-    fn start_receiver(&mut self) -> anyhow::Result<()> {
+    /// (Re)starts the receiver on dst0 (after dst0 was re-created, say).
+    pub(crate) fn start_receiver(&mut self) -> anyhow::Result<()> {
         self.receiver = None;
         let since = uptime_ticks();
         let dst = self.netns(Role::Dst);
@@ -518,6 +525,21 @@ impl Lab {
         }
         std::fs::write(&self.destinations, list)?;
         Ok((usable.len(), seconds))
+    }
+
+    /// The lab itself (to re-create a link).
+    pub(crate) fn guard(&self) -> Option<&LabGuard> {
+        self.lab.as_ref()
+    }
+
+    /// The `ip -batch` file of the routes [`load_routes`](Self::load_routes) loaded.
+    pub(crate) fn routes_batch(&self) -> PathBuf {
+        self.work.join("routes.batch")
+    }
+
+    /// The destinations file the generator draws its flows from.
+    pub(crate) fn destinations(&self) -> &Path {
+        &self.destinations
     }
 
     /// Adds a note to the run's report.
@@ -789,7 +811,7 @@ impl Lab {
 
     /// One trial: the generator in src at `rate` for the trial length (or `count` probes),
     /// then the receiver's counts and everybody's CPU time.
-    fn trial(
+    pub(crate) fn trial(
         &mut self,
         rate: Option<f64>,
         size: u16,
