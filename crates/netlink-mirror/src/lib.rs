@@ -60,6 +60,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kernel_routes;
+pub mod json;
 pub mod key;
 pub mod map;
 mod mirror;
