@@ -23,7 +23,7 @@
 //! assert_eq!(routes[0]["gateway"], "10.1.0.4");
 //! let args = RouteGetArgs { addr: "10.9.1.1".parse().unwrap(), selectors: vec![], netns: None };
 //! let answer = netlink_mirror::cli::route_answer(&t, &args).unwrap();
-//! assert_eq!(netlink_mirror::json::route_get(&answer)["dev"], "if2");
+//! assert_eq!(netlink_mirror::json::route_get(&answer)[0]["dev"], "if2");
 //! ```
 #![forbid(unsafe_code)]
 
