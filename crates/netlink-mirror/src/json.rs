@@ -36,8 +36,7 @@ use policy_tree::{Action, Direction, PolicyType};
 use serde_json::{Map, Value, json};
 
 use crate::cli::{
-    RouteAnswer, ShowWhat, dev_name, prefix_text, protocol_name, scope_name, table_name,
-    type_name,
+    RouteAnswer, ShowWhat, dev_name, prefix_text, protocol_name, scope_name, table_name, type_name,
 };
 use crate::kernel_routes::key_of;
 use crate::key::IpKey;
@@ -60,7 +59,12 @@ pub fn show(t: &MirroredTables, what: ShowWhat) -> Value {
         ShowWhat::Addrs => addrs(t, &guard),
         ShowWhat::Neigh => neighbours(t, &guard),
         ShowWhat::Rules => {
-            let mut list: Vec<Value> = t.fib4.rules(&guard).iter().map(|r| rule(t, r, &guard)).collect();
+            let mut list: Vec<Value> = t
+                .fib4
+                .rules(&guard)
+                .iter()
+                .map(|r| rule(t, r, &guard))
+                .collect();
             list.extend(t.fib6.rules(&guard).iter().map(|r| rule(t, r, &guard)));
             list
         }

@@ -59,8 +59,8 @@ mod control;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod kernel_routes;
 pub mod json;
+pub mod kernel_routes;
 pub mod key;
 pub mod map;
 mod mirror;
