@@ -1209,11 +1209,15 @@ fn route_get_and_show_ask_the_running_instance() {
             "{}",
             String::from_utf8_lossy(&fresh.stderr)
         );
+        // The instance adds what its pipeline does with such a packet on a line of its own.
+        let live = String::from_utf8_lossy(&live.stdout).into_owned();
+        let (route, pipeline) = live.trim_end().rsplit_once('\n').unwrap();
         assert_eq!(
-            String::from_utf8_lossy(&live.stdout),
+            format!("{route}\n"),
             String::from_utf8_lossy(&fresh.stdout),
             "the instance and a fresh mirror agree on {target}"
         );
+        assert!(pipeline.starts_with("    xfwd transmit dev fwd1"), "{live}");
         eprintln!("route get {target} from the instance in {took:?}");
     }
     // No route: exit status 2 with the kernel's message, from the instance too.

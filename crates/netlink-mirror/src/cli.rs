@@ -184,7 +184,10 @@ fn flow_hash(src: IpAddr, dst: IpAddr) -> u32 {
 
 /// Looks `args.addr` up in the mirrored tables and prints the answer as `ip route get` does:
 /// the type when not unicast, the address, `from` when given, `via`, `dev`, `table` when not
-/// main, `src` (IPv6: always `from`, and the metric).
+/// main, `src` (IPv6: always `from`, `iif`, and the metric); IPv4 answers have their cache
+/// line when it says something (`<local>`, the route's metrics, `iif`). The `uid` the kernel
+/// prints for output routes and the IPv6 route preference (`pref medium`: the mirror does not
+/// keep it) are left out.
 ///
 /// ```
 /// use netlink_mirror::MirroredTables;
@@ -272,17 +275,30 @@ impl std::fmt::Display for RouteAnswer {
         if let Some(s) = self.prefsrc {
             write!(f, " src {s}")?;
         }
-        if let Some(iif) = &self.iif {
-            write!(f, " iif {iif}")?;
-        }
         if v6 {
             write!(f, " metric {}", self.metric)?;
+            if let Some(iif) = &self.iif {
+                write!(f, " iif {iif}")?;
+            }
             if !self.metrics.is_empty() {
                 write!(f, " {}", self.metrics)?;
             }
-        } else if !self.metrics.is_empty() {
-            // `ip route get` shows an IPv4 route's metrics on the cached route's line.
-            write!(f, "\n    cache {}", self.metrics)?;
+            return Ok(());
+        }
+        // `ip route get` shows an IPv4 answer's cache flags, metrics and input interface on
+        // the cached route's line.
+        let mut cache = Vec::new();
+        if self.route_type == RouteType::Local {
+            cache.push("<local>".to_owned());
+        }
+        if !self.metrics.is_empty() {
+            cache.push(self.metrics.clone());
+        }
+        if let Some(iif) = &self.iif {
+            cache.push(format!("iif {iif}"));
+        }
+        if !cache.is_empty() {
+            write!(f, "\n    cache {}", cache.join(" "))?;
         }
         Ok(())
     }
@@ -706,7 +722,10 @@ fn show_routes<K: IpKey>(
             if let Some(o) = &info.nh_object {
                 let _ = write!(out, " nhid {}", o.id());
             }
-            if let [h] = info.nexthops.as_slice() {
+            // A route through a nexthop object lists the object's next hops, as the kernel's
+            // dump does.
+            let hops = route_hops(info, guard);
+            if let [h] = hops {
                 if let Some(g) = h.gateway {
                     let _ = write!(out, " via {}", via_text(g));
                 }
@@ -747,8 +766,8 @@ fn show_routes<K: IpKey>(
                 }
             }
             out.push('\n');
-            if info.nexthops.len() > 1 {
-                for h in &info.nexthops {
+            if hops.len() > 1 {
+                for h in hops {
                     let _ = write!(out, "\tnexthop");
                     if let Some(g) = h.gateway {
                         let _ = write!(out, " via {}", via_text(g));
@@ -762,6 +781,21 @@ fn show_routes<K: IpKey>(
                 }
             }
         }
+    }
+}
+
+/// A route's next hops: its own, or those of the nexthop object it holds (none for a
+/// blackhole or unrepresentable object).
+pub(crate) fn route_hops<'g, K: IpKey>(
+    info: &'g fib_trie::RouteInfo<K>,
+    guard: &'g Guard,
+) -> &'g [NextHop<K>] {
+    match &info.nh_object {
+        Some(o) => match o.load(guard) {
+            fib_trie::NexthopGroup::Hops { nexthops, .. } => nexthops.as_slice(),
+            _ => &[],
+        },
+        None => &info.nexthops,
     }
 }
 
@@ -870,7 +904,7 @@ mod tests {
         );
         assert_eq!(
             get(&t, "10.1.0.1").unwrap(),
-            "local 10.1.0.1 dev lo src 10.1.0.1"
+            "local 10.1.0.1 dev lo src 10.1.0.1\n    cache <local>"
         );
         assert_eq!(
             get(&t, "10.1.0.7 from 10.1.0.1").unwrap(),
@@ -914,7 +948,7 @@ mod tests {
         // With custom rules, local answers come from the local table by name.
         assert_eq!(
             get(&t, "10.1.0.1").unwrap(),
-            "local 10.1.0.1 dev lo table local src 10.1.0.1"
+            "local 10.1.0.1 dev lo table local src 10.1.0.1\n    cache <local>"
         );
         let listing = show(
             &t,

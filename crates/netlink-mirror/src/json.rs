@@ -36,7 +36,8 @@ use policy_tree::{Action, Direction, PolicyType};
 use serde_json::{Map, Value, json};
 
 use crate::cli::{
-    RouteAnswer, ShowWhat, dev_name, prefix_text, protocol_name, scope_name, table_name, type_name,
+    RouteAnswer, ShowWhat, dev_name, prefix_text, protocol_name, route_hops, scope_name,
+    table_name, type_name,
 };
 use crate::kernel_routes::key_of;
 use crate::key::IpKey;
@@ -69,7 +70,12 @@ pub fn show(t: &MirroredTables, what: ShowWhat) -> Value {
             list
         }
         ShowWhat::Policies => policies(t),
-        ShowWhat::Links => t.links.to_vec().iter().map(link).collect(),
+        ShowWhat::Links => t
+            .links
+            .to_vec()
+            .iter()
+            .map(|l| link(t, l, &guard))
+            .collect(),
         ShowWhat::Nexthops => nexthops(t, &guard),
     };
     Value::Array(list)
@@ -213,7 +219,10 @@ fn routes<K: IpKey>(
             if let Some(n) = &info.nh_object {
                 o.insert("nhid".into(), n.id().into());
             }
-            if let [h] = info.nexthops.as_slice() {
+            // A route through a nexthop object lists the object's next hops, as the kernel's
+            // dump does.
+            let hops = route_hops(info, guard);
+            if let [h] = hops {
                 if let Some(g) = h.gateway {
                     gateway(&mut o, &via(g));
                 }
@@ -234,7 +243,7 @@ fn routes<K: IpKey>(
             if v6 || info.priority != 0 {
                 o.insert("metric".into(), info.priority.into());
             }
-            let flags = match info.nexthops.as_slice() {
+            let flags = match hops {
                 [h] => hop_flags(h.flags.0),
                 _ => json!([]),
             };
@@ -242,9 +251,8 @@ fn routes<K: IpKey>(
             if !info.metrics.is_empty() {
                 o.insert("metrics".into(), metrics(&info.metrics.to_string()));
             }
-            if info.nexthops.len() > 1 {
-                let hops: Vec<Value> = info
-                    .nexthops
+            if hops.len() > 1 {
+                let hops: Vec<Value> = hops
                     .iter()
                     .map(|h| {
                         let mut n = Map::new();
@@ -317,7 +325,7 @@ fn link_flags(flags: LinkFlags) -> Value {
     json!(list)
 }
 
-fn link_object(l: &neigh_table::Link) -> Map<String, Value> {
+fn link_object(t: &MirroredTables, l: &neigh_table::Link, guard: &Guard) -> Map<String, Value> {
     let mut o = Map::new();
     o.insert("ifindex".into(), l.ifindex.into());
     o.insert("ifname".into(), l.name.clone().into());
@@ -325,7 +333,7 @@ fn link_object(l: &neigh_table::Link) -> Map<String, Value> {
     o.insert("mtu".into(), l.mtu.into());
     o.insert("operstate".into(), l.oper.to_string().into());
     if let Some(m) = l.master {
-        o.insert("master_ifindex".into(), m.into());
+        o.insert("master".into(), dev_name(t, m, guard).into());
     }
     let loopback = l.flags.contains(LinkFlags::LOOPBACK);
     o.insert(
@@ -343,8 +351,8 @@ fn link_object(l: &neigh_table::Link) -> Map<String, Value> {
     o
 }
 
-fn link(l: &neigh_table::Link) -> Value {
-    Value::Object(link_object(l))
+fn link(t: &MirroredTables, l: &neigh_table::Link, guard: &Guard) -> Value {
+    Value::Object(link_object(t, l, guard))
 }
 
 fn addrs(t: &MirroredTables, guard: &Guard) -> Vec<Value> {
@@ -390,7 +398,7 @@ fn addrs(t: &MirroredTables, guard: &Guard) -> Vec<Value> {
     }
     let mut out = Vec::new();
     for l in t.links.to_vec() {
-        let mut o = link_object(&l);
+        let mut o = link_object(t, &l, guard);
         o.insert(
             "addr_info".into(),
             Value::Array(per_link.remove(&l.ifindex).unwrap_or_default()),
