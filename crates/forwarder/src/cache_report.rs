@@ -4,9 +4,9 @@
 //!
 //! The control thread [`ask`](CacheBoard::ask)s: it bumps a request number and waits (at
 //! most a timeout) until every registered queue has answered it. Each router looks at the
-//! number once per loop turn (one atomic load; idle loops turn at least every few
-//! milliseconds) and, when it changed, copies its cache's valid entries into the board. The
-//! copy allocates, in the turn after a request, never per packet.
+//! number once per loop turn (one atomic load; idle loops turn at least every 50 ms) and,
+//! when it changed, copies its cache's valid entries into the board. The copy allocates, in
+//! the turn after a request, never per packet.
 #![forbid(unsafe_code)]
 
 use std::net::IpAddr;

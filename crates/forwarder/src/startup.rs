@@ -25,7 +25,7 @@ use crate::stats::Stats;
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How long `xfwd show cache` waits for every run loop to copy its route cache (an idle loop
-/// turns every few milliseconds).
+/// turns at least every 50 ms).
 const CACHE_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts the netlink mirror of the calling thread's namespace, waits until it is synced,
