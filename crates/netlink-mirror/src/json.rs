@@ -606,3 +606,120 @@ fn nexthops(t: &MirroredTables, guard: &Guard) -> Vec<Value> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use addr_table::NetnsId;
+    use fib_trie::{InsertFlags, NextHop, Route};
+    use neigh_table::{Link, OperState};
+    use policy_tree::{Action, Direction, PolicySpec, Prefix, Selector, TemplateId};
+
+    use super::*;
+    use crate::cli::{RouteGetArgs, route_answer};
+
+    #[test]
+    fn metrics_parse_into_ip_json_form() {
+        assert_eq!(
+            metrics("mtu 1400 advmss lock 1360 congctl cubic"),
+            json!([{"mtu": 1400}, {"advmss": {"lock": true, "value": 1360}}, {"congctl": "cubic"}])
+        );
+        assert_eq!(metrics(""), json!([]));
+    }
+
+    #[test]
+    fn links_flags_as_ip_prints_them() {
+        let t = MirroredTables::new(NetnsId(1), false);
+        let mut l = Link::new(2, "eth0");
+        l.flags = LinkFlags::UP | LinkFlags::BROADCAST | LinkFlags::MULTICAST;
+        l.oper = OperState::DOWN;
+        l.mac = Some([2, 0, 0, 0, 0, 1]);
+        t.links.upsert(l);
+        let links = show(&t, ShowWhat::Links);
+        assert_eq!(
+            links[0]["flags"],
+            json!(["NO-CARRIER", "BROADCAST", "MULTICAST", "UP"]),
+            "up without carrier (not RUNNING)"
+        );
+        assert_eq!(links[0]["operstate"], "DOWN");
+        assert_eq!(links[0]["address"], "02:00:00:00:00:01");
+        assert_eq!(links[0]["broadcast"], "ff:ff:ff:ff:ff:ff");
+    }
+
+    #[test]
+    fn via_inet6_rules_and_policies() {
+        let t = MirroredTables::new(NetnsId(1), false);
+        t.links.upsert(Link::new(2, "eth0"));
+        let mut hop = NextHop::new(None, 2);
+        hop.gateway = Some(Gateway::Inet6(0xfe80_0000_0000_0000_0000_0000_0000_0001));
+        t.fib4
+            .insert(
+                &Route::unicast(0x0a00_0000, 8, 254, vec![hop]),
+                InsertFlags::ADD,
+            )
+            .unwrap();
+        let routes = show(&t, ShowWhat::Routes);
+        assert_eq!(
+            routes[0]["via"],
+            json!({"family": "inet6", "host": "fe80::1"})
+        );
+        assert_eq!(routes[0]["dev"], "eth0");
+        let args = RouteGetArgs {
+            addr: "10.1.1.1".parse().unwrap(),
+            selectors: vec![],
+            netns: None,
+        };
+        let got = route_get(&route_answer(&t, &args).unwrap());
+        assert_eq!(got[0]["via"]["host"], "fe80::1", "{got}");
+
+        let mut rule = FibRule::new(10, RuleAction::Goto(20));
+        rule.invert = true;
+        rule.src = Some((0x0a00_0000u32, 8));
+        t.fib4.add_rule(rule).unwrap();
+        let rules = show(&t, ShowWhat::Rules);
+        let goto = rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["priority"] == 10)
+            .unwrap();
+        assert_eq!(
+            goto,
+            &json!({"priority": 10, "not": true, "src": "10.0.0.0", "srclen": 8,
+                    "action": "goto", "target": 20})
+        );
+
+        let selector = Selector::new(
+            Prefix::new("10.0.0.0".parse().unwrap(), 8).unwrap(),
+            Prefix::new("192.0.2.0".parse().unwrap(), 24).unwrap(),
+        )
+        .unwrap();
+        t.policies
+            .add(
+                PolicySpec::new(selector, Direction::Fwd)
+                    .priority(5)
+                    .action(Action::Ipsec(TemplateId(3))),
+            )
+            .unwrap();
+        let policies = show(&t, ShowWhat::Policies);
+        let p = &policies[0];
+        assert_eq!(
+            (
+                &p["src"],
+                &p["dst"],
+                &p["dir"],
+                &p["priority"],
+                &p["action"],
+                &p["tmpl"]
+            ),
+            (
+                &json!("10.0.0.0/8"),
+                &json!("192.0.2.0/24"),
+                &json!("fwd"),
+                &json!(5),
+                &json!("allow"),
+                &json!(3)
+            ),
+            "{p}"
+        );
+    }
+}
