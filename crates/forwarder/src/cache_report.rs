@@ -194,7 +194,7 @@ impl CacheBoard {
                         .iter()
                         .flat_map(|(_, _, e)| e.iter().cloned())
                         .collect();
-                    all.sort_by(|a, b| (a.queue, a.dst, a.iif).cmp(&(b.queue, b.dst, b.iif)));
+                    all.sort_by_key(|a| (a.queue, a.dst, a.iif));
                     return Ok(all);
                 }
                 if Instant::now() >= deadline {
