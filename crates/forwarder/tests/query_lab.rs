@@ -238,49 +238,43 @@ fn check_route_cache(lab: &Lab, xfwd: &Xfwd) {
     let fwd = lab.netns(Role::Fwd);
     let src6 = topology::SRC0.ipv6.to_string();
     let v6_target = "2001:db8:1::1";
-    // The route cache: traffic to the target fills it; `show cache` lists the entry with the
-    // egress and neighbour the pipeline uses. (Before any custom rule: once there is one, the
-    // cache stays out of use, as the kernel's input route hints. IPv6: the lab's IPv4 may validate sources, rp_filter inherited from
-    // the host, and such decisions are never cached.)
+    // Before any custom rule: once there is one, the cache stays out of use, as the kernel's
+    // input route hints. IPv6: the lab's IPv4 may validate sources (rp_filter inherited from
+    // the host), and such decisions are never cached.
     let dst0_v6 = topology::DST0.ipv6.to_string();
-    let probe = Command::new(XFWD)
-        .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])
-        .args(["--iface", "src0", "--to-mac", &topology::FWD0.mac_string()])
-        .args(["--src", &src6, "--dst", v6_target])
-        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
-        .args(["--count", "50", "--rate", "5000"])
-        .output()
-        .unwrap();
-    assert!(probe.status.success(), "{probe:?}");
-    let cache = json(&xfwd.ask(&["show", "cache", "-j"]));
-    let entry = cache
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|e| e["dst"] == v6_target)
-        .unwrap_or_else(|| {
-            let stats = Command::new(XFWD)
-                .args(["stats", "--json", "--control"])
-                .arg(&xfwd.control)
-                .output()
-                .unwrap();
-            panic!(
-                "no entry for {v6_target}: {cache}; probe {}; stats {}",
-                String::from_utf8_lossy(&probe.stdout),
-                String::from_utf8_lossy(&stats.stdout)
-            )
-        });
+    // A neighbour change (dst0 resolved again, its state refreshed) starts a new route
+    // generation, which leaves earlier entries dead: send again until an entry is listed.
+    let mut entry = Value::Null;
+    eventually("a route cache entry for the IPv6 target", || {
+        let probe = Command::new(XFWD)
+            .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])
+            .args(["--iface", "src0", "--to-mac", &topology::FWD0.mac_string()])
+            .args(["--src", &src6, "--dst", v6_target])
+            .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+            .args(["--count", "20", "--rate", "5000"])
+            .output()
+            .unwrap();
+        assert!(probe.status.success(), "{probe:?}");
+        let cache = json(&xfwd.ask(&["show", "cache", "-j"]));
+        entry = cache
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["dst"] == v6_target)
+            .cloned()
+            .ok_or(format!("no entry for {v6_target}: {cache}"))?;
+        // The text form, asked right after (the same entry, unless a neighbour changed).
+        let text = stdout(&xfwd.ask(&["show", "cache"]));
+        let line = format!("{v6_target} iif fwd0 queue 0 forward nexthop {dst0_v6} dev fwd1");
+        if !text.lines().any(|l| l.starts_with(&line)) {
+            return Err(format!("no line {line:?} in {text}"));
+        }
+        Ok(())
+    });
     assert_eq!(entry["decision"], "forward", "{entry}");
     assert_eq!(entry["iif"], "fwd0", "{entry}");
     assert_eq!(entry["dev"], "fwd1", "{entry}");
     assert_eq!(entry["lladdr"], topology::DST0.mac_string(), "{entry}");
-    let text = stdout(&xfwd.ask(&["show", "cache"]));
-    assert!(
-        text.lines().any(|l| l.starts_with(&format!(
-            "{v6_target} iif fwd0 queue 0 forward nexthop {dst0_v6} dev fwd1"
-        ))),
-        "{text}"
-    );
     // A route change invalidates it: the listing shows valid entries only.
     stdout(&ip(
         &fwd,
