@@ -303,7 +303,8 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
         .up_scoped()
         .unwrap();
     let fwd = lab.netns(Role::Fwd);
-    // Nexthop objects and a route through them, an unreachable route, a rule.
+    // Nexthop objects and a route through them, an unreachable route, a route in table 100
+    // (a rule to it comes later), a route with metrics.
     let dst0 = topology::DST0.ipv4.to_string();
     for args in [
         vec!["nexthop", "add", "id", "100", "via", &dst0, "dev", "fwd1"],
@@ -319,6 +320,22 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
             &dst0,
             "table",
             "100",
+        ],
+        vec![
+            "route",
+            "add",
+            "198.19.8.0/24",
+            "via",
+            &dst0,
+            "mtu",
+            "1400",
+            "rtt",
+            "10ms",
+            "advmss",
+            "lock",
+            "1360",
+            "congctl",
+            "cubic",
         ],
     ] {
         stdout(&ip(&fwd, &args));
@@ -378,7 +395,7 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
     let (route, pipeline) = split(&ours);
     assert_eq!(route, kernel_lines(&kernel));
     assert!(pipeline.starts_with("    xfwd transmit dev fwd1"), "{ours}");
-    // Through nexthop objects, and a rule's table.
+    // Through nexthop objects, a rule's table, and a route with metrics.
     stdout(&ip(
         &fwd,
         &["rule", "add", "fwmark", "7", "lookup", "100", "pref", "100"],
@@ -387,6 +404,7 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
     for question in [
         vec!["198.19.0.1", "from", &src4, "iif", "fwd0"],
         vec!["198.19.7.1", "mark", "7"],
+        vec!["198.19.8.1"],
     ] {
         let kernel = json(&ip(
             &fwd,

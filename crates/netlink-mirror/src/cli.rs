@@ -249,8 +249,8 @@ pub struct RouteAnswer {
     pub mark: u32,
     /// The route's priority (printed for IPv6).
     pub metric: u32,
-    /// The route's metrics (`mtu 1400`), as `ip` prints them.
-    pub metrics: String,
+    /// The route's metrics (`mtu 1400`).
+    pub metrics: fib_trie::Metrics,
 }
 
 impl std::fmt::Display for RouteAnswer {
@@ -292,7 +292,7 @@ impl std::fmt::Display for RouteAnswer {
             cache.push("<local>".to_owned());
         }
         if !self.metrics.is_empty() {
-            cache.push(self.metrics.clone());
+            cache.push(self.metrics.to_string());
         }
         if let Some(iif) = &self.iif {
             cache.push(format!("iif {iif}"));
@@ -419,7 +419,7 @@ fn get<K: IpKey>(
         iif: iif.and(sel.iif.clone()),
         mark: sel.mark,
         metric: r.alias.info.priority,
-        metrics: r.alias.info.metrics.to_string(),
+        metrics: r.alias.info.metrics.clone(),
     })
 }
 

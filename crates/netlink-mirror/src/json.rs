@@ -89,7 +89,7 @@ pub fn show(t: &MirroredTables, what: ShowWhat) -> Value {
 /// let answer = RouteAnswer {
 ///     route_type: fib_trie::RouteType::Unicast, dst: "192.0.2.1".parse().unwrap(), from: None,
 ///     gateway: Some("10.0.0.1".into()), oif: Some(2), dev: Some("eth1".into()), table: 254,
-///     prefsrc: None, iif: None, mark: 0, metric: 0, metrics: String::new(),
+///     prefsrc: None, iif: None, mark: 0, metric: 0, metrics: Default::default(),
 /// };
 /// assert_eq!(
 ///     netlink_mirror::json::route_get(&answer).to_string(),
@@ -153,30 +153,45 @@ fn gateway(o: &mut Map<String, Value>, via: &str) {
     }
 }
 
-/// Route metrics as `ip -j` prints them: `[{"mtu": 1400}, {"advmss": {"lock": true, ...}}]`
-/// in the text form's order, numbers as numbers. Parsed from the text form (`mtu lock 1400
-/// congctl cubic`).
-fn metrics(text: &str) -> Value {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let mut list = Vec::new();
-    let mut i = 0;
-    while i < words.len() {
-        let name = words[i];
-        let locked = words.get(i + 1) == Some(&"lock");
-        let at = i + 1 + usize::from(locked);
-        let Some(value) = words.get(at) else { break };
-        let value: Value = value
-            .parse::<u64>()
-            .map_or_else(|_| (*value).into(), Value::from);
-        let value = if locked {
-            json!({"lock": true, "value": value})
-        } else {
-            value
+/// Route metrics as `ip -j` prints them: an array of one object, each metric by `ip`'s name
+/// with its value, times in milliseconds (`rtt` is kept in 1/8 ms, `rttvar` in 1/4 ms), the
+/// congestion control algorithm as `congestion`; locks are not shown (as in `ip -j`).
+fn metrics(m: &fib_trie::Metrics) -> Value {
+    use fib_trie::Metrics as M;
+    let mut o = Map::new();
+    for (id, v) in m.iter() {
+        let name = match id {
+            M::MTU => "mtu",
+            M::WINDOW => "window",
+            M::RTT => "rtt",
+            M::RTTVAR => "rttvar",
+            M::SSTHRESH => "ssthresh",
+            M::CWND => "cwnd",
+            M::ADVMSS => "advmss",
+            M::REORDERING => "reordering",
+            M::HOPLIMIT => "hoplimit",
+            M::INITCWND => "initcwnd",
+            M::FEATURES => "features",
+            M::RTO_MIN => "rto_min",
+            M::INITRWND => "initrwnd",
+            M::QUICKACK => "quickack",
+            M::FASTOPEN_NO_COOKIE => "fastopen_no_cookie",
+            _ => {
+                o.insert(format!("metric{id}"), v.into());
+                continue;
+            }
         };
-        list.push(json!({ name: value }));
-        i = at + 1;
+        let v = match id {
+            M::RTT => v / 8,
+            M::RTTVAR => v / 4,
+            _ => v,
+        };
+        o.insert(name.into(), v.into());
     }
-    Value::Array(list)
+    if let Some(cc) = m.cc_algo() {
+        o.insert("congestion".into(), cc.into());
+    }
+    json!([o])
 }
 
 fn hop_flags(flags: u32) -> Value {
@@ -249,7 +264,7 @@ fn routes<K: IpKey>(
             };
             o.insert("flags".into(), flags);
             if !info.metrics.is_empty() {
-                o.insert("metrics".into(), metrics(&info.metrics.to_string()));
+                o.insert("metrics".into(), metrics(&info.metrics));
             }
             if hops.len() > 1 {
                 let hops: Vec<Value> = hops
@@ -617,13 +632,20 @@ mod tests {
     use super::*;
     use crate::cli::{RouteGetArgs, route_answer};
 
+    /// As `ip -j route show` prints `mtu 1400 rtt 10ms advmss lock 1360 congctl cubic`
+    /// (iproute2 6.1): `[{"mtu":1400,"rtt":10,"advmss":1360,"congestion":"cubic"}]`.
     #[test]
-    fn metrics_parse_into_ip_json_form() {
+    fn metrics_in_ip_json_form() {
+        let mut m = fib_trie::Metrics::default();
+        m.set(fib_trie::Metrics::MTU, 1400);
+        m.set(fib_trie::Metrics::RTT, 80);
+        m.set(fib_trie::Metrics::ADVMSS, 1360);
+        m.lock(fib_trie::Metrics::ADVMSS);
+        m.set_cc_algo(Some("cubic"));
         assert_eq!(
-            metrics("mtu 1400 advmss lock 1360 congctl cubic"),
-            json!([{"mtu": 1400}, {"advmss": {"lock": true, "value": 1360}}, {"congctl": "cubic"}])
+            metrics(&m),
+            json!([{"mtu": 1400, "rtt": 10, "advmss": 1360, "congestion": "cubic"}])
         );
-        assert_eq!(metrics(""), json!([]));
     }
 
     #[test]
