@@ -5,8 +5,8 @@
 //! ICMP error it would answer, the punt or drop reason, or that it would be held while the
 //! neighbour resolves.
 //!
-//! The private queue has no route cache and its own hold buffer, counters and ICMP token
-//! bucket (so a question neither counts as traffic nor spends the run loops' ICMP budget),
+//! The private queue has no route cache and its own hold buffer (of one slot), counters and
+//! ICMP token bucket (so a question neither counts as traffic nor spends the run loops' ICMP budget),
 //! and its neighbour resolution requests are dropped: `route get` never sends ARP or ND, as
 //! the kernel's does not.
 //!
@@ -214,7 +214,7 @@ pub fn explain(
             };
             builder.ip(etherparse::IpHeaders::Ipv6(ip, Default::default()))
         }
-        _ => unreachable!("families checked above"),
+        (s, d) => return Err(format!("from {s} is not of the family of {d}")),
     };
     let mut packet = Vec::new();
     builder
@@ -223,8 +223,12 @@ pub fn explain(
         .map_err(|e| e.to_string())?;
     drop(guard);
 
+    // One hold slot is enough for one packet (none when holding is off): a question does not
+    // allocate the run loops' whole hold buffer.
     let mut queue = Queue::new(dataplane::Config {
         dst_cache: None,
+        hold_frames: config.hold_frames.min(1),
+        resolution_queue: 1,
         ..*config
     })
     .map_err(|e| e.to_string())?;
