@@ -171,6 +171,18 @@ impl Queue {
         c
     }
 
+    /// The queue's route cache, when it has one (`dst_cache` in the [`Config`]): for
+    /// reports (`xfwd show cache` lists its valid entries through
+    /// [`DstCache::entries`](dst_cache::DstCache::entries)).
+    ///
+    /// ```
+    /// let queue = dataplane::Queue::new(dataplane::Config::default()).unwrap();
+    /// assert_eq!(queue.route_cache().map(|c| c.occupied()), Some(0));
+    /// ```
+    pub fn route_cache(&self) -> Option<&DstCache<Route>> {
+        self.cache.as_ref()
+    }
+
     /// The number of frames in the hold buffer.
     pub fn held(&self) -> usize {
         self.hold.len()

@@ -101,6 +101,24 @@ impl LiveConfig {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// The last published configuration, or `initial` when none was published yet (what the
+    /// run loops run with, for `xfwd route get`'s private queue).
+    ///
+    /// ```
+    /// use forwarder::engine::LiveConfig;
+    /// let live = LiveConfig::default();
+    /// let initial = dataplane::Config { icmp_rate: 7, ..Default::default() };
+    /// assert_eq!(live.current(initial).icmp_rate, 7);
+    /// live.publish(dataplane::Config { icmp_rate: 5, ..Default::default() });
+    /// assert_eq!(live.current(initial).icmp_rate, 5);
+    /// ```
+    pub fn current(&self, initial: dataplane::Config) -> dataplane::Config {
+        if self.generation.load(Ordering::Acquire) == 0 {
+            return initial;
+        }
+        *self.config.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The configuration published since generation `seen` (which it updates), if any and
     /// if the slot is free right now (else the next poll takes it).
     pub fn poll(&self, seen: &mut u64) -> Option<dataplane::Config> {

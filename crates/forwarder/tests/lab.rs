@@ -1247,10 +1247,19 @@ fn route_get_and_show_ask_the_running_instance() {
             "{}",
             String::from_utf8_lossy(&fresh.stderr)
         );
+        // The instance adds what its pipeline does with such a packet on a line of its own.
+        let live = String::from_utf8_lossy(&live.stdout).into_owned();
+        let (route, pipeline) = live.trim_end().rsplit_once('\n').unwrap();
         assert_eq!(
-            String::from_utf8_lossy(&live.stdout),
+            format!("{route}\n"),
             String::from_utf8_lossy(&fresh.stdout),
             "the instance and a fresh mirror agree on {target}"
+        );
+        // (Held while dst0 is not resolved yet: this test sends no traffic first.)
+        assert!(
+            pipeline.starts_with("    xfwd transmit dev fwd1")
+                || pipeline.starts_with("    xfwd held"),
+            "{live}"
         );
         eprintln!("route get {target} from the instance in {took:?}");
     }
