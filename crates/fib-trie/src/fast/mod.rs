@@ -4,7 +4,7 @@
 //! leaf-pushed answers.
 //!
 //! ```text
-//!  key:  [ first level: 18 bits (IPv4) / 16 (IPv6) ][ 6 ][ 6 ][ 6 ] ...
+//!  key:  [ first level: 18 bits ][ 6 ][ 6 ][ 6 ] ...
 //!                        |
 //!   slots  [ leaf | node | leaf | leaf | node | ... ]   2^18 tagged pointers
 //!                    |
@@ -55,10 +55,11 @@ pub const WIDE_AT: usize = 1024;
 /// A change covering more first-level slots than this rebuilds the whole structure.
 const REBUILD_ALL_SLOTS: usize = 4096;
 
-/// The first-level width of a large table: 18 bits for IPv4 (most prefixes are /24 or
-/// shorter, so one node below), 16 for IPv6.
+/// The first-level width of a large table: 18 bits (IPv4: most prefixes are /24 or shorter,
+/// so one node below; IPv6: a /48 five nodes below, where 16 bits needed six, and /36 three,
+/// for 1 MiB of slots against 256 KiB).
 pub const fn wide_bits<K: TrieKey>() -> u8 {
-    if K::BITS == 32 { 18 } else { 16 }
+    18
 }
 
 /// The six key bits (zero-padded past the key's end) that a node at `depth` consumes.
