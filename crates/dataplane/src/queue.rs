@@ -115,7 +115,7 @@ pub struct Queue {
     pub(crate) cache: Option<DstCache<Route>>,
     pub(crate) counters: Counters,
     icmp: TokenBucket,
-    hold: HoldBuffer,
+    pub(crate) hold: HoldBuffer,
     ident: u16,
     /// Which addresses may be local, per route generation.
     pub(crate) locals: LocalFilter,
