@@ -80,6 +80,8 @@ pub(crate) struct Counters {
 /// An endpoint's shared state.
 pub(crate) struct Mailbox {
     pub(crate) service: Service,
+    /// The largest datagram the buffers hold.
+    size: usize,
     free: ArrayQueue<Box<[u8]>>,
     rx: ArrayQueue<Incoming>,
     tx_free: ArrayQueue<Box<[u8]>>,
@@ -113,6 +115,7 @@ impl Mailbox {
         fill(&tx_free);
         Mailbox {
             service,
+            size,
             free,
             rx: ArrayQueue::new(depth),
             tx_free,
@@ -156,13 +159,12 @@ impl Mailbox {
         src: SocketAddr,
         dst: SocketAddr,
     ) -> Result<(), SendError> {
+        if payload.len() > self.size {
+            return Err(self.count_error(SendError::TooBig));
+        }
         let Some(mut buf) = self.tx_free.pop() else {
             return Err(self.count_error(SendError::QueueFull));
         };
-        if payload.len() > buf.len() {
-            let _ = self.tx_free.push(buf);
-            return Err(self.count_error(SendError::TooBig));
-        }
         buf[..payload.len()].copy_from_slice(payload);
         let _ = self.tx.push(Outgoing {
             buf,

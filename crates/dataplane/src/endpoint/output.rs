@@ -303,6 +303,10 @@ impl Queue {
     /// # Errors
     /// [`SendError::KernelPath`], [`SendError::LinkDown`], [`SendError::TooBig`] (larger than
     /// the path MTU: no local fragmentation), [`SendError::HoldFull`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the batch's arguments, the frame and its route"
+    )]
     pub(crate) fn output_frame(
         &mut self,
         tables: &Tables,
