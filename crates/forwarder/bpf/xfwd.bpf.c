@@ -3,8 +3,10 @@
 //
 // To the kernel (XDP_PASS): ARP; IPv6 neighbour discovery (RS, RA, NS, NA, redirect); IPv4
 // and IPv6 packets whose destination is one of the forwarder's own addresses (the maps
-// local_v4 / local_v6, kept in step by xfwd); multicast and broadcast; IPv6 link-local
-// destinations; every EtherType other than IPv4 and IPv6.
+// local_v4 / local_v6, kept in step by xfwd), except UDP datagrams (not fragments; IPv6 without
+// extension headers) to a port of xfwd's in-dataplane endpoints (the map udp_ports, kept in
+// step with their binds and closes), which go to user space; multicast and broadcast; IPv6
+// link-local destinations; every EtherType other than IPv4 and IPv6.
 //
 // To user space (bpf_redirect_map into xsks, slot = port slot of the ingress interface times
 // QUEUES_PER_PORT plus rx_queue_index; the map `ports` gives the slot): all other IPv4 and IPv6
@@ -30,6 +32,7 @@ enum counter {
 	C_PASS_MULTICAST,  // L2 or L3 multicast/broadcast
 	C_PASS_LINK_LOCAL, // IPv6 link-local destination
 	C_PASS_OTHER,      // any other EtherType (VLAN, LLDP, ...)
+	C_LOCAL_UDP,       // local UDP to an endpoint's port: to user space (also counted above)
 	C_MAX,
 };
 
@@ -72,6 +75,14 @@ struct {
 	__type(value, __u8);
 } local_v6 SEC(".maps");
 
+// UDP destination ports (host byte order) that xfwd's in-dataplane endpoints are bound to.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u16);
+	__type(value, __u8);
+} udp_ports SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, C_MAX);
@@ -98,6 +109,20 @@ static __always_inline int to_user(struct xdp_md *ctx)
 	if (action == XDP_REDIRECT)
 		return count(C_REDIRECT, action);
 	return count(C_NO_SOCKET, action);
+}
+
+// A packet for one of our own addresses: the kernel's, unless it is a UDP datagram (`l4` its
+// header, NULL for a fragment or an IPv6 extension header) to an endpoint's port.
+static __always_inline int to_local(struct xdp_md *ctx, __u8 *l4, __u8 *end)
+{
+	if (l4 && l4 + 4 <= end) {
+		__u16 port = bpf_ntohs(*(__u16 *)(l4 + 2));
+		if (bpf_map_lookup_elem(&udp_ports, &port)) {
+			count(C_LOCAL_UDP, 0);
+			return to_user(ctx);
+		}
+	}
+	return count(C_PASS_LOCAL, XDP_PASS);
 }
 
 #define ETH_HLEN_ 14
@@ -130,8 +155,15 @@ int xfwd_xdp(struct xdp_md *ctx)
 		__u8 first = data[IPV4_DST_OFF];
 		if (first >= 224 || daddr == 0xffffffff)
 			return count(C_PASS_MULTICAST, XDP_PASS);
-		if (bpf_map_lookup_elem(&local_v4, &daddr))
-			return count(C_PASS_LOCAL, XDP_PASS);
+		if (bpf_map_lookup_elem(&local_v4, &daddr)) {
+			__u8 *ip = data + ETH_HLEN_;
+			__u32 ihl = (ip[0] & 0x0f) * 4;
+			__u16 frag = bpf_ntohs(*(__u16 *)(ip + 6));
+			__u8 *l4 = (void *)0;
+			if (ip[9] == IPPROTO_UDP && ihl >= 20 && !(frag & 0x3fff))
+				l4 = ip + ihl;
+			return to_local(ctx, l4, end);
+		}
 		return to_user(ctx);
 	}
 
@@ -150,8 +182,12 @@ int xfwd_xdp(struct xdp_md *ctx)
 		if (type >= 133 && type <= 137) // RS, RA, NS, NA, redirect
 			return count(C_PASS_ND, XDP_PASS);
 	}
-	if (bpf_map_lookup_elem(&local_v6, &key))
-		return count(C_PASS_LOCAL, XDP_PASS);
+	if (bpf_map_lookup_elem(&local_v6, &key)) {
+		__u8 *l4 = (void *)0;
+		if (data[IPV6_NEXT_OFF] == IPPROTO_UDP)
+			l4 = data + ETH_HLEN_ + IPV6_HLEN;
+		return to_local(ctx, l4, end);
+	}
 	return to_user(ctx);
 }
 

@@ -121,6 +121,8 @@ pub struct Pipeline<P> {
     /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:
     /// polled with getifaddrs(3) every [`MONITOR_PERIOD`].
     pub locals: Option<Arc<LocalAddrFeed>>,
+    /// The UDP ports of in-dataplane endpoints, steered to user space by the XDP program.
+    pub udp_ports: Option<Arc<crate::endpoints::UdpPortFeed>>,
 }
 
 /// The interfaces of `config`, found in the calling thread's namespace.
@@ -175,6 +177,9 @@ pub fn run<P: Processor + 'static>(
     for (slot, port) in ports.iter().enumerate() {
         xdp.set_port(port.ifindex, slot as u32)?;
     }
+    if let Some(feed) = &pipeline.udp_ports {
+        feed.fill(&mut xdp)?;
+    }
     let mut locals = BTreeSet::new();
     match &pipeline.locals {
         Some(feed) => feed.fill(&mut xdp),
@@ -214,6 +219,9 @@ pub fn run<P: Processor + 'static>(
     let control = ControlSocket::bind(&config.control_socket)?;
     let xdp = Arc::new(Mutex::new(xdp));
     if let Some(feed) = &pipeline.locals {
+        feed.attach(xdp.clone());
+    }
+    if let Some(feed) = &pipeline.udp_ports {
         feed.attach(xdp.clone());
     }
 

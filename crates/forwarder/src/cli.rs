@@ -339,6 +339,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                 generation: None,
                 report: None,
                 locals: None,
+                udp_ports: None,
             };
             app::run(&config, pipeline, metrics, stop)?;
         }
@@ -347,7 +348,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let pipeline = crate::router::pipeline(dataplane::Config::default(), &served)?;
+            let pipeline =
+                crate::router::pipeline(dataplane::Config::default(), &served, &config.endpoints)?;
             app::run(&config, pipeline, metrics, stop)?;
         }
     }

@@ -124,6 +124,9 @@ pub struct ConfigFile {
     /// Bare mode.
     #[serde(default)]
     pub bare: BareFile,
+    /// In-dataplane UDP endpoints (`[[endpoint]]`: a STAMP reflector, an echo).
+    #[serde(default)]
+    pub endpoint: Vec<crate::endpoints::EndpointFile>,
 }
 
 impl ConfigFile {
@@ -177,6 +180,8 @@ pub struct Config {
     pub rings: RingSizes,
     /// Bare mode: peer MAC per interface; None = the routing pipeline.
     pub bare: Option<BTreeMap<String, [u8; 6]>>,
+    /// In-dataplane UDP endpoints (routing mode).
+    pub endpoints: Vec<crate::endpoints::EndpointSpec>,
 }
 
 impl ConfigFile {
@@ -306,6 +311,10 @@ impl ConfigFile {
                 None
             }
         };
+        let endpoints = crate::endpoints::validate(&self.endpoint, &mut problems);
+        if bare.is_some() && !endpoints.is_empty() {
+            problems.push("endpoints need the routing pipeline, not bare mode".to_owned());
+        }
         if !problems.is_empty() {
             return Err(ConfigError::Invalid(problems));
         }
@@ -321,6 +330,7 @@ impl ConfigFile {
             punt_device,
             rings,
             bare,
+            endpoints,
         })
     }
 }

@@ -34,7 +34,8 @@
 //!                               src_mac: ports[1].mac, dst_mac: [2, 0, 0, 0, 0, 1] }];
 //! let pipeline = app::Pipeline { mode: "bare", make: Arc::new(move |_| Ok(Bare::new(routes.clone()))),
 //!                                drop_reasons: BARE_DROP_REASONS, generation: None,
-//!                                report: None, locals: None };
+//!                                report: None, locals: None,
+//!                                udp_ports: None };
 //! app::run(&config, pipeline, None, Arc::new(AtomicBool::new(false)))?; // until the flag is set
 //! # Ok::<(), anyhow::Error>(())
 //! ```
@@ -45,6 +46,7 @@ pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod endpoints;
 pub mod locals;
 pub mod probe;
 pub mod processor;

@@ -11,11 +11,15 @@
 //! thread sends `RTM_NEWNEIGH` with `NTF_USE`), and every [`PUBLISH_EVERY_NS`] a copy of the
 //! queue's counters for `xfwd stats` (a `try_lock`: the loop never waits).
 //!
+//! In-dataplane UDP endpoints ([`crate::endpoints`]): after each batch the `Deliver` frames go
+//! to [`dataplane::endpoint::EndpointRx::handle_batch`], which answers the echo and STAMP
+//! services in place (`Transmit`, `Held` or `Drop`) and queues datagrams for embedders'
+//! sockets (`Consumed`); each turn sends what endpoints queued.
+//!
 //! Verdict mapping: `Transmit` and `Reply` → transmit on that interface; `Punt` → the punt
-//! device; `Deliver` → the punt device too (no in-process UDP endpoints are registered in the
-//! socket table yet, so it cannot happen; if one were, the kernel would still get the
-//! datagram); `Held` and `Consumed` → the chunk is recycled (not a drop: the pipeline counts
-//! them); `Drop(reason)` → dropped, counted under the reason's name.
+//! device; `Deliver` (a socket no endpoint owns any more) → the punt device too; `Held` and
+//! `Consumed` → the chunk is recycled (not a drop: the pipeline counts them); `Drop(reason)` →
+//! dropped, counted under the reason's name.
 #![forbid(unsafe_code)]
 
 use std::sync::{Arc, LazyLock, Mutex};
@@ -85,6 +89,7 @@ pub struct Router {
     clock: Instant,
     shared: SharedCounters,
     published_at: u64,
+    endpoints: Option<dataplane::endpoint::EndpointRx>,
 }
 
 impl std::fmt::Debug for Router {
@@ -106,7 +111,14 @@ impl Router {
             clock: Instant::now(),
             shared,
             published_at: 0,
+            endpoints: None,
         }
+    }
+
+    /// Hands the batches' `Deliver` frames to these endpoints (and sends what they queue).
+    pub fn with_endpoints(mut self, endpoints: dataplane::endpoint::EndpointRx) -> Self {
+        self.endpoints = Some(endpoints);
+        self
     }
 
     fn now(&self) -> u64 {
@@ -150,6 +162,16 @@ impl Processor for Router {
             }
             self.queue
                 .process_batch(&self.tables, guard, now, &mut batch, spare);
+            if let Some(endpoints) = &mut self.endpoints {
+                endpoints.handle_batch(
+                    &mut self.queue,
+                    &self.tables,
+                    guard,
+                    now,
+                    &mut unix_nanos,
+                    &mut batch,
+                );
+            }
             out.extend(batch.iter().map(|f| (f.verdict, f.offset, f.len)));
         }
         for (((frame, verdict), len), (decided, offset, new_len)) in frames
@@ -182,6 +204,9 @@ impl Processor for Router {
     fn turn<S: FramePool>(&mut self, guard: &Guard, spare: &mut S) {
         let now = self.now();
         self.queue.release_held(&self.tables, guard, now, spare);
+        if let Some(endpoints) = &mut self.endpoints {
+            endpoints.poll_transmit(&mut self.queue, &self.tables, guard, now, spare, BATCH);
+        }
         while let Some(request) = self.queue.poll_resolution() {
             (self.resolve)(request.ifindex, request.addr);
         }
@@ -194,6 +219,14 @@ impl Processor for Router {
     fn drop_reasons(&self) -> &'static [&'static str] {
         &ROUTER_DROP_REASONS
     }
+}
+
+/// The wall clock in Unix nanoseconds (the reflector's timestamps; a vDSO read, no system
+/// call).
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// How long `xfwd run` waits for the mirror's first synchronisation (a full BGP table takes
@@ -213,6 +246,7 @@ pub const SYNC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120
 pub fn pipeline(
     config: dataplane::Config,
     served: &[u32],
+    endpoint_specs: &[crate::endpoints::EndpointSpec],
 ) -> anyhow::Result<crate::app::Pipeline<Router>> {
     use anyhow::Context;
     use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
@@ -238,7 +272,6 @@ pub fn pipeline(
         seconds = started.elapsed().as_secs_f64(),
         "kernel state mirrored"
     );
-    // No in-process UDP endpoints yet: an empty socket table (`Deliver` cannot happen).
     let (sockets, mut writer) =
         SockTable::new(TableConfig::default()).context("creating the UDP socket table")?;
     let sock_netns = writer
@@ -256,10 +289,13 @@ pub fn pipeline(
         sock_netns,
         served: Some(served.into()),
     };
+    let (endpoints, udp_ports) =
+        crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoint_specs)?;
     let board = CounterBoard::default();
     let resolver = mirror.resolver();
     let make = {
         let board = board.clone();
+        let endpoints = endpoints.clone();
         move |queue: u32| -> anyhow::Result<Router> {
             let dp = Queue::new(dataplane::Config {
                 queue_id: queue,
@@ -268,7 +304,8 @@ pub fn pipeline(
             let counters = board.register(queue);
             let resolver = resolver.clone();
             let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
-            Ok(Router::new(dp, tables.clone(), resolve, counters))
+            let rx = endpoints.lock().unwrap_or_else(|e| e.into_inner()).rx();
+            Ok(Router::new(dp, tables.clone(), resolve, counters).with_endpoints(rx))
         }
     };
     let generation = {
@@ -278,6 +315,13 @@ pub fn pipeline(
     let mirror = Arc::new(mirror);
     let report = move |stats: &mut crate::stats::Stats| {
         stats.pipeline = board.snapshots();
+        stats.endpoints = endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list()
+            .iter()
+            .map(crate::endpoints::EndpointSnapshot::from)
+            .collect();
         let ms = mirror.stats();
         stats.mirror = vec![
             ("applied".into(), ms.applied),
@@ -308,6 +352,7 @@ pub fn pipeline(
         generation: Some(Arc::new(generation)),
         report: Some(Arc::new(report)),
         locals: Some(feed),
+        udp_ports: Some(udp_ports),
     })
 }
 

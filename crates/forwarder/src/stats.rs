@@ -40,6 +40,9 @@ pub struct Stats {
     /// `route-type`, `route-attribute`, `gateway-family`, `nexthop-encap`, ...): a gauge.
     #[serde(default)]
     pub kernel_decides: Vec<(String, u64)>,
+    /// In-dataplane UDP endpoints and their counters (routing mode).
+    #[serde(default)]
+    pub endpoints: Vec<crate::endpoints::EndpointSnapshot>,
 }
 
 impl Stats {
@@ -188,6 +191,22 @@ impl Stats {
                 out,
                 "kernel decides (routes not mirrored): {}",
                 join(&self.kernel_decides, false)
+            );
+        }
+        for e in &self.endpoints {
+            let _ = writeln!(
+                out,
+                "endpoint {} {}: received {}, sent {}, rx dropped {}{}",
+                e.service,
+                e.local,
+                e.received,
+                e.sent,
+                e.rx_dropped,
+                if e.send_errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(", not sent: {}", join(&e.send_errors, false))
+                }
             );
         }
         let xdp: Vec<String> = self
@@ -423,6 +442,28 @@ impl Stats {
             );
             for (kind, n) in &self.kernel_decides {
                 lines.push(format!("{name}{{kind=\"{kind}\"}} {n}"));
+            }
+        }
+        if !self.endpoints.is_empty() {
+            let name = family(
+                "endpoint_datagrams_total",
+                "counter",
+                "Datagrams of in-dataplane UDP endpoints: received, sent, rx_dropped, not sent by cause.",
+            );
+            for e in &self.endpoints {
+                let labels = format!("service=\"{}\",local=\"{}\"", e.service, e.local);
+                for (what, n) in [
+                    ("received", e.received),
+                    ("sent", e.sent),
+                    ("rx_dropped", e.rx_dropped),
+                ] {
+                    lines.push(format!("{name}{{{labels},counter=\"{what}\"}} {n}"));
+                }
+                for (cause, n) in &e.send_errors {
+                    lines.push(format!(
+                        "{name}{{{labels},counter=\"not_sent_{cause}\"}} {n}"
+                    ));
+                }
             }
         }
         // Families first (HELP/TYPE), then samples grouped: Prometheus accepts samples of a
