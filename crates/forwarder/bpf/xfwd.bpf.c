@@ -111,25 +111,25 @@ static __always_inline int to_user(struct xdp_md *ctx)
 	return count(C_NO_SOCKET, action);
 }
 
-// A packet for one of our own addresses: the kernel's, unless it is a UDP datagram (`l4` its
-// header, NULL for a fragment or an IPv6 extension header) to an endpoint's port.
-static __always_inline int to_local(struct xdp_md *ctx, __u8 *l4, __u8 *end)
-{
-	if (l4 && l4 + 4 <= end) {
-		__u16 port = bpf_ntohs(*(__u16 *)(l4 + 2));
-		if (bpf_map_lookup_elem(&udp_ports, &port)) {
-			count(C_LOCAL_UDP, 0);
-			return to_user(ctx);
-		}
-	}
-	return count(C_PASS_LOCAL, XDP_PASS);
-}
-
 #define ETH_HLEN_ 14
 #define IPV4_DST_OFF (ETH_HLEN_ + 16)
 #define IPV6_NEXT_OFF (ETH_HLEN_ + 6)
 #define IPV6_DST_OFF (ETH_HLEN_ + 24)
 #define IPV6_HLEN 40
+
+// A UDP datagram for one of our own addresses, its header at `off`: to user space when an
+// in-dataplane endpoint holds its destination port, else to the kernel.
+static __always_inline int local_udp(struct xdp_md *ctx, __u8 *data, __u8 *end, __u32 off)
+{
+	__u8 *l4 = data + off;
+	if (l4 + 4 > end)
+		return count(C_PASS_LOCAL, XDP_PASS);
+	__u16 port = bpf_ntohs(*(__u16 *)(l4 + 2));
+	if (!bpf_map_lookup_elem(&udp_ports, &port))
+		return count(C_PASS_LOCAL, XDP_PASS);
+	count(C_LOCAL_UDP, 0);
+	return to_user(ctx);
+}
 
 SEC("xdp")
 int xfwd_xdp(struct xdp_md *ctx)
@@ -157,12 +157,12 @@ int xfwd_xdp(struct xdp_md *ctx)
 			return count(C_PASS_MULTICAST, XDP_PASS);
 		if (bpf_map_lookup_elem(&local_v4, &daddr)) {
 			__u8 *ip = data + ETH_HLEN_;
-			__u32 ihl = (ip[0] & 0x0f) * 4;
+			__u32 ihl = (ip[0] & 0x0f) << 2;
 			__u16 frag = bpf_ntohs(*(__u16 *)(ip + 6));
-			__u8 *l4 = (void *)0;
-			if (ip[9] == IPPROTO_UDP && ihl >= 20 && !(frag & 0x3fff))
-				l4 = ip + ihl;
-			return to_local(ctx, l4, end);
+			// Fragments and other protocols: the kernel's.
+			if (ip[9] != IPPROTO_UDP || ihl < 20 || (frag & 0x3fff))
+				return count(C_PASS_LOCAL, XDP_PASS);
+			return local_udp(ctx, data, end, ETH_HLEN_ + ihl);
 		}
 		return to_user(ctx);
 	}
@@ -183,10 +183,10 @@ int xfwd_xdp(struct xdp_md *ctx)
 			return count(C_PASS_ND, XDP_PASS);
 	}
 	if (bpf_map_lookup_elem(&local_v6, &key)) {
-		__u8 *l4 = (void *)0;
-		if (data[IPV6_NEXT_OFF] == IPPROTO_UDP)
-			l4 = data + ETH_HLEN_ + IPV6_HLEN;
-		return to_local(ctx, l4, end);
+		// Extension headers (fragments included) and other protocols: the kernel's.
+		if (data[IPV6_NEXT_OFF] != IPPROTO_UDP)
+			return count(C_PASS_LOCAL, XDP_PASS);
+		return local_udp(ctx, data, end, ETH_HLEN_ + IPV6_HLEN);
 	}
 	return to_user(ctx);
 }
