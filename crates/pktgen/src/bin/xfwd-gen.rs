@@ -7,6 +7,8 @@
 //! # in src: 1 Mpps of 64-byte frames for 5 s, 512 destinations from a prefix list
 //! xfwd-gen tx --iface src0 --src-mac 02:58:46:00:00:01 --dst-mac 02:58:46:00:00:02 \
 //!     --src-ip 198.18.0.2 --prefixes routes.txt --destinations 512 --rate 1000000 --duration 5
+//! # STAMP / TWAMP-light session-sender (kernel UDP socket): loss and round-trip delays
+//! xfwd-gen --netns src stamp --to 198.18.0.1:862 --count 10000 --rate 1000
 //! ```
 
 use std::io::{BufRead, Write};
@@ -44,6 +46,74 @@ enum Command {
     Tx(TxArgs),
     /// Receive probes and count them per flow.
     Rx(RxArgs),
+    /// Send STAMP test packets to a reflector (RFC 8762; TWAMP-light reflectors answer too)
+    /// from a kernel UDP socket: loss and round-trip delay percentiles.
+    Stamp(StampArgs),
+}
+
+/// Options of `xfwd-gen stamp`.
+#[derive(Debug, Args)]
+struct StampArgs {
+    /// The reflector, ADDRESS:PORT (STAMP's port is 862).
+    #[arg(long)]
+    to: std::net::SocketAddr,
+    /// The local address to send from, ADDRESS:PORT (default: any).
+    #[arg(long)]
+    from: Option<std::net::SocketAddr>,
+    /// Test packets to send.
+    #[arg(long, default_value_t = 1000)]
+    count: u32,
+    /// Test packets per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// UDP payload bytes per test packet (44..).
+    #[arg(long, default_value_t = 44)]
+    size: usize,
+    /// Milliseconds to wait for late answers after the last test packet.
+    #[arg(long, default_value_t = 1000)]
+    linger_ms: u64,
+    /// Print the report as one JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn stamp(args: StampArgs) -> anyhow::Result<()> {
+    use pktgen::stamp::{StampConfig, run};
+    let mut config = StampConfig::new(args.to);
+    config.bind = args.from;
+    config.count = args.count;
+    config.rate = args.rate;
+    config.size = args.size;
+    config.linger = Duration::from_millis(args.linger_ms);
+    let report = run(&config).with_context(|| format!("STAMP session to {}", args.to))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!(
+        "sent {} answered {} lost {} duplicates {} reordered {} foreign {} in {:.2} s",
+        report.sent,
+        report.received,
+        report.lost,
+        report.duplicates,
+        report.reordered,
+        report.foreign,
+        report.seconds
+    );
+    for (name, l) in [
+        ("round trip", report.rtt),
+        ("round trip - reflector", report.net_rtt),
+        ("reflector residence", report.residence),
+        ("forward (one clock)", report.forward),
+    ] {
+        if let Some(l) = l {
+            println!(
+                "{name:>24}: min {} p50 {} p90 {} p99 {} p99.9 {} max {} ns",
+                l.min_ns, l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Options of `xfwd-gen tx`.
@@ -281,6 +351,7 @@ fn main() -> std::process::ExitCode {
         .and_then(|()| match cli.command {
             Command::Tx(args) => tx(args),
             Command::Rx(args) => rx(args),
+            Command::Stamp(args) => stamp(args),
         });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
