@@ -13,7 +13,13 @@
 //! [[endpoint]]
 //! service = "echo"             # RFC 862
 //! bind = "[::]:7"
+//! reuseaddr = true             # SO_REUSEADDR: may share port 7 with another endpoint
 //! ```
+//!
+//! Among endpoints the kernel's rules choose (udp-socktab): a connected one, else the one bound
+//! to the datagram's destination address, else a wildcard one; IPv4 sockets before dual-stack
+//! ones; so an endpoint on `192.0.2.1:7` takes that address's datagrams from one on `[::]:7`
+//! when both set `reuseaddr` (as two kernel sockets would need to).
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeSet;
@@ -37,6 +43,10 @@ pub struct EndpointFile {
     pub error_estimate_ns: Option<u64>,
     /// Whether the clock is synchronised to UTC (the error estimate's S bit).
     pub clock_synchronized: Option<bool>,
+    /// `SO_REUSEADDR`: may share its port with other `reuseaddr` endpoints.
+    pub reuseaddr: Option<bool>,
+    /// `SO_REUSEPORT`: joins a group of endpoints on the same address and port.
+    pub reuseport: Option<bool>,
 }
 
 /// A validated endpoint.
@@ -46,6 +56,8 @@ pub struct EndpointSpec {
     pub service: Service,
     /// Where it is bound.
     pub bind: SocketAddr,
+    /// `SO_REUSEADDR` and `SO_REUSEPORT`.
+    pub options: udp_socktab::SockOptions,
 }
 
 /// The resolution of `CLOCK_REALTIME` in nanoseconds, the default error estimate of the
@@ -105,7 +117,16 @@ pub fn validate(files: &[EndpointFile], problems: &mut Vec<String>) -> Vec<Endpo
             if bind.port() == 0 {
                 problems.push(format!("endpoint {i}: a service needs a fixed port"));
             } else {
-                specs.push(EndpointSpec { service, bind });
+                let options = udp_socktab::SockOptions {
+                    reuseaddr: f.reuseaddr.unwrap_or(false),
+                    reuseport: f.reuseport.unwrap_or(false),
+                    ..udp_socktab::SockOptions::default()
+                };
+                specs.push(EndpointSpec {
+                    service,
+                    bind,
+                    options,
+                });
             }
         }
     }
@@ -382,7 +403,13 @@ pub fn open(
         .context("steering endpoint ports")?;
     for spec in specs {
         let bound = endpoints
-            .bind(spec.bind, BindOptions::service(spec.service))
+            .bind(
+                spec.bind,
+                BindOptions {
+                    options: spec.options,
+                    ..BindOptions::service(spec.service)
+                },
+            )
             .with_context(|| {
                 format!("binding the {} endpoint {}", spec.service.name(), spec.bind)
             })?;
@@ -405,6 +432,7 @@ mod tests {
                     bind: "0.0.0.0:862".into(),
                     error_estimate_ns: Some(1000),
                     clock_synchronized: Some(true),
+                    ..EndpointFile::default()
                 },
                 EndpointFile {
                     service: "echo".into(),

@@ -148,6 +148,12 @@ clock_synchronized = true
 [[endpoint]]
 service = "echo"
 bind = "0.0.0.0:7"
+reuseaddr = true
+
+[[endpoint]]
+service = "stamp"
+bind = "198.18.0.1:7"
+reuseaddr = true
 "#;
 
 fn endpoint<'a>(stats: &'a serde_json::Value, service: &str) -> &'a serde_json::Value {
@@ -201,10 +207,18 @@ fn reflector_and_echo_answer_beside_kernel_sockets() {
         );
     }
 
-    // Echo over IPv4.
+    // Port 7: the STAMP endpoint bound to fwd0's address takes its datagrams (a specific
+    // address beats the wildcard, by the kernel's rules), the echo on the wildcard those to
+    // fwd1's address.
     let sender = socket_in(&lab, Role::Src, any(false));
-    let (answer, ..) = exchange(&sender, SocketAddr::new(fwd4, 7), b"echo me");
-    assert_eq!(answer, b"echo me");
+    let mut test = [0u8; 44];
+    reflect::stamp_request(&mut test, 44, 7, 1 << 40, ErrorEstimate(1)).unwrap();
+    let (answer, ..) = exchange(&sender, SocketAddr::new(fwd4, 7), &test);
+    assert_eq!(StampReply::parse(&answer).unwrap().sender_tx, 1 << 40);
+    assert_ne!(answer, test);
+    let fwd1 = IpAddr::V4(topology::FWD1.ipv4);
+    let (answer, ..) = exchange(&sender, SocketAddr::new(fwd1, 7), &test);
+    assert_eq!(answer, test, "echoed unchanged");
 
     // The kernel's sockets still get their datagrams (the XDP program passes them).
     let mut buf = [0u8; 64];
@@ -244,12 +258,18 @@ fn reflector_and_echo_answer_beside_kernel_sockets() {
     assert_eq!(report.sender_ttl, Some(64));
 
     let stats = xfwd.stats().unwrap();
-    let stamp = endpoint(&stats, "stamp");
+    let stamp = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["local"] == "[::]:862")
+        .unwrap();
     assert!(stamp["received"].as_u64().unwrap() >= 302, "{stamp}");
     assert_eq!(stamp["received"], stamp["sent"], "{stamp}");
     assert_eq!(stamp["local"], "[::]:862");
     let echo = endpoint(&stats, "echo");
     assert!(echo["sent"].as_u64().unwrap() >= 1, "{echo}");
+    assert_eq!(stats["endpoints"].as_array().unwrap().len(), 3);
     let xdp: Vec<(String, u64)> = serde_json::from_value(stats["xdp"].clone()).unwrap();
     let get = |k: &str| xdp.iter().find(|(n, _)| n == k).map_or(0, |x| x.1);
     assert!(get("local_udp") >= 3, "{xdp:?}");
