@@ -331,6 +331,11 @@ impl Endpoints {
         Ok(())
     }
 
+    /// The socket table's writer, to read sockets and `SO_REUSEPORT` groups.
+    pub fn writer(&self) -> &Writer {
+        &self.writer
+    }
+
     /// The socket table's writer (for namespaces, reserved ports, the local port range).
     pub fn writer_mut(&mut self) -> &mut Writer {
         &mut self.writer
