@@ -640,6 +640,33 @@ fn echo_answers_and_holds_for_an_unresolved_sender() {
     assert_eq!(lab.queue.held(), 1);
 }
 
+#[test]
+fn link_local_senders_are_answered_on_their_link() {
+    let mut lab = lab();
+    // A second link with a link-local route: the answer must not follow it.
+    let mut other = Link {
+        mac: Some([2, 0, 0, 0, 0, 3]),
+        ..Link::new(3, "eth1".to_string())
+    };
+    (other.flags, other.oper) = (LinkFlags::UP, OperState::UP);
+    lab.tables.links.upsert(other);
+    let fe80 = u128::from("fe80::".parse::<Ipv6Addr>().unwrap());
+    let ll = Route::unicast(fe80, 64, 254, vec![NextHop::new(None, 3)]);
+    lab.tables.fib6.insert(&ll, InsertFlags::ADD).unwrap();
+    let peer: IpAddr = "fe80::7".parse().unwrap();
+    let n = Neighbour::new(IF, peer, Some(PEER_MAC), NudState::REACHABLE);
+    lab.tables.neigh.upsert(n);
+    lab.tables.generation.bump();
+    lab.endpoints
+        .bind(sa("::", 7), BindOptions::service(Service::Echo))
+        .unwrap();
+    let f = udp_frame(sa("fe80::7", 5), sa(LOCAL6[0], 7), 64, b"ll");
+    assert_eq!(
+        receive(&mut lab, &f, 0, 0).1,
+        Some(Verdict::Transmit { ifindex: IF })
+    );
+}
+
 // ---- lifecycle and hooks --------------------------------------------------------------------
 
 #[derive(Clone, Default)]

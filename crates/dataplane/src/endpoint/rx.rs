@@ -15,6 +15,7 @@ use super::output::{self, Addrs, SendError};
 use super::reflect;
 use super::registry::Registry;
 use crate::pool::FramePool;
+use crate::route::Egress;
 use crate::wire::ethernet::{HEADER_LEN as ETH_LEN, TAGGED_HEADER_LEN, ethertype};
 use crate::{DropReason, Frame, PuntReason, Queue, Tables, Verdict};
 
@@ -296,7 +297,18 @@ fn answer(
             SocketAddr::new(d.dst, d.dport),
             SocketAddr::new(d.src, d.sport),
         )?;
-        let (egress, _) = output::output_route(tables, guard, d.v6, a.src, a.dst, 0)?;
+        // A link-local sender is answered on the link it came from (its scope), as the
+        // kernel's reply would take the ingress interface as the scope id.
+        let egress = if d.v6 && a.dst >> 118 == 0x3fa {
+            Egress {
+                oif: frame.ifindex,
+                next_hop: a.dst,
+                multipath: false,
+                route_mtu: None,
+            }
+        } else {
+            output::output_route(tables, guard, d.v6, a.src, a.dst, 0)?.0
+        };
         let start = output::emit(frame.chunk, d.payload, len, &a, output::REFLECTOR_TTL)?;
         let flen = d.payload + len - start;
         let verdict = queue.output_frame(
