@@ -454,6 +454,36 @@ mod tests {
     }
 
     #[test]
+    fn stats_print_and_export_each_endpoint() {
+        let stats = crate::stats::Stats {
+            endpoints: vec![EndpointSnapshot {
+                service: "stamp".into(),
+                local: "[::]:862".into(),
+                received: 10,
+                sent: 9,
+                rx_dropped: 0,
+                send_errors: vec![("no_route".into(), 1)],
+            }],
+            ..crate::stats::Stats::default()
+        };
+        let text = stats.render(None);
+        assert!(
+            text.contains(
+                "endpoint stamp [::]:862: received 10, sent 9, rx dropped 0, not sent: no_route 1"
+            ),
+            "{text}"
+        );
+        let prom = stats.prometheus();
+        for line in [
+            "# TYPE xfwd_endpoint_datagrams_total counter",
+            "xfwd_endpoint_datagrams_total{service=\"stamp\",local=\"[::]:862\",counter=\"received\"} 10",
+            "xfwd_endpoint_datagrams_total{service=\"stamp\",local=\"[::]:862\",counter=\"not_sent_no_route\"} 1",
+        ] {
+            assert!(prom.contains(line), "{line} not in {prom}");
+        }
+    }
+
+    #[test]
     fn sock_diag_lists_a_socket_we_bind() {
         // Any process may list its namespace's sockets; no privilege needed.
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
