@@ -11,13 +11,18 @@
 //!
 //! Notes in `dataplane.md`; run with `cargo xtask bench dataplane`.
 //!
-//! Instructions per packet: with `DATAPLANE_PASSES=N` (and optionally `DATAPLANE_FAMILY=ipv4`,
-//! `DATAPLANE_FLOWS=8192`), the bench skips criterion and pushes the stream N more times through
-//! each engine named in `DATAPLANE_ENGINES` (default: all); under `valgrind --tool=callgrind
-//! --toggle-collect='*run_vector*'` (or `run_scalar`, `run_ceiling`) the collected
-//! instructions divided by `(N + 1) × 4096` (`N × 4096` for the ceiling, which the verification
-//! pass skips) are the instructions per packet, and the `stage_*` functions split the vector
-//! pipeline's by stage.
+//! Instructions per packet (load-independent), in the same run: in a benchmark run (`--bench`),
+//! unless `DATAPLANE_CALLGRIND=0` or `valgrind` is missing, the bench first runs itself under `valgrind --tool=callgrind` in
+//! count-only mode (below) over every family and number of flows, and writes the instructions
+//! per packet of each engine and of each stage of the vector pipeline to
+//! `$CRITERION_HOME/dataplane-instructions.md` (which `cargo xtask bench dataplane` appends to
+//! the report) and to stdout; then criterion times the engines.
+//!
+//! Count-only mode: with `DATAPLANE_PASSES=N` (and optionally `DATAPLANE_FAMILY=ipv4`,
+//! `DATAPLANE_FLOWS=8192`, `DATAPLANE_ENGINES=dataplane,scalar`), the bench skips criterion and,
+//! after the checking pass, pushes the stream N more times through each selected engine; after
+//! the checking pass and after each engine it calls `engine_done`, so that callgrind's
+//! `--dump-after='*engine_done*'` writes one profile part per engine.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -26,6 +31,7 @@ use std::sync::Arc;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::wire::ethernet::EthernetFrame;
 use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::ipv6::Ipv6Packet;
 use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
 use fib_trie::{Fib, InsertFlags, NextHop, Route};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
@@ -116,6 +122,11 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
     t.fib4 = Arc::new(fib4);
     t.fib6 = Arc::new(fib6);
     t.generation.bump();
+    // Building the tables left epoch-deferred frees behind; collect them now, so that no
+    // engine's measurement (the first to pin often enough) pays for them.
+    for _ in 0..100_000 {
+        crossbeam_epoch::pin().flush();
+    }
     (t, p4, p6)
 }
 
@@ -221,7 +232,7 @@ fn run_ceiling(config: &Config, frames: &mut [Frame<'_>]) {
             Ok(meta) => {
                 let ip = start + meta.l3();
                 if meta.v6 {
-                    f.chunk[ip + 7] -= 1;
+                    Ipv6Packet::new_unchecked(&mut f.chunk[ip..ip + 40]).decrement_hop_limit();
                 } else {
                     Ipv4Packet::new_unchecked(&mut f.chunk[ip..ip + 20]).decrement_ttl();
                 }
@@ -281,6 +292,12 @@ const ENGINES: [(&str, Engine, bool); 4] = [
     ("ceiling", Engine::Ceiling, false),
 ];
 
+/// A mark between engines for callgrind's `--dump-after` (count-only mode).
+#[inline(never)]
+fn engine_done() {
+    black_box(());
+}
+
 /// The instruction-count mode's settings (see the module documentation).
 struct CountOnly {
     passes: usize,
@@ -313,8 +330,189 @@ impl CountOnly {
     }
 }
 
+/// Passes per engine in the instruction count (after the checking pass).
+const COUNT_PASSES: usize = 2;
+
+/// The stages of the vector pipeline, in order, as callgrind names them.
+const STAGES: [&str; 8] = [
+    "stage_parse",
+    "stage_probe",
+    "stage_fib",
+    "stage_egress",
+    "stage_fill",
+    "stage_decide",
+    "stage_rewrite",
+    "stage_count",
+];
+
+/// Runs this bench under callgrind in count-only mode and returns the report of instructions
+/// per packet, per engine and per stage; `None` when valgrind is missing or it failed.
+fn instruction_report() -> Option<String> {
+    let dir = std::env::temp_dir().join(format!("xfwd-dataplane-callgrind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    let out = dir.join("cg.out");
+    let exe = std::env::current_exe().ok()?;
+    eprintln!("dataplane: counting instructions under callgrind (a few minutes)");
+    let status = std::process::Command::new("valgrind")
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .args([
+            "--collect-atstart=no",
+            "--toggle-collect=*run_vector*",
+            "--toggle-collect=*run_scalar*",
+            "--toggle-collect=*run_ceiling*",
+            "--dump-after=*engine_done*",
+        ])
+        .arg(&exe)
+        .arg("--bench")
+        .env("DATAPLANE_PASSES", COUNT_PASSES.to_string())
+        .env_remove("DATAPLANE_FAMILY")
+        .env_remove("DATAPLANE_FLOWS")
+        .env_remove("DATAPLANE_ENGINES")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .ok()?;
+    if !status.success() {
+        eprintln!("dataplane: callgrind failed ({status})");
+        return None;
+    }
+    // One part per dump, in the order of the run: per family and number of flows, the
+    // checking pass, then each engine.
+    let mut parts: Vec<(u32, std::path::PathBuf)> = std::fs::read_dir(&dir)
+        .ok()?
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let n = path.extension()?.to_str()?.parse().ok()?;
+            Some((n, path))
+        })
+        .collect();
+    parts.sort();
+    let per_case = 1 + ENGINES.len();
+    let packets = (COUNT_PASSES * PACKETS) as f64;
+    let mut report = String::from(
+        "## Instructions per packet (callgrind)\n\nCounted by the bench itself under \
+         `valgrind --tool=callgrind` (load-independent), after a checking pass, over two \
+         passes of the stream per engine; the stage columns split the vector pipeline's \
+         (`dataplane` with the route cache, `off` without). `ceiling / vector` is the share of \
+         the vector pipeline's instructions that the ceiling engine needs.\n\n",
+    );
+    let mut header = String::from(
+        "| family | flows | dataplane | dst-cache-off | scalar | ceiling | ceiling / vector |",
+    );
+    let mut rule = String::from("|---|---:|---:|---:|---:|---:|---:|");
+    for stage in STAGES {
+        header.push_str(&format!(
+            " {} (cache / off) |",
+            stage.trim_start_matches("stage_")
+        ));
+        rule.push_str("---:|");
+    }
+    report.push_str(&format!("{header}\n{rule}\n"));
+    let cases = ["ipv4", "ipv6"]
+        .into_iter()
+        .flat_map(|family| FLOWS.into_iter().map(move |flows| (family, flows)));
+    for (case, (family, flows)) in cases.enumerate() {
+        let engine_costs: Vec<std::collections::HashMap<String, u64>> = (0..ENGINES.len())
+            .map(|e| {
+                parts
+                    .get(case * per_case + 1 + e)
+                    .map(|(_, path)| inclusive_costs(path))
+                    .unwrap_or_default()
+            })
+            .collect();
+        let per_packet = |e: usize, name: &str| {
+            engine_costs[e]
+                .get(name)
+                .map_or(0.0, |&c| c as f64 / packets)
+        };
+        let totals = [
+            per_packet(0, "run_vector"),
+            per_packet(1, "run_vector"),
+            per_packet(2, "run_scalar"),
+            per_packet(3, "run_ceiling"),
+        ];
+        let mut row = format!(
+            "| {family} | {flows} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            totals[0],
+            totals[1],
+            totals[2],
+            totals[3],
+            totals[3] / totals[0]
+        );
+        for stage in STAGES {
+            row.push_str(&format!(
+                " {:.0} / {:.0} |",
+                per_packet(0, stage),
+                per_packet(1, stage)
+            ));
+        }
+        report.push_str(&row);
+        report.push('\n');
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(report)
+}
+
+/// The inclusive instructions of the bench's engine functions and the pipeline's stages in one
+/// callgrind part (`callgrind_annotate --inclusive=yes`; a function inlined from several
+/// files shows several lines: the largest is the whole function).
+fn inclusive_costs(path: &std::path::Path) -> std::collections::HashMap<String, u64> {
+    let mut costs = std::collections::HashMap::new();
+    let Ok(output) = std::process::Command::new("callgrind_annotate")
+        .arg("--inclusive=yes")
+        .arg("--threshold=100")
+        .arg("--auto=no")
+        .arg(path)
+        .output()
+    else {
+        return costs;
+    };
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let mut words = line.split_whitespace();
+        let Some(count) = words
+            .next()
+            .and_then(|w| w.replace(',', "").parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let Some(function) = line.split(':').next_back() else {
+            continue;
+        };
+        let function = function.split_whitespace().next().unwrap_or("");
+        let names = STAGES
+            .iter()
+            .chain(&["run_vector", "run_scalar", "run_ceiling"]);
+        for name in names {
+            if function == *name {
+                let entry = costs.entry((*name).to_owned()).or_insert(0);
+                *entry = (*entry).max(count);
+            }
+        }
+    }
+    costs
+}
+
 fn per_packet(c: &mut Criterion) {
     let count_only = CountOnly::from_env();
+    // Only in a benchmark run (`cargo bench`, not the harness's test mode), unless turned off.
+    let wants_count = std::env::args().any(|a| a == "--bench")
+        && std::env::var("DATAPLANE_CALLGRIND").map_or(true, |v| v != "0");
+    let has_valgrind = std::process::Command::new("valgrind")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if count_only.is_none() && wants_count && has_valgrind {
+        if let Some(report) = instruction_report() {
+            println!("{report}");
+            let dir = std::env::var_os("CRITERION_HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
+            if std::fs::create_dir_all(&dir).is_ok() {
+                let _ = std::fs::write(dir.join("dataplane-instructions.md"), &report);
+            }
+        }
+    }
     let (tables, p4, p6) = tables();
     let mut rng = StdRng::seed_from_u64(9);
     let mut umem = Umem {
@@ -364,12 +562,14 @@ fn per_packet(c: &mut Criterion) {
                 }
             }
             if let Some(count) = &count_only {
+                engine_done();
                 for (_, engine, queue) in &mut queues {
                     for _ in 0..count.passes {
                         black_box(forward(
                             *engine, queue, &tables, &mut umem, &mut pool, &stream,
                         ));
                     }
+                    engine_done();
                 }
                 continue;
             }

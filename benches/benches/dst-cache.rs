@@ -66,7 +66,7 @@ fn decide(fib: &Fib<u32>, dst: u32, guard: &epoch::Guard) -> Decision {
             Decision {
                 oif: hop.map_or(0, |h| h.ifindex),
                 next_hop: hop
-                    .and_then(|h| h.gateway)
+                    .and_then(|h| h.gateway_same())
                     .map(|g| IpAddr::V4(Ipv4Addr::from(g))),
                 src_mac: MAC_SRC,
                 dst_mac: MAC_DST,

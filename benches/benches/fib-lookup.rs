@@ -331,6 +331,20 @@ fn group<K: Family>(
             })
         });
     });
+    g.bench_function(BenchmarkId::new("fib-trie-fast-batched", table), |b| {
+        let flows: Vec<Flow<K>> = keys.iter().map(|&k| Flow::to(k)).collect();
+        streamed(b, &cursor, |at| {
+            let guard = epoch::pin();
+            let mut sum = 0;
+            e.fib.lookup_batch(&flows[at..at + CHUNK], &guard, |_, r| {
+                let v = r.map_or(0, |r| {
+                    u64::from(r.plen) << 32 | u64::from(r.nexthops()[r.nh_sel].ifindex)
+                });
+                sum = fold(sum, v);
+            });
+            sum
+        });
+    });
     g.bench_function(BenchmarkId::new("fast-lpm", table), |b| {
         streamed(b, &cursor, |at| {
             let guard = epoch::pin();

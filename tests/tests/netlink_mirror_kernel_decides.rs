@@ -1,9 +1,10 @@
 //! Fail closed, against the live kernel (privileged): routes the FIB cannot represent (seg6 and
-//! ip lightweight-tunnel encapsulations, IPv6 source-specific routes, an IPv4 route via an
-//! IPv6 gateway, a nexthop object with an encapsulation) must become "kernel decides" routes
+//! ip lightweight-tunnel encapsulations, IPv6 source-specific routes, a nexthop object with an
+//! encapsulation) must become "kernel decides" routes
 //! over exactly their prefix and table, never leave their traffic to a less specific route;
 //! `show routes` names the reason, the stats count them per kind, and they go with the last
-//! kernel route behind them.
+//! kernel route behind them. An IPv4 route via an IPv6 gateway (RFC 8950) is no longer one of
+//! them: it is mirrored as it is.
 
 mod netlink_mirror_common;
 
@@ -82,8 +83,8 @@ fn unrepresentable_routes_hand_their_prefix_to_the_kernel() {
     assert_eq!(decide4(t, "10.51.7.1"), (RouteType::Unicast, 24));
     assert_eq!(
         decide4(t, "10.70.1.1"),
-        (RouteType::Kernel, 16),
-        "via inet6"
+        (RouteType::Unicast, 16),
+        "via inet6: mirrored (RFC 8950)"
     );
     assert_eq!(
         decide4(t, "10.53.1.1"),
@@ -117,7 +118,7 @@ fn unrepresentable_routes_hand_their_prefix_to_the_kernel() {
     for (start, end) in [
         ("kernel 10.51.0.0/16 ", " kernel-decides encap"),
         ("kernel 10.52.0.0/16 table 100 ", " kernel-decides encap"),
-        ("kernel 10.70.0.0/16 ", " kernel-decides gateway-family"),
+        ("10.70.0.0/16 via inet6 2001:db8:1::2 ", " dev d0"),
         (
             "kernel 2001:db8:20::/48 ",
             " kernel-decides source-specific",
@@ -133,7 +134,7 @@ fn unrepresentable_routes_hand_their_prefix_to_the_kernel() {
     let s = live.stats();
     assert_eq!(s.kernel_decides.get("encap"), Some(&2), "{s:?}");
     assert_eq!(s.kernel_decides.get("nexthop-encap"), Some(&1), "{s:?}");
-    assert_eq!(s.kernel_decides.get("gateway-family"), Some(&1), "{s:?}");
+    assert_eq!(s.kernel_decides.get("gateway-family"), None, "{s:?}");
     assert_eq!(s.kernel_decides.get("source-specific"), Some(&2), "{s:?}");
     assert!(s.errors.is_empty(), "{s:?}");
 

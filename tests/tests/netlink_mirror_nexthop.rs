@@ -138,20 +138,23 @@ fn nexthop_objects_converge_and_answer_as_the_kernel() {
         .buckets
         .iter()
         .map(|&b| {
-            let gw = r.nexthops()[usize::from(b)].gateway.unwrap();
+            let gw = r.nexthops()[usize::from(b)].gateway_same().unwrap();
             if gw == 0x0a01_0002 { "1" } else { "2" }.to_owned()
         })
         .collect();
     assert_eq!(ours, kernel_buckets, "resilient buckets");
     drop(g);
-    // An IPv4 route through an IPv6 gateway: the FIB cannot hold it; the kernel decides.
+    // An IPv4 route through an IPv6 nexthop (RFC 8950): forwarded via the IPv6 gateway.
     ip(&ns, "route add 10.6.0.0/16 nhid 4");
     converge(&live, &ns, CONVERGE).unwrap();
     {
         let g = crossbeam_epoch::pin();
         let r = t.fib4.lookup(&Flow::to(0x0a06_0101), &g).unwrap();
-        assert_eq!((r.route_type(), r.plen), (RouteType::Kernel, 16));
+        assert_eq!((r.route_type(), r.plen), (RouteType::Unicast, 16));
+        let gw = u128::from("2001:db8:1::2".parse::<std::net::Ipv6Addr>().unwrap());
+        assert_eq!(r.nexthops()[0].gateway, Some(fib_trie::Gateway::Inet6(gw)));
     }
+    same_answer(&ns, t, "10.6.1.1");
 
     // A replace reaches every route through the object, without re-inserting them.
     let before = info_ptr(t, 0x0a03_0101);

@@ -6,7 +6,7 @@
 //!    prefixes spread over the table) with `ip -batch`: in `fwd` via `dst`, in `dst` as local
 //!    routes (so `dst` accepts traffic to them, as it does for the lab's extra prefixes);
 //! 3. starts `xfwd run` in `fwd` on both veths: the routing pipeline over the netlink mirror
-//!    of `fwd` (or, with `--bare`, the bare processor: MACs rewritten, no lookups, the AF_XDP
+//!    of `fwd` (or, with `--bare`, the bare engine: MACs rewritten, no lookups, the AF_XDP
 //!    ceiling);
 //! 4. sends a few warm-up probes (dst's neighbour entry is resolved through xfwd's hold
 //!    buffer and an `NTF_USE` request), then UDP probes from `src` to addresses inside the
@@ -55,7 +55,7 @@ pub struct Options {
     /// Prefixes of bgp-full-v4 loaded into fwd (via dst) and probed (routing mode).
     #[arg(long, default_value_t = 20_000)]
     routes: usize,
-    /// Run xfwd's bare processor instead of the routing pipeline.
+    /// Run xfwd's bare engine instead of the routing pipeline.
     #[arg(long)]
     bare: bool,
 }
@@ -425,13 +425,24 @@ fn stats_line(xfwd: &Path, control: &Path) -> Option<String> {
             .filter_map(|p| p[field].as_u64())
             .sum()
     };
-    let dropped: u64 = value["queues"]
+    // Each frame is counted once: by the engine (its `dropped` verdicts) or, for a verdict
+    // the run loop could not carry out, by the loop (its `drops`).
+    let loop_dropped: u64 = value["queues"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|q| q["drops"].as_array().into_iter().flatten())
         .filter_map(|d| d[1].as_u64())
         .sum();
+    let engine_dropped: u64 = value["pipeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|q| q["verdicts"].as_array().into_iter().flatten())
+        .filter(|pair| pair[0] == "dropped")
+        .filter_map(|pair| pair[1].as_u64())
+        .sum();
+    let dropped = loop_dropped + engine_dropped;
     let group = |name: &str| -> String {
         let mut totals: Vec<(String, u64)> = Vec::new();
         for q in value["pipeline"].as_array().into_iter().flatten() {

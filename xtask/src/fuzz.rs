@@ -1,52 +1,208 @@
-//! `cargo xtask fuzz TARGET --seconds N`: runs one cargo-fuzz target of `crates/dataplane/fuzz`
-//! (pipeline, ethernet, ipv4, ipv6, l4) with nightly for N seconds, installing cargo-fuzz first
-//! if it is missing. Crashes and the corpus stay in `crates/dataplane/fuzz/`.
+//! `cargo xtask fuzz [TARGET] [--seconds N]`: runs cargo-fuzz targets with nightly, installing
+//! cargo-fuzz first if it is missing, and prints for each how much ran: executions, coverage
+//! (libFuzzer's `cov` and `ft`), corpus size, and whether it found a crash.
+//!
+//! Targets live in two crates outside the workspace: `crates/dataplane/fuzz` (the parsers and
+//! the pipeline) and `fuzz/` (table operations against their references, netlink messages
+//! into the mirror). Each starts from its committed seeds (`<crate>/seeds/<target>`, read
+//! only) and grows a working corpus under `target/fuzz-corpus/<target>`; crashes stay in the
+//! crate's `artifacts/`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, bail};
 
 use crate::exec::exec;
 
-/// The fuzz targets of `crates/dataplane/fuzz`.
-const TARGETS: [&str; 5] = ["pipeline", "ethernet", "ipv4", "ipv6", "l4"];
-/// Default run time.
+/// Every target: its crate (relative to the repository root) and name.
+pub const TARGETS: [(&str, &str); 8] = [
+    ("crates/dataplane/fuzz", "pipeline"),
+    ("crates/dataplane/fuzz", "ethernet"),
+    ("crates/dataplane/fuzz", "ipv4"),
+    ("crates/dataplane/fuzz", "ipv6"),
+    ("crates/dataplane/fuzz", "l4"),
+    ("fuzz", "fib_ops"),
+    ("fuzz", "policy_ops"),
+    ("fuzz", "netlink"),
+];
+/// Default run time per target.
 const DEFAULT_SECONDS: u64 = 60;
+/// Run time per target of the smoke run inside `cargo xtask test`.
+pub const SMOKE_SECONDS: u64 = 20;
 
 /// Options of `cargo xtask fuzz`.
 #[derive(Debug, clap::Args)]
 pub struct Options {
-    /// The target: pipeline, ethernet, ipv4, ipv6 or l4.
-    target: String,
-    /// How long to fuzz, in seconds.
+    /// The target (pipeline, ethernet, ipv4, ipv6, l4, fib_ops, policy_ops, netlink); every
+    /// target in turn when omitted.
+    target: Option<String>,
+    /// How long to fuzz each target, in seconds.
     #[arg(long, default_value_t = DEFAULT_SECONDS)]
     seconds: u64,
 }
 
-/// Runs the fuzz target.
-pub fn run(options: &Options) -> anyhow::Result<()> {
-    if !TARGETS.contains(&options.target.as_str()) {
-        bail!(
-            "fuzz: unknown target `{}` (one of: {})",
-            options.target,
-            TARGETS.join(", ")
-        );
-    }
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/dataplane");
-    let have_fuzz = Command::new("cargo")
+/// What one run did, from libFuzzer's final statistics.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The target.
+    pub target: String,
+    /// Inputs executed.
+    pub executions: u64,
+    /// Coverage points (`cov`) and features (`ft`) reached at the end.
+    pub cov: u64,
+    /// Features reached at the end.
+    pub ft: u64,
+    /// Inputs in the working corpus at the end.
+    pub corpus: u64,
+    /// Whether the run ended on a crash (its input is in the crate's `artifacts/`).
+    pub crashed: bool,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Whether nightly and cargo-fuzz are both there (no install attempted).
+pub fn available() -> bool {
+    Command::new("cargo")
+        .args(["+nightly", "fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn ensure_cargo_fuzz() -> anyhow::Result<()> {
+    let have = Command::new("cargo")
         .args(["fuzz", "--version"])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !have_fuzz {
+    if !have {
         exec(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
             .context("fuzz: installing cargo-fuzz")?;
     }
-    exec(
-        Command::new("cargo")
-            .current_dir(&crate_dir)
-            .args(["+nightly", "fuzz", "run", &options.target, "--"])
-            .arg(format!("-max_total_time={}", options.seconds)),
-    )
-    .with_context(|| format!("fuzz: running target {}", options.target))
+    Ok(())
+}
+
+/// Runs one target for `seconds` and reads its final statistics.
+///
+/// # Errors
+/// When the target cannot be built or run; a crash is an [`Outcome`] with `crashed`.
+pub fn run_target(krate: &str, target: &str, seconds: u64) -> anyhow::Result<Outcome> {
+    let dir = root().join(krate);
+    let corpus = root().join("target/fuzz-corpus").join(target);
+    let seeds = dir.join("seeds").join(target);
+    std::fs::create_dir_all(&corpus).context("fuzz: creating the working corpus")?;
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(&dir)
+        .args(["+nightly", "fuzz", "run", "-O", target])
+        .arg(&corpus);
+    if seeds.is_dir() {
+        command.arg(&seeds);
+    }
+    command.args([
+        "--",
+        &format!("-max_total_time={seconds}"),
+        "-print_final_stats=1",
+    ]);
+    eprintln!("fuzz: {target} for {seconds} s");
+    let output = command
+        .output()
+        .with_context(|| format!("fuzz: running {target}"))?;
+    let log = String::from_utf8_lossy(&output.stderr);
+    let mut outcome = parse_stats(&log);
+    outcome.target = target.to_owned();
+    outcome.crashed = !output.status.success();
+    if outcome.crashed && outcome.executions == 0 {
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!("fuzz: {target} did not run:\n{}", tail.join("\n"));
+    }
+    Ok(outcome)
+}
+
+/// Reads libFuzzer's `stat::number_of_executed_units` and the last `cov:`/`ft:`/`corp:`.
+fn parse_stats(log: &str) -> Outcome {
+    let mut o = Outcome::default();
+    let field = |line: &str, key: &str| -> Option<u64> {
+        let at = line.find(key)? + key.len();
+        line[at..]
+            .trim_start()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    for line in log.lines() {
+        if let Some(n) = field(line, "stat::number_of_executed_units:") {
+            o.executions = n;
+        }
+        if line.starts_with('#') {
+            o.cov = field(line, "cov:").unwrap_or(o.cov);
+            o.ft = field(line, "ft:").unwrap_or(o.ft);
+            o.corpus = field(line, "corp:").unwrap_or(o.corpus);
+        }
+    }
+    o
+}
+
+/// Prints one line per outcome.
+pub fn print(outcomes: &[Outcome]) {
+    eprintln!(
+        "\n{:<12} {:>12} {:>7} {:>7} {:>7}  result",
+        "target", "executions", "cov", "ft", "corpus"
+    );
+    for o in outcomes {
+        let result = if o.crashed {
+            "CRASH (see artifacts/)"
+        } else {
+            "ok"
+        };
+        eprintln!(
+            "{:<12} {:>12} {:>7} {:>7} {:>7}  {result}",
+            o.target, o.executions, o.cov, o.ft, o.corpus
+        );
+    }
+}
+
+/// Runs the chosen target, or every target in turn.
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let chosen: Vec<(&str, &str)> = match &options.target {
+        Some(t) => {
+            let Some(found) = TARGETS.iter().find(|(_, name)| name == t) else {
+                bail!(
+                    "fuzz: unknown target `{t}` (one of: {})",
+                    TARGETS.map(|(_, n)| n).join(", ")
+                );
+            };
+            vec![*found]
+        }
+        None => TARGETS.to_vec(),
+    };
+    ensure_cargo_fuzz()?;
+    let mut outcomes = Vec::new();
+    for (krate, target) in chosen {
+        outcomes.push(run_target(krate, target, options.seconds)?);
+    }
+    print(&outcomes);
+    if outcomes.iter().any(|o| o.crashed) {
+        bail!("fuzz: a target crashed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_libfuzzers_final_statistics() {
+        let log = "INFO: Seed: 1\n#2\tINITED cov: 10 ft: 11 corp: 1/1b exec/s: 0 rss: 30Mb\n\
+                   #4096\tpulse  cov: 250 ft: 900 corp: 40/2Kb lim: 43 exec/s: 2048 rss: 40Mb\n\
+                   #5000\tDONE   cov: 251 ft: 901 corp: 41/2Kb lim: 43 exec/s: 2500 rss: 41Mb\n\
+                   Done 5000 runs in 2 second(s)\nstat::number_of_executed_units: 5000\n\
+                   stat::peak_rss_mb:              41\n";
+        let o = parse_stats(log);
+        assert_eq!((o.executions, o.cov, o.ft, o.corpus), (5000, 251, 901, 41));
+    }
 }

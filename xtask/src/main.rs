@@ -4,12 +4,14 @@
 //! the command that failed as context.
 
 mod bench;
+mod crates;
 mod demo;
 mod e2e;
 mod exec;
 mod fuzz;
 mod lab;
 mod mirror_oracle;
+mod package;
 mod setup;
 mod test;
 
@@ -37,8 +39,10 @@ enum Command {
     Bench(bench::Options),
     /// Compare the netlink mirror's route lookups with the kernel's on all of bgp-full-v4 (root).
     MirrorOracle(mirror_oracle::Options),
-    /// Fuzz one target of crates/dataplane/fuzz with cargo-fuzz (nightly) for a while.
+    /// Fuzz one cargo-fuzz target (or each in turn) with nightly; prints executions and coverage.
     Fuzz(fuzz::Options),
+    /// Build xfwd's Debian package (cargo-deb) and check it: unpacked, started from its unit.
+    Package(package::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -51,6 +55,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(options) => bench::run(&options),
         Command::MirrorOracle(options) => mirror_oracle::run(&options),
         Command::Fuzz(options) => fuzz::run(&options),
+        Command::Package(options) => package::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

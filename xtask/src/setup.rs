@@ -13,7 +13,9 @@ use crate::exec::{exec, is_root};
 /// - clang, libbpf-dev: the forwarder's XDP program (`crates/forwarder/bpf/`, bpf_helpers.h)
 ///   and the end-to-end benchmark's (`crates/pktgen/bpf/`);
 /// - ethtool: the end-to-end benchmark (veth offloads);
-/// - iproute2: the lab (`ip netns`, veth).
+/// - iproute2: the lab (`ip netns`, veth);
+/// - prometheus: its `promtool check metrics` checks xfwd's exposition (the package also
+///   installs a Prometheus server unit, which starts where systemd runs).
 pub const PACKAGES: &[&str] = &[
     "binutils",
     "clang",
@@ -28,6 +30,7 @@ pub const PACKAGES: &[&str] = &[
     "m4",
     "make",
     "pkg-config",
+    "prometheus",
     "zlib1g-dev",
 ];
 

@@ -60,6 +60,39 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         },
     ];
     let mut cargo_steps: Vec<Command> = cargo_steps.into();
+    // The publishable library crates: `cargo package` builds each one's .crate from the files
+    // it would publish and compiles it alone, against the packaged versions of its sibling
+    // crates (cargo's local overlay of the unpublished ones), offline: a missing file, a path
+    // dependency without a version or a manifest error fails here rather than at publish time.
+    // Then their examples run (each checks its own results and fails on a wrong one).
+    match crate::crates::publishable(&cargo) {
+        Ok(libraries) => {
+            let mut c = Command::new(&cargo);
+            c.args(["package", "--locked", "--offline", "--allow-dirty"]);
+            for library in &libraries {
+                c.args(["-p", &library.name]);
+            }
+            cargo_steps.push(c);
+            for library in &libraries {
+                for example in &library.examples {
+                    let mut c = Command::new(&cargo);
+                    c.args([
+                        "run",
+                        "--locked",
+                        "-q",
+                        "-p",
+                        &library.name,
+                        "--example",
+                        example,
+                    ]);
+                    cargo_steps.push(c);
+                }
+            }
+        }
+        Err(e) => step("finding the publishable crates".into(), &mut || {
+            Err(anyhow::anyhow!("{e:#}"))
+        }),
+    }
     if crate::bench::dpdk::installed() {
         // The DPDK FFI wrapper of the benches (feature `dpdk`), only where libdpdk-dev is.
         let mut c = Command::new(&cargo);
@@ -81,6 +114,28 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         // `cargo test ...` rather than the toolchain's full path, for the summary.
         let label = describe(command).replacen(&cargo, "cargo", 1);
         step(label, &mut || exec(command));
+    }
+    // A short run of every fuzz target from its seeds, so that a regression on the corpus
+    // fails here; needs nightly and cargo-fuzz (`cargo xtask fuzz` installs the latter).
+    if crate::fuzz::available() {
+        for (krate, target) in crate::fuzz::TARGETS {
+            step(
+                format!("fuzz {target} ({} s)", crate::fuzz::SMOKE_SECONDS),
+                &mut || {
+                    let outcome =
+                        crate::fuzz::run_target(krate, target, crate::fuzz::SMOKE_SECONDS)?;
+                    crate::fuzz::print(std::slice::from_ref(&outcome));
+                    if outcome.crashed {
+                        bail!("fuzz: {target} crashed (input in {krate}/artifacts/)");
+                    }
+                    Ok(())
+                },
+            );
+        }
+    } else {
+        eprintln!(
+            "fuzz smoke skipped: needs nightly and cargo-fuzz (`cargo xtask fuzz` installs it)"
+        );
     }
 
     eprintln!("\nsummary:");

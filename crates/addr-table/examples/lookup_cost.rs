@@ -15,11 +15,17 @@
 //! instructions and cache lines touched (with a table far larger than the simulated caches,
 //! every line a lookup touches outside the hot stack is a miss). `hashbrown` runs the same
 //! queries against a `hashbrown::HashMap<u32, u32>` for comparison.
+//!
+//! `rhltable` runs them against an `RhlTable<u32, u64>` with `RhlTable::find` and a predicate,
+//! the code path of `dev_find` with a value of the same size as `LocalAddr` (so the same
+//! geometry: 4 slots per line); it is built with `insert` directly, so it reaches 1,000,000
+//! addresses under callgrind, where building an `AddrTable` (which also keeps each
+//! interface's address list, copied on every change) takes too long.
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use addr_table::{AddrTable, IfAddr, NetnsId};
+use addr_table::{AddrTable, IfAddr, NetnsId, RhlTable};
 
 /// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark.
 fn shuffled(n: usize) -> Vec<usize> {
@@ -44,6 +50,18 @@ fn lookups_addr_table(table: &AddrTable, queries: &[Ipv4Addr]) -> u64 {
 }
 
 #[inline(never)]
+fn lookups_rhltable(table: &RhlTable<u32, u64>, queries: &[Ipv4Addr]) -> u64 {
+    let guard = crossbeam_epoch::pin();
+    queries
+        .iter()
+        .map(|&q| {
+            let v = table.find(&q.to_bits(), &guard, |v| v >> 32 != 0);
+            u64::from(black_box(v.map(|v| v as u32)).unwrap_or(0))
+        })
+        .sum()
+}
+
+#[inline(never)]
 fn lookups_hashbrown(table: &hashbrown::HashMap<u32, u32>, queries: &[Ipv4Addr]) -> u64 {
     queries
         .iter()
@@ -53,7 +71,7 @@ fn lookups_hashbrown(table: &hashbrown::HashMap<u32, u32>, queries: &[Ipv4Addr])
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: lookup_cost addr-table|hashbrown hit|miss N";
+    let usage = "usage: lookup_cost addr-table|rhltable|hashbrown hit|miss N";
     let (engine, mode, n) = match &args[1..] {
         [e, m, n] => (e.as_str(), m.as_str(), n.parse::<usize>().expect(usage)),
         _ => panic!("{usage}"),
@@ -90,6 +108,18 @@ fn main() {
             let stats = table.family::<Ipv4Addr>().hash().stats();
             eprintln!("{stats:?}");
             lookups_addr_table(&table, &queries)
+        }
+        "rhltable" => {
+            let table: RhlTable<u32, u64> = RhlTable::new();
+            for &(a, ifindex) in &addrs {
+                // The ifindex and an "answers" bit, as `LocalAddr` holds them.
+                table
+                    .insert(a.to_bits(), u64::from(ifindex) | 1 << 32)
+                    .expect("fresh address");
+            }
+            table.finish_rehash();
+            eprintln!("{:?}", table.stats());
+            lookups_rhltable(&table, &queries)
         }
         "hashbrown" => {
             let table: hashbrown::HashMap<u32, u32> =

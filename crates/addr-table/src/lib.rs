@@ -5,15 +5,17 @@
 //! # Layers
 //!
 //! - [`RhlTable<K, V>`]: the generic multimap (rhashtable + rhltable). A bucket is one 64-byte
-//!   cache line holding six one-byte key fingerprints (tags) and six pointers to objects, plus a
-//!   link to an overflow line when more than six keys land in it; objects with equal keys hang
-//!   off the object in the slot, newest first; [`len`] counts distinct keys. A lookup reads one
-//!   line for a miss and two (the bucket and the object) for a hit, at any size. Each bucket
-//!   table has its own random seed (keyed foldhash). Sizes count four per bucket line, so the
-//!   kernel's thresholds hold: the table grows above 75% load (3 keys per line on average),
-//!   shrinks below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an
-//!   insert finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above
-//!   75%, else the same size with a fresh seed (the DoS guard).
+//!   cache line holding its keys and values inline (both [`Inline`]: 4 slots for `u32` keys
+//!   with values of up to 8 bytes, 2 for `u128` keys), plus a link to an overflow line when
+//!   more keys land in it. A key with several objects (duplicates) keeps a pointer to its
+//!   list, newest first, in its slot; [`len`] counts distinct keys. A lookup reads one line
+//!   for a hit or a miss at any size (two for the rare key in an overflow line or with
+//!   duplicates) and returns a **copy** of the value. Each bucket table has its own random
+//!   seed (keyed foldhash). Sizes count in the kernel's units (4 per line of 4 slots), so its
+//!   thresholds hold: the table grows above 75% load (3 keys per line on average), shrinks
+//!   below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an insert
+//!   finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above 75%,
+//!   else the same size with a fresh seed (the DoS guard).
 //! - [`AddrTable`]: one namespace ([`NetnsId`]) of [`IfAddr`]s: an `RhlTable` per family for
 //!   [`dev_find`](AddrTable::dev_find) / [`is_local`](AddrTable::is_local), and per-interface
 //!   lists in kernel order for iteration, source selection
@@ -29,21 +31,30 @@
 //! never touch, publish with release stores, and free through the epoch (deferred until every
 //! reader pinned at the time has unpinned).
 //!
+//! Readers copy a line's slots with relaxed atomic loads between two loads of the line's
+//! header word and keep the copy only if the header did not change (it carries a 48-bit
+//! generation bumped by every write to the line); the writer never changes the words of an
+//! occupied slot, it fills a free one and publishes it with one header store (which may clear
+//! the slot it replaces in the same store). So a reader never sees a torn value and never
+//! waits for a writer: every published state of a line is whole, and a retry only happens
+//! when a write completed during the read. (The kernel's seqcount readers spin while a write
+//! is in progress; here there is no such state.)
+//!
 //! A rehash hangs the new table off the old one (`future`). Inserts go to the newest table;
 //! lookups search the old table, then the new; every write first migrates the bucket its key
 //! hashes to in the old table plus a share of the rest (a rehash completes within
 //! [`MIGRATE_WRITES`] writes, or at once with [`RhlTable::finish_rehash`]), so writer operations
-//! only ever edit the newest table. Objects never move between the slots of one table; the
-//! writer publishes an object by storing its pointer into a free slot and then its tag, and
-//! unpublishes it in the reverse order. Migration moves each object's pointer (not the object):
-//! it is published in the new table before its slot in the old one is cleared, so a reader
-//! that searches the old table and then the new one finds every object that stayed in the map
-//! (the kernel needs nulls markers because it relinks chain nodes into the new table; bucket
-//! lines are never relinked, so the walk cannot stray into another chain). When the old table
-//! is empty the new one becomes current and the old one is retired. One migration at a time:
-//! a rehash due while one runs first completes it.
+//! only ever edit the newest table. Migration publishes each key in the new table before it
+//! clears it in the old one, so a reader that searches the old table and then the new one
+//! finds every key that stayed in the map. Within a table a key only moves forwards along its
+//! chain (a rewrite that finds its line full goes further down), so a reader scanning the
+//! chain from its head cannot miss it; lines are never relinked into another chain, so the
+//! kernel's nulls markers are not needed. When the old table is empty the new one becomes
+//! current and the old one is retired. One migration at a time: a rehash due while one runs
+//! first completes it.
 //!
-//! Invariants (checked by the tests): every object is reachable from exactly one live table;
+//! Invariants (checked by the tests): every key sits in exactly one slot of the live tables
+//! (for the length of a writer's operation, two);
 //! a key never removed is found by every reader; the newest table's load stays in [30%, 75%]
 //! (or the table is at `min_size`); a bucket chain of more than 16 keys exists only until the
 //! next insert into it starts a reseed.
@@ -79,8 +90,19 @@ pub mod addr;
 mod bucket;
 pub mod error;
 pub mod fixed;
+pub mod inline;
 pub mod rhltable;
 pub mod seed;
+
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = addr_table::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
 
 pub use addr::AddrError;
 pub use addr::entry::{IfAddr, Label, NetnsId};
@@ -90,6 +112,7 @@ pub use addr::table::{AddrConfig, AddrTable, FamilySweep, LocalAddr, Sweep};
 pub use bucket::Dups;
 pub use error::{InsertError, ParamsError};
 pub use fixed::FixedTable;
+pub use inline::Inline;
 pub use rhltable::{Params, RehashCounts, RhlTable, TableStats};
 pub use seed::SeedMode;
 

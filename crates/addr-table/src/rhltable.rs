@@ -7,15 +7,24 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
-use crate::bucket::{Bucket, BucketTable, Dups, Hashed, Node, SIZE_PER_BUCKET};
+use crate::bucket::{BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload};
 use crate::error::{InsertError, ParamsError};
+use crate::inline::Inline;
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
-/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 75% full a bucket line holds 3
-/// keys on average, so a chain of 17 (three lines) is all but impossible by chance and means
-/// the keys were chosen against this table's seed.
+/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 75% full a bucket line of 4
+/// slots holds 3 keys on average, so a chain of 17 (five lines) is all but impossible by chance
+/// and means the keys were chosen against this table's seed.
 pub const ELASTICITY: usize = 16;
+
+/// A rewrite of a slot (a key's second object arriving or its last duplicate leaving, an
+/// [`RhlTable::update`]) goes to a free slot of the same line, or, when the line is full,
+/// further down the chain (readers scan lines forwards, so a key never moves backwards). Once
+/// more than one key in `COMPACT_AFTER` lines (at least `COMPACT_AFTER` keys) was moved so
+/// since the last rehash, a same-size rehash packs them back ([`RehashCounts::compactions`]),
+/// so hits stay on one line.
+pub const COMPACT_AFTER: usize = 32;
 
 /// Fewest buckets migrated per write while a rehash is in progress.
 pub const MIGRATE_BATCH: usize = 4;
@@ -27,8 +36,9 @@ pub const MIGRATE_BATCH: usize = 4;
 /// is bounded in writes, not in buckets. [`RhlTable::finish_rehash`] completes it at once.
 pub const MIGRATE_WRITES: usize = 64;
 
-/// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`): one bucket line.
-pub const MIN_SIZE_FLOOR: usize = SIZE_PER_BUCKET;
+/// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`): at least one bucket line
+/// (a line counts 1, 2 or 4 units of size, see [`Params`]).
+pub const MIN_SIZE_FLOOR: usize = 4;
 
 /// The largest `max_size` accepted.
 pub const MAX_SIZE_CEILING: usize = 1 << 30;
@@ -36,12 +46,16 @@ pub const MAX_SIZE_CEILING: usize = 1 << 30;
 /// Sizing and seeding of an [`RhlTable`] (the tunable part of the kernel's `rhashtable_params`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 ///
-/// Sizes are in the kernel's units, the ones its load factor counts in: a table of `size` holds
-/// `size / 4` bucket lines of 6 slots each (see [`TableStats::buckets`]), so the thresholds
-/// (grow above `0.75 * size` keys, shrink below `0.3 * size`) are the kernel's.
+/// Sizes are in the kernel's units, the ones its load factor counts in, so the thresholds
+/// (grow above `0.75 * size` keys, shrink below `0.3 * size`) are the kernel's. A bucket line
+/// counts as the largest power of two of kernel buckets not above its slots
+/// ([`TableStats::slots_per_bucket`]): 4 for `u32` keys with values of up to 8 bytes (4 slots;
+/// a line then holds 3 keys on average at the growth threshold, 1.5 after it), 2 for `u128`
+/// keys (2 slots). [`TableStats::buckets`] is `size` divided by that.
 pub struct Params {
     /// Size of a new table and the floor of any shrink; a power of two, at least 4 (one bucket
-    /// line). Default 32 (8 lines), as in the seed post's conversion of `inet_addr_lst`.
+    /// line). Default 32 (8 lines of `u32` keys), as in the seed post's conversion of
+    /// `inet_addr_lst`.
     pub min_size: usize,
     /// The table never grows beyond this size; a power of two, at most 2^30. Inserts of new
     /// keys fail once the table holds twice this many keys (the kernel's `max_elems`).
@@ -92,15 +106,22 @@ pub struct RehashCounts {
     pub reseeds: u64,
     /// Migrations that had to be completed at once because another rehash was due.
     pub forced_finishes: u64,
+    /// Same-size rehashes that pack keys back into their first lines after many rewrites
+    /// (a duplicate's arrival or departure, an [`update`](RhlTable::update)) found their line
+    /// full and moved keys further down their chains (see [`COMPACT_AFTER`]).
+    pub compactions: u64,
 }
 
 /// A consistent view of an [`RhlTable`]'s shape, taken under the writer lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableStats {
-    /// Size of the newest bucket table, in [`Params`] units (4 per bucket line).
+    /// Size of the newest bucket table, in [`Params`] units.
     pub size: usize,
-    /// Bucket lines (64-byte cache lines of 6 slots) of the newest table: `size / 4`.
+    /// Bucket lines (64-byte cache lines) of the newest table.
     pub buckets: usize,
+    /// Slots (distinct keys) per bucket line: 4 for `u32` keys with values of up to 8 bytes,
+    /// 2 for `u128` keys.
+    pub slots_per_bucket: usize,
     /// Overflow lines hanging off full buckets, over the live tables.
     pub overflow_lines: usize,
     /// Size of the table being migrated away from, while a rehash is in progress.
@@ -119,6 +140,8 @@ pub struct TableStats {
 struct WriterState {
     /// Next bucket of the current table to migrate into its `future` table.
     cursor: usize,
+    /// Keys moved out of their line by rewrites since the last rehash.
+    displaced: usize,
     seeds: SeedSource,
     rehashes: RehashCounts,
 }
@@ -127,10 +150,18 @@ struct WriterState {
 ///
 /// - **Readers** ([`get`](Self::get), [`get_all`](Self::get_all),
 ///   [`contains_key`](Self::contains_key)) take a `&crossbeam_epoch::Guard` and never lock,
-///   allocate or wait; during a rehash they search the old table, then the new one.
+///   allocate or wait; during a rehash they search the old table, then the new one. They get
+///   **copies** of the values: keys and values live inline in the bucket lines (both
+///   [`Inline`], at most 48 bytes together), so a lookup reads one cache line, and a writer
+///   may reuse a slot as soon as it is cleared. This is what an embedder of a lock-free table
+///   wants for small values (the kernel reads such fields with `READ_ONCE` under RCU); keep a
+///   large value elsewhere and store its index or an `Arc`'s id here.
+///   Values change only through writers ([`update`](Self::update)); readers see the old value
+///   or the new one, never a mix.
 /// - **Writers** ([`insert`](Self::insert), [`remove`](Self::remove), ...) are serialized by an
 ///   internal mutex that readers never touch, and free through the epoch.
-/// - Objects with equal keys form a list, newest first; [`len`](Self::len) counts distinct keys.
+/// - Objects with equal keys form a list, newest first (the slot then points to a list of
+///   nodes, the kernel's `rhlist_head` chain); [`len`](Self::len) counts distinct keys.
 /// - The table grows above 75% load, shrinks below 30% (not below `min_size`), and rehashes with
 ///   a fresh seed when a chain exceeds [`ELASTICITY`]. Buckets migrate a few per write; a
 ///   migration completes before the next rehash starts.
@@ -139,23 +170,26 @@ struct WriterState {
 /// use addr_table::RhlTable;
 /// use crossbeam_epoch as epoch;
 ///
-/// let table: RhlTable<u32, &'static str> = RhlTable::new();
-/// table.insert(7, "eth0")?;
-/// table.insert(7, "eth1")?; // a duplicate key: newest first
+/// // Address -> ifindex.
+/// let table: RhlTable<u32, u32> = RhlTable::new();
+/// table.insert(0xc000_0201, 2)?;
+/// table.insert(0xc000_0201, 3)?; // a duplicate key: newest first
 /// let guard = epoch::pin();
-/// assert_eq!(table.get_all(&7, &guard).copied().collect::<Vec<_>>(), ["eth1", "eth0"]);
+/// assert_eq!(table.get_all(&0xc000_0201, &guard).collect::<Vec<_>>(), [3, 2]);
 /// assert_eq!(table.len(), 1);
-/// assert!(table.remove(&7, |v| *v == "eth0"));
-/// assert_eq!(table.get(&7, &guard), Some(&"eth1"));
+/// assert!(table.remove(&0xc000_0201, |ifindex| *ifindex == 2));
+/// assert_eq!(table.get(&0xc000_0201, &guard), Some(3));
 /// # Ok::<(), addr_table::InsertError>(())
 /// ```
-pub struct RhlTable<K, V> {
+pub struct RhlTable<K: Inline, V: Inline> {
     /// The oldest live bucket table; its `future`, when set, is the newest.
     tbl: AtomicPtr<BucketTable<K, V>>,
     nelems: AtomicUsize,
     nobjs: AtomicUsize,
     params: Params,
     writer: Mutex<WriterState>,
+    /// `crossbeam_epoch::default_collector()`, which readers' guards must pin.
+    collector: &'static epoch::Collector,
     /// Owns `K`s and `V`s: `Send`/`Sync` only when they are.
     _owns: PhantomData<(K, V)>,
 }
@@ -163,13 +197,20 @@ pub struct RhlTable<K, V> {
 /// Panics unless `guard` pins the default collector, the one this crate retires memory into.
 #[inline(always)]
 pub(crate) fn check_guard(guard: &Guard) {
+    check_guard_against(guard, epoch::default_collector());
+}
+
+/// [`check_guard`] against a collector looked up once (the lookup of the default collector is
+/// a call through a `OnceLock`; readers compare with a copy of its address instead).
+#[inline(always)]
+pub(crate) fn check_guard_against(guard: &Guard, default: &'static epoch::Collector) {
     match guard.collector() {
-        Some(c) if c == epoch::default_collector() => {}
+        Some(c) if c == default => {}
         _ => panic!("addr-table: pass a guard from crossbeam_epoch::pin() (the default collector)"),
     }
 }
 
-impl<K, V> RhlTable<K, V> {
+impl<K: Inline, V: Inline> RhlTable<K, V> {
     /// Distinct keys in the table.
     pub fn len(&self) -> usize {
         self.nelems.load(Ordering::Relaxed)
@@ -197,8 +238,12 @@ impl<K, V> RhlTable<K, V> {
     }
 }
 
-impl<K: Hash + Eq, V> RhlTable<K, V> {
-    /// An empty table with the default [`Params`] (32 buckets, random seeds).
+impl<K, V> RhlTable<K, V>
+where
+    K: Inline + Hash + Eq,
+    V: Inline,
+{
+    /// An empty table with the default [`Params`] (size 32, random seeds).
     pub fn new() -> Self {
         Self::build(Params::default())
     }
@@ -214,7 +259,8 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
 
     fn build(params: Params) -> Self {
         let mut seeds = SeedSource::new(params.seed);
-        let tbl = BucketTable::alloc(params.min_size / SIZE_PER_BUCKET, seeds.next_seed());
+        let lines = (params.min_size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
+        let tbl = BucketTable::alloc(lines, seeds.next_seed());
         RhlTable {
             tbl: AtomicPtr::new(tbl),
             nelems: AtomicUsize::new(0),
@@ -222,26 +268,28 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
             params,
             writer: Mutex::new(WriterState {
                 cursor: 0,
+                displaced: 0,
                 seeds,
                 rehashes: RehashCounts::default(),
             }),
+            collector: epoch::default_collector(),
             _owns: PhantomData,
         }
     }
 
-    /// The object in a slot for `key`: old table first, then each newer one.
-    #[inline]
-    fn find<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g Node<K, V>> {
-        check_guard(guard);
+    /// A validated copy of the slot of `key`: old table first, then the newer one.
+    #[inline(always)]
+    fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
+        check_guard_against(guard, self.collector);
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
             // SAFETY: `t` was loaded after `guard` was pinned, from `self.tbl` or from the
             // `future` of a table loaded that way; tables are retired through the default
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
-            // SAFETY: as above, the guard keeps this table's lines and nodes alive.
-            if let Some(n) = unsafe { table.lookup(key) } {
-                return Some(n);
+            // SAFETY: as above, the guard keeps this table and its lines alive.
+            if let Some(p) = unsafe { table.find(key) } {
+                return Some(p);
             }
             t = table.future.load(Ordering::Acquire);
             if t.is_null() {
@@ -250,26 +298,56 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         }
     }
 
-    /// The newest object with `key`.
+    /// A copy of the newest value with `key`.
     ///
     /// # Panics
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
-    pub fn get<'g>(&'g self, key: &K, guard: &'g Guard) -> Option<&'g V> {
-        self.find(key, guard).map(|n| &n.value)
+    pub fn get(&self, key: &K, guard: &Guard) -> Option<V> {
+        let f = self.lookup(key, guard)?;
+        if f.list.is_null() {
+            return Some(f.value);
+        }
+        // SAFETY: the list was loaded from a live table after `guard` was pinned.
+        unsafe { Dups::of(f.payload()) }.next()
     }
 
-    /// Every object with `key`, newest first (empty when there is none).
+    /// A copy of the newest value with `key` for which `pred` holds (the kernel's walk of an
+    /// rhltable list with a test, as `__ip_dev_find` does): no iterator on the common path of
+    /// a key with one object.
+    ///
+    /// ```
+    /// use addr_table::RhlTable;
+    /// let t: RhlTable<u32, u32> = RhlTable::new();
+    /// t.insert(1, 10)?;
+    /// t.insert(1, 11)?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(t.find(&1, &guard, |v| v % 2 == 0), Some(10));
+    /// assert_eq!(t.find(&1, &guard, |v| *v > 20), None);
+    /// # Ok::<(), addr_table::InsertError>(())
+    /// ```
     ///
     /// # Panics
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
-    pub fn get_all<'g>(&'g self, key: &K, guard: &'g Guard) -> Dups<'g, K, V> {
-        match self.find(key, guard) {
-            Some(n) => Dups {
-                next: n,
-                _guard: PhantomData,
-            },
+    pub fn find(&self, key: &K, guard: &Guard, mut pred: impl FnMut(&V) -> bool) -> Option<V> {
+        let f = self.lookup(key, guard)?;
+        if f.list.is_null() {
+            return pred(&f.value).then_some(f.value);
+        }
+        // SAFETY: the list was loaded from a live table after `guard` was pinned.
+        unsafe { Dups::of(f.payload()) }.find(|v| pred(v))
+    }
+
+    /// Copies of every value with `key`, newest first (empty when there is none).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
+    #[inline]
+    pub fn get_all<'g>(&self, key: &K, guard: &'g Guard) -> Dups<'g, V> {
+        match self.lookup(key, guard) {
+            // SAFETY: the payload was loaded from a live table after `guard` was pinned.
+            Some(f) => unsafe { Dups::of(f.payload()) },
             None => Dups::empty(),
         }
     }
@@ -280,7 +358,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn contains_key(&self, key: &K, guard: &Guard) -> bool {
-        self.find(key, guard).is_some()
+        self.lookup(key, guard).is_some()
     }
 
     /// Calls `f` on every object, under the writer lock (so it sees one consistent state; keep
@@ -288,20 +366,12 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
     pub fn for_each(&self, mut f: impl FnMut(&K, &V)) {
         let _w = self.lock();
         for table in self.live_tables() {
-            for index in 0..table.lines() {
-                for line in table.chain(index) {
-                    for slot in &line.slots {
-                        let mut d: *const Node<K, V> = slot.load(Ordering::Relaxed);
-                        while !d.is_null() {
-                            // SAFETY: under the writer lock nothing is freed, and `d` is a
-                            // slot's object or one of its duplicates in a live table.
-                            let n = unsafe { &*d };
-                            f(&n.key, &n.value);
-                            d = n.dup.load(Ordering::Relaxed);
-                        }
-                    }
+            table.for_each_slot(|k, p| {
+                // SAFETY: under the writer lock nothing is freed, and `p` is from a live table.
+                for v in unsafe { Dups::of(p) } {
+                    f(&k, &v);
                 }
-            }
+            });
         }
     }
 
@@ -316,7 +386,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
                 let mut keys = 0;
                 for (i, line) in table.chain(index).enumerate() {
                     overflow_lines += usize::from(i > 0);
-                    keys += Bucket::<K, V>::keys(line.tags.load(Ordering::Relaxed));
+                    keys += Meta(line.meta.load(Ordering::Relaxed)).keys();
                 }
                 max_chain = max_chain.max(keys);
             }
@@ -325,6 +395,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         TableStats {
             size: newest.size(),
             buckets: newest.lines(),
+            slots_per_bucket: Geometry::<K, V>::SLOTS,
             overflow_lines,
             migrating_from: (tables.len() == 2).then(|| tables[0].size()),
             keys: self.len(),
@@ -341,7 +412,7 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
         let _w = self.lock();
         let tables = self.live_tables();
         let newest = tables[tables.len() - 1];
-        (newest.hash(key).index, newest.lines())
+        (newest.hash(key), newest.lines())
     }
 
     /// The current table and, during a rehash, its future table. Caller holds the writer lock.
@@ -358,7 +429,11 @@ impl<K: Hash + Eq, V> RhlTable<K, V> {
     }
 }
 
-impl<K: Hash + Eq, V> Default for RhlTable<K, V> {
+impl<K, V> Default for RhlTable<K, V>
+where
+    K: Inline + Hash + Eq,
+    V: Inline,
+{
     fn default() -> Self {
         Self::new()
     }
@@ -370,22 +445,13 @@ enum Cause {
     Grow,
     Shrink,
     Reseed,
-}
-
-/// Where a key's newest object sits in one bucket table.
-struct Position<'t, K, V> {
-    /// The line before `line` in its chain (`None` when `line` is the first).
-    prev: Option<&'t Bucket<K, V>>,
-    line: &'t Bucket<K, V>,
-    slot: usize,
-    /// The object in the slot, as loaded from it (frees need the pointer's own provenance).
-    head: *mut Node<K, V>,
+    Compact,
 }
 
 impl<K, V> RhlTable<K, V>
 where
-    K: Hash + Eq + Send + 'static,
-    V: Send + 'static,
+    K: Inline + Hash + Eq + Send + 'static,
+    V: Inline + Send + 'static,
 {
     /// Adds an object; an existing key gets it as its newest duplicate.
     ///
@@ -396,12 +462,23 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, &key);
-        let h = t.hash(&key);
-        if let Some(pos) = Self::position(t, h, &key) {
-            // The new object takes the old one's slot; readers standing on the old one still
-            // reach the older duplicates through it.
-            let new = Node::alloc(key, value, pos.head);
-            pos.line.slots[pos.slot].store(new, Ordering::Release);
+        if let Some(pos) = t.position(t.hash(&key), &key) {
+            match pos.payload {
+                Payload::Value(only) => {
+                    // The key's second object: the slot now points to a list of both.
+                    let list = DupList::alloc(value, only);
+                    // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
+                    let moved = unsafe { t.rewrite(&pos, Payload::Dups(list), guard) };
+                    self.after_rewrite(&mut w, guard, moved);
+                }
+                Payload::Dups(list) => {
+                    // SAFETY: a list in a live slot; nothing is freed under the writer lock.
+                    let list = unsafe { &*list };
+                    let head = list.head.load(Ordering::Relaxed);
+                    list.head
+                        .store(DupNode::alloc(value, head), Ordering::Release);
+                }
+            }
             self.nobjs.fetch_add(1, Ordering::Relaxed);
             return Ok(());
         }
@@ -409,60 +486,78 @@ where
         if self.len() >= max_elems {
             return Err(InsertError::TableFull { max_elems });
         }
-        let new = Node::alloc(key, value, std::ptr::null_mut());
-        // SAFETY: under the writer lock; `new` is a fresh node whose key is not in `t`.
-        let chain = unsafe { Self::publish(t, h, new) };
+        let chain = t.publish(key, Payload::Value(value));
         self.nelems.fetch_add(1, Ordering::Relaxed);
         self.nobjs.fetch_add(1, Ordering::Relaxed);
         self.after_insert(&mut w, guard, chain);
         Ok(())
     }
 
-    /// Removes the newest object with `key` for which `matches` returns true; returns whether
-    /// one was removed. Readers still holding it keep a valid reference until they unpin.
+    /// Removes the newest object with `key` whose value `matches`; returns whether one was
+    /// removed. Readers that copied it keep their copy.
     pub fn remove(&self, key: &K, mut matches: impl FnMut(&V) -> bool) -> bool {
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
-        let Some(pos) = Self::position(t, t.hash(key), key) else {
+        let Some(pos) = t.position(t.hash(key), key) else {
             return false;
         };
-        let mut prev: Option<&Node<K, V>> = None;
-        let mut x = pos.head;
-        loop {
-            // SAFETY: `pos.head` and the `dup`s reached from it are live objects of the newest
-            // table, and nothing is freed under the writer lock.
-            let n = unsafe { &*x };
-            if matches(&n.value) {
-                break;
+        match pos.payload {
+            Payload::Value(v) => {
+                if !matches(&v) {
+                    return false;
+                }
+                // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
+                unsafe { BucketTable::unpublish(&pos, guard) };
+                self.nelems.fetch_sub(1, Ordering::Relaxed);
             }
-            let d = n.dup.load(Ordering::Relaxed);
-            if d.is_null() {
-                return false;
-            }
-            prev = Some(n);
-            x = d;
-        }
-        // SAFETY: as above.
-        let older_than_x = unsafe { &*x }.dup.load(Ordering::Relaxed);
-        match prev {
-            Some(p) => p.dup.store(older_than_x, Ordering::Release),
-            None => {
-                let older = older_than_x;
-                if older.is_null() {
+            Payload::Dups(list_ptr) => {
+                // SAFETY: a list in a live slot; nothing is freed under the writer lock.
+                let list = unsafe { &*list_ptr };
+                let mut prev: Option<&DupNode<V>> = None;
+                let mut x = list.head.load(Ordering::Relaxed);
+                loop {
+                    // SAFETY: `x` is a node of the list (never null: the walk stops at the
+                    // end), and nothing is freed under the writer lock.
+                    let n = unsafe { &*x };
+                    if matches(&n.value) {
+                        break;
+                    }
+                    let next = n.next.load(Ordering::Relaxed);
+                    if next.is_null() {
+                        return false;
+                    }
+                    prev = Some(n);
+                    x = next;
+                }
+                // SAFETY: as above.
+                let after_x = unsafe { &*x }.next.load(Ordering::Relaxed);
+                let head = list.head.load(Ordering::Relaxed);
+                // SAFETY: as above; a list has at least two nodes.
+                let second = unsafe { &*head }.next.load(Ordering::Relaxed);
+                // SAFETY: as above.
+                if unsafe { &*second }.next.load(Ordering::Relaxed).is_null() {
+                    // Two objects: the one left goes back inline and the list is retired
+                    // whole (readers on it still see both).
+                    let left = if x == head { second } else { head };
+                    // SAFETY: as above.
+                    let value = unsafe { &*left }.value;
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
-                    unsafe { Self::unpublish(&pos, guard) };
-                    self.nelems.fetch_sub(1, Ordering::Relaxed);
+                    let moved = unsafe { t.rewrite(&pos, Payload::Value(value), guard) };
+                    // SAFETY: the list is unreachable from the table now.
+                    unsafe { retire_list(guard, list_ptr.cast_mut()) };
+                    self.after_rewrite(&mut w, guard, moved);
                 } else {
-                    // The next older duplicate takes the slot.
-                    pos.line.slots[pos.slot].store(older, Ordering::Release);
+                    match prev {
+                        Some(p) => p.next.store(after_x, Ordering::Release),
+                        None => list.head.store(after_x, Ordering::Release),
+                    }
+                    // SAFETY: `x` is unreachable from the list now.
+                    unsafe { retire_node(guard, x) };
                 }
             }
         }
         self.nobjs.fetch_sub(1, Ordering::Relaxed);
-        // SAFETY: `x` is now unreachable from the table; readers that reached it were pinned
-        // before this point, and the default collector frees it after they unpin.
-        unsafe { retire_node(guard, x) };
         self.after_remove(&mut w, guard);
         true
     }
@@ -472,25 +567,94 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
-        let Some(pos) = Self::position(t, t.hash(key), key) else {
+        let Some(pos) = t.position(t.hash(key), key) else {
             return 0;
         };
         // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
-        unsafe { Self::unpublish(&pos, guard) };
+        unsafe { BucketTable::unpublish(&pos, guard) };
         self.nelems.fetch_sub(1, Ordering::Relaxed);
-        let mut removed = 0;
-        let mut d = pos.head;
-        while !d.is_null() {
-            // SAFETY: `d` is `head` or one of its duplicates, now unreachable; read before retiring.
-            let next = unsafe { &*d }.dup.load(Ordering::Relaxed);
-            // SAFETY: unreachable from the table; freed after every reader pinned before unpins.
-            unsafe { retire_node(guard, d) };
-            removed += 1;
-            d = next;
-        }
+        let removed = match pos.payload {
+            Payload::Value(_) => 1,
+            Payload::Dups(list) => {
+                // SAFETY: unpublished above; counted before it is retired.
+                let mut n = unsafe { &*list }.head.load(Ordering::Relaxed);
+                let mut count = 0;
+                while !n.is_null() {
+                    count += 1;
+                    // SAFETY: a node of the list, still allocated under the writer lock.
+                    n = unsafe { &*n }.next.load(Ordering::Relaxed);
+                }
+                // SAFETY: unreachable from the table now.
+                unsafe { retire_list(guard, list.cast_mut()) };
+                count
+            }
+        };
         self.nobjs.fetch_sub(removed, Ordering::Relaxed);
         self.after_remove(&mut w, guard);
         removed
+    }
+
+    /// Changes the newest object with `key` whose value `matches` (readers see the old value
+    /// or the new one, never a mix); returns whether one was changed.
+    ///
+    /// ```
+    /// use addr_table::RhlTable;
+    /// let t: RhlTable<u32, u64> = RhlTable::new();
+    /// t.insert(1, 10)?;
+    /// t.insert(1, 20)?;
+    /// assert!(t.update(&1, |v| *v == 10, |v| *v = 11));
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(t.get_all(&1, &guard).collect::<Vec<_>>(), [20, 11]);
+    /// # Ok::<(), addr_table::InsertError>(())
+    /// ```
+    pub fn update(
+        &self,
+        key: &K,
+        mut matches: impl FnMut(&V) -> bool,
+        change: impl FnOnce(&mut V),
+    ) -> bool {
+        let mut w = self.lock();
+        let guard = &epoch::pin();
+        let t = self.prepare(&mut w, guard, key);
+        let Some(pos) = t.position(t.hash(key), key) else {
+            return false;
+        };
+        match pos.payload {
+            Payload::Value(mut v) => {
+                if !matches(&v) {
+                    return false;
+                }
+                change(&mut v);
+                // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
+                let moved = unsafe { t.rewrite(&pos, Payload::Value(v), guard) };
+                self.after_rewrite(&mut w, guard, moved);
+            }
+            Payload::Dups(list) => {
+                // SAFETY: a list in a live slot; nothing is freed under the writer lock.
+                let list = unsafe { &*list };
+                let mut link = &list.head;
+                loop {
+                    let x = link.load(Ordering::Relaxed);
+                    if x.is_null() {
+                        return false;
+                    }
+                    // SAFETY: a node of the list, allocated under the writer lock.
+                    let n = unsafe { &*x };
+                    if matches(&n.value) {
+                        let mut v = n.value;
+                        change(&mut v);
+                        // Nodes are immutable: a copy takes the old one's place.
+                        let copy = DupNode::alloc(v, n.next.load(Ordering::Relaxed));
+                        link.store(copy, Ordering::Release);
+                        // SAFETY: `x` is unreachable from the list now.
+                        unsafe { retire_node(guard, x) };
+                        break;
+                    }
+                    link = &n.next;
+                }
+            }
+        }
+        true
     }
 
     /// Completes a rehash in progress now instead of over the next writes.
@@ -498,93 +662,6 @@ where
         let mut w = self.lock();
         let guard = &epoch::pin();
         self.migrate_step(&mut w, guard, usize::MAX);
-    }
-
-    /// Where `key` (hashed to `h` in `t`) sits in table `t`. Caller holds the writer lock.
-    fn position<'t>(t: &'t BucketTable<K, V>, h: Hashed, key: &K) -> Option<Position<'t, K, V>> {
-        let mut prev = None;
-        for line in t.chain(h.index) {
-            let mut m = Bucket::<K, V>::matches(line.tags.load(Ordering::Relaxed), h.tag);
-            while m != 0 {
-                let slot = Bucket::<K, V>::first(m);
-                let p = line.slots[slot].load(Ordering::Relaxed);
-                // SAFETY: under the writer lock a slot with a tag holds a live node.
-                if unsafe { &(*p).key } == key {
-                    return Some(Position {
-                        prev,
-                        line,
-                        slot,
-                        head: p,
-                    });
-                }
-                m &= m - 1;
-            }
-            prev = Some(line);
-        }
-        None
-    }
-
-    /// Publishes `node` in its chain of `t` (the first free slot, else a new overflow line at
-    /// the end): slot first, then the tag. Returns the keys in the chain, `node`'s included.
-    ///
-    /// # Safety
-    /// The caller holds the writer lock, `h` is `t.hash(&node.key)`, no slot of `t` holds
-    /// `node`'s key, and `node` is live and reachable from nowhere else in `t`.
-    unsafe fn publish(t: &BucketTable<K, V>, h: Hashed, node: *mut Node<K, V>) -> usize {
-        let mut keys = 0;
-        let mut free = None;
-        let mut last = &t.buckets[h.index];
-        for line in t.chain(h.index) {
-            let tags = line.tags.load(Ordering::Relaxed);
-            keys += Bucket::<K, V>::keys(tags);
-            let empty = Bucket::<K, V>::free_slots(tags);
-            if free.is_none() && empty != 0 {
-                free = Some((line, Bucket::<K, V>::first(empty)));
-            }
-            last = line;
-        }
-        match free {
-            Some((line, slot)) => {
-                line.slots[slot].store(node, Ordering::Release);
-                let tags = line.tags.load(Ordering::Relaxed);
-                line.tags.store(
-                    Bucket::<K, V>::with_tag(tags, slot, h.tag),
-                    Ordering::Release,
-                );
-            }
-            None => {
-                let o = Bucket::alloc_overflow();
-                // SAFETY: fresh and not yet shared.
-                let line = unsafe { &*o };
-                line.slots[0].store(node, Ordering::Relaxed);
-                line.tags
-                    .store(Bucket::<K, V>::with_tag(0, 0, h.tag), Ordering::Relaxed);
-                // Readers that see the link see the filled line (release).
-                last.overflow.store(o, Ordering::Release);
-            }
-        }
-        keys + 1
-    }
-
-    /// Clears the slot of `pos` (tag first, then the pointer) and unlinks its line when it is
-    /// an overflow line left empty. Does not retire the objects.
-    ///
-    /// # Safety
-    /// The caller holds the writer lock, `pos` was found under it and nothing changed since,
-    /// and `guard` is pinned.
-    unsafe fn unpublish(pos: &Position<'_, K, V>, guard: &Guard) {
-        let line = pos.line;
-        let tags = Bucket::<K, V>::with_tag(line.tags.load(Ordering::Relaxed), pos.slot, 0);
-        line.tags.store(tags, Ordering::Release);
-        line.slots[pos.slot].store(std::ptr::null_mut(), Ordering::Release);
-        if let (0, Some(prev)) = (tags, pos.prev) {
-            // Readers standing on the line still follow its (unchanged) overflow link.
-            prev.overflow
-                .store(line.overflow.load(Ordering::Relaxed), Ordering::Release);
-            // SAFETY: the line came from `Bucket::alloc_overflow` (a `Box`) and is now
-            // unreachable from the table; readers on it were pinned before this point.
-            unsafe { guard.defer_destroy(Shared::from(line as *const Bucket<K, V>)) };
-        }
     }
 
     /// Advances a rehash in progress, then returns the table that holds `key` from now on (its
@@ -599,38 +676,8 @@ where
         }
         // SAFETY: as above.
         let fut = unsafe { &*fut };
-        // SAFETY: under the writer lock; `fut` is `cur`'s future table.
-        unsafe { Self::migrate_bucket(cur, fut, cur.hash(key).index) };
+        cur.migrate_bucket(fut, cur.hash(key));
         fut
-    }
-
-    /// Moves every object of `old`'s bucket `index` into `new`, as the kernel's
-    /// `rhashtable_rehash_chain` does: each is published in the new table before its slot in
-    /// the old one is cleared, so a reader searching old then new finds it in one or the other.
-    /// The old chain's overflow lines stay (empty) until the old table is freed.
-    ///
-    /// # Safety
-    /// - The caller holds the writer lock, and
-    /// - `new` is `old`'s future table.
-    unsafe fn migrate_bucket(old: &BucketTable<K, V>, new: &BucketTable<K, V>, index: usize) {
-        for line in old.chain(index) {
-            let mut tags = line.tags.load(Ordering::Relaxed);
-            let mut occupied = !Bucket::<K, V>::free_slots(tags) & Bucket::<K, V>::free_slots(0);
-            while occupied != 0 {
-                let slot = Bucket::<K, V>::first(occupied);
-                occupied &= occupied - 1;
-                let p = line.slots[slot].load(Ordering::Relaxed);
-                // SAFETY: under the writer lock a slot with a tag holds a live node.
-                let key = unsafe { &(*p).key };
-                // SAFETY: under the writer lock; every key lives in exactly one live table and
-                // `new` only receives keys migrated from `old` or inserted after they were, so
-                // `key` is not in `new`.
-                unsafe { Self::publish(new, new.hash(key), p) };
-                tags = Bucket::<K, V>::with_tag(tags, slot, 0);
-                line.tags.store(tags, Ordering::Release);
-                line.slots[slot].store(std::ptr::null_mut(), Ordering::Release);
-            }
-        }
     }
 
     /// Migrates up to `batch` buckets (at least one write's share); when the old table is
@@ -648,8 +695,7 @@ where
         let batch = batch.max(MIGRATE_BATCH).max(cur.lines() / MIGRATE_WRITES);
         let end = w.cursor.saturating_add(batch).min(cur.lines());
         for index in w.cursor..end {
-            // SAFETY: under the writer lock; `fut` is `cur`'s future table.
-            unsafe { Self::migrate_bucket(cur, fut, index) };
+            cur.migrate_bucket(fut, index);
         }
         w.cursor = end;
         if end == cur.lines() {
@@ -658,7 +704,7 @@ where
             w.cursor = 0;
             // SAFETY: `cur` is no longer reachable from `self.tbl`; readers that loaded it were
             // pinned before now. Dropping a `BucketTable` frees its lines, not the (moved)
-            // nodes.
+            // duplicate lists.
             unsafe { guard.defer_destroy(Shared::from(cur_ptr as *const BucketTable<K, V>)) };
         }
     }
@@ -677,8 +723,12 @@ where
             Cause::Grow => w.rehashes.grows += 1,
             Cause::Shrink => w.rehashes.shrinks += 1,
             Cause::Reseed => w.rehashes.reseeds += 1,
+            Cause::Compact => w.rehashes.compactions += 1,
         }
-        let fut = BucketTable::alloc(size / SIZE_PER_BUCKET, w.seeds.next_seed());
+        // Every rehash packs each key into the first free slot of its new chain.
+        w.displaced = 0;
+        let lines = (size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
+        let fut = BucketTable::alloc(lines, w.seeds.next_seed());
         cur.future.store(fut, Ordering::Release);
         w.cursor = 0;
         self.migrate_step(w, guard, 0);
@@ -701,6 +751,22 @@ where
         }
     }
 
+    /// Rehash at the same size once more than [`COMPACT_AFTER`] of the lines' worth of keys
+    /// were moved down their chains by rewrites.
+    fn after_rewrite(&self, w: &mut WriterState, guard: &Guard, moved: bool) {
+        if !moved {
+            return;
+        }
+        w.displaced += 1;
+        // SAFETY: under the writer lock, with `guard` pinned.
+        let cur = unsafe { &*self.tbl.load(Ordering::Relaxed) };
+        if cur.future.load(Ordering::Relaxed).is_null()
+            && w.displaced > (cur.lines() / COMPACT_AFTER).max(COMPACT_AFTER)
+        {
+            self.start_rehash(w, guard, cur.size(), Cause::Compact);
+        }
+    }
+
     /// Shrink below 30% to `roundup_pow2(n * 3 / 2)`, not below `min_size`.
     fn after_remove(&self, w: &mut WriterState, guard: &Guard) {
         if !self.params.automatic_shrinking {
@@ -720,56 +786,55 @@ where
 /// Frees `p` once every reader pinned now has unpinned.
 ///
 /// # Safety
-/// `p` is a node of this crate's tables, now unreachable from them, retired once.
-unsafe fn retire_node<K: Send + 'static, V: Send + 'static>(guard: &Guard, p: *mut Node<K, V>) {
-    // SAFETY: `K` and `V` are `Send`, so the node may be freed on another thread; the caller
+/// `p` is a node of this crate's lists, now unreachable from them, retired once.
+unsafe fn retire_node<V: Send + 'static>(guard: &Guard, p: *mut DupNode<V>) {
+    // SAFETY: `V` is `Send`, so the node may be freed on another thread; the caller
     // guarantees it is unreachable and retired once, and the closure runs after every guard
     // pinned before now is dropped.
-    unsafe { guard.defer_unchecked(move || Node::free(p)) };
+    unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p))) };
 }
 
-impl<K, V> Drop for RhlTable<K, V> {
+/// Frees the list `p` and its nodes once every reader pinned now has unpinned.
+///
+/// # Safety
+/// `p` is a list of this crate's tables, now unreachable from them, retired once, its nodes
+/// reachable only through it.
+unsafe fn retire_list<V: Send + 'static>(guard: &Guard, p: *mut DupList<V>) {
+    // SAFETY: as for `retire_node`; `DupList::free` frees the list and its nodes.
+    unsafe { guard.defer_unchecked(move || DupList::free(p)) };
+}
+
+impl<K: Inline, V: Inline> Drop for RhlTable<K, V> {
     fn drop(&mut self) {
         let cur = *self.tbl.get_mut();
-        // SAFETY: `&mut self`: no reader or writer can reach the table any more. Every node and
-        // table reachable from `self.tbl` is owned by it (retired ones are not reachable), and
-        // each node is reachable exactly once: from one slot of one table, or as a `dup`.
+        // SAFETY: `&mut self`: no reader or writer can reach the table any more. Every
+        // duplicate list and table reachable from `self.tbl` is owned by it (retired ones are
+        // not reachable), and each list is reachable from exactly one slot of one table.
         unsafe {
             let fut = (*cur).future.load(Ordering::Relaxed);
-            free_nodes(&*cur);
+            free_lists(&*cur);
             drop(Box::from_raw(cur));
             if !fut.is_null() {
-                free_nodes(&*fut);
+                free_lists(&*fut);
                 drop(Box::from_raw(fut));
             }
         }
     }
 }
 
-/// Frees every node of `table` (its lines go with the table).
+/// Frees every duplicate list of `table` (its lines go with the table).
 ///
 /// # Safety
 /// - No other thread can reach `table`, and
-/// - its nodes are reachable from nowhere else.
-unsafe fn free_nodes<K, V>(table: &BucketTable<K, V>) {
-    for index in 0..table.lines() {
-        for line in table.chain(index) {
-            for slot in &line.slots {
-                let mut d = slot.load(Ordering::Relaxed);
-                while !d.is_null() {
-                    // SAFETY: `d` is a slot's node or one of its duplicates, exclusively owned
-                    // here, read before it is freed once.
-                    let next = unsafe { &*d }.dup.load(Ordering::Relaxed);
-                    // SAFETY: as above; it came from `Node::alloc`.
-                    unsafe { Node::free(d) };
-                    d = next;
-                }
-            }
-        }
-    }
+/// - its lists are reachable from nowhere else.
+unsafe fn free_lists<K: Inline, V: Inline>(table: &BucketTable<K, V>) {
+    table.for_each_list(|list| {
+        // SAFETY: exclusively owned here, freed once.
+        unsafe { DupList::free(list) }
+    });
 }
 
-impl<K, V> std::fmt::Debug for RhlTable<K, V> {
+impl<K: Inline, V: Inline> std::fmt::Debug for RhlTable<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RhlTable")
             .field("keys", &self.len())
@@ -804,14 +869,14 @@ mod tests {
         assert_eq!(t.len(), 40);
         assert_eq!(t.objects(), 80);
         assert_eq!(t.get_all(&3, &g).count(), 9);
-        assert_eq!(t.get(&3, &g), Some(&138));
+        assert_eq!(t.get(&3, &g), Some(138));
         // Middle, head and tail of a duplicate list.
         assert!(t.remove(&3, |v| *v == 118));
         assert!(t.remove(&3, |v| *v == 138));
         assert!(t.remove(&3, |v| *v == 3));
         assert!(!t.remove(&3, |v| *v == 3));
         assert_eq!(
-            t.get_all(&3, &g).copied().collect::<Vec<_>>(),
+            t.get_all(&3, &g).collect::<Vec<_>>(),
             [133, 128, 123, 113, 108, 103]
         );
         for k in 5..40 {
@@ -824,7 +889,7 @@ mod tests {
 
     #[test]
     fn overflow_lines_fill_in_order_and_are_unlinked_when_empty() {
-        // One bucket line that can never grow: the 7th and 8th keys need an overflow line.
+        // One bucket line (4 slots) that can never grow: keys 5 to 8 need an overflow line.
         let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
             min_size: 4,
             max_size: 4,
@@ -838,20 +903,23 @@ mod tests {
         assert!(t.insert(8, 8).is_err(), "twice max_size keys");
         let s = t.stats();
         assert_eq!((s.buckets, s.overflow_lines, s.max_chain), (1, 1, 8));
-        // Duplicates of a key in the overflow line stay with it.
+        // A duplicate turns the slot into a list pointer; the overflow line is full, so the
+        // key moves forwards into a new line (never backwards, where a reader may have
+        // passed).
         t.insert(7, 70).unwrap();
+        assert_eq!(t.stats().overflow_lines, 2);
         let g = epoch::pin();
-        assert_eq!(t.get_all(&7, &g).copied().collect::<Vec<_>>(), [70, 7]);
+        assert_eq!(t.get_all(&7, &g).collect::<Vec<_>>(), [70, 7]);
         let mut seen = Vec::new();
         t.for_each(|k, v| seen.push((*k, *v)));
         seen.sort_unstable();
         assert_eq!(seen.len(), 9);
-        // Emptying the overflow line unlinks it; the first line keeps its keys.
+        // Emptying an overflow line unlinks it; the others keep their keys.
         assert_eq!(t.remove_all(&6), 1);
-        assert_eq!(t.stats().overflow_lines, 1);
+        assert_eq!(t.stats().overflow_lines, 2);
         assert_eq!(t.remove_all(&7), 2);
-        assert_eq!(t.stats().overflow_lines, 0);
-        // A freed slot of the first line is reused before a new overflow line.
+        assert_eq!(t.stats().overflow_lines, 1);
+        // A freed slot of the first line is reused before the overflow line.
         assert!(t.remove(&0, |v| *v == 0));
         t.insert(100, 100).unwrap();
         t.insert(101, 101).unwrap();
@@ -859,9 +927,32 @@ mod tests {
         let s = t.stats();
         assert_eq!((s.keys, s.overflow_lines, s.max_chain), (8, 1, 8));
         for k in (1..6).chain(100..103) {
-            assert_eq!(t.get(&k, &g), Some(&k));
+            assert_eq!(t.get(&k, &g), Some(k));
         }
         assert_eq!(t.get(&0, &g), None);
+        drop(g);
+    }
+
+    #[test]
+    fn duplicates_go_back_inline_and_updates_replace_values() {
+        let t = small();
+        t.insert(9, 1).unwrap();
+        t.insert(9, 2).unwrap();
+        t.insert(9, 3).unwrap();
+        let g = epoch::pin();
+        assert!(t.update(&9, |v| *v == 2, |v| *v = 20));
+        assert!(!t.update(&9, |v| *v == 2, |v| *v = 21));
+        assert_eq!(t.get_all(&9, &g).collect::<Vec<_>>(), [3, 20, 1]);
+        // Readers keep the iterator they started with while the list changes.
+        let mut before = t.get_all(&9, &g);
+        assert!(t.remove(&9, |v| *v == 3));
+        assert!(t.remove(&9, |v| *v == 1));
+        assert_eq!(before.next(), Some(3));
+        assert_eq!(t.get_all(&9, &g).collect::<Vec<_>>(), [20]);
+        assert!(t.update(&9, |_| true, |v| *v = 200));
+        assert_eq!(t.get(&9, &g), Some(200));
+        assert_eq!((t.len(), t.objects()), (1, 1));
+        assert!(!t.update(&10, |_| true, |v| *v = 0));
         drop(g);
     }
 
@@ -874,7 +965,7 @@ mod tests {
             std::thread::spawn(move || {
                 for _ in 0..50 {
                     let g = epoch::pin();
-                    assert_eq!(t.get(&1_000, &g), Some(&7));
+                    assert_eq!(t.get(&1_000, &g), Some(7));
                 }
             })
         };

@@ -146,11 +146,11 @@ fn removing_a_primary_promotes_the_first_secondary_when_configured() {
         .family::<Ipv4Addr>()
         .hash()
         .get(&v4("10.0.0.2").to_bits(), &g)
-        .unwrap()
-        .flags();
-    assert!(
-        !hashed.contains(IfaFlags::SECONDARY),
-        "hash flags follow the promotion"
+        .unwrap();
+    assert_eq!(
+        (hashed.ifindex(), hashed.prefix_len(), hashed.answers()),
+        (1, 24, true),
+        "the promoted address stays in the hash"
     );
 }
 

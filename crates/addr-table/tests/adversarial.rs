@@ -68,7 +68,7 @@ fn keys_colliding_under_one_seed_trigger_a_reseed_and_spread_out() {
     // Everything is still there.
     let guard = crossbeam_epoch::pin();
     for &k in evil.iter().chain((0..1000).collect::<Vec<_>>().iter()) {
-        assert_eq!(table.get(&k, &guard), Some(&k));
+        assert_eq!(table.get(&k, &guard), Some(k));
     }
 }
 

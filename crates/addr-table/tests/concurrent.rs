@@ -41,14 +41,14 @@ fn readers_always_find_stable_keys_while_the_table_grows_and_shrinks() {
                         let k = i % STABLE;
                         assert_eq!(
                             table.get(&stable_key(k), &guard),
-                            Some(&k),
+                            Some(k),
                             "stable key {k} lost"
                         );
                         assert_eq!(table.get_all(&stable_key(k), &guard).count(), 1);
                         // A churning key is either absent or carries its own value.
                         let c = i.wrapping_mul(7919) % CHURN;
                         if let Some(v) = table.get(&churn_key(c), &guard) {
-                            assert_eq!(*v, c);
+                            assert_eq!(v, c);
                         }
                         i = i.wrapping_add(13);
                         n += 1;
@@ -93,7 +93,7 @@ fn readers_see_the_oldest_duplicate_while_newer_ones_come_and_go() {
             let mut k = 0;
             while !done.load(Ordering::Acquire) {
                 let guard = epoch::pin();
-                let last = table.get_all(&(k % 64), &guard).last().copied();
+                let last = table.get_all(&(k % 64), &guard).last();
                 assert_eq!(last, Some(u32::MAX), "key {}", k % 64);
                 k += 1;
             }

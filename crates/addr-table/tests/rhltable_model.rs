@@ -28,6 +28,18 @@ impl Model {
         }
         true
     }
+    /// Changes the newest object of `k` equal to `from` into `to`.
+    fn update(&mut self, k: u32, from: u32, to: u32) -> bool {
+        let Some(x) = self
+            .0
+            .get_mut(&k)
+            .and_then(|l| l.iter_mut().find(|x| **x == from))
+        else {
+            return false;
+        };
+        *x = to;
+        true
+    }
     fn remove_all(&mut self, k: u32) -> usize {
         self.0.remove(&k).map_or(0, |l| l.len())
     }
@@ -41,6 +53,7 @@ enum Op {
     Insert(u32, u32),
     Remove(u32, u32),
     RemoveAll(u32),
+    Update(u32, u32, u32),
     Finish,
 }
 
@@ -49,6 +62,7 @@ fn op(keys: u32) -> impl Strategy<Value = Op> {
         6 => (0..keys, 0..4u32).prop_map(|(k, v)| Op::Insert(k, v)),
         4 => (0..keys, 0..4u32).prop_map(|(k, v)| Op::Remove(k, v)),
         1 => (0..keys).prop_map(Op::RemoveAll),
+        2 => (0..keys, 0..4u32, 0..4u32).prop_map(|(k, from, to)| Op::Update(k, from, to)),
         1 => Just(Op::Finish),
     ]
 }
@@ -62,20 +76,39 @@ fn small_params(seed: u64) -> Params {
 }
 
 /// Checks every key's objects, the counts and the load-factor invariant.
-fn check(table: &RhlTable<u32, u32>, fixed: &FixedTable<u32, u32>, model: &Model, keys: u32) {
+/// `fixed` is `None` once the sequence updated a value (the baseline has no update).
+fn check(
+    table: &RhlTable<u32, u32>,
+    fixed: Option<&FixedTable<u32, u32>>,
+    model: &Model,
+    keys: u32,
+) {
     let guard = epoch::pin();
     for k in 0..keys {
         let want: &[u32] = model.0.get(&k).map_or(&[], |l| l.as_slice());
-        let got: Vec<u32> = table.get_all(&k, &guard).copied().collect();
+        let got: Vec<u32> = table.get_all(&k, &guard).collect();
         assert_eq!(got, want, "rhltable key {k}");
-        assert_eq!(table.get(&k, &guard), want.first(), "rhltable get {k}");
+        assert_eq!(
+            table.get(&k, &guard),
+            want.first().copied(),
+            "rhltable get {k}"
+        );
         assert_eq!(table.contains_key(&k, &guard), !want.is_empty());
-        let got: Vec<u32> = fixed.get_all(&k, &guard).copied().collect();
-        assert_eq!(got, want, "fixed key {k}");
+        assert_eq!(
+            table.find(&k, &guard, |v| v % 2 == 1),
+            want.iter().copied().find(|v| v % 2 == 1),
+            "rhltable find {k}"
+        );
+        if let Some(fixed) = fixed {
+            let got: Vec<u32> = fixed.get_all(&k, &guard).copied().collect();
+            assert_eq!(got, want, "fixed key {k}");
+        }
     }
     assert_eq!(table.len(), model.0.len());
     assert_eq!(table.objects(), model.objects());
-    assert_eq!(fixed.len(), model.objects());
+    if let Some(fixed) = fixed {
+        assert_eq!(fixed.len(), model.objects());
+    }
     let stats = table.stats();
     assert_eq!(
         (stats.keys, stats.objects),
@@ -96,6 +129,7 @@ fn run(ops: &[Op], keys: u32, seed: u64) {
     let table = RhlTable::with_params(small_params(seed)).unwrap();
     let fixed = FixedTable::new(0x5eed);
     let mut model = Model::default();
+    let mut updated = false;
     for op in ops {
         match *op {
             Op::Insert(k, v) => {
@@ -106,16 +140,24 @@ fn run(ops: &[Op], keys: u32, seed: u64) {
             Op::Remove(k, v) => {
                 let want = model.remove(k, v);
                 assert_eq!(table.remove(&k, |x| *x == v), want, "remove {k} {v}");
-                assert_eq!(fixed.remove(&k, |x| *x == v), want);
+                let fixed_removed = fixed.remove(&k, |x| *x == v);
+                // After an update the baseline (which has none) holds other values.
+                assert!(updated || fixed_removed == want);
             }
             Op::RemoveAll(k) => {
                 let want = model.remove_all(k);
                 assert_eq!(table.remove_all(&k), want);
                 while fixed.remove(&k, |_| true) {}
             }
+            Op::Update(k, from, to) => {
+                let want = model.update(k, from, to);
+                let got = table.update(&k, |x| *x == from, |x| *x = to);
+                assert_eq!(got, want, "update {k} {from} -> {to}");
+                updated = true;
+            }
             Op::Finish => table.finish_rehash(),
         }
-        check(&table, &fixed, &model, keys);
+        check(&table, (!updated).then_some(&fixed), &model, keys);
     }
     // Everything the table holds, walked under the writer lock, is the model.
     let mut seen: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -150,10 +192,10 @@ fn every_resize_boundary_up_and_down() {
         fixed.insert(k, k * 3);
         model.insert(k, k * 3);
         if k % 7 == 0 {
-            check(&table, &fixed, &model, n);
+            check(&table, Some(&fixed), &model, n);
         }
     }
-    check(&table, &fixed, &model, n);
+    check(&table, Some(&fixed), &model, n);
     let grown = table.stats();
     assert_eq!(grown.size, 1024);
     assert_eq!(grown.rehashes.grows, 8, "4 → 8 → ... → 1024");
@@ -162,10 +204,10 @@ fn every_resize_boundary_up_and_down() {
         assert!(fixed.remove(&k, |v| *v == k * 3));
         model.remove(k, k * 3);
         if k % 7 == 0 {
-            check(&table, &fixed, &model, n);
+            check(&table, Some(&fixed), &model, n);
         }
     }
-    check(&table, &fixed, &model, n);
+    check(&table, Some(&fixed), &model, n);
     let shrunk = table.stats();
     assert_eq!(shrunk.size, 4);
     assert!(shrunk.rehashes.shrinks >= 3, "{shrunk:?}");

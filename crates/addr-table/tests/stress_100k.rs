@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
-use addr_table::RhlTable;
+use addr_table::{Inline, RhlTable};
 use crossbeam_epoch as epoch;
 
 const STABLE: u32 = 100_000;
@@ -19,7 +19,7 @@ const CHURN: u32 = 100_000;
 const ROUNDS: u32 = 2;
 
 /// Three disjoint key spaces: stable, churning, never added.
-trait Addr: Hash + Eq + Copy + Debug + Send + Sync + 'static {
+trait Addr: Inline + Hash + Eq + Copy + Debug + Send + Sync + 'static {
     fn stable(i: u32) -> Self;
     fn churn(i: u32) -> Self;
     fn absent(i: u32) -> Self;
@@ -73,15 +73,11 @@ fn stress<A: Addr>() {
                     let guard = epoch::pin();
                     for _ in 0..256 {
                         let s = i % STABLE;
-                        assert_eq!(
-                            table.get(&A::stable(s), &guard),
-                            Some(&s),
-                            "stable {s} lost"
-                        );
+                        assert_eq!(table.get(&A::stable(s), &guard), Some(s), "stable {s} lost");
                         assert_eq!(table.get_all(&A::stable(s), &guard).count(), 1);
                         let c = i.wrapping_mul(7919) % CHURN;
                         if let Some(v) = table.get(&A::churn(c), &guard) {
-                            assert_eq!(*v, c, "churn key {c} carries another value");
+                            assert_eq!(v, c, "churn key {c} carries another value");
                             hits += 1;
                         }
                         let a = i.wrapping_mul(104_729) % STABLE;
@@ -121,7 +117,7 @@ fn stress<A: Addr>() {
     table.finish_rehash();
     let guard = epoch::pin();
     for i in 0..STABLE {
-        assert_eq!(table.get(&A::stable(i), &guard), Some(&i));
+        assert_eq!(table.get(&A::stable(i), &guard), Some(i));
     }
     eprintln!(
         "{}: {} lookups, {} churn hits, {:?}",
@@ -140,4 +136,104 @@ fn ipv4_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
 #[test]
 fn ipv6_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
     stress::<u128>();
+}
+
+/// Duplicates (a key's slot turning into a list pointer and back inline), value updates (a
+/// slot rewritten elsewhere in its line or further down its chain) and removals of list
+/// heads, all on the 100,000 stable keys while 100,000 churning keys grow and shrink the
+/// table under two readers. Each stable key `s` keeps its first object (value `s`) throughout;
+/// the writer gives it a newer duplicate (`s + DUP`), updates that one (`s + UPD`) and removes
+/// it again. Readers check that `s` is always the oldest value, the list is one of the states
+/// the writer went through (`[s]`, `[s + DUP, s]`, `[s + UPD, s]`), and a predicate search for
+/// `s` always finds it.
+fn stress_duplicates<A: Addr>() {
+    const DUP: u32 = 1 << 24;
+    const UPD: u32 = 2 << 24;
+    let table: Arc<RhlTable<A, u32>> = Arc::new(RhlTable::new());
+    for i in 0..STABLE {
+        table.insert(A::stable(i), i).unwrap();
+    }
+    table.finish_rehash();
+
+    let done = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2u32)
+        .map(|r| {
+            let (table, done) = (table.clone(), done.clone());
+            thread::spawn(move || {
+                let mut i = r * 50_000;
+                let mut lists = 0u64;
+                let mut buf = Vec::with_capacity(4);
+                while !done.load(Ordering::Acquire) {
+                    let guard = epoch::pin();
+                    for _ in 0..256 {
+                        let s = i % STABLE;
+                        buf.clear();
+                        buf.extend(table.get_all(&A::stable(s), &guard));
+                        let ok = buf == [s] || buf == [s + DUP, s] || buf == [s + UPD, s];
+                        assert!(ok, "stable {s}: {buf:?}");
+                        lists += u64::from(buf.len() == 2);
+                        assert_eq!(table.find(&A::stable(s), &guard, |v| *v == s), Some(s));
+                        let c = i.wrapping_mul(7919) % CHURN;
+                        if let Some(v) = table.get(&A::churn(c), &guard) {
+                            assert_eq!(v, c, "churn key {c} carries another value");
+                        }
+                        i = i.wrapping_add(7);
+                    }
+                }
+                lists
+            })
+        })
+        .collect();
+
+    for round in 0..ROUNDS {
+        for i in 0..CHURN {
+            table.insert(A::churn(i), i).unwrap();
+            // Interleave duplicate traffic on the stable keys with the growth.
+            let s = (i.wrapping_mul(31) + round) % STABLE;
+            table.insert(A::stable(s), s + DUP).unwrap();
+            assert!(table.update(&A::stable(s), |v| *v == s + DUP, |v| *v = s + UPD));
+        }
+        for i in 0..CHURN {
+            assert!(table.remove(&A::churn(i), |v| *v == i), "churn {i} missing");
+            let s = (i.wrapping_mul(31) + round) % STABLE;
+            assert!(
+                table.remove(&A::stable(s), |v| *v == s + UPD),
+                "dup of {s} missing"
+            );
+        }
+    }
+    done.store(true, Ordering::Release);
+    let lists: u64 = readers
+        .into_iter()
+        .map(|r| r.join().expect("reader panicked"))
+        .sum();
+    let end = table.stats();
+    assert!(end.rehashes.grows >= u64::from(ROUNDS), "{end:?}");
+    assert!(end.rehashes.shrinks >= u64::from(ROUNDS), "{end:?}");
+    assert_eq!((end.keys, end.objects), (STABLE as usize, STABLE as usize));
+    // Rewrites that found their line full moved keys down their chains; same-size rehashes
+    // packed them back, so at most one key in `COMPACT_AFTER` lines is still displaced.
+    assert!(end.rehashes.compactions > 0, "{end:?}");
+    table.finish_rehash();
+    let guard = epoch::pin();
+    for i in 0..STABLE {
+        assert_eq!(
+            table.get_all(&A::stable(i), &guard).collect::<Vec<_>>(),
+            [i]
+        );
+    }
+    eprintln!(
+        "{}: readers saw {lists} two-object lists, {end:?}",
+        std::any::type_name::<A>()
+    );
+}
+
+#[test]
+fn ipv4_duplicates_and_updates_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress_duplicates::<u32>();
+}
+
+#[test]
+fn ipv6_duplicates_and_updates_at_100k_addresses_while_the_table_grows_and_shrinks() {
+    stress_duplicates::<u128>();
 }

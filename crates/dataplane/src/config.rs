@@ -21,7 +21,7 @@ pub enum VlanMode {
 /// use dataplane::{Config, VlanMode};
 /// let config = Config { vlan: VlanMode::Route, hold_frames: 128, ..Config::default() };
 /// assert!(config.validate().is_ok());
-/// assert!(Config { hold_per_neighbour: 0, ..Config::default() }.validate().is_err());
+/// assert!(Config { hold_slot_size: 20, ..Config::default() }.validate().is_err());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -37,11 +37,17 @@ pub struct Config {
     pub icmp_rate: u32,
     /// ICMP burst (`icmp_msgs_burst`, default 50).
     pub icmp_burst: u32,
-    /// Frames the hold buffer keeps, for all neighbours of the queue together (default 64).
+    /// Frames the hold buffer keeps, for all neighbours of the queue together (default 256:
+    /// 512 KiB of slots at the default slot size). A frame that finds no free slot is dropped
+    /// (`hold_full`).
     pub hold_frames: usize,
-    /// Frames held per unresolved neighbour (the kernel's `unres_qlen`, default 3; newer
-    /// kernels bound bytes instead).
-    pub hold_per_neighbour: usize,
+    /// Bytes held per unresolved neighbour: the kernel's `unres_qlen_bytes` (default 212,992,
+    /// the kernel's default, which is 101 full-size frames: `unres_qlen`). Each frame is
+    /// charged as the kernel charges an skb's `truesize`, its length plus
+    /// [`HOLD_FRAME_OVERHEAD`](crate::HOLD_FRAME_OVERHEAD); as in the kernel, a frame that
+    /// does not fit pushes the neighbour's oldest frames out (dropped, `hold_full`), and a
+    /// neighbour always keeps its newest frame.
+    pub hold_bytes_per_neighbour: usize,
     /// The size of one hold slot: frames longer than this are not held (default 2048).
     pub hold_slot_size: usize,
     /// How long a frame may wait for its neighbour, in nanoseconds (default 3 s: the kernel's
@@ -70,8 +76,8 @@ impl Default for Config {
             dst_cache: Some(dst_cache::Config::default()),
             icmp_rate: 1000,
             icmp_burst: 50,
-            hold_frames: 64,
-            hold_per_neighbour: 3,
+            hold_frames: 256,
+            hold_bytes_per_neighbour: 212_992,
             hold_slot_size: 2048,
             hold_timeout_ns: 3_000_000_000,
             resolve_retry_ns: 1_000_000_000,
@@ -88,9 +94,6 @@ pub enum ConfigError {
     /// The route cache configuration is out of range.
     #[error("dst-cache: {0}")]
     DstCache(#[from] dst_cache::ConfigError),
-    /// `hold_per_neighbour` is zero or above `hold_frames` while holding is on.
-    #[error("hold_per_neighbour must be in 1..=hold_frames")]
-    HoldPerNeighbour,
     /// `hold_slot_size` cannot hold a minimal Ethernet + IPv4 frame (34 bytes).
     #[error("hold_slot_size must be at least 34 bytes")]
     HoldSlotSize,
@@ -107,11 +110,6 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if let Some(cache) = &self.dst_cache {
             cache.validate()?;
-        }
-        if self.hold_per_neighbour == 0
-            || (self.hold_frames > 0 && self.hold_per_neighbour > self.hold_frames)
-        {
-            return Err(ConfigError::HoldPerNeighbour);
         }
         if self.hold_slot_size < 34 {
             return Err(ConfigError::HoldSlotSize);

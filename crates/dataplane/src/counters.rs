@@ -51,6 +51,10 @@ pub struct Counters {
     /// Held frames dropped at release because the egress link went away or down, or the
     /// frame could not be sent (pool empty, frame too large to fragment).
     pub held_dropped: u64,
+    /// Held frames pushed out by newer frames of the same neighbour over its byte budget
+    /// ([`hold_bytes_per_neighbour`](crate::Config::hold_bytes_per_neighbour); the kernel's
+    /// `unres_discards`).
+    pub held_discarded: u64,
     /// Neighbour resolution requests emitted.
     pub resolutions: u64,
     /// Resolution requests lost because the caller did not poll them in time (queue full).
@@ -61,8 +65,19 @@ pub struct Counters {
 }
 
 impl Counters {
-    /// Counts one frame's verdict.
-    pub(crate) fn count(&mut self, verdict: Verdict) {
+    /// Counts one frame's verdict: once in `rx`, once under the verdict, and under its reason
+    /// for a drop or a punt. The pipeline calls it for every frame it processes; an engine
+    /// of its own that speaks the same frame contract (the forwarder's bare port forwarder)
+    /// counts its frames with it too, so that reports read the same.
+    ///
+    /// ```
+    /// use dataplane::{Counters, DropReason, Verdict};
+    /// let mut c = Counters::default();
+    /// c.count(Verdict::Transmit { ifindex: 2 });
+    /// c.count(Verdict::Drop(DropReason::Truncated));
+    /// assert_eq!((c.rx, c.transmit, c.dropped, c.drops_of(DropReason::Truncated)), (2, 1, 1, 1));
+    /// ```
+    pub fn count(&mut self, verdict: Verdict) {
         self.rx += 1;
         match verdict {
             Verdict::Pending => {}
@@ -80,6 +95,13 @@ impl Counters {
                 self.drops[reason as usize] += 1;
             }
         }
+    }
+
+    /// Counts `n` plain transmits at once (what `count` does for each).
+    #[inline]
+    pub(crate) fn count_transmits(&mut self, n: u64) {
+        self.rx += n;
+        self.transmit += n;
     }
 
     /// The drop count of one reason.

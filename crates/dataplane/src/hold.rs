@@ -16,6 +16,18 @@ use crate::verdict::DropReason;
 use crate::wire::ethernet::EthernetFrame;
 use crate::wire::ipv4::Ipv4Packet;
 
+/// What a held frame is charged against its neighbour's
+/// [`hold_bytes_per_neighbour`](crate::Config::hold_bytes_per_neighbour) besides its own length:
+/// the kernel's `SKB_TRUESIZE` overhead on 64-bit machines (`struct sk_buff` and
+/// `struct skb_shared_info`, each cache-aligned: 256 + 320 bytes). So a full-size frame (1514
+/// bytes) costs 2090, and the kernel's default 212,992 bytes hold 101 of them, the
+/// `unres_qlen` the kernel reports for that default.
+///
+/// ```
+/// assert_eq!(212_992 / (1514 + dataplane::HOLD_FRAME_OVERHEAD), 101);
+/// ```
+pub const HOLD_FRAME_OVERHEAD: usize = 576;
+
 /// A request for the control plane: resolve this neighbour (for example with `RTM_NEWNEIGH`
 /// and `NTF_USE`, or an `ip neigh` probe); frames wait for it in the hold buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -31,8 +43,11 @@ pub struct Resolution {
 struct Waiting {
     oif: u32,
     next_hop: u128,
-    v6: bool,
+    /// The next hop's family (ND or ARP).
+    next_hop_v6: bool,
     frames: usize,
+    /// The frames' charge: lengths plus [`HOLD_FRAME_OVERHEAD`] each.
+    bytes: usize,
     last_request: u64,
 }
 
@@ -56,6 +71,8 @@ struct Held {
     len: usize,
     oif: u32,
     next_hop: u128,
+    /// The next hop's family (ND or ARP); IPv6 for an IPv4 packet on a route `via inet6`.
+    next_hop_v6: bool,
     /// The route's MTU when held (the link's, or the route's `mtu` metric if lower).
     mtu: u32,
     v6: bool,
@@ -70,7 +87,7 @@ pub(crate) struct HoldBuffer {
     free: Vec<usize>,
     held: Vec<Held>,
     waiting: Vec<Waiting>,
-    per_neighbour: usize,
+    bytes_per_neighbour: usize,
     timeout: u64,
     retry: u64,
     resolutions: VecDeque<Resolution>,
@@ -90,7 +107,7 @@ impl HoldBuffer {
             free: (0..slots).rev().collect(),
             held: Vec::with_capacity(slots),
             waiting: Vec::with_capacity(slots),
-            per_neighbour: config.hold_per_neighbour,
+            bytes_per_neighbour: config.hold_bytes_per_neighbour,
             timeout: config.hold_timeout_ns,
             retry: config.resolve_retry_ns,
             resolutions: VecDeque::with_capacity(config.resolution_queue),
@@ -112,7 +129,7 @@ impl HoldBuffer {
         if self.resolutions.len() < self.resolution_cap {
             self.resolutions.push_back(Resolution {
                 ifindex: w.oif,
-                addr: ip_of(w.v6, w.next_hop),
+                addr: ip_of(w.next_hop_v6, w.next_hop),
             });
             counters.resolutions += 1;
         } else {
@@ -120,9 +137,15 @@ impl HoldBuffer {
         }
     }
 
-    /// Copies `frame` (untagged Ethernet header, then the IP packet) to wait for the neighbour
-    /// `hop.next_hop` on `hop.oif`; asks for a resolution when it is the neighbour's first
-    /// frame or the last request is older than the retry interval.
+    /// Copies `frame` (untagged Ethernet header, then the IP packet of family `v6`) to wait
+    /// for the neighbour `hop.next_hop` (of its own family) on `hop.oif`; asks for a
+    /// resolution when it is the neighbour's first frame or the last request is older than the
+    /// retry interval.
+    ///
+    /// As the kernel's `neigh_event_send`: while the neighbour's frames and this one exceed
+    /// the byte budget, the neighbour's oldest frame is dropped (counted `hold_full`), then
+    /// this one is queued (so a neighbour always keeps its newest frame). A frame that finds
+    /// no free slot in the whole buffer is refused.
     pub(crate) fn hold(
         &mut self,
         frame: &[u8],
@@ -134,13 +157,32 @@ impl HoldBuffer {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
-        let (oif, next_hop) = (hop.oif, hop.next_hop);
+        let (oif, next_hop, next_hop_v6) = (hop.oif, hop.next_hop, hop.next_hop_v6);
+        let charge = frame.len() + HOLD_FRAME_OVERHEAD;
         let idx = self
             .waiting
             .iter()
-            .position(|w| w.oif == oif && w.next_hop == next_hop && w.v6 == v6);
-        if idx.is_some_and(|i| self.waiting[i].frames >= self.per_neighbour) {
-            return Err(DropReason::HoldFull);
+            .position(|w| w.oif == oif && w.next_hop == next_hop && w.next_hop_v6 == next_hop_v6);
+        while let Some(i) = idx
+            && self.waiting[i].bytes + charge > self.bytes_per_neighbour
+        {
+            // The neighbour's oldest frame makes room (the kernel's `unres_discards`). A
+            // waiting neighbour always has a held frame; if not, stop rather than loop.
+            let Some(oldest) = self.held.iter().position(|h| {
+                h.oif == oif && h.next_hop == next_hop && h.next_hop_v6 == next_hop_v6
+            }) else {
+                break;
+            };
+            let h = self.held.remove(oldest);
+            self.free.push(h.slot);
+            counters.held_discarded += 1;
+            let w = &mut self.waiting[i];
+            w.frames -= 1;
+            w.bytes -= h.len + HOLD_FRAME_OVERHEAD;
+            if w.frames == 0 {
+                // It stays waiting (its request time too): this frame takes the room.
+                break;
+            }
         }
         let Some(slot) = self.free.pop() else {
             return Err(DropReason::HoldFull);
@@ -152,6 +194,7 @@ impl HoldBuffer {
             len: frame.len(),
             oif,
             next_hop,
+            next_hop_v6,
             mtu: hop.mtu,
             v6,
             since: now,
@@ -159,6 +202,7 @@ impl HoldBuffer {
         match idx {
             Some(i) => {
                 self.waiting[i].frames += 1;
+                self.waiting[i].bytes += charge;
                 if now.saturating_sub(self.waiting[i].last_request) >= self.retry {
                     self.waiting[i].last_request = now;
                     let w = self.waiting[i];
@@ -169,8 +213,9 @@ impl HoldBuffer {
                 let w = Waiting {
                     oif,
                     next_hop,
-                    v6,
+                    next_hop_v6,
                     frames: 1,
+                    bytes: charge,
                     last_request: now,
                 };
                 self.waiting.push(w);
@@ -236,12 +281,11 @@ impl HoldBuffer {
                 // Keep the order of the remaining frames (a neighbour's frames leave in order).
                 self.held.remove(i);
                 self.free.push(h.slot);
-                if let Some(w) = self
-                    .waiting
-                    .iter()
-                    .position(|w| w.oif == h.oif && w.next_hop == h.next_hop && w.v6 == h.v6)
-                {
+                if let Some(w) = self.waiting.iter().position(|w| {
+                    w.oif == h.oif && w.next_hop == h.next_hop && w.next_hop_v6 == h.next_hop_v6
+                }) {
                     self.waiting[w].frames -= 1;
+                    self.waiting[w].bytes -= h.len + HOLD_FRAME_OVERHEAD;
                     if self.waiting[w].frames == 0 {
                         self.waiting.swap_remove(w);
                     }
@@ -277,7 +321,8 @@ impl HoldBuffer {
         pool: &mut P,
         counters: &mut Counters,
     ) -> Outcome {
-        let Some(dst_mac) = neighbour_mac(tables, guard, h.oif, ip_of(h.v6, h.next_hop)) else {
+        let Some(dst_mac) = neighbour_mac(tables, guard, h.oif, ip_of(h.next_hop_v6, h.next_hop))
+        else {
             return Outcome::Waiting;
         };
         let Some(link) = tables.links.get(h.oif, guard) else {

@@ -6,9 +6,9 @@ use crate::parse::Meta;
 use crate::verdict::IcmpError;
 use crate::wire::checksum;
 use crate::wire::ethernet::{self, EthernetFrame, ethertype};
-use crate::wire::icmp::IcmpPacket;
-use crate::wire::ipv4::{self, Ipv4Packet};
-use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::icmp::{IcmpPacket, v4_type, v6_type};
+use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Packet, Ipv6Repr};
 use crate::wire::l4::protocol;
 
 /// The largest ICMPv4 error: 576 bytes of IP (RFC 1812 4.3.2.3), as the kernel sends.
@@ -33,7 +33,7 @@ pub fn may_send(meta: &Meta) -> bool {
             return true;
         }
         match meta.icmp_type {
-            Some(t) => t >= 128,
+            Some(t) => t >= v6_type::FIRST_INFORMATIONAL,
             None => meta.fragment,
         }
     } else {
@@ -44,7 +44,17 @@ pub fn may_send(meta: &Meta) -> bool {
             return true;
         }
         match meta.icmp_type {
-            Some(t) => t <= 18 && !matches!(t, 3 | 4 | 5 | 11 | 12),
+            Some(t) => {
+                t <= v4_type::LAST_KNOWN
+                    && !matches!(
+                        t,
+                        v4_type::DEST_UNREACHABLE
+                            | v4_type::SOURCE_QUENCH
+                            | v4_type::REDIRECT
+                            | v4_type::TIME_EXCEEDED
+                            | v4_type::PARAMETER_PROBLEM
+                    )
+            }
             None => false,
         }
     }
@@ -115,7 +125,6 @@ pub fn headers_len(l2: &ReplyL2, v6: bool) -> usize {
 /// needed" and "packet too big" errors.
 pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, mtu: u32) {
     let l2_len = l2.header_len();
-    let ip_len = out.len() - l2_len;
     {
         let mut eth = EthernetFrame::new_unchecked(&mut out[..l2_len]);
         eth.set_dst_addr(l2.dst);
@@ -152,13 +161,15 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
     message.set_type_code(ty, code);
     message.set_rest(rest);
     if ip.v6 {
-        let mut v6 = Ipv6Packet::new_unchecked(&mut header[..]);
-        v6.set_version_tc_flow(0, 0);
-        v6.set_payload_len(icmp_len as u16);
-        v6.set_next_header(protocol::ICMPV6);
-        v6.set_hop_limit(ERROR_TTL);
-        v6.set_src_addr(ip.src.into());
-        v6.set_dst_addr(ip.dst.into());
+        Ipv6Repr {
+            src: ip.src.into(),
+            dst: ip.dst.into(),
+            next_header: protocol::ICMPV6,
+            hop_limit: ERROR_TTL,
+            traffic_class: 0,
+            payload_len: icmp_len as usize,
+        }
+        .emit(&mut Ipv6Packet::new_unchecked(&mut header[..]));
         message.fill_checksum(checksum::pseudo_v6(
             ip.src.to_be_bytes(),
             ip.dst.to_be_bytes(),
@@ -166,17 +177,16 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
             icmp_len,
         ));
     } else {
-        let mut v4 = Ipv4Packet::new_unchecked(&mut header[..]);
-        v4.set_version_header_len(ipv4::HEADER_LEN);
-        v4.set_tos((ip.tos & 0x1e) | 0xc0);
-        v4.set_total_len(ip_len as u16);
-        v4.set_ident(ip.ident);
-        v4.set_flags_offset(0);
-        v4.set_ttl(ERROR_TTL);
-        v4.set_protocol(protocol::ICMP);
-        v4.set_src_addr((ip.src as u32).into());
-        v4.set_dst_addr((ip.dst as u32).into());
-        v4.fill_checksum();
+        Ipv4Repr {
+            src: (ip.src as u32).into(),
+            dst: (ip.dst as u32).into(),
+            protocol: protocol::ICMP,
+            ttl: ERROR_TTL,
+            tos: (ip.tos & ipv4::TOS_BITS) | ipv4::PREC_INTERNETWORK_CONTROL,
+            ident: ip.ident,
+            payload_len: icmp_len as usize,
+        }
+        .emit(&mut Ipv4Packet::new_unchecked(&mut header[..]));
         message.fill_checksum(0);
     }
 }
@@ -219,7 +229,6 @@ mod tests {
             ip_len: 2000,
             proto,
             l4_offset: 20,
-            ports: None,
             icmp_type,
             fragment: false,
             later_fragment: false,

@@ -99,16 +99,29 @@ pub mod parse;
 mod pool;
 mod queue;
 mod ratelimit;
+mod reconfigure;
 pub mod route;
 mod tables;
 mod vector;
 mod verdict;
 pub mod wire;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = dataplane::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use config::{Config, ConfigError, VlanMode};
 pub use counters::Counters;
+/// The route cache's configuration, as [`Config::dst_cache`] holds it.
+pub use dst_cache::Config as DstCacheConfig;
 pub use frag::{MIN_V4_MTU, fragment_v4};
-pub use hold::Resolution;
+pub use hold::{HOLD_FRAME_OVERHEAD, Resolution};
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;

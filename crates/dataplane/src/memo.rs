@@ -17,8 +17,10 @@ use crate::Tables;
 use crate::route::{self, Egress, LinkAnswer, Route};
 use crate::verdict::DropReason;
 
-/// Slots of the egress memo (a power of two).
-const EGRESS_SLOTS: usize = 256;
+/// Buckets of the egress memo (a power of two), each of [`EGRESS_WAYS`] slots.
+const EGRESS_BUCKETS: usize = 256;
+/// Slots per bucket: two next hops that hash alike do not evict each other.
+const EGRESS_WAYS: usize = 2;
 
 /// A Bloom filter of this namespace's local addresses (both families), rebuilt from the
 /// address table when the route generation changes: "not local" answers come from two bit
@@ -109,7 +111,7 @@ impl LocalFilter {
     }
 }
 
-/// One remembered next hop.
+/// One remembered next hop, with the decision last completed from it.
 #[derive(Clone, Copy, Debug)]
 struct EgressSlot {
     oif: u32,
@@ -118,9 +120,15 @@ struct EgressSlot {
     /// The route generation plus one (0: empty).
     generation: u64,
     answer: Result<LinkAnswer, DropReason>,
+    /// The route's own parts the last decision was completed with, and that decision: a
+    /// route with the same ones gets it without being completed again.
+    route_mtu: Option<u32>,
+    multipath: bool,
+    source_checked: bool,
+    route: Route,
 }
 
-/// A direct-mapped memo of [`route::egress`]'s table lookups per (interface, next hop), valid
+/// A 2-way set-associative memo of [`route::egress`]'s table lookups per (interface, next hop), valid
 /// for one route generation. Only answers a route cache would keep are remembered: a usable
 /// neighbour, or a link that cannot be used; an unresolved neighbour is asked again each time
 /// (its frames go to the hold buffer, which watches the neighbour table itself).
@@ -137,9 +145,13 @@ impl EgressMemo {
             v6: false,
             generation: 0,
             answer: Err(DropReason::NoEgressLink),
+            route_mtu: None,
+            multipath: false,
+            source_checked: false,
+            route: Route::Drop(DropReason::NoEgressLink),
         };
         EgressMemo {
-            slots: vec![empty; EGRESS_SLOTS].into_boxed_slice(),
+            slots: vec![empty; EGRESS_BUCKETS * EGRESS_WAYS].into_boxed_slice(),
         }
     }
 
@@ -150,37 +162,64 @@ impl EgressMemo {
         tables: &Tables,
         guard: &Guard,
         generation: u64,
-        v6: bool,
         e: &Egress,
     ) -> Route {
+        let v6 = e.next_hop_v6;
         if let Some(punt) = route::unserved(tables, e.oif) {
             return punt;
         }
         let mix = ((e.next_hop as u64) ^ ((e.next_hop >> 64) as u64).rotate_left(21))
             .wrapping_add(u64::from(e.oif).wrapping_mul(0xc2b2_ae3d_27d4_eb4f));
-        let index = (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (EGRESS_SLOTS - 1);
+        let bucket =
+            (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize & (EGRESS_BUCKETS - 1);
         let tag = generation.wrapping_add(1);
-        let slot = &mut self.slots[index];
-        let answer = if slot.generation == tag
-            && slot.oif == e.oif
-            && slot.next_hop == e.next_hop
-            && slot.v6 == v6
-        {
-            slot.answer
-        } else {
-            let answer = route::link_answer(tables, guard, v6, e.oif, e.next_hop);
-            if answer.map_or(true, |link| link.dst_mac.is_some()) {
-                *slot = EgressSlot {
-                    oif: e.oif,
-                    next_hop: e.next_hop,
-                    v6,
-                    generation: tag,
-                    answer,
-                };
-            }
-            answer
+        let start = bucket * EGRESS_WAYS;
+        let Some(ways) = self.slots.get_mut(start..start + EGRESS_WAYS) else {
+            return route::egress(tables, guard, e);
         };
-        route::complete(e, answer)
+        for slot in ways.iter_mut() {
+            if slot.generation == tag
+                && slot.oif == e.oif
+                && slot.next_hop == e.next_hop
+                && slot.v6 == v6
+            {
+                if slot.route_mtu != e.route_mtu
+                    || slot.multipath != e.multipath
+                    || slot.source_checked != e.source_checked
+                {
+                    slot.route = route::complete(e, slot.answer);
+                    slot.route_mtu = e.route_mtu;
+                    slot.multipath = e.multipath;
+                    slot.source_checked = e.source_checked;
+                }
+                return slot.route;
+            }
+        }
+        let answer = route::link_answer(tables, guard, v6, e.oif, e.next_hop);
+        let route = route::complete(e, answer);
+        if answer.map_or(true, |link| link.dst_mac.is_some()) {
+            // A slot of another generation, else the first after the others move down one
+            // (the last, the oldest answer, falls out).
+            let index = match ways.iter().position(|slot| slot.generation != tag) {
+                Some(index) => index,
+                None => {
+                    ways.copy_within(0..EGRESS_WAYS - 1, 1);
+                    0
+                }
+            };
+            ways[index] = EgressSlot {
+                oif: e.oif,
+                next_hop: e.next_hop,
+                v6,
+                generation: tag,
+                answer,
+                route_mtu: e.route_mtu,
+                multipath: e.multipath,
+                source_checked: e.source_checked,
+                route,
+            };
+        }
+        route
     }
 }
 
@@ -225,6 +264,110 @@ mod tests {
             .filter(|i| filter.may_be_local(false, a + 1 + i))
             .count();
         assert!(misses < 10, "{misses} false positives in 1000");
+    }
+
+    /// Routes through one next hop share its link and neighbour answer, and each gets the
+    /// decision of its own MTU metric and multipath flag, remembered or not.
+    #[test]
+    fn the_egress_memo_completes_each_route_with_its_own_parts() {
+        use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+        let tables = tables();
+        let guard = crossbeam_epoch::pin();
+        let mut link = Link {
+            mac: Some([2, 0, 0, 0, 0, 2]),
+            mtu: 1500,
+            ..Link::new(2, String::from("eth2"))
+        };
+        link.flags = LinkFlags::UP | LinkFlags::RUNNING;
+        link.oper = OperState::UP;
+        tables.links.upsert(link);
+        let gw = Ipv4Addr::new(192, 0, 2, 1);
+        tables.neigh.upsert(Neighbour::new(
+            2,
+            gw.into(),
+            Some([2, 0, 0, 0, 0, 9]),
+            NudState::REACHABLE,
+        ));
+        let mut memo = EgressMemo::new();
+        let egress = |route_mtu, multipath| Egress {
+            oif: 2,
+            next_hop: u128::from(u32::from(gw)),
+            next_hop_v6: false,
+            multipath,
+            route_mtu,
+            source_checked: false,
+        };
+        let mtu_of = |route: Route| match route {
+            Route::Forward(hop) => (hop.mtu, hop.multipath, hop.dst_mac),
+            other => panic!("{other:?}"),
+        };
+        for (route_mtu, multipath, expected) in [
+            (None, false, 1500),
+            (None, false, 1500),
+            (Some(1400), false, 1400),
+            (Some(9000), true, 1500),
+            (None, false, 1500),
+        ] {
+            let e = egress(route_mtu, multipath);
+            let route = memo.egress(&tables, &guard, 0, &e);
+            assert_eq!(route, route::egress(&tables, &guard, &e));
+            assert_eq!(
+                mtu_of(route),
+                (expected, multipath, Some([2, 0, 0, 0, 0, 9]))
+            );
+        }
+    }
+
+    /// The memo holds the answers of 64 next hops at once (as the dataplane benchmark's 64
+    /// gateways need): within one generation they are answered from the memo even after the
+    /// neighbours went (the writer has not bumped yet), and the bump asks the tables again.
+    #[test]
+    fn the_egress_memo_holds_many_next_hops() {
+        use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+        let tables = tables();
+        let guard = crossbeam_epoch::pin();
+        let gateways: Vec<(u32, Ipv4Addr)> = (0..64u32)
+            .map(|i| (2 + i % 4, Ipv4Addr::from(0x6440_0001 + (i << 8))))
+            .collect();
+        for oif in 2..6 {
+            let mut link = Link {
+                mac: Some([2, 0, 0, 0, 0, oif as u8]),
+                ..Link::new(oif, format!("eth{oif}"))
+            };
+            link.flags = LinkFlags::UP | LinkFlags::RUNNING;
+            link.oper = OperState::UP;
+            tables.links.upsert(link);
+        }
+        for &(oif, gw) in &gateways {
+            let mac = Some([2, 0, 0, 1, 0, gw.octets()[2]]);
+            tables
+                .neigh
+                .upsert(Neighbour::new(oif, gw.into(), mac, NudState::REACHABLE));
+        }
+        let mut memo = EgressMemo::new();
+        let egress = |oif, gw: Ipv4Addr| Egress {
+            oif,
+            next_hop: u128::from(u32::from(gw)),
+            next_hop_v6: false,
+            multipath: false,
+            route_mtu: None,
+            source_checked: false,
+        };
+        let resolved = |memo: &mut EgressMemo, generation| {
+            gateways
+                .iter()
+                .filter(|&&(oif, gw)| {
+                    let route = memo.egress(&tables, &guard, generation, &egress(oif, gw));
+                    matches!(route, Route::Forward(hop) if hop.dst_mac.is_some())
+                })
+                .count()
+        };
+        assert_eq!(resolved(&mut memo, 0), 64);
+        for &(oif, gw) in &gateways {
+            tables.neigh.remove(oif, gw.into());
+        }
+        assert_eq!(resolved(&mut memo, 0), 64);
+        assert_eq!(resolved(&mut memo, 1), 0);
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use crate::config::{Config, VlanMode};
 use crate::verdict::{DropReason, PuntReason, Verdict};
 use crate::wire::ethernet::{self, EthernetFrame, ethertype};
-use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::icmp::v6_type;
+use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet, next_header};
 use crate::wire::l4::{self, protocol};
 use crate::wire::{WireError, checksum};
@@ -38,9 +39,6 @@ pub struct Meta {
     pub proto: u8,
     /// The offset of the upper-layer header from the start of the IP header.
     pub l4_offset: usize,
-    /// The ports (or ICMP type and code) for policy lookups; `None` for fragments and for
-    /// protocols without ports.
-    pub ports: Option<(u16, u16)>,
     /// The ICMP / ICMPv6 type when the upper layer is ICMP and its header is in this packet
     /// (first fragments included).
     pub icmp_type: Option<u8>,
@@ -57,31 +55,94 @@ impl Meta {
     pub fn l3(&self) -> usize {
         self.l2_len
     }
+
+    /// The ports (or ICMP type and code) for policy lookups, read from the frame this `Meta`
+    /// was parsed from: `None` for fragments, protocols without ports, or an upper-layer
+    /// header too short to hold them. Read only when a policy lookup needs them (most packets
+    /// meet no policy), not by the parser.
+    ///
+    /// ```
+    /// use dataplane::{Config, parse::parse};
+    /// let mut frame = vec![0u8; 14 + 20 + 8];
+    /// frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    /// frame[14..34].copy_from_slice(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7]);
+    /// let sum = dataplane::wire::checksum::checksum(&frame[14..34]);
+    /// frame[24..26].copy_from_slice(&sum.to_be_bytes());
+    /// frame[34..38].copy_from_slice(&[0x13, 0x88, 0, 53]);
+    /// let meta = parse(&frame, &Config::default())?;
+    /// assert_eq!(meta.ports(&frame), Some((5000, 53)));
+    /// # Ok::<(), dataplane::Verdict>(())
+    /// ```
+    pub fn ports(&self, frame: &[u8]) -> Option<(u16, u16)> {
+        if self.fragment {
+            return None;
+        }
+        let upper = frame.get(self.l2_len + self.l4_offset..self.l2_len + self.ip_len)?;
+        l4::ports(self.proto, upper)
+    }
 }
 
-/// The link-layer part: the tag policy, ARP and other EtherTypes. Returns the EtherType of
-/// the IP payload.
-fn parse_l2<'a>(
-    frame: &'a [u8],
-    config: &Config,
-) -> Result<(EthernetFrame<&'a [u8]>, u16), Verdict> {
-    let eth =
-        EthernetFrame::new_checked(frame).map_err(|_| Verdict::Drop(DropReason::Truncated))?;
-    let ethertype = eth.inner_ethertype();
-    if eth.is_tagged() {
-        match config.vlan {
-            VlanMode::Drop => return Err(Verdict::Drop(DropReason::Vlan)),
-            VlanMode::Punt => return Err(Verdict::Punt(PuntReason::Vlan)),
-            VlanMode::Route => {}
-        }
-        if matches!(ethertype, ethertype::VLAN | ethertype::QINQ) {
-            return Err(Verdict::Drop(DropReason::VlanStack));
-        }
+/// The link-layer part: the tag policy, ARP and other EtherTypes. Returns the view over the
+/// fixed header (tag included when there is one), its length and the EtherType of the IP
+/// payload.
+#[inline]
+fn parse_l2<'a>(frame: &'a [u8], config: &Config) -> Result<(L2Header<'a>, usize, u16), Verdict> {
+    // The untagged header as a fixed-size array: every accessor's bounds check is resolved at
+    // compile time.
+    let Some(head) = frame.first_chunk::<{ ethernet::HEADER_LEN }>() else {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    };
+    let outer = EthernetFrame::new_unchecked(head).ethertype();
+    if !matches!(outer, ethertype::VLAN | ethertype::QINQ) {
+        return match outer {
+            ethertype::IPV4 | ethertype::IPV6 => {
+                Ok((L2Header::Untagged(head), ethernet::HEADER_LEN, outer))
+            }
+            ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
+            _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
+        };
     }
-    match ethertype {
-        ethertype::IPV4 | ethertype::IPV6 => Ok((eth, ethertype)),
+    let Some(tagged) = frame.first_chunk::<{ ethernet::TAGGED_HEADER_LEN }>() else {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    };
+    let eth = EthernetFrame::new_unchecked(tagged);
+    let inner = eth.inner_ethertype();
+    match config.vlan {
+        VlanMode::Drop => return Err(Verdict::Drop(DropReason::Vlan)),
+        VlanMode::Punt => return Err(Verdict::Punt(PuntReason::Vlan)),
+        VlanMode::Route => {}
+    }
+    match inner {
+        ethertype::VLAN | ethertype::QINQ => Err(Verdict::Drop(DropReason::VlanStack)),
+        ethertype::IPV4 | ethertype::IPV6 => {
+            Ok((L2Header::Tagged(tagged), ethernet::TAGGED_HEADER_LEN, inner))
+        }
         ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
         _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
+    }
+}
+
+/// The link-layer header of a frame the parser accepted, as a fixed-size view.
+#[derive(Clone, Copy)]
+enum L2Header<'a> {
+    Untagged(&'a [u8; ethernet::HEADER_LEN]),
+    Tagged(&'a [u8; ethernet::TAGGED_HEADER_LEN]),
+}
+
+impl L2Header<'_> {
+    /// The destination MAC, the source MAC and the tag control information.
+    #[inline]
+    fn fields(self) -> ([u8; 6], [u8; 6], Option<u16>) {
+        match self {
+            L2Header::Untagged(h) => {
+                let eth = EthernetFrame::new_unchecked(h);
+                (eth.dst_addr(), eth.src_addr(), None)
+            }
+            L2Header::Tagged(h) => {
+                let eth = EthernetFrame::new_unchecked(h);
+                (eth.dst_addr(), eth.src_addr(), eth.tci())
+            }
+        }
     }
 }
 
@@ -116,31 +177,21 @@ pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
 /// As [`parse`].
 #[inline]
 pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
-    let (eth, ethertype) = parse_l2(frame, config)?;
-    let l2_len = eth.header_len();
-    *meta = Meta {
-        l2_len,
-        tci: eth.tci(),
-        dst_mac: eth.dst_addr(),
-        src_mac: eth.src_addr(),
-        v6: ethertype == ethertype::IPV6,
-        src: 0,
-        dst: 0,
-        tos: 0,
-        ttl: 0,
-        ip_len: 0,
-        proto: 0,
-        l4_offset: 0,
-        ports: None,
-        icmp_type: None,
-        fragment: false,
-        later_fragment: false,
-        dont_frag: false,
-    };
+    let (l2, l2_len, ethertype) = parse_l2(frame, config)?;
+    let (dst_mac, src_mac, tci) = l2.fields();
+    meta.l2_len = l2_len;
+    meta.tci = tci;
+    meta.dst_mac = dst_mac;
+    meta.src_mac = src_mac;
+    // The fields only some packets set.
+    meta.icmp_type = None;
+    meta.dont_frag = false;
     let ip = &frame[l2_len..];
-    if meta.v6 {
+    if ethertype == ethertype::IPV6 {
+        meta.v6 = true;
         parse_v6(ip, config, meta)
     } else {
+        meta.v6 = false;
         parse_v4(ip, meta)
     }
 }
@@ -154,29 +205,40 @@ fn wire_drop(e: WireError) -> Verdict {
 
 /// IPv4 per RFC 1812 section 5.2.2 and the kernel's `ip_rcv_core` / `ip_route_input_slow`.
 fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
-    if bytes.is_empty() {
+    let Some(&first) = bytes.first() else {
         return Err(Verdict::Drop(DropReason::Truncated));
-    }
-    if bytes[0] >> 4 != 4 {
+    };
+    if first >> 4 != 4 {
         return Err(Verdict::Drop(DropReason::BadVersion));
     }
     let ip = Ipv4Packet::new_checked(bytes).map_err(wire_drop)?;
     let hlen = ip.header_len();
-    if checksum::fold(checksum::sum(&bytes[..hlen], 0)) != 0xffff {
+    // The fixed header as an array (`new_checked` saw at least its 20 bytes): its fields are
+    // read without bounds checks, and a header without options sums in five loads.
+    let Some(fixed) = bytes.first_chunk::<{ ipv4::HEADER_LEN }>() else {
+        return Err(Verdict::Drop(DropReason::Truncated));
+    };
+    let sum = if hlen == ipv4::HEADER_LEN {
+        checksum::sum(fixed, 0)
+    } else {
+        checksum::sum(&bytes[..hlen], 0)
+    };
+    if checksum::fold(sum) != CHECKSUM_VALID {
         return Err(Verdict::Drop(DropReason::BadChecksum));
     }
-    let src = u32::from_be_bytes(ip.src_bytes());
-    let dst = u32::from_be_bytes(ip.dst_bytes());
+    let head = Ipv4Packet::new_unchecked(fixed);
+    let src = u32::from_be_bytes(head.src_bytes());
+    let dst = u32::from_be_bytes(head.dst_bytes());
     meta.src = u128::from(src);
     meta.dst = u128::from(dst);
-    meta.tos = ip.tos();
-    meta.ttl = ip.ttl();
-    meta.ip_len = usize::from(ip.total_len());
-    meta.proto = ip.protocol();
+    meta.tos = head.tos();
+    meta.ttl = head.ttl();
+    meta.ip_len = usize::from(head.total_len());
+    meta.proto = head.protocol();
     meta.l4_offset = hlen;
-    meta.dont_frag = ip.dont_frag();
-    meta.fragment = ip.is_fragment();
-    meta.later_fragment = ip.frag_offset() != 0;
+    meta.dont_frag = head.dont_frag();
+    meta.fragment = head.is_fragment();
+    meta.later_fragment = head.frag_offset() != 0;
 
     // Sources no packet may carry (multicast, limited broadcast), then destinations that are
     // the kernel's (multicast, broadcast), then zeronet and loopback on either side.
@@ -189,28 +251,37 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     if dst == u32::MAX || (src == 0 && dst == 0) {
         return Err(Verdict::Punt(PuntReason::Broadcast));
     }
-    if src >> 24 == 0 || src >> 24 == 127 {
+    if is_v4_zeronet_or_loopback(src) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
-    if dst >> 24 == 0 || dst >> 24 == 127 {
+    if is_v4_zeronet_or_loopback(dst) {
         return Err(Verdict::Drop(DropReason::MartianDestination));
     }
 
-    if !meta.later_fragment {
-        let upper = &ip.packet()[hlen..];
-        if meta.proto == protocol::ICMP {
-            meta.icmp_type = upper.first().copied();
-        }
-        if !meta.fragment {
-            meta.ports = l4::ports(meta.proto, upper);
-        }
+    if !meta.later_fragment && meta.proto == protocol::ICMP {
+        meta.icmp_type = ip.packet().get(hlen).copied();
     }
     Ok(())
 }
 
+/// 224.0.0.0/4.
 fn is_v4_multicast(addr: u32) -> bool {
-    addr >> 28 == 0xe
+    addr >> 28 == V4_MULTICAST_HIGH_NIBBLE
 }
+
+/// 0.0.0.0/8 ("this network") or 127.0.0.0/8.
+fn is_v4_zeronet_or_loopback(addr: u32) -> bool {
+    matches!(addr >> 24, V4_ZERONET_OCTET | V4_LOOPBACK_OCTET)
+}
+
+/// The first four bits of an IPv4 multicast address (224.0.0.0/4).
+const V4_MULTICAST_HIGH_NIBBLE: u32 = 0xe;
+/// The first octet of 0.0.0.0/8.
+const V4_ZERONET_OCTET: u32 = 0;
+/// The first octet of 127.0.0.0/8.
+const V4_LOOPBACK_OCTET: u32 = 127;
+/// What the ones' complement sum of a valid header folds to.
+const CHECKSUM_VALID: u16 = 0xffff;
 
 /// IPv6 per RFC 8200 and the kernel's `ipv6_rcv` / `ip6_forward`.
 fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
@@ -260,12 +331,9 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     meta.later_fragment = upper.later_fragment;
     if !meta.later_fragment && meta.proto == next_header::ICMPV6 {
         meta.icmp_type = l4.first().copied();
-        if let Some(133..=137) = meta.icmp_type {
+        if let Some(v6_type::ROUTER_SOLICITATION..=v6_type::REDIRECT) = meta.icmp_type {
             return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
         }
-    }
-    if !meta.fragment {
-        meta.ports = l4::ports(meta.proto, l4);
     }
     if ipv6::in_prefix(dst, ipv6::LINK_LOCAL) {
         return Err(Verdict::Punt(PuntReason::LinkLocal));

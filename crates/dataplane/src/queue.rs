@@ -18,7 +18,7 @@ use crate::route::{self, Hop, Reject, Route, flow_hash, ip_of};
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::ethernet::{EthernetFrame, ethertype};
-use crate::wire::ipv4::Ipv4Packet;
+use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
 use crate::{Tables, frag};
@@ -78,6 +78,11 @@ pub(crate) struct Batch<'t> {
     pub(crate) guard: &'t Guard,
     pub(crate) now: u64,
     pub(crate) snapshot: Snapshot,
+    /// Whether forwarded packets meet the fwd policies (`policy_count[XFRM_POLICY_FWD]`, or a
+    /// default block), read once per batch.
+    pub(crate) fwd_policies: bool,
+    /// The same for the out policies (`xfrm_route_forward`).
+    pub(crate) out_policies: bool,
     /// The last ingress interface looked up: its index and MAC (`None` inside: not Ethernet;
     /// `None` outside: not in the link table).
     ingress: Option<(u32, Option<Option<[u8; 6]>>)>,
@@ -90,6 +95,8 @@ impl<'t> Batch<'t> {
             guard,
             now,
             snapshot: tables.generation.snapshot(),
+            fwd_policies: tables.policies.needs_check(Direction::Fwd),
+            out_policies: tables.policies.needs_check(Direction::Out),
             ingress: None,
         }
     }
@@ -114,7 +121,7 @@ pub struct Queue {
     pub(crate) config: Config,
     pub(crate) cache: Option<DstCache<Route>>,
     pub(crate) counters: Counters,
-    icmp: TokenBucket,
+    pub(crate) icmp: TokenBucket,
     pub(crate) hold: HoldBuffer,
     ident: u16,
     /// Which addresses may be local, per route generation.
@@ -342,7 +349,7 @@ impl Queue {
 
     /// The route cache, then (on a miss or while bypassed) the tables.
     pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, iif: u32) -> Route {
-        let tos = meta.tos & 0xfc;
+        let tos = meta.tos & route::DSCP_MASK;
         let resolve = || route::resolve(b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif);
         let Some(cache) = &mut self.cache else {
             return resolve();
@@ -407,8 +414,8 @@ impl Queue {
     ) -> Verdict {
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup. The flow's interface is
         // the egress one (`flowi_oif` of the forward decode).
-        if b.tables.policies.needs_check(Direction::Fwd) {
-            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Fwd) {
+        if b.fwd_policies {
+            if let Some(verdict) = self.policy(b, meta, frame.bytes(), hop.oif, Direction::Fwd) {
                 return verdict;
             }
         }
@@ -440,8 +447,8 @@ impl Queue {
             return Err(self.icmp_error(b, frame, meta, kind, 0, pool));
         }
         // `xfrm_route_forward`: a forwarded packet also meets the out policies.
-        if b.tables.policies.needs_check(Direction::Out) {
-            if let Some(verdict) = self.policy(b, meta, hop.oif, Direction::Out) {
+        if b.out_policies {
+            if let Some(verdict) = self.policy(b, meta, frame.bytes(), hop.oif, Direction::Out) {
                 return Err(verdict);
             }
         }
@@ -499,6 +506,7 @@ impl Queue {
         &self,
         b: &Batch<'_>,
         meta: &Meta,
+        packet: &[u8],
         oif: u32,
         dir: Direction,
     ) -> Option<Verdict> {
@@ -510,7 +518,7 @@ impl Queue {
         .proto(meta.proto)
         .ifindex(oif)
         .mark(self.config.policy_mark);
-        let flow = match meta.ports {
+        let flow = match meta.ports(packet) {
             Some((sport, dport)) => flow.ports(sport, dport),
             None => flow,
         };
@@ -614,25 +622,37 @@ impl Queue {
 /// Rewrites a forwarded frame in place: an untagged Ethernet header right before the IP header
 /// (a tag, if any, falls away) with the hop's MACs, TTL / hop limit minus one; `offset` and
 /// `len` then describe the frame to send.
+#[inline]
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l2_len;
     let l2_start = ip_start - L2_LEN;
+    let dst_mac = hop.dst_mac.unwrap_or([0; 6]);
+    // The new Ethernet header and the IP header as one fixed-size array: the writes below
+    // need no bounds check of their own.
     if meta.v6 {
-        Ipv6Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + ipv6::HEADER_LEN])
-            .decrement_hop_limit();
+        let head = &mut frame.chunk[l2_start..ip_start + ipv6::HEADER_LEN];
+        if let Some(head) = head.first_chunk_mut::<{ L2_LEN + ipv6::HEADER_LEN }>() {
+            let (eth, ip) = head.split_at_mut(L2_LEN);
+            write_l2(eth, hop.src_mac, dst_mac, ethertype::IPV6);
+            Ipv6Packet::new_unchecked(ip).decrement_hop_limit();
+        }
     } else {
-        Ipv4Packet::new_unchecked(&mut frame.chunk[ip_start..ip_start + 20]).decrement_ttl();
-    }
-    {
-        let mut eth = EthernetFrame::new_unchecked(&mut frame.chunk[l2_start..ip_start]);
-        eth.set_dst_addr(hop.dst_mac.unwrap_or([0; 6]));
-        eth.set_src_addr(hop.src_mac);
-        eth.set_ethertype(if meta.v6 {
-            ethertype::IPV6
-        } else {
-            ethertype::IPV4
-        });
+        let head = &mut frame.chunk[l2_start..ip_start + ipv4::HEADER_LEN];
+        if let Some(head) = head.first_chunk_mut::<{ L2_LEN + ipv4::HEADER_LEN }>() {
+            let (eth, ip) = head.split_at_mut(L2_LEN);
+            write_l2(eth, hop.src_mac, dst_mac, ethertype::IPV4);
+            Ipv4Packet::new_unchecked(ip).decrement_ttl();
+        }
     }
     frame.offset = l2_start;
     frame.len = L2_LEN + meta.ip_len;
+}
+
+/// Writes an untagged Ethernet header.
+#[inline(always)]
+fn write_l2(eth: &mut [u8], src: [u8; 6], dst: [u8; 6], ethertype: u16) {
+    let mut eth = EthernetFrame::new_unchecked(eth);
+    eth.set_dst_addr(dst);
+    eth.set_src_addr(src);
+    eth.set_ethertype(ethertype);
 }

@@ -5,11 +5,16 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
-use fib_trie::{Flow, LookupError, RouteType, Scope};
+use fib_trie::{FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
+use neigh_table::Ingress;
 
 use crate::Tables;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
+
+/// The DSCP bits of the IPv4 TOS byte or the IPv6 traffic class (the two ECN bits cleared):
+/// what the FIB's `tos` selector and the route cache's key compare.
+pub const DSCP_MASK: u8 = 0xfc;
 
 /// Where a forwarded packet goes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +24,9 @@ pub struct Hop {
     /// The next hop's address: the gateway, or the destination itself on a connected route
     /// (an IPv4 address in the low 32 bits).
     pub next_hop: u128,
+    /// Whether `next_hop` is an IPv6 address, resolved with ND: always for IPv6 packets, and
+    /// for IPv4 packets on a route `via inet6` (RFC 8950, BGP unnumbered).
+    pub next_hop_v6: bool,
     /// The egress interface's MAC address.
     pub src_mac: [u8; 6],
     /// The next hop's MAC address, when the neighbour is usable.
@@ -29,6 +37,9 @@ pub struct Hop {
     pub mtu: u32,
     /// The route had several next hops (the choice depends on the flow: never cached).
     pub multipath: bool,
+    /// The source passed reverse-path filtering (`rp_filter` on the ingress device): the
+    /// decision depends on the source, so it is never cached.
+    pub source_checked: bool,
 }
 
 /// Why a route refuses a packet.
@@ -63,9 +74,12 @@ pub enum Route {
 impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {
-            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath,
-            Route::Punt(_) => false,
-            Route::Local | Route::Reject(_) | Route::Drop(_) => true,
+            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
+            // An unusable egress may be one path of a multipath route, chosen by this flow's
+            // hash: another flow to the same destination may take a usable path. Reverse-path
+            // drops depend on the source.
+            Route::Punt(_) | Route::Drop(_) => false,
+            Route::Local | Route::Reject(_) => true,
         }
     }
 }
@@ -117,7 +131,7 @@ pub fn resolve(
         return Route::Local;
     }
     match fib_lookup(tables, guard, v6, src, dst, tos, iif) {
-        Ok(hop) => egress(tables, guard, v6, &hop),
+        Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
     }
 }
@@ -156,50 +170,133 @@ pub fn fib_lookup(
     tos: u8,
     iif: u32,
 ) -> Result<Egress, Route> {
-    // The FIB's tos selector compares DSCP bits.
-    let dscp = tos & 0xfc;
-    let (route_type, nexthop, multipath, route_mtu) = if v6 {
-        let flow = Flow {
-            dst,
-            src,
-            tos: dscp,
-            iif,
-            oif: 0,
-            mark: 0,
-            scope: Scope::UNIVERSE,
-        };
-        match tables.fib6.lookup(&flow, guard) {
-            Ok(r) => {
-                let multipath = r.nexthops().len() > 1;
-                let nh = r
-                    .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, nh.gateway.unwrap_or(dst)));
-                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
-            }
-            Err(e) => return Err(Route::Reject(e.into())),
-        }
+    if v6 {
+        let flow = fib_flow(src, dst, tos, iif);
+        let result = tables.fib6.lookup(&flow, guard);
+        fib_answer(tables, guard, &flow, result, src, dst, widen6)
     } else {
-        let flow = Flow {
-            dst: dst as u32,
-            src: src as u32,
-            tos: dscp,
-            iif,
-            oif: 0,
-            mark: 0,
-            scope: Scope::UNIVERSE,
-        };
-        match tables.fib4.lookup(&flow, guard) {
-            Ok(r) => {
-                let multipath = r.nexthops().len() > 1;
-                let nh = r
-                    .select_path(flow_hash(src, dst, 0))
-                    .map(|nh| (nh.ifindex, u128::from(nh.gateway.unwrap_or(dst as u32))));
-                (r.route_type(), nh, multipath, r.alias.info.metrics.mtu())
-            }
-            Err(e) => return Err(Route::Reject(e.into())),
+        let flow = fib_flow(src as u32, dst as u32, tos, iif);
+        let result = tables.fib4.lookup(&flow, guard);
+        fib_answer(tables, guard, &flow, result, src, dst, widen4)
+    }
+}
+
+/// The FIB flow of an input route lookup (the TOS's DSCP bits, the ingress interface).
+#[inline]
+pub(crate) fn fib_flow<K>(src: K, dst: K, tos: u8, iif: u32) -> Flow<K> {
+    Flow {
+        dst,
+        src,
+        // The FIB's tos selector compares DSCP bits.
+        tos: tos & DSCP_MASK,
+        iif,
+        oif: 0,
+        mark: 0,
+        scope: Scope::UNIVERSE,
+    }
+}
+
+/// An IPv4 route's gateway in the pipeline's `u128` form, and whether it is an IPv6 address
+/// (`via inet6`, RFC 8950: the neighbour is the IPv6 one).
+#[inline]
+pub(crate) fn widen4(gateway: Gateway<u32>) -> (u128, bool) {
+    match gateway {
+        Gateway::Same(g) => (u128::from(g), false),
+        Gateway::Inet6(g) => (g, true),
+    }
+}
+
+/// An IPv6 route's gateway in the pipeline's `u128` form (always IPv6).
+#[inline]
+pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, bool) {
+    match gateway {
+        Gateway::Same(g) | Gateway::Inet6(g) => (g, true),
+    }
+}
+
+/// The second half of [`fib_lookup`]: the decision of the FIB's answer `result` to `flow`,
+/// for a packet from `src` to `dst` (the pipeline's `u128` form), with the ingress device's
+/// switches (`forwarding`, `rp_filter`) applied; `widen` turns a gateway into that form.
+#[inline]
+pub(crate) fn fib_answer<K: TrieKey>(
+    tables: &Tables,
+    guard: &Guard,
+    flow: &Flow<K>,
+    result: Result<FibResult<'_, K>, LookupError>,
+    src: u128,
+    dst: u128,
+    widen: impl Fn(Gateway<K>) -> (u128, bool),
+) -> Result<Egress, Route> {
+    let v6 = K::BITS == 128;
+    let r = match result {
+        Ok(r) => r,
+        // IPv4 with forwarding off answers "host unreachable" to every lookup failure.
+        Err(e) if !v6 => {
+            return Err(refused_lookup(tables, guard, flow.iif).unwrap_or(Route::Reject(e.into())));
         }
+        Err(e) => return Err(Route::Reject(e.into())),
     };
-    match route_type {
+    let route_type = r.route_type();
+    let mut source_checked = false;
+    if !matches!(route_type, RouteType::Local | RouteType::Anycast) {
+        match ingress_check(tables, guard, v6, flow.iif) {
+            IngressCheck::Pass => {}
+            IngressCheck::Refused(route) => return Err(route),
+            IngressCheck::ValidateSource { strict } => {
+                if !source_valid(tables, guard, src, dst, flow.tos, flow.iif, strict) {
+                    return Err(Route::Drop(DropReason::RpFilter));
+                }
+                source_checked = true;
+            }
+        }
+    }
+    unicast_egress(&r, src, dst, widen, source_checked)
+}
+
+/// The FIB's answer for a locally originated packet (`ip_route_output_key`: the flow's `iif`
+/// is the loopback device, as `iif lo` rules expect): the unicast route's chosen next hop, or
+/// the decision of every other route type. Unlike [`fib_lookup`] no ingress switch
+/// (`forwarding`, `rp_filter`) applies: they are input-path checks.
+///
+/// # Errors
+/// The decision when the route is not unicast, or there is no route.
+pub(crate) fn output_lookup(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+) -> Result<Egress, Route> {
+    if v6 {
+        let flow = fib_flow(src, dst, tos, iif);
+        let r = tables
+            .fib6
+            .lookup(&flow, guard)
+            .map_err(|e| Route::Reject(e.into()))?;
+        unicast_egress(&r, src, dst, widen6, false)
+    } else {
+        let flow = fib_flow(src as u32, dst as u32, tos, iif);
+        let r = tables
+            .fib4
+            .lookup(&flow, guard)
+            .map_err(|e| Route::Reject(e.into()))?;
+        unicast_egress(&r, src, dst, widen4, false)
+    }
+}
+
+/// The decision of a route `r` the FIB chose for a packet from `src` to `dst`: a unicast
+/// route's next hop (chosen by the flow hash among several), else the route type's verdict.
+#[inline]
+fn unicast_egress<K: TrieKey>(
+    r: &FibResult<'_, K>,
+    src: u128,
+    dst: u128,
+    widen: impl Fn(Gateway<K>) -> (u128, bool),
+    source_checked: bool,
+) -> Result<Egress, Route> {
+    match r.route_type() {
         RouteType::Unicast => {}
         RouteType::Local | RouteType::Anycast => return Err(Route::Local),
         RouteType::Broadcast => return Err(Route::Punt(PuntReason::Broadcast)),
@@ -210,15 +307,107 @@ pub fn fib_lookup(
         RouteType::Throw => return Err(Route::Reject(Reject::NoRoute)),
         RouteType::Kernel => return Err(Route::Punt(PuntReason::KernelRoute)),
     }
-    let Some((oif, next_hop)) = nexthop else {
+    let multipath = r.nexthops().len() > 1;
+    // One next hop: the hash cannot change the choice.
+    let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
+    let Some(nh) = r.select_path(hash) else {
         return Err(Route::Reject(Reject::NoRoute));
     };
+    let (next_hop, next_hop_v6) = nh.gateway.map_or((dst, K::BITS == 128), widen);
     Ok(Egress {
-        oif,
+        oif: nh.ifindex,
         next_hop,
+        next_hop_v6,
         multipath,
-        route_mtu,
+        route_mtu: r.alias.info.metrics.mtu(),
+        source_checked,
     })
+}
+
+/// What the ingress device's switches say about a packet not for this host.
+enum IngressCheck {
+    /// Forward as the route says.
+    Pass,
+    /// The kernel's verdict instead of the route's.
+    Refused(Route),
+    /// Forward if the source passes reverse-path filtering.
+    ValidateSource {
+        /// Strict (`rp_filter` 1) rather than loose (2).
+        strict: bool,
+    },
+}
+
+/// The kernel's verdicts for a packet not for this host arriving on `iif`: with `forwarding`
+/// off, IPv4 answers "host unreachable" whatever the route (`ip_route_input_slow`) and IPv6
+/// drops (`ip6_forward`); with `rp_filter` on, the source is validated; switches not known
+/// (yet): the kernel decides.
+fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressCheck {
+    match tables.devconf.ingress(iif, v6, guard) {
+        Ingress::Forward => IngressCheck::Pass,
+        Ingress::ForwardingOff if v6 => {
+            IngressCheck::Refused(Route::Drop(DropReason::ForwardingOff))
+        }
+        Ingress::ForwardingOff => IngressCheck::Refused(Route::Reject(Reject::Unreachable)),
+        Ingress::RpFilter { strict } => IngressCheck::ValidateSource { strict },
+        Ingress::Unknown => IngressCheck::Refused(Route::Punt(PuntReason::IngressConf)),
+    }
+}
+
+/// The verdict for an IPv4 destination without a route (or with a reject route) arriving on
+/// `iif`, when the ingress device's switches change it: forwarding off makes every lookup
+/// failure "host unreachable"; unknown switches leave it to the kernel.
+fn refused_lookup(tables: &Tables, guard: &Guard, iif: u32) -> Option<Route> {
+    match ingress_check(tables, guard, false, iif) {
+        IngressCheck::Refused(route) => Some(route),
+        IngressCheck::Pass | IngressCheck::ValidateSource { .. } => None,
+    }
+}
+
+/// Reverse-path filtering of an IPv4 source (`fib_validate_source`): the route back to `src`
+/// (a lookup of `src` from `dst`) must be unicast and, when `strict`, use the ingress device
+/// `iif` among its next hops.
+///
+/// ```
+/// use dataplane::route::source_valid;
+/// use dataplane::Tables;
+/// use fib_trie::{InsertFlags, NextHop, Route};
+/// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+///
+/// let (sockets, mut w) = SockTable::new(TableConfig::default())?;
+/// let ns = w.add_netns(NetnsConfig::default())?;
+/// let t = Tables::new(addr_table::NetnsId(1), sockets, ns);
+/// t.fib4.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(None, 1)]), InsertFlags::ADD)?;
+/// let g = crossbeam_epoch::pin();
+/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 1, true));
+/// assert!(!source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), "strict: via 1");
+/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, false), "loose");
+/// assert!(!source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), "no route back");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn source_valid(
+    tables: &Tables,
+    guard: &Guard,
+    src: u128,
+    dst: u128,
+    dscp: u8,
+    iif: u32,
+    strict: bool,
+) -> bool {
+    let flow = Flow {
+        dst: src as u32,
+        src: dst as u32,
+        tos: dscp,
+        iif: 0,
+        oif: 0,
+        mark: 0,
+        scope: Scope::UNIVERSE,
+    };
+    match tables.fib4.lookup(&flow, guard) {
+        Ok(r) if r.route_type() == RouteType::Unicast => {
+            !strict || r.nexthops().iter().any(|h| h.ifindex == iif)
+        }
+        _ => false,
+    }
 }
 
 /// What a route chose, for [`egress`] to complete.
@@ -228,19 +417,26 @@ pub struct Egress {
     pub oif: u32,
     /// The gateway, or the destination on a connected route.
     pub next_hop: u128,
+    /// Whether `next_hop` is an IPv6 address ([`Hop::next_hop_v6`]).
+    pub next_hop_v6: bool,
     /// The route had several next hops.
     pub multipath: bool,
     /// The route's `mtu` metric, if set.
     pub route_mtu: Option<u32>,
+    /// The source passed reverse-path filtering ([`Hop::source_checked`]).
+    pub source_checked: bool,
 }
 
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if
-/// usable.
-pub fn egress(tables: &Tables, guard: &Guard, v6: bool, e: &Egress) -> Route {
+/// usable (the neighbour of the next hop's family: ND for an IPv6 gateway of an IPv4 route).
+pub fn egress(tables: &Tables, guard: &Guard, e: &Egress) -> Route {
     if let Some(punt) = unserved(tables, e.oif) {
         return punt;
     }
-    complete(e, link_answer(tables, guard, v6, e.oif, e.next_hop))
+    complete(
+        e,
+        link_answer(tables, guard, e.next_hop_v6, e.oif, e.next_hop),
+    )
 }
 
 /// Out of an interface the pipeline does not serve ([`Tables::served`]): the kernel forwards
@@ -266,7 +462,7 @@ pub struct LinkAnswer {
 }
 
 /// What the link and neighbour tables say about a next hop: the link's MAC and MTU and the
-/// neighbour's usable MAC, or why the link cannot be used.
+/// neighbour's usable MAC, or why the link cannot be used. `v6` is the next hop's family.
 ///
 /// # Errors
 /// [`DropReason::NoEgressLink`], [`DropReason::EgressDown`], [`DropReason::EgressNotEthernet`].
@@ -301,10 +497,12 @@ pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
         Ok(link) => Route::Forward(Hop {
             oif: e.oif,
             next_hop: e.next_hop,
+            next_hop_v6: e.next_hop_v6,
             src_mac: link.src_mac,
             dst_mac: link.dst_mac,
             mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
             multipath: e.multipath,
+            source_checked: e.source_checked,
         }),
         Err(reason) => Route::Drop(reason),
     }
@@ -321,7 +519,7 @@ pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> 
 /// The route-cache key of a parsed packet arriving on `iif`: destination, DSCP bits of the
 /// TOS byte / traffic class, ingress interface.
 pub fn flow_key(meta: &Meta, iif: u32) -> FlowKey {
-    let tos = meta.tos & 0xfc;
+    let tos = meta.tos & DSCP_MASK;
     if meta.v6 {
         FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
     } else {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use addr_table::{AddrTable, NetnsId};
 use dst_cache::Generation;
 use fib_trie::Fib;
-use neigh_table::{LinkTable, NeighTable};
+use neigh_table::{DevConfTable, LinkTable, NeighTable};
 use policy_tree::PolicyDb;
 use udp_socktab::SockTable;
 
@@ -51,6 +51,11 @@ pub struct Tables {
     /// any other (a management NIC, a VLAN, a bond, a tunnel) is punted for the kernel to
     /// forward. `None`: every interface.
     pub served: Option<Arc<[u32]>>,
+    /// The ingress devices' forwarding switches (`forwarding`, `rp_filter`): a packet the
+    /// kernel would not forward, or whose source it would validate, is punted to it.
+    /// [`Tables::new`] starts permissive (a router: forward everywhere); a mirror fills a
+    /// followed table.
+    pub devconf: Arc<DevConfTable>,
 }
 
 impl Tables {
@@ -68,6 +73,7 @@ impl Tables {
             generation: Arc::new(Generation::new()),
             sock_netns,
             served: None,
+            devconf: Arc::new(DevConfTable::permissive()),
         }
     }
 }

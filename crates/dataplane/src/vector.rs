@@ -3,21 +3,23 @@
 //! back to back and their cache misses overlap instead of queueing one behind the other.
 //!
 //! Stages, in order (each one only over the frames still in it):
-//! 1. parse and validate, link-layer checks ([`Queue::admit`]);
-//! 2. the own-source check (IPv4), behind a filter of the local addresses rebuilt per route
-//!    generation;
-//! 3. route-cache probes;
-//! 4. for the misses: local destinations (the same filter, then the address table), then
-//! 5. FIB lookups, then
-//! 6. egress link and neighbour (memoised per next hop and route generation), then
-//! 7. cache fills;
-//! 8. the fwd policy, only when the fwd direction needs a check (the out policy, after the
-//!    TTL check, is part of stage 9);
-//! 9. in frame order, everything with side effects on the queue (ICMP errors and their token
+//! 1. parse and validate, link-layer checks ([`Queue::admit`]), and the own-source check
+//!    (IPv4) behind a filter of the local addresses rebuilt per route generation;
+//! 2. route-cache probes: the adaptive bypass answers for the whole vector at once
+//!    ([`DstCache::admit_many`](dst_cache::DstCache::admit_many)), so a cache that steps aside
+//!    costs a few steps per vector;
+//! 3. for the misses: local destinations (the same filter, then the address table), then the
+//!    FIB lookups, gathered per family;
+//! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
+//!    does per route, done once per route), then
+//! 5. cache fills (only with a route cache);
+//! 6. the fwd policy, only when the fwd direction needs a check (the out policy, after the
+//!    TTL check, is part of stage 7);
+//! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
-//! 10. the rewrite of every plain transmit (TTL, MACs);
-//! 11. verdicts and counters.
+//! 8. the rewrite of every plain transmit (TTL, MACs);
+//! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
 //! the route cache is probed for the whole vector before any miss is filled (two frames of one
@@ -34,6 +36,7 @@ use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
 use crate::verdict::{DropReason, Verdict};
+use crate::wire::ipv6;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
 pub(crate) const VECTOR: usize = 64;
@@ -44,20 +47,16 @@ pub(crate) const VECTOR: usize = 64;
 pub(crate) enum Step {
     /// Decided.
     Done(Verdict),
-    /// Parsed; the own-source check is next.
+    /// Parsed and not an own source: the route cache is next.
     #[default]
-    Source,
-    /// The route cache is next.
     Probe,
     /// A route-cache miss (`token` set) or bypass: the tables decide.
     Miss,
     /// The same key as the missed lane at this index, just before it: takes its answer.
     Same(usize),
-    /// Not a local destination: the FIB is next.
-    Fib,
     /// The FIB chose a unicast next hop (`egress`): its link and neighbour are next.
     Egress,
-    /// Resolved from the tables (`route`): to be stored in the cache.
+    /// Resolved from the tables (`route`) after a cache miss (`token`): to be stored.
     Fill,
     /// The route (`route`) is known.
     Routed,
@@ -78,6 +77,33 @@ pub(crate) struct Lane {
     route: Route,
 }
 
+impl Lane {
+    /// Takes the FIB's answer: a unicast next hop for the egress stage, or the decision.
+    #[inline]
+    fn take_fib_answer(&mut self, answer: Result<Egress, Route>) {
+        match answer {
+            Ok(egress) => {
+                self.egress = egress;
+                self.step = Step::Egress;
+            }
+            Err(route) => {
+                self.route = route;
+                self.step = self.resolved();
+            }
+        }
+    }
+
+    /// The step after the tables answered a miss: a fill if the cache asked for one.
+    #[inline]
+    fn resolved(&self) -> Step {
+        if self.token.is_some() {
+            Step::Fill
+        } else {
+            Step::Routed
+        }
+    }
+}
+
 impl Default for Lane {
     fn default() -> Self {
         Lane {
@@ -87,8 +113,10 @@ impl Default for Lane {
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
+                next_hop_v6: false,
                 multipath: false,
                 route_mtu: None,
+                source_checked: false,
             },
             route: Route::Local,
         }
@@ -106,74 +134,91 @@ impl Queue {
         lanes: &mut [Lane],
         pool: &mut P,
     ) {
-        self.stage_parse(b, frames, lanes);
-        self.stage_source(b, lanes);
-        self.stage_probe(b, frames, lanes);
-        stage_local(b, &self.locals, lanes);
-        stage_fib(b, frames, lanes);
+        // The lanes each stage hands on, in frame order (VPP's next-node frames).
+        let mut routable = [0u8; VECTOR];
+        let routables = self.stage_parse(b, frames, lanes, &mut routable);
+        let mut fill = [0u8; VECTOR];
+        let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        stage_fib(b, &self.locals, frames, lanes, &routable[..routables]);
         self.stage_egress(b, lanes);
-        self.stage_fill(b, frames, lanes);
+        if fills > 0 {
+            self.stage_fill(b, frames, lanes, &fill[..fills]);
+        }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
-        if b.tables.policies.needs_check(Direction::Fwd) {
-            self.stage_policy(b, lanes);
+        if b.fwd_policies {
+            self.stage_policy(b, frames, lanes);
         }
         self.stage_decide(b, frames, lanes, pool);
         stage_rewrite(frames, lanes);
         self.stage_count(frames, lanes);
     }
 
-    /// Stage 1: Parse and validate, link-layer checks.
+    /// Stage 1: Parse and validate, link-layer checks; then `fib_validate_source`: one of our
+    /// own addresses as the source is a martian (the filter first, the address table only
+    /// for addresses that may be local).
+    /// Lists the lanes that go on to the route (`Step::Probe`) in `routable`, in order, and
+    /// returns how many.
     #[inline(never)]
-    fn stage_parse(&self, b: &mut Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
+    fn stage_parse(
+        &self,
+        b: &mut Batch<'_>,
+        frames: &[Frame<'_>],
+        lanes: &mut [Lane],
+        routable: &mut [u8; VECTOR],
+    ) -> usize {
+        let mut n = 0;
+        for (i, (frame, lane)) in frames.iter().zip(lanes.iter_mut()).enumerate() {
             lane.step = match self.admit_into(b, frame, &mut lane.meta) {
-                Ok(()) => Step::Source,
+                Ok(()) => {
+                    let m = &lane.meta;
+                    let own = !m.v6
+                        && self.locals.may_be_local(false, m.src)
+                        && route::is_local_dst(b.tables, b.guard, false, m.src);
+                    if own {
+                        Step::Done(Verdict::Drop(DropReason::MartianSource))
+                    } else {
+                        routable[n] = i as u8;
+                        n += 1;
+                        Step::Probe
+                    }
+                }
                 Err(verdict) => Step::Done(verdict),
             };
         }
+        n
     }
 
-    /// Stage 2: `fib_validate_source`: one of our own addresses as the source is a martian.
+    /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
+    /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
+    /// probed and the rest go to the tables without a key being built, so a bypassed cache
+    /// costs one pass over the vector and a few steps per probe. Writes the lanes the fill
+    /// stage must visit (misses to insert, repeats of one) into `fill`, in order, and returns
+    /// how many.
     #[inline(never)]
-    fn stage_source(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
-        for lane in lanes.iter_mut() {
-            if let Step::Source = lane.step {
-                let m = &lane.meta;
-                let own = !m.v6
-                    && self.locals.may_be_local(false, m.src)
-                    && route::is_local_dst(b.tables, b.guard, false, m.src);
-                lane.step = if own {
-                    Step::Done(Verdict::Drop(DropReason::MartianSource))
-                } else {
-                    Step::Probe
-                };
-            }
+    fn stage_probe(
+        &mut self,
+        b: &Batch<'_>,
+        frames: &[Frame<'_>],
+        lanes: &mut [Lane],
+        routable: &[u8],
+        fill: &mut [u8; VECTOR],
+    ) -> usize {
+        // Every routable lane goes to the tables unless the cache answers it below.
+        for &i in routable {
+            let lane = &mut lanes[usize::from(i)];
+            lane.token = None;
+            lane.step = Step::Miss;
         }
-    }
-
-    /// Stage 3: Route-cache probes; a run of frames with one key costs one probe.
-    #[inline(never)]
-    fn stage_probe(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         let Some(cache) = &mut self.cache else {
-            for lane in lanes.iter_mut() {
-                if let Step::Probe = lane.step {
-                    lane.token = None;
-                    lane.step = Step::Miss;
-                }
-            }
-            return;
+            return 0;
         };
+        // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
+        let mut admitted = cache.admit_many(b.snapshot, routable.len());
+        let mut fills = 0;
         let mut previous: Option<(FlowKey, usize)> = None;
-        for i in 0..lanes.len() {
-            let Step::Probe = lanes[i].step else {
-                continue;
-            };
-            // Custom rules, or the adaptive bypass: the tables decide, no key is built.
-            if !cache.admit(b.snapshot) {
-                lanes[i].token = None;
-                lanes[i].step = Step::Miss;
-                continue;
-            }
+        while admitted != 0 {
+            let i = usize::from(routable[admitted.trailing_zeros() as usize]);
+            admitted &= admitted - 1;
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
             let repeat = match previous {
                 Some((k, j)) if k == key => Some(j),
@@ -181,22 +226,22 @@ impl Queue {
             };
             previous = Some((key, i));
             if let Some(j) = repeat {
-                match lanes[j].step {
+                let same = match lanes[j].step {
                     Step::Routed => {
                         cache.repeat_hit();
                         lanes[i].route = lanes[j].route;
                         lanes[i].step = Step::Routed;
                         continue;
                     }
-                    Step::Miss if lanes[j].token.is_some() => {
-                        lanes[i].step = Step::Same(j);
-                        continue;
-                    }
-                    Step::Same(first) => {
-                        lanes[i].step = Step::Same(first);
-                        continue;
-                    }
-                    _ => {}
+                    Step::Miss if lanes[j].token.is_some() => Some(j),
+                    Step::Same(first) => Some(first),
+                    _ => None,
+                };
+                if let Some(first) = same {
+                    lanes[i].step = Step::Same(first);
+                    fill[fills] = i as u8;
+                    fills += 1;
+                    continue;
                 }
             }
             let lane = &mut lanes[i];
@@ -207,37 +252,37 @@ impl Queue {
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
-                    lane.step = Step::Miss;
+                    fill[fills] = i as u8;
+                    fills += 1;
                 }
-                Lookup::Bypass => {
-                    lane.token = None;
-                    lane.step = Step::Miss;
-                }
+                Lookup::Bypass => {}
             }
         }
+        fills
     }
 
-    /// Stage 6: Misses: egress link and neighbour, per next hop.
+    /// Stage 4: Misses: egress link and neighbour, per next hop.
     #[inline(never)]
     fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
         for lane in lanes.iter_mut() {
             if let Step::Egress = lane.step {
-                lane.route =
-                    self.egress
-                        .egress(b.tables, b.guard, generation, lane.meta.v6, &lane.egress);
-                lane.step = Step::Fill;
+                lane.route = self
+                    .egress
+                    .egress(b.tables, b.guard, generation, &lane.egress);
+                lane.step = lane.resolved();
             }
         }
     }
 
-    /// Stage 7: Cache fills; then repeats of a missed key take its answer, as their probe would have
-    /// after the fill (an answer that could not be cached is looked up again, as the reference
-    /// does).
+    /// Stage 5: Cache fills of the lanes the probe stage listed (`fill`, in order); repeats of
+    /// a missed key take its answer, as their probe would have after the fill (an answer that
+    /// could not be cached is looked up again, as the reference does).
     #[inline(never)]
-    fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+    fn stage_fill(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], fill: &[u8]) {
         // A repeat's first lane comes before it: already filled when the repeat is reached.
-        for i in 0..lanes.len() {
+        for &i in fill {
+            let i = usize::from(i);
             match lanes[i].step {
                 Step::Fill => {
                     let lane = &mut lanes[i];
@@ -262,20 +307,21 @@ impl Queue {
         }
     }
 
-    /// Stage 8: The fwd policy (only called when the fwd direction needs a check). The flow's
+    /// Stage 6: The fwd policy (only called when the fwd direction needs a check). The flow's
     /// interface is the egress one (`flowi_oif` of the forward decode).
     #[inline(never)]
-    fn stage_policy(&self, b: &Batch<'_>, lanes: &mut [Lane]) {
-        for lane in lanes.iter_mut() {
+    fn stage_policy(&self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             if let (Step::Routed, Route::Forward(hop)) = (lane.step, &lane.route) {
-                if let Some(verdict) = self.policy(b, &lane.meta, hop.oif, Direction::Fwd) {
+                let packet = frame.bytes();
+                if let Some(verdict) = self.policy(b, &lane.meta, packet, hop.oif, Direction::Fwd) {
                     lane.step = Step::Done(verdict);
                 }
             }
         }
     }
 
-    /// Stage 9: In frame order: the forwarding checks, and every decision with side effects on the
+    /// Stage 7: In frame order: the forwarding checks, and every decision with side effects on the
     /// queue (ICMP errors, local delivery, hold buffer, fragments); plain transmits go on to
     /// the rewrite.
     #[inline(never)]
@@ -292,6 +338,17 @@ impl Queue {
             };
             let meta = &lane.meta;
             lane.step = match &lane.route {
+                // The common case, decided inline: every check of `forward_checks` passes and
+                // the neighbour is known.
+                Route::Forward(hop)
+                    if meta.ttl > 1
+                        && !b.out_policies
+                        && meta.ip_len <= hop.mtu as usize
+                        && hop.dst_mac.is_some()
+                        && !(meta.v6 && ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL)) =>
+                {
+                    Step::Rewrite
+                }
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
                     Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
@@ -305,9 +362,10 @@ impl Queue {
         }
     }
 
-    /// Stage 11: Verdicts and counters.
+    /// Stage 9: Verdicts and counters (the plain transmits counted at once).
     #[inline(never)]
     fn stage_count(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
+        let mut transmits = 0;
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
             let verdict = match lane.step {
                 Step::Done(verdict) => verdict,
@@ -315,58 +373,115 @@ impl Queue {
                 _ => Verdict::Pending,
             };
             frame.verdict = verdict;
-            self.counters.count(verdict);
+            if let Verdict::Transmit { .. } = verdict {
+                transmits += 1;
+            } else {
+                self.counters.count(verdict);
+            }
         }
+        self.counters.count_transmits(transmits);
     }
 }
 
-/// Stage 4: Misses: local destinations (address table, behind the filter).
+/// Stage 3: Misses (among the `routable` lanes): local destinations (address table, behind
+/// the filter), then the FIB lookups of the rest, gathered per family so that they run back
+/// to back.
 #[inline(never)]
-fn stage_local(b: &Batch<'_>, locals: &LocalFilter, lanes: &mut [Lane]) {
-    for lane in lanes.iter_mut() {
+fn stage_fib(
+    b: &Batch<'_>,
+    locals: &LocalFilter,
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    routable: &[u8],
+) {
+    let mut v4 = [0u8; VECTOR];
+    let mut v6 = [0u8; VECTOR];
+    let (mut n4, mut n6) = (0, 0);
+    for &i in routable {
+        let lane = &mut lanes[usize::from(i)];
         if let Step::Miss = lane.step {
             let m = &lane.meta;
             if locals.may_be_local(m.v6, m.dst)
                 && route::is_local_dst(b.tables, b.guard, m.v6, m.dst)
             {
                 lane.route = Route::Local;
-                lane.step = Step::Fill;
+                lane.step = lane.resolved();
+            } else if m.v6 {
+                v6[n6] = i;
+                n6 += 1;
             } else {
-                lane.step = Step::Fib;
+                v4[n4] = i;
+                n4 += 1;
             }
         }
     }
+    fib_lookups_v4(b, frames, lanes, &v4[..n4]);
+    fib_lookups_v6(b, frames, lanes, &v6[..n6]);
 }
 
-/// Stage 5: Misses: FIB lookups, back to back.
-#[inline(never)]
-fn stage_fib(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
-    for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
-        if let Step::Fib = lane.step {
-            let m = &lane.meta;
-            match route::fib_lookup(
+/// The IPv4 FIB lookups of the lanes at `indices`, as one batch (`Fib::lookup_batch`: the
+/// walks overlap their cache misses).
+#[inline(always)]
+fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+    if indices.is_empty() {
+        return;
+    }
+    let mut flows = [fib_trie::Flow::to(0u32); VECTOR];
+    for (flow, &i) in flows.iter_mut().zip(indices) {
+        let m = &lanes[usize::from(i)].meta;
+        *flow = route::fib_flow(
+            m.src as u32,
+            m.dst as u32,
+            m.tos,
+            frames[usize::from(i)].ifindex,
+        );
+    }
+    b.tables
+        .fib4
+        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
+            let lane = &mut lanes[usize::from(indices[k])];
+            let answer = route::fib_answer(
                 b.tables,
                 b.guard,
-                m.v6,
-                m.src,
-                m.dst,
-                m.tos & 0xfc,
-                frame.ifindex,
-            ) {
-                Ok(egress) => {
-                    lane.egress = egress;
-                    lane.step = Step::Egress;
-                }
-                Err(route) => {
-                    lane.route = route;
-                    lane.step = Step::Fill;
-                }
-            }
-        }
-    }
+                &flows[k],
+                result,
+                lane.meta.src,
+                lane.meta.dst,
+                route::widen4,
+            );
+            lane.take_fib_answer(answer);
+        });
 }
 
-/// Stage 10: Rewrite the plain transmits (TTL / hop limit, MACs).
+/// The IPv6 FIB lookups of the lanes at `indices`, as one batch.
+#[inline(always)]
+fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+    if indices.is_empty() {
+        return;
+    }
+    let mut flows = [fib_trie::Flow::to(0u128); VECTOR];
+    for (flow, &i) in flows.iter_mut().zip(indices) {
+        let m = &lanes[usize::from(i)].meta;
+        *flow = route::fib_flow(m.src, m.dst, m.tos, frames[usize::from(i)].ifindex);
+    }
+    b.tables
+        .fib6
+        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
+            let lane = &mut lanes[usize::from(indices[k])];
+            let answer = route::fib_answer(
+                b.tables,
+                b.guard,
+                &flows[k],
+                result,
+                lane.meta.src,
+                lane.meta.dst,
+                route::widen6,
+            );
+            lane.take_fib_answer(answer);
+        });
+}
+
+/// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
 #[inline(never)]
 fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
     for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {

@@ -55,6 +55,12 @@ reasons! {
         /// A destination no packet may carry: 0/8 or loopback (IPv4), unspecified or loopback
         /// (IPv6).
         MartianDestination = "martian_destination",
+        /// IPv6 forwarding is off (`net.ipv6.conf.all.forwarding`): `ip6_forward` drops. (IPv4
+        /// answers ICMP host unreachable instead.)
+        ForwardingOff = "forwarding_off",
+        /// The source failed reverse-path filtering (`rp_filter` strict or loose on the ingress
+        /// device), as the kernel's `fib_validate_source` drops it.
+        RpFilter = "rp_filter",
         /// A blackhole route or rule.
         Blackhole = "blackhole",
         /// No route, or an ICMP net unreachable that was not sent.
@@ -135,6 +141,8 @@ reasons! {
         /// The route leaves through an interface the pipeline does not transmit on (not in
         /// the forwarder's `--iface`): the kernel forwards the packet.
         UnservedEgress = "unserved_egress",
+        /// The ingress device's forwarding switches are not known (yet): the kernel decides.
+        IngressConf = "ingress_conf",
     }
 }
 

@@ -12,7 +12,9 @@ use common::*;
 use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
 use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
-use policy_tree::{Action, Direction, Mark, PolicySpec, PolicyType, Selector, TemplateId};
+use policy_tree::{
+    Action, Direction, Mark, PolicySpec, PolicyType, PortMatch, Selector, TemplateId,
+};
 use proptest::prelude::*;
 
 /// A source that a table change makes one of our own addresses.
@@ -184,10 +186,18 @@ fn out_link(up: bool, mtu: u32) -> Link {
     link
 }
 
-/// The fixture's policies: a fwd block and an out IPsec policy.
-fn policy_selectors() -> [(Selector, Direction, Action); 2] {
+/// The fixture's policies (a fwd block and an out IPsec policy) and the test's own fwd block of
+/// UDP port 53 to 8.8.8.0/24 (ports are read from the frame only for policy lookups).
+fn policy_selectors() -> [(Selector, Direction, Action); 3] {
     let sel = |s: &str, d: &str| Selector::new(s.parse().unwrap(), d.parse().unwrap()).unwrap();
     [
+        (
+            sel("0.0.0.0/0", "8.8.8.0/24")
+                .proto(17)
+                .dport(PortMatch::exact(53)),
+            Direction::Fwd,
+            Action::Block,
+        ),
         (
             sel("0.0.0.0/0", "8.8.4.4/32"),
             Direction::Fwd,
@@ -378,6 +388,9 @@ proptest! {
         headroom in prop_oneof![Just(0usize), Just(256)],
     ) {
         let fx = fixture();
+        let (selector, dir, action) = policy_selectors()[0];
+        fx.tables.policies.add(PolicySpec::new(selector, dir).action(action)).unwrap();
+        fx.tables.generation.bump();
         let mut toggles = Toggles::default();
         let config = config(vlan, small_cache, cache);
         let mut vector = Queue::new(config).unwrap();

@@ -72,6 +72,39 @@ impl Bypass {
         }
     }
 
+    /// [`admit`](Self::admit) for the next `n` lookups (at most 64) at once: bit `i` of the
+    /// answer says whether the `i`-th of them may use the cache. The same answers and state as
+    /// `n` calls, in a few steps per block of `probe_every` rather than one per lookup.
+    #[inline]
+    pub(crate) fn admit_many(&mut self, n: u32) -> u64 {
+        debug_assert!(n <= 64);
+        let all = u64::MAX.checked_shr(64 - n).unwrap_or(0);
+        if self.mode == Mode::On {
+            return all;
+        }
+        let mut mask = 0u64;
+        let mut done = 0u32;
+        while done < n {
+            // This block's probe is still ahead if its position lies beyond the lookups seen.
+            if self.target > self.skipped {
+                let at = done + (self.target - self.skipped - 1);
+                if at < n {
+                    mask |= 1 << at;
+                }
+            }
+            let left_in_block = self.config.probe_every - self.skipped;
+            if left_in_block <= n - done {
+                done += left_in_block;
+                self.skipped = 0;
+                self.target = self.next_target();
+            } else {
+                self.skipped += n - done;
+                done = n;
+            }
+        }
+        mask
+    }
+
     /// Records the outcome of an admitted lookup and switches mode at the end of a window.
     #[inline]
     pub(crate) fn record(&mut self, hit: bool) {
@@ -119,6 +152,41 @@ mod tests {
             }
         }
         assert!(positions.len() > 1, "{positions:?}");
+    }
+
+    /// `admit_many` gives the answers and leaves the state `admit` one at a time would, for
+    /// every run length, whichever the block position.
+    #[test]
+    fn admit_many_equals_admit_one_at_a_time() {
+        for probe_every in [1, 3, 4, 64, 100] {
+            let config = BypassConfig {
+                probe_every,
+                ..small()
+            };
+            let (mut one, mut many) = (Bypass::new(config), Bypass::new(config));
+            one.mode = Mode::Off;
+            many.mode = Mode::Off;
+            for n in [0u32, 1, 2, 5, 63, 64, 7, 64, 1, 33]
+                .into_iter()
+                .cycle()
+                .take(200)
+            {
+                let expected = (0..n).fold(0u64, |m, i| m | (u64::from(one.admit()) << i));
+                assert_eq!(
+                    many.admit_many(n),
+                    expected,
+                    "probe_every {probe_every}, n {n}"
+                );
+                assert_eq!(
+                    (many.skipped, many.target, many.rng),
+                    (one.skipped, one.target, one.rng)
+                );
+            }
+        }
+        let mut on = Bypass::new(small());
+        assert_eq!(on.admit_many(64), u64::MAX);
+        assert_eq!(on.admit_many(3), 0b111);
+        assert_eq!(on.admit_many(0), 0);
     }
 
     fn small() -> BypassConfig {

@@ -191,6 +191,43 @@ impl<V: Cacheable> DstCache<V> {
         true
     }
 
+    /// [`admit`](Self::admit) for the next `n` lookups (at most 64) at once, for a vector
+    /// pipeline: bit `i` of the answer says whether the `i`-th may go on to
+    /// [`probe`](Self::probe); the refused ones are counted as `admit` counts them. While the
+    /// adaptive bypass keeps the cache off this costs a few steps per vector, not one per
+    /// lookup. The probes' outcomes may switch the bypass on or off only from the next call
+    /// on (one-at-a-time `admit` would notice within the vector).
+    ///
+    /// ```
+    /// use dst_cache::{Config, DstCache, Generation};
+    ///
+    /// let generation = Generation::new();
+    /// let mut cache = DstCache::<dst_cache::Decision>::new(Config::default())?;
+    /// assert_eq!(cache.admit_many(generation.snapshot(), 4), 0b1111);
+    /// generation.set_custom_rules(true);
+    /// assert_eq!(cache.admit_many(generation.snapshot(), 4), 0);
+    /// assert_eq!(cache.counters().disabled, 4);
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If `n` is above 64.
+    #[inline]
+    pub fn admit_many(&mut self, snapshot: Snapshot, n: usize) -> u64 {
+        assert!(n <= 64, "at most 64 lookups at once");
+        let n = n as u32;
+        if !snapshot.enabled {
+            self.counters.disabled += u64::from(n);
+            return 0;
+        }
+        let mask = match &mut self.bypass {
+            Some(bypass) => bypass.admit_many(n),
+            None => u64::MAX.checked_shr(64 - n).unwrap_or(0),
+        };
+        self.counters.bypassed += u64::from(n - mask.count_ones());
+        mask
+    }
+
     /// The second half of a [`lookup`](Self::lookup), after [`admit`](Self::admit) said yes:
     /// the bucket search. Never answers [`Lookup::Bypass`].
     #[inline]

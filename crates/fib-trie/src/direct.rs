@@ -203,6 +203,34 @@ impl DirectWriter {
         });
     }
 
+    /// Fills the table from the leaves of a bulk load into an empty trie (every leaf of the
+    /// new trie, before its root is published): builds it as [`enable`](Self::enable) does,
+    /// or, when it was built before the trie was emptied (its entries are then all null and
+    /// its counts zero), counts and offers each leaf as single inserts would have. Writer only.
+    pub(crate) fn load<'g, K: TrieKey, V: 'g>(
+        &mut self,
+        direct: &Direct<K, V>,
+        leaves: impl IntoIterator<Item = NodeRef<'g, K, V>>,
+        guard: &'g Guard,
+    ) {
+        let Some(table) = direct.table.get() else {
+            return self.enable(direct, leaves, guard);
+        };
+        for leaf in leaves {
+            let deep = deep_count::<K, V>(leaf.aliases());
+            if deep > 0 {
+                let s = slot_of(leaf.key);
+                if self.deep[s] == 0 {
+                    table.set_final(s, false);
+                }
+                self.deep[s] += deep;
+            }
+            if leaf.slen() >= cut::<K>() {
+                self.offer(&table.entries, leaf, guard);
+            }
+        }
+    }
+
     /// Before the leaf at `key` changes from `old_deep` to `new_deep` aliases longer than
     /// [`DIRECT_BITS`]: counts the added ones, and clears the slot's final bit when it gains
     /// its first (before the prefix can be seen).

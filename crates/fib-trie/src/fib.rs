@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
@@ -253,7 +254,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The table with this id, if it exists.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn table<'g>(&self, id: u32, guard: &'g Guard) -> Option<&'g FibTable<K>> {
+        check_guard(guard);
         self.load(guard).tables.get(&id).map(|t| &**t)
     }
 
@@ -266,7 +271,11 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// The rules, in evaluation order.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn rules<'g>(&self, guard: &'g Guard) -> &'g [FibRule<K>] {
+        check_guard(guard);
         &self.load(guard).rules
     }
 
@@ -376,6 +385,11 @@ impl<K: TrieKey> Fib<K> {
                 Err(e) => return Err(e),
             }
         }
+        // A bulk load retires whole structures (the empty store it replaced, the fast
+        // structure's old root): hand this thread's deferred garbage to the global queue, where
+        // any thread's pins collect it, rather than leave it in this thread's bag until the
+        // writer retires 64 more objects, which a quiet writer may never do.
+        epoch::pin().flush();
         Ok(added)
     }
 
@@ -467,22 +481,112 @@ impl<K: TrieKey> Fib<K> {
     ///
     /// # Errors
     /// The [`LookupError`] of a reject route or rule, or [`LookupError::NoRoute`].
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, true)
+    }
+
+    /// Routes every flow of `flows` as [`lookup`](Self::lookup) would, calling `emit` with
+    /// each flow's index and result, in order.
+    ///
+    /// While the rules are the defaults, the destinations of the flows the fast structure can
+    /// answer go through [`FastLpm::lookup_batch`](crate::FastLpm::lookup_batch) together
+    /// (overlapping their cache misses), and their results are assembled afterwards; every
+    /// other flow is looked up alone. Call it once per batch of packets with the batch's
+    /// guard; it allocates nothing.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
+    /// per call, not per flow.
+    ///
+    /// ```
+    /// use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route};
+    ///
+    /// let fib = Fib::<u32>::new();
+    /// let via = NextHop::new(Some(0x0a00_0001), 2);
+    /// fib.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![via]), InsertFlags::ADD)?;
+    ///
+    /// let flows = [Flow::to(0x0a01_0203), Flow::to(0x0b00_0001)];
+    /// let mut oifs = Vec::new();
+    /// fib.lookup_batch(&flows, &crossbeam_epoch::pin(), |i, r| {
+    ///     oifs.push((i, r.ok().map(|r| r.nexthops()[r.nh_sel].ifindex)));
+    /// });
+    /// assert_eq!(oifs, [(0, Some(2)), (1, None)]);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    pub fn lookup_batch<'g>(
+        &self,
+        flows: &[Flow<K>],
+        guard: &'g Guard,
+        mut emit: impl FnMut(usize, Result<FibResult<'g, K>, LookupError>),
+    ) {
+        /// Flows whose destinations go to the fast structure together.
+        const GROUP: usize = 64;
+        check_guard(guard);
+        let snap = self.load(guard);
+        let Some(merged) = &snap.merged else {
+            for (i, flow) in flows.iter().enumerate() {
+                emit(i, self.lookup_with(flow, guard, true));
+            }
+            return;
+        };
+        let default = |flow: &Flow<K>| {
+            snap.default
+                .as_ref()
+                .map(|t| t.lookup_pinned(flow, guard, true))
+        };
+        let mut dsts = [K::ZERO; GROUP];
+        let mut at = [0u8; GROUP];
+        let mut ids = [None; GROUP];
+        for (g, group) in flows.chunks(GROUP).enumerate() {
+            let mut n = 0;
+            for (j, flow) in group.iter().enumerate() {
+                if merged.fast_eligible(flow) {
+                    dsts[n] = flow.dst;
+                    at[n] = j as u8;
+                    n += 1;
+                }
+            }
+            merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
+            let mut k = 0;
+            for (j, flow) in group.iter().enumerate() {
+                let fast = if k < n && usize::from(at[k]) == j {
+                    k += 1;
+                    merged.fast_result(ids[k - 1], flow, guard)
+                } else {
+                    None
+                };
+                let found = match fast {
+                    Some(found) => found,
+                    None => merged.lookup(None, flow, guard, false),
+                };
+                emit(g * GROUP + j, finish_merged(found, || default(flow)));
+            }
+        }
     }
 
     /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
     /// through the fast structures: for comparisons and tests.
+    ///
+    /// # Errors
+    /// As [`lookup`](Self::lookup).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_walk<'g>(
         &self,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
+        check_guard(guard);
         self.lookup_with(flow, guard, false)
     }
 
@@ -493,25 +597,13 @@ impl<K: TrieKey> Fib<K> {
         guard: &'g Guard,
         fast: bool,
     ) -> Result<FibResult<'g, K>, LookupError> {
-        let table_lookup = |t: &'g FibTable<K>| {
-            if fast {
-                t.lookup(flow, guard)
-            } else {
-                t.lookup_walk(flow, guard)
-            }
-        };
+        let table_lookup = |t: &'g FibTable<K>| t.lookup_pinned(flow, guard, fast);
         let snap = self.load(guard);
         if let Some(merged) = &snap.merged {
             // One walk of the merged trie: the longest prefix of either table, local first
             // among equals (its aliases sort first within a length), then the default table.
-            let answer = match classify(merged.lookup(None, flow, guard, fast)) {
-                TableLookup::Continue => snap
-                    .default
-                    .as_ref()
-                    .map_or(TableLookup::Continue, |t| table_lookup(t)),
-                answer => answer,
-            };
-            return finish(answer);
+            let found = merged.lookup(None, flow, guard, fast);
+            return finish_merged(found, || snap.default.as_ref().map(|t| table_lookup(t)));
         }
         let mut i = 0;
         while let Some(rule) = snap.rules.get(i) {
@@ -541,6 +633,19 @@ impl<K: TrieKey> Fib<K> {
         }
         Err(LookupError::NoRoute)
     }
+}
+
+/// The answer of the merged local+main store, then of the default table (`default`, if
+/// there is one) where the merged store has none.
+#[inline(always)]
+fn finish_merged<'g, K: TrieKey>(
+    found: Option<FibResult<'g, K>>,
+    default: impl FnOnce() -> Option<TableLookup<'g, K>>,
+) -> Result<FibResult<'g, K>, LookupError> {
+    finish(match classify(found) {
+        TableLookup::Continue => default().unwrap_or(TableLookup::Continue),
+        answer => answer,
+    })
 }
 
 fn finish<K>(answer: TableLookup<'_, K>) -> Result<FibResult<'_, K>, LookupError> {

@@ -52,6 +52,10 @@
 //!
 //! So a lookup racing a change answers as if it ran wholly before or wholly after it.
 //!
+//! Guards: every public function taking a `Guard` panics unless the guard pins
+//! crossbeam-epoch's default collector (from `crossbeam_epoch::pin()`), the collector the
+//! writers retire into (two pointers compared, once per call; the functions it calls trust it).
+//!
 //! # Example
 //! ```
 //! use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteType};
@@ -63,7 +67,7 @@
 //!
 //! let guard = crossbeam_epoch::pin(); // once per batch
 //! let hop = fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap();
-//! assert_eq!(hop.alias.info.nexthops[hop.nh_sel].gateway, Some(gw));
+//! assert_eq!(hop.alias.info.nexthops[hop.nh_sel].gateway_same(), Some(gw));
 //! assert!(fib.lookup(&Flow::to(0x0a01_0203), &guard).is_err());
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
@@ -72,6 +76,7 @@ mod bulk;
 mod direct;
 mod fast;
 mod fib;
+mod guard;
 mod key;
 mod metrics;
 mod nexthop;
@@ -83,6 +88,16 @@ mod store;
 mod table;
 mod trie;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = fib_trie::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
@@ -92,7 +107,7 @@ pub use nexthop::{NexthopGroup, NexthopObject};
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{
-    FibAlias, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
+    FibAlias, Gateway, InsertFlags, NextHop, NextHopFlags, Resolved, Route, RouteError, RouteInfo,
     RouteSelector, RouteType, Scope,
 };
 pub use stats::TrieStats;

@@ -21,7 +21,7 @@
 //! nh.replace(NexthopGroup::hops(vec![NextHop::new(Some(9), 3)]));
 //! let guard = crossbeam_epoch::pin();
 //! let r = fib.lookup(&Flow::to(0x0a01_0101), &guard).unwrap();
-//! assert_eq!(r.nexthops()[0].gateway, Some(9));
+//! assert_eq!(r.nexthops()[0].gateway_same(), Some(9));
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
 
@@ -29,6 +29,7 @@ use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::route::{NextHop, RouteType};
 
 /// What a nexthop object currently stands for.
@@ -45,7 +46,7 @@ pub enum NexthopGroup<K> {
     },
     /// A `blackhole` nexthop (or a group of one): routes using it discard, as blackhole routes.
     Blackhole,
-    /// Something the FIB cannot represent (an encapsulation, a gateway of the other family, an
+    /// Something the FIB cannot represent (an encapsulation, an IPv4 gateway for IPv6 routes, an
     /// unknown object): routes using it are "kernel decides" routes ([`RouteType::Kernel`]).
     Kernel,
 }
@@ -152,8 +153,18 @@ impl<K> NexthopObject<K> {
     }
 
     /// The current group, kept alive by `guard`.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn load<'g>(&self, guard: &'g Guard) -> &'g NexthopGroup<K> {
+        check_guard(guard);
+        self.load_pinned(guard)
+    }
+
+    /// [`load`](Self::load) under a guard the caller already checked.
+    #[inline(always)]
+    pub(crate) fn load_pinned<'g>(&self, guard: &'g Guard) -> &'g NexthopGroup<K> {
         let ptr = self.current.load(Ordering::Acquire, guard);
         // SAFETY: `current` is never null (set in `new`, only replaced by `replace` with another
         // group), and a replaced group is retired with `defer_destroy`, so it lives as long as
@@ -231,7 +242,7 @@ mod tests {
         obj.replace(NexthopGroup::Blackhole);
         obj.replace(NexthopGroup::Kernel);
         // Still the first group: retired, not freed, while `guard` is pinned.
-        assert_eq!(before.nexthops()[0].gateway, Some(1));
+        assert_eq!(before.nexthops()[0].gateway_same(), Some(1));
         drop(guard);
         assert_eq!(obj.snapshot(), NexthopGroup::Kernel);
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::metrics::Metrics;
 use crate::nexthop::NexthopObject;
@@ -87,11 +88,53 @@ impl NextHopFlags {
     }
 }
 
+/// A next hop's gateway (`fib_nh_common`'s `nhc_gw_family` and `nhc_gw`): an address of the
+/// route's own family, or an IPv6 address on an IPv4 route (RFC 8950, the kernel since 5.2:
+/// `ip route add 10.0.0.0/8 via inet6 fe80::1 dev eth0`, how BGP unnumbered installs IPv4
+/// routes).
+///
+/// The gateway's family is the family of the neighbour a forwarded packet is sent to: ARP for
+/// an IPv4 gateway, ND for an IPv6 one, on the next hop's interface.
+///
+/// ```
+/// use fib_trie::{Gateway, NextHop};
+///
+/// let ll = u128::from("fe80::1".parse::<std::net::Ipv6Addr>().unwrap());
+/// let hop = NextHop::<u32>::via_inet6(ll, 3);
+/// assert_eq!(hop.gateway, Some(Gateway::Inet6(ll)));
+/// assert_eq!(hop.gateway.and_then(Gateway::same), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Gateway<K> {
+    /// An address of the route's family (`RTA_GATEWAY`, or `RTA_VIA` of the route's family).
+    Same(K),
+    /// An IPv6 address on an IPv4 route (`RTA_VIA` with `AF_INET6`, `via inet6 ADDR`). IPv6
+    /// routes always carry [`Gateway::Same`] (the kernel refuses IPv4 gateways on them).
+    Inet6(u128),
+}
+
+impl<K> Gateway<K> {
+    /// The address when it is of the route's family.
+    ///
+    /// ```
+    /// use fib_trie::Gateway;
+    ///
+    /// assert_eq!(Gateway::Same(7u32).same(), Some(7));
+    /// assert_eq!(Gateway::<u32>::Inet6(7).same(), None);
+    /// ```
+    pub fn same(self) -> Option<K> {
+        match self {
+            Gateway::Same(k) => Some(k),
+            Gateway::Inet6(_) => None,
+        }
+    }
+}
+
 /// One next hop (`fib_nh`): where to send, out of which interface, with which multipath weight.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct NextHop<K> {
-    /// The gateway address; `None` for a directly connected destination.
-    pub gateway: Option<K>,
+    /// The gateway; `None` for a directly connected destination.
+    pub gateway: Option<Gateway<K>>,
     /// The output interface index (0: unknown).
     pub ifindex: u32,
     /// The multipath weight, at least 1 (`rtnh_hops + 1`).
@@ -101,14 +144,53 @@ pub struct NextHop<K> {
 }
 
 impl<K> NextHop<K> {
-    /// A next hop via `gateway` (if any) out of `ifindex`, weight 1, no flags.
+    /// A next hop via `gateway` (if any, of the route's family) out of `ifindex`, weight 1, no
+    /// flags.
+    ///
+    /// ```
+    /// use fib_trie::{Gateway, NextHop};
+    ///
+    /// assert_eq!(NextHop::new(Some(1u32), 2).gateway, Some(Gateway::Same(1)));
+    /// ```
     pub fn new(gateway: Option<K>, ifindex: u32) -> Self {
         NextHop {
-            gateway,
+            gateway: gateway.map(Gateway::Same),
             ifindex,
             weight: 1,
             flags: NextHopFlags::default(),
         }
+    }
+
+    /// A next hop of an IPv4 route via an IPv6 gateway (`via inet6 ADDR`) out of `ifindex`,
+    /// weight 1, no flags.
+    ///
+    /// ```
+    /// use fib_trie::{Gateway, NextHop};
+    ///
+    /// assert_eq!(NextHop::<u32>::via_inet6(1, 2).gateway, Some(Gateway::Inet6(1)));
+    /// ```
+    pub fn via_inet6(gateway: u128, ifindex: u32) -> Self {
+        NextHop {
+            gateway: Some(Gateway::Inet6(gateway)),
+            ifindex,
+            weight: 1,
+            flags: NextHopFlags::default(),
+        }
+    }
+
+    /// The gateway when it is of the route's family.
+    ///
+    /// ```
+    /// use fib_trie::NextHop;
+    ///
+    /// assert_eq!(NextHop::new(Some(1u32), 2).gateway_same(), Some(1));
+    /// assert_eq!(NextHop::<u32>::via_inet6(1, 2).gateway_same(), None);
+    /// ```
+    pub fn gateway_same(&self) -> Option<K>
+    where
+        K: Copy,
+    {
+        self.gateway.and_then(Gateway::same)
     }
 
     /// Whether a lookup may use this next hop.
@@ -171,13 +253,23 @@ impl<K> FibAlias<K> {
     /// let guard = crossbeam_epoch::pin();
     /// assert_eq!(alias.resolve(&guard).route_type, RouteType::Unicast);
     /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn resolve<'g>(&'g self, guard: &'g Guard) -> Resolved<'g, K> {
+        check_guard(guard);
+        self.resolve_pinned(guard)
+    }
+
+    /// [`resolve`](Self::resolve) under a guard the caller already checked.
+    #[inline(always)]
+    pub(crate) fn resolve_pinned<'g>(&'g self, guard: &'g Guard) -> Resolved<'g, K> {
         match &self.info.nh_object {
             // A reject or throw route keeps its type whatever its object (`fib_table_lookup`
             // checks the type first).
             Some(obj) if self.route_type == RouteType::Unicast => {
-                let group = obj.load(guard);
+                let group = obj.load_pinned(guard);
                 Resolved {
                     route_type: group.route_type(),
                     nexthops: group.nexthops(),

@@ -4,6 +4,7 @@
 use crossbeam_epoch::Guard;
 use std::fmt;
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::node::{NodeRef, load, node_bytes};
 use crate::trie::LcTrie;
@@ -33,7 +34,11 @@ pub struct TrieStats {
 
 impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// Walks the trie and measures it (`trie_collect_stats`).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn stats(&self, guard: &Guard) -> TrieStats {
+        check_guard(guard);
         let mut s = TrieStats::default();
         let mut depth_sum = 0usize;
         if let Some(root) = self.root(guard) {

@@ -187,32 +187,58 @@ impl<K: TrieKey> Store<K> {
     ) -> Option<FibResult<'g, K>> {
         if fast
             && table.is_none()
-            && flow.oif == 0
+            && self.fast_eligible(flow)
+            && let Some(found) = self.fast_result(self.fast.lookup(flow.dst, guard), flow, guard)
+        {
+            return found;
+        }
+        lookup_raw(&self.trie, table, flow, guard)
+    }
+
+    /// Whether the fast structure can answer `flow` (of the whole store, not one table of a
+    /// shared one): its answer then depends on the destination alone.
+    #[inline(always)]
+    pub(crate) fn fast_eligible(&self, flow: &Flow<K>) -> bool {
+        flow.oif == 0
             && flow.scope == Scope::UNIVERSE
             && (flow.tos == 0 || self.tos_routes.load(Ordering::Acquire) == 0)
             && self.fast_ok.load(Ordering::Acquire)
-        {
-            let id = self.fast.lookup(flow.dst, guard)?;
-            if let Some(a) = self.answers.get(id, guard) {
-                let alias = &a.alias;
-                let (mut nh_sel, mut path) = (a.nh_sel, None);
-                // A route through a nexthop object was taken whatever its object's group
-                // (`accept_static`): judge the group now; if it refuses, the walk decides.
-                if alias.info.nh_object.is_some()
-                    && !accept(alias, flow, &mut nh_sel, &mut path, guard)
-                {
-                    return lookup_raw(&self.trie, table, flow, guard);
-                }
-                return Some(FibResult {
-                    prefix: flow.dst & K::prefix_mask(a.plen),
-                    plen: a.plen,
-                    alias,
-                    nh_sel,
-                    path: path.unwrap_or_else(|| alias.resolve(guard)),
-                });
-            }
+    }
+
+    /// The fast structure's answers for `dsts` into `ids` (see [`FastLpm::lookup_batch`]).
+    #[inline]
+    pub(crate) fn fast_batch(&self, dsts: &[K], ids: &mut [Option<u32>], guard: &Guard) {
+        self.fast.lookup_batch(dsts, ids, guard);
+    }
+
+    /// The result of a fast-structure answer `id` for an eligible `flow`: `Some(found)`, or
+    /// `None` when the trie's walk must decide (a route through a nexthop object whose group
+    /// refuses the flow, or an answer retired meanwhile).
+    #[inline(always)]
+    pub(crate) fn fast_result<'g>(
+        &'g self,
+        id: Option<u32>,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Option<Option<FibResult<'g, K>>> {
+        let Some(id) = id else {
+            return Some(None);
+        };
+        let a = self.answers.get(id, guard)?;
+        let alias = &a.alias;
+        let (mut nh_sel, mut path) = (a.nh_sel, None);
+        // A route through a nexthop object was taken whatever its object's group
+        // (`accept_static`): judge the group now; if it refuses, the walk decides.
+        if alias.info.nh_object.is_some() && !accept(alias, flow, &mut nh_sel, &mut path, guard) {
+            return None;
         }
-        lookup_raw(&self.trie, table, flow, guard)
+        Some(Some(FibResult {
+            prefix: flow.dst & K::prefix_mask(a.plen),
+            plen: a.plen,
+            alias,
+            nh_sel,
+            path: path.unwrap_or_else(|| alias.resolve(guard)),
+        }))
     }
 
     /// The fast structure's state and size.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_epoch::Guard;
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::node::Alias;
 use crate::route::{
@@ -236,7 +237,11 @@ impl<K: TrieKey> FibTable<K> {
 
     /// The trie holding the table's routes (for statistics and plain prefix lookups). While
     /// local and main are merged, it holds both tables' routes.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn trie<'g>(&self, guard: &'g Guard) -> &'g LcTrie<K, FibAlias<K>> {
+        check_guard(guard);
         &self.store.load(guard).trie
     }
 
@@ -438,17 +443,36 @@ impl<K: TrieKey> FibTable<K> {
     /// The answer comes from the fast structure derived from the trie when it depends on the
     /// destination alone (no output interface, universe scope, and tos 0 or no tos routes in
     /// the table), else from the trie's walk; both answer the same.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
-        let store = self.store.load(guard);
-        classify(store.lookup(store.shared.then_some(self.id), flow, guard, true))
+        check_guard(guard);
+        self.lookup_pinned(flow, guard, true)
     }
 
     /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never
     /// through the fast structure: for comparisons and tests.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_walk<'g>(&self, flow: &Flow<K>, guard: &'g Guard) -> TableLookup<'g, K> {
+        check_guard(guard);
+        self.lookup_pinned(flow, guard, false)
+    }
+
+    /// [`lookup`](Self::lookup) (`fast`) or [`lookup_walk`](Self::lookup_walk) under a guard
+    /// the caller already checked.
+    #[inline(always)]
+    pub(crate) fn lookup_pinned<'g>(
+        &self,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+        fast: bool,
+    ) -> TableLookup<'g, K> {
         let store = self.store.load(guard);
-        classify(store.lookup(store.shared.then_some(self.id), flow, guard, false))
+        classify(store.lookup(store.shared.then_some(self.id), flow, guard, fast))
     }
 
     /// The state and size of the fast structure of this table's store (shared with `main`
@@ -466,6 +490,9 @@ impl<K: TrieKey> FibTable<K> {
 
     /// Every route in key order, and within a prefix address longest prefix first, in table
     /// order (like `ip route show table N`, which sorts the same way).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn dump<'g>(&self, guard: &'g Guard) -> Vec<(K, u8, &'g FibAlias<K>)> {
         let mut out = Vec::with_capacity(self.route_count());
         self.trie(guard).for_each(guard, |key, aliases| {
@@ -599,7 +626,7 @@ pub(crate) fn lookup_raw<'g, K: TrieKey>(
 ) -> Option<FibResult<'g, K>> {
     let mut nh_sel = 0;
     let mut path = None;
-    let found = trie.lookup(flow.dst, guard, |a| {
+    let found = trie.lookup_pinned(flow.dst, guard, |a| {
         table.is_none_or(|t| a.table == t) && accept(a, flow, &mut nh_sel, &mut path, guard)
     });
     found.map(|m| FibResult {
@@ -608,7 +635,7 @@ pub(crate) fn lookup_raw<'g, K: TrieKey>(
         alias: m.value,
         nh_sel,
         // `accept` took the route last, with the next hops it saw.
-        path: path.unwrap_or_else(|| m.value.resolve(guard)),
+        path: path.unwrap_or_else(|| m.value.resolve_pinned(guard)),
     })
 }
 
@@ -629,7 +656,7 @@ pub(crate) fn accept<'g, K: TrieKey>(
     if info.scope < flow.scope {
         return false;
     }
-    let resolved = alias.resolve(guard);
+    let resolved = alias.resolve_pinned(guard);
     *path = Some(resolved);
     if !resolved.route_type.has_next_hops() {
         *nh_sel = 0;

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Guard};
 
 use crate::direct::{DIRECT_MIN_LEAVES, Direct, DirectWriter, covering, deep_count};
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::node::{Alias, Child, NodeRef, load};
 
@@ -286,8 +287,26 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     ///
     /// Never locks, never allocates. `accept` may be called on aliases that turn out not to be the
     /// answer only if it returned `false` for them.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
-    pub fn lookup<'g, F>(&self, key: K, guard: &'g Guard, mut accept: F) -> Option<Match<'g, K, V>>
+    pub fn lookup<'g, F>(&self, key: K, guard: &'g Guard, accept: F) -> Option<Match<'g, K, V>>
+    where
+        F: FnMut(&'g V) -> bool,
+    {
+        check_guard(guard);
+        self.lookup_pinned(key, guard, accept)
+    }
+
+    /// [`lookup`](Self::lookup) under a guard the caller already checked.
+    #[inline]
+    pub(crate) fn lookup_pinned<'g, F>(
+        &self,
+        key: K,
+        guard: &'g Guard,
+        mut accept: F,
+    ) -> Option<Match<'g, K, V>>
     where
         F: FnMut(&'g V) -> bool,
     {
@@ -460,7 +479,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     /// is read, so the cache misses of independent lookups overlap.
     ///
     /// # Panics
-    /// If `out` is shorter than `keys`.
+    /// If `out` is shorter than `keys`, or if `guard` is not from `crossbeam_epoch::pin()` (the
+    /// default collector).
     pub fn lookup_batch<'g, F>(
         &self,
         keys: &[K],
@@ -471,6 +491,7 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         F: FnMut(&'g V) -> bool,
     {
         assert!(out.len() >= keys.len(), "output shorter than input");
+        check_guard(guard);
         let Some(root) = load(&self.root, guard) else {
             out.iter_mut().for_each(|o| *o = None);
             return;
@@ -528,13 +549,17 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
                 }
             }
             for (o, &key) in out.iter_mut().zip(keys) {
-                *o = self.lookup(key, guard, &mut accept);
+                *o = self.lookup_pinned(key, guard, &mut accept);
             }
         }
     }
 
     /// Calls `f` with every leaf key and its aliases, in ascending key order.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(K, &'g [Alias<V>])) {
+        check_guard(guard);
         if let Some(root) = self.root(guard) {
             walk_leaves(root, guard, &mut f);
         }
@@ -591,7 +616,11 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
     }
 
     /// The aliases of the leaf with exactly this key (`fib_find_node`), if any.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn get<'g>(&self, key: K, guard: &'g Guard) -> Option<&'g [Alias<V>]> {
+        check_guard(guard);
         let mut n = self.root(guard)?;
         loop {
             let index = (key ^ n.key).shr(n.pos);
@@ -681,12 +710,13 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
             .into_iter()
             .map(|(_, slen, value)| Alias { slen, value });
         let root = crate::bulk::build(&keys, &mut aliases, true, guard);
-        if keys.len() >= DIRECT_MIN_LEAVES {
-            // Build the direct table from the new leaves before the root is published.
+        if keys.len() >= DIRECT_MIN_LEAVES || self.direct.is_enabled() {
+            // Fill the direct table from the new leaves before the root is published (also
+            // when it was built before the trie was emptied: it stays built, and empty).
             let mut leaves = Vec::with_capacity(keys.len());
             collect_leaves(root, guard, &mut |leaf| leaves.push(leaf));
             let mut writer = writer;
-            writer.enable(&self.direct, leaves, guard);
+            writer.load(&self.direct, leaves, guard);
         }
         self.side.leaves.store(keys.len(), Ordering::Relaxed);
         self.side.aliases.store(added, Ordering::Relaxed);

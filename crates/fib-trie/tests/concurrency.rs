@@ -185,7 +185,7 @@ fn readers_see_stable_routes_across_the_unmerge() {
                             .lookup(&Flow::to(stable_key(s) | 0x101), &guard)
                             .unwrap();
                         assert_eq!((main.table(), main.plen), (ids::MAIN, 16));
-                        assert_eq!(main.alias.info.nexthops[0].gateway, Some(s));
+                        assert_eq!(main.alias.info.nexthops[0].gateway_same(), Some(s));
                     }
                     checked.fetch_add(1, Ordering::Relaxed);
                 }

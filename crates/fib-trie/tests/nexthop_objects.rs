@@ -27,7 +27,7 @@ fn replacing_an_object_changes_every_route_using_it() {
     let guard = crossbeam_epoch::pin();
     let gw = |d: u32, g: &crossbeam_epoch::Guard| {
         fib.lookup(&Flow::to(d), g)
-            .map(|r| r.nexthops().first().and_then(|h| h.gateway))
+            .map(|r| r.nexthops().first().and_then(|h| h.gateway_same()))
     };
     assert_eq!(gw(0x0a00_0501, &guard), Ok(Some(1)));
     nh.replace(NexthopGroup::hops(vec![hop(7, 3)]));
@@ -89,7 +89,7 @@ fn resilient_groups_pick_by_bucket_and_multipath_by_weight() {
     let r = fib.lookup(&Flow::to(5), &g).unwrap();
     assert_eq!(r.path.buckets, &[1, 0, 0, 0]);
     let picks: Vec<_> = (0..4u32)
-        .map(|h| r.select_path(h).unwrap().gateway)
+        .map(|h| r.select_path(h).unwrap().gateway_same())
         .collect();
     assert_eq!(picks, [Some(2), Some(1), Some(1), Some(1)]);
 }
@@ -156,7 +156,10 @@ fn lookups_racing_replaces_see_whole_groups() {
                     let hops = r.nexthops();
                     // Every group written has two hops of one gateway equal to the ifindex.
                     assert_eq!(hops.len(), 2);
-                    assert!(hops.iter().all(|h| h.gateway == Some(hops[0].ifindex)));
+                    assert!(
+                        hops.iter()
+                            .all(|h| h.gateway_same() == Some(hops[0].ifindex))
+                    );
                 }
             }
         })
@@ -214,13 +217,23 @@ fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
         let g = crossbeam_epoch::pin();
         let table = fib.table(254, &g).unwrap();
         assert!(table.fast_stats().enabled, "the fast structure answers");
-        for dst in [
+        let dsts = [
             0x0a0a_0a05u32,
             0x0a0a_0a15,
             0x0a0a_0b01,
             0x0a0b_0101,
             0x0b00_0001,
-        ] {
+        ];
+        let flows = dsts.map(Flow::to);
+        fib.lookup_batch(&flows, &g, |i, batched| {
+            assert_eq!(
+                format!("{batched:?}"),
+                format!("{:?}", fib.lookup(&flows[i], &g)),
+                "combination {combo}, batched, destination {:#x}",
+                dsts[i]
+            );
+        });
+        for dst in dsts {
             let flow = Flow::to(dst);
             let (fast, walk) = (table.lookup(&flow, &g), table.lookup_walk(&flow, &g));
             assert_eq!(

@@ -695,11 +695,21 @@ proptest! {
             let g = &epoch::pin();
             let probes = flows.iter().copied()
                 .chain(routes.iter().rev().take(4).map(|r| (r.prefix, r.tos, 0, 0)));
-            for (dst, tos, oif, scope) in probes {
-                let flow = Flow { tos, oif, scope: Scope(scope), ..Flow::to(dst) };
-                let got = fib.lookup(&flow, g).map(|r| (r.table(), r.prefix, r.plen, r.alias.info.priority));
-                prop_assert_eq!(got, fib_oracle(&routes, merged, &flow), "flow {:?}", flow);
-                prop_assert_eq!(fib.lookup(&flow, g), fib.lookup_walk(&flow, g), "flow {:?}", flow);
+            let probes: Vec<Flow<u32>> = probes
+                .map(|(dst, tos, oif, scope)| Flow { tos, oif, scope: Scope(scope), ..Flow::to(dst) })
+                .collect();
+            for flow in &probes {
+                let got = fib.lookup(flow, g).map(|r| (r.table(), r.prefix, r.plen, r.alias.info.priority));
+                prop_assert_eq!(got, fib_oracle(&routes, merged, flow), "flow {:?}", flow);
+                prop_assert_eq!(fib.lookup(flow, g), fib.lookup_walk(flow, g), "flow {:?}", flow);
+            }
+            // The batched lookup answers each flow as the lookup of that flow alone.
+            let mut batched = Vec::new();
+            fib.lookup_batch(&probes, g, |i, r| batched.push((i, r)));
+            prop_assert_eq!(batched.len(), probes.len());
+            for (j, (i, r)) in batched.into_iter().enumerate() {
+                prop_assert_eq!(i, j);
+                prop_assert_eq!(r, fib.lookup(&probes[i], g), "batched, flow {:?}", probes[i]);
             }
         }
         // Each table holds exactly its routes, merged or not.

@@ -14,6 +14,11 @@
 //! On stop (SIGINT/SIGTERM set the flag): the loops finish their turn and close their
 //! sockets, the XDP program is detached from every interface, the control socket file and
 //! the punt device are removed.
+//!
+//! On reload (SIGHUP sets [`Reload::requested`]): the link monitor reads the configuration
+//! again; a valid one's live `[pipeline]` settings go to the engines (applied between two
+//! batches), and every other change is named in a warning as needing a restart; an invalid
+//! one changes nothing.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, TcpListener};
@@ -24,10 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nix::net::if_::InterfaceFlags;
 
-use crate::config::{Config, XdpMode};
+use crate::config::{Config, ConfigError, XdpMode};
 use crate::counters::QueueCounters;
-use crate::locals::LocalAddrFeed;
-use crate::processor::Processor;
+use crate::engine::{Engine, EngineSpec, LiveConfig};
 use crate::punt::Punt;
 use crate::runloop::{LoopOptions, PortSpec, PortState, QueueLoop};
 use crate::serve::{ControlSocket, SnapshotFn, serve_metrics, spawn_named};
@@ -102,27 +106,54 @@ fn sync_locals(xdp: &mut XdpProgram, wanted: &BTreeSet<IpAddr>, current: &mut BT
     }
 }
 
-/// Adds a pipeline's own counters to a stats snapshot.
-pub type ReportFn = Arc<dyn Fn(&mut Stats) + Send + Sync>;
+/// How a running instance reloads its configuration.
+pub struct Reload {
+    /// Set (by SIGHUP) to ask for a reload; cleared when it is done.
+    pub requested: Arc<AtomicBool>,
+    /// Reads and validates the configuration again (the file and the command line's flags).
+    pub load: Box<dyn Fn() -> Result<Config, ConfigError> + Send>,
+}
 
-/// What differs between processors, for start-up and reports.
-pub struct Pipeline<P> {
-    /// `bare` or `router`.
-    pub mode: &'static str,
-    /// Builds the processor of queue `q` (called on the queue's thread; an error stops the
-    /// instance).
-    pub make: Arc<dyn Fn(u32) -> anyhow::Result<P> + Send + Sync>,
-    /// Drop reason names of the processor.
-    pub drop_reasons: &'static [&'static str],
-    /// The mirrored tables' generation, when there is a mirror.
-    pub generation: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
-    /// Adds the pipeline's own counters (and the mirror's) to a stats snapshot.
-    pub report: Option<ReportFn>,
-    /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:
-    /// polled with getifaddrs(3) every [`MONITOR_PERIOD`].
-    pub locals: Option<Arc<LocalAddrFeed>>,
-    /// The UDP ports of in-dataplane endpoints, steered to user space by the XDP program.
-    pub udp_ports: Option<Arc<crate::endpoints::UdpPortFeed>>,
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reload")
+            .field("requested", &self.requested)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The configuration did not load or validate: nothing changed.
+    Refused(String),
+    /// The live settings were published to the engines (`live`: whether an engine takes
+    /// them); `restart` names what changed but only takes effect after a restart.
+    Applied {
+        /// An engine follows the live settings.
+        live: bool,
+        /// Settings that changed and need a restart.
+        restart: Vec<String>,
+    },
+}
+
+impl Reload {
+    /// Reloads now: validates the configuration again, publishes its pipeline settings to
+    /// `live` (each engine applies what can change live), and says what needs a restart
+    /// compared with `running`.
+    pub fn apply(&self, running: &Config, live: Option<&LiveConfig>) -> Reloaded {
+        let new = match (self.load)() {
+            Ok(config) => config,
+            Err(e) => return Reloaded::Refused(e.to_string()),
+        };
+        if let Some(live) = live {
+            live.publish(new.pipeline);
+        }
+        Reloaded::Applied {
+            live: live.is_some(),
+            restart: new.needs_restart(running),
+        }
+    }
 }
 
 /// The interfaces of `config`, found in the calling thread's namespace.
@@ -154,15 +185,16 @@ pub fn resolve_ports(config: &Config) -> anyhow::Result<Vec<PortSpec>> {
 /// Runs an instance until `stop` is set (or every interface is gone).
 ///
 /// `metrics` is a listener bound beforehand (so that it can live in another namespace than
-/// the forwarder). `ready` is called once traffic flows.
+/// the forwarder). `reload`, when given, is checked by the link monitor (SIGHUP).
 ///
 /// # Errors
 /// Any start-up failure (everything started so far is undone), or every interface vanishing.
-pub fn run<P: Processor + 'static>(
+pub fn run<E: Engine + 'static>(
     config: &Config,
-    pipeline: Pipeline<P>,
+    engine: EngineSpec<E>,
     metrics: Option<TcpListener>,
     stop: Arc<AtomicBool>,
+    reload: Option<Reload>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
     let ports = resolve_ports(config)?;
@@ -177,11 +209,11 @@ pub fn run<P: Processor + 'static>(
     for (slot, port) in ports.iter().enumerate() {
         xdp.set_port(port.ifindex, slot as u32)?;
     }
-    if let Some(feed) = &pipeline.udp_ports {
+    if let Some(feed) = &engine.udp_ports {
         feed.fill(&mut xdp)?;
     }
     let mut locals = BTreeSet::new();
-    match &pipeline.locals {
+    match &engine.locals {
         Some(feed) => feed.fill(&mut xdp),
         None => sync_locals(&mut xdp, &local_addresses(&links()?), &mut locals),
     }
@@ -218,10 +250,10 @@ pub fn run<P: Processor + 'static>(
     };
     let control = ControlSocket::bind(&config.control_socket)?;
     let xdp = Arc::new(Mutex::new(xdp));
-    if let Some(feed) = &pipeline.locals {
+    if let Some(feed) = &engine.locals {
         feed.attach(xdp.clone());
     }
-    if let Some(feed) = &pipeline.udp_ports {
+    if let Some(feed) = &engine.udp_ports {
         feed.attach(xdp.clone());
     }
 
@@ -231,10 +263,9 @@ pub fn run<P: Processor + 'static>(
         let counters = counters.clone();
         let states = states.clone();
         let names = port_names.clone();
-        let drop_names = pipeline.drop_reasons;
-        let generation = pipeline.generation.clone();
-        let report = pipeline.report.clone();
-        let mode = pipeline.mode;
+        let generation = engine.generation.clone();
+        let report = engine.report.clone();
+        let mode = engine.mode;
         Arc::new(move || {
             let (xdp_counters, local_addresses) = {
                 let program = xdp.lock().unwrap_or_else(|e| e.into_inner());
@@ -248,10 +279,7 @@ pub fn run<P: Processor + 'static>(
                     .iter()
                     .map(|s| s.up.load(Ordering::Relaxed) && !s.gone.load(Ordering::Relaxed))
                     .collect(),
-                queues: counters
-                    .iter()
-                    .map(|c| c.snapshot(&names, drop_names))
-                    .collect(),
+                queues: counters.iter().map(|c| c.snapshot(&names)).collect(),
                 xdp: XDP_COUNTERS
                     .iter()
                     .zip(xdp_counters)
@@ -261,9 +289,7 @@ pub fn run<P: Processor + 'static>(
                 netlink_generation: generation.as_ref().map(|g| g()),
                 ..Stats::default()
             };
-            if let Some(report) = &report {
-                report(&mut stats);
-            }
+            report(&mut stats);
             stats
         })
     };
@@ -276,7 +302,7 @@ pub fn run<P: Processor + 'static>(
                 Some(cpus) => Some(cpus[index]),
                 None => default_cpu(&allowed, index),
             };
-            let make = pipeline.make.clone();
+            let make = engine.make.clone();
             let punt = punt.clone();
             let stop = stop.clone();
             tracing::debug!(queue = index, ?cpu, "run loop CPU");
@@ -285,9 +311,9 @@ pub fn run<P: Processor + 'static>(
                     pin_to_cpu(cpu);
                 }
                 match make(index as u32) {
-                    Ok(mut processor) => queue_loop.run(&mut processor, punt.as_deref(), &stop),
+                    Ok(mut engine) => queue_loop.run(&mut engine, punt.as_deref(), &stop),
                     Err(e) => {
-                        tracing::error!(queue = index, "no processor: {e:#}");
+                        tracing::error!(queue = index, "no engine: {e:#}");
                         stop.store(true, Ordering::Relaxed);
                     }
                 }
@@ -296,8 +322,9 @@ pub fn run<P: Processor + 'static>(
         {
             let snapshot = snapshot.clone();
             let stop = stop.clone();
+            let query = engine.query.clone();
             threads.push(spawn_named("xfwd-control", move || {
-                control.serve(&*snapshot, &stop);
+                control.serve(&*snapshot, query.as_ref(), &stop);
             })?);
         }
         if let Some(listener) = metrics {
@@ -308,24 +335,34 @@ pub fn run<P: Processor + 'static>(
             })?);
         }
         tracing::info!(
-            mode = pipeline.mode,
+            mode = engine.mode,
             interfaces = %port_names.join(","),
             queues = config.queues,
             control = %config.control_socket.display(),
             punt = punt.as_ref().map_or("off", |p| p.name()),
             "forwarding"
         );
-        let poll_addresses = pipeline.locals.is_none();
+        crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
+        let poll_addresses = engine.locals.is_none();
+        let mut on_turn = || {
+            if let Some(reload) = &reload {
+                if reload.requested.swap(false, Ordering::Relaxed) {
+                    log_reload(&reload.apply(config, engine.live.as_deref()));
+                }
+            }
+        };
         monitor(
             &ports,
             &states,
             &xdp,
             poll_addresses.then_some(&mut locals),
             &stop,
+            &mut on_turn,
         )
     })();
 
     stop.store(true, Ordering::Relaxed);
+    crate::notify::stopping();
     for thread in threads {
         let _ = thread.join();
     }
@@ -338,7 +375,7 @@ pub fn run<P: Processor + 'static>(
         "stopped; detaching the XDP program"
     );
     drop(snapshot);
-    if let Some(feed) = &pipeline.locals {
+    if let Some(feed) = &engine.locals {
         feed.detach();
     }
     // The last owner of the program detaches it from every interface.
@@ -346,17 +383,39 @@ pub fn run<P: Processor + 'static>(
     result
 }
 
+/// Logs what a reload did.
+fn log_reload(reloaded: &Reloaded) {
+    match reloaded {
+        Reloaded::Refused(e) => tracing::error!("configuration not reloaded, nothing changed: {e}"),
+        Reloaded::Applied { live, restart } => {
+            if *live {
+                tracing::info!("configuration reloaded: [pipeline] live settings applied");
+            } else {
+                tracing::info!("configuration reloaded: this engine has no live settings");
+            }
+            if !restart.is_empty() {
+                tracing::warn!(
+                    "changed but only after a restart: {} (still running with the old values)",
+                    restart.join(", ")
+                );
+            }
+        }
+    }
+}
+
 /// Watches the links until `stop`: marks ports up/down/gone and (with `locals`) keeps the
-/// local set in step.
+/// local set in step; calls `on_turn` every period (reloads).
 fn monitor(
     ports: &[PortSpec],
     states: &[PortState],
     xdp: &Mutex<XdpProgram>,
     mut locals: Option<&mut BTreeSet<IpAddr>>,
     stop: &AtomicBool,
+    on_turn: &mut dyn FnMut(),
 ) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(MONITOR_PERIOD);
+        on_turn();
         let Ok(views) = links() else { continue };
         for (port, state) in ports.iter().zip(states) {
             if state.gone.load(Ordering::Relaxed) {

@@ -1,20 +1,25 @@
-//! The bare processor: port forwarding with MAC rewriting and no lookups at all.
+//! The bare engine: port forwarding with MAC rewriting and no lookups at all.
 //!
 //! Every frame received on one interface of a pair leaves through the other, with its
 //! Ethernet source set to the egress interface's MAC and its destination to the configured
 //! peer MAC behind the egress interface. Nothing else is read or written (no TTL, no
 //! checksum): it measures what AF_XDP and the run loop cost, the ceiling a full pipeline
-//! can approach (`xfwd run --bare`).
+//! can approach (`xfwd run --bare`). It speaks the same frame contract as the routing engine
+//! (`dataplane::Frame` in, `dataplane::Verdict` out, each frame counted once in
+//! `dataplane::Counters`): a frame shorter than an Ethernet header is dropped as
+//! `truncated`, one from an interface without a pair as `unknown_ingress`.
 #![forbid(unsafe_code)]
 
+use std::time::Instant;
+
 use crossbeam_epoch::Guard;
+use dataplane::{Counters, DropReason, Frame, FramePool, Verdict};
 
-use crate::processor::{FramePool, PacketBuf, Processor, Verdict};
+use crate::board::{Publisher, SharedCounters};
+use crate::engine::Engine;
 
-/// Drop reasons of the bare processor.
-pub const BARE_DROP_REASONS: &[&str] = &["runt", "no_pair"];
-const DROP_RUNT: u16 = 0;
-const DROP_NO_PAIR: u16 = 1;
+/// The length of an Ethernet header: the least a frame must have to be rewritten.
+const ETHERNET_HEADER_LEN: usize = 14;
 
 /// One direction: frames from `ingress` leave through `egress` with these MACs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,68 +37,90 @@ pub struct BareRoute {
 /// Port forwarding between fixed pairs.
 ///
 /// ```
+/// use dataplane::{Frame, HeapPool, Verdict};
 /// use forwarder::bare::{Bare, BareRoute};
-/// use forwarder::processor::{Processor, Verdict, VecFrame, PacketBuf};
+/// use forwarder::engine::Engine;
 ///
 /// let route = BareRoute { ingress: 1, egress: 2, src_mac: [2; 6], dst_mac: [4; 6] };
-/// let mut bare = Bare::new(vec![route]);
-/// let mut frames = [VecFrame::new(&[0u8; 60], 2048)];
-/// let mut verdicts = [Verdict::default()];
-/// bare.process(1, &mut frames, &mut verdicts, &crossbeam_epoch::pin(), &mut dataplane::HeapPool::new(2048, 0));
-/// assert_eq!(verdicts[0], Verdict::Transmit { ifindex: 2 });
-/// assert_eq!(&frames[0].data()[..12], &[4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2]);
+/// let shared = forwarder::board::SharedCounters::default();
+/// let mut bare = Bare::new(vec![route], shared.clone());
+/// let mut chunk = [0u8; 2048];
+/// let mut frames = [Frame::new(&mut chunk, 256, 60, 1)];
+/// bare.process(&mut frames, &crossbeam_epoch::pin(), &mut HeapPool::new(2048, 0));
+/// assert_eq!(frames[0].verdict, Verdict::Transmit { ifindex: 2 });
+/// assert_eq!(&frames[0].bytes()[..12], &[4, 4, 4, 4, 4, 4, 2, 2, 2, 2, 2, 2]);
+/// drop(bare); // publishes its counters
+/// assert_eq!(shared.lock().unwrap().transmit, 1);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Bare {
     routes: Vec<BareRoute>,
+    counters: Counters,
+    publisher: Publisher,
+    clock: Instant,
 }
 
 impl Bare {
-    /// A processor with these directions (the first one for an ingress wins).
-    pub fn new(routes: Vec<BareRoute>) -> Self {
-        Bare { routes }
-    }
-}
-
-impl Processor for Bare {
-    fn process<F: PacketBuf, S: FramePool>(
-        &mut self,
-        ingress: u32,
-        frames: &mut [F],
-        verdicts: &mut [Verdict],
-        _guard: &Guard,
-        _spare: &mut S,
-    ) {
-        let Some(route) = self.routes.iter().find(|r| r.ingress == ingress) else {
-            verdicts.fill(Verdict::Drop(DROP_NO_PAIR));
-            return;
-        };
-        for (frame, verdict) in frames.iter_mut().zip(verdicts.iter_mut()) {
-            let data = frame.data_mut();
-            *verdict = if data.len() < 14 {
-                Verdict::Drop(DROP_RUNT)
-            } else {
-                data[..6].copy_from_slice(&route.dst_mac);
-                data[6..12].copy_from_slice(&route.src_mac);
-                Verdict::Transmit {
-                    ifindex: route.egress,
-                }
-            };
+    /// An engine with these directions (the first one for an ingress wins), publishing its
+    /// counters into `shared`.
+    pub fn new(routes: Vec<BareRoute>, shared: SharedCounters) -> Self {
+        Bare {
+            routes,
+            counters: Counters::default(),
+            publisher: Publisher::new(shared),
+            clock: Instant::now(),
         }
     }
 
-    fn drop_reasons(&self) -> &'static [&'static str] {
-        BARE_DROP_REASONS
+    /// The counters so far.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+}
+
+impl Engine for Bare {
+    fn process<P: FramePool>(&mut self, frames: &mut [Frame<'_>], _guard: &Guard, _pool: &mut P) {
+        for frame in frames.iter_mut() {
+            let route = self.routes.iter().find(|r| r.ingress == frame.ifindex);
+            let end = frame.offset.saturating_add(frame.len);
+            let header = frame
+                .chunk
+                .get_mut(frame.offset..end)
+                .filter(|bytes| bytes.len() >= ETHERNET_HEADER_LEN);
+            frame.verdict = match (route, header) {
+                (None, _) => Verdict::Drop(DropReason::UnknownIngress),
+                (Some(_), None) => Verdict::Drop(DropReason::Truncated),
+                (Some(route), Some(bytes)) => {
+                    bytes[..6].copy_from_slice(&route.dst_mac);
+                    bytes[6..12].copy_from_slice(&route.src_mac);
+                    Verdict::Transmit {
+                        ifindex: route.egress,
+                    }
+                }
+            };
+            self.counters.count(frame.verdict);
+        }
+    }
+
+    fn turn<P: FramePool>(&mut self, _guard: &Guard, _pool: &mut P) {
+        let now = self.clock.elapsed().as_nanos() as u64;
+        let counters = &self.counters;
+        self.publisher.tick(now, || counters.clone());
+    }
+}
+
+impl Drop for Bare {
+    fn drop(&mut self) {
+        self.publisher.flush(self.counters.clone());
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::VecFrame;
 
     #[test]
-    fn rewrites_macs_and_keeps_the_rest() {
+    fn rewrites_macs_keeps_the_rest_and_counts_each_frame_once() {
         let routes = vec![
             BareRoute {
                 ingress: 5,
@@ -108,38 +135,44 @@ mod tests {
                 dst_mac: [0xd; 6],
             },
         ];
-        let mut bare = Bare::new(routes);
+        let shared = SharedCounters::default();
+        let mut bare = Bare::new(routes, shared.clone());
         let payload: Vec<u8> = (0..100u8).collect();
-        let mut frames = vec![
-            VecFrame::new(&payload, 2048),
-            VecFrame::new(&payload[..13], 2048),
+        let (mut a, mut b, mut c) = ([0u8; 512], [0u8; 512], [0u8; 512]);
+        a[64..164].copy_from_slice(&payload);
+        b[64..77].copy_from_slice(&payload[..13]);
+        c[64..164].copy_from_slice(&payload);
+        let mut frames = [
+            Frame::new(&mut a, 64, 100, 6),
+            Frame::new(&mut b, 64, 13, 6),
+            Frame::new(&mut c, 64, 100, 9),
         ];
-        let mut verdicts = [Verdict::Undecided; 2];
         bare.process(
-            6,
             &mut frames,
-            &mut verdicts,
             &crossbeam_epoch::pin(),
             &mut dataplane::HeapPool::new(2048, 0),
         );
+        let verdicts: Vec<Verdict> = frames.iter().map(|f| f.verdict).collect();
         assert_eq!(
             verdicts,
-            [Verdict::Transmit { ifindex: 5 }, Verdict::Drop(0)]
+            [
+                Verdict::Transmit { ifindex: 5 },
+                Verdict::Drop(DropReason::Truncated),
+                Verdict::Drop(DropReason::UnknownIngress)
+            ]
         );
-        assert_eq!(&frames[0].data()[..6], &[0xd; 6]);
-        assert_eq!(&frames[0].data()[6..12], &[0xc; 6]);
-        assert_eq!(&frames[0].data()[12..], &payload[12..]);
-        assert_eq!(frames[1].data(), &payload[..13], "a runt stays untouched");
+        let out = frames[0].bytes();
+        assert_eq!(&out[..6], &[0xd; 6]);
+        assert_eq!(&out[6..12], &[0xc; 6]);
+        assert_eq!(&out[12..], &payload[12..]);
+        assert_eq!(frames[1].bytes(), &payload[..13], "a runt stays untouched");
+        assert_eq!(frames[2].bytes(), &payload[..], "no pair: untouched");
 
-        let mut verdicts = [Verdict::Undecided; 2];
-        bare.process(
-            9,
-            &mut frames,
-            &mut verdicts,
-            &crossbeam_epoch::pin(),
-            &mut dataplane::HeapPool::new(2048, 0),
-        );
-        assert_eq!(verdicts, [Verdict::Drop(DROP_NO_PAIR); 2]);
-        assert_eq!(bare.drop_reasons()[DROP_NO_PAIR as usize], "no_pair");
+        let counted = bare.counters().clone();
+        assert_eq!((counted.rx, counted.transmit, counted.dropped), (3, 1, 2));
+        assert_eq!(counted.drops_of(DropReason::Truncated), 1);
+        assert_eq!(counted.drops_of(DropReason::UnknownIngress), 1);
+        drop(bare);
+        assert_eq!(*shared.lock().unwrap(), counted, "published when dropped");
     }
 }

@@ -11,9 +11,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::{self, Pipeline};
-use crate::bare::{BARE_DROP_REASONS, Bare, BareRoute};
-use crate::config::{Config, ConfigError, ConfigFile, XdpMode, default_control_socket};
+use crate::app;
+use crate::bare::BareRoute;
+use crate::config::{
+    Config, ConfigError, ConfigFile, DEFAULT_CONFIG_PATH, XdpMode, default_control_socket,
+};
 use crate::serve::query_stats;
 
 /// Exit status for a bad command line or configuration (sysexits EX_USAGE).
@@ -26,36 +28,101 @@ pub struct Cli {
     /// Log filter (tracing EnvFilter syntax; RUST_LOG overrides).
     #[arg(long, global = true, default_value = "info")]
     pub log: String,
+    /// Log format on stderr: `text` for people, `json` (one object per line: timestamp,
+    /// level, target, fields) for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (colours on a terminal).
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Forward between interfaces until SIGINT/SIGTERM.
+    /// Forward between interfaces until SIGINT/SIGTERM; SIGHUP reloads the configuration
+    /// (the `[pipeline]` settings that can change live; the rest is named as needing a
+    /// restart).
     Run(RunArgs),
+    /// Validate the configuration `run` would use (the file and these flags) and print it;
+    /// exit status 64 with every problem listed when it is invalid.
+    CheckConfig(RunArgs),
     /// Live per-queue counters and rates of the running instance (over its control socket).
     Stats(StatsArgs),
     /// Send complete UDP test frames from one namespace and check what arrives in another.
     Probe(ProbeArgs),
-    /// Route lookups in the mirrored tables (`xfwd route get ADDR [from A] [iif D] [oif D]
-    /// [mark N] [--netns NS]`), printed like `ip route get`.
+    /// Route lookups (`xfwd route get ADDR [from A] [iif D] [oif D] [mark N] [--netns NS]`),
+    /// printed like `ip route get`: asked of the running instance's tables over its control
+    /// socket when one answers, else from a fresh mirror of the namespace.
     Route {
         /// What to do.
         #[command(subcommand)]
         command: RouteCommand,
     },
-    /// List the mirrored tables: routes, addrs, neigh, rules, policies, links.
-    Show(netlink_mirror::cli::ShowArgs),
+    /// List the tables: routes, addrs, neigh, rules, policies, links, nexthops (the running
+    /// instance's when one answers on the control socket, else a fresh mirror's).
+    Show(ShowCmd),
 }
 
 /// `xfwd route ...`.
 #[derive(Debug, Subcommand)]
 pub enum RouteCommand {
     /// The route the pipeline would use for a destination.
-    Get(netlink_mirror::cli::RouteGetArgs),
+    Get(RouteGetCmd),
+}
+
+/// `xfwd show`'s arguments.
+#[derive(Debug, Args)]
+pub struct ShowCmd {
+    /// What to show.
+    #[command(flatten)]
+    pub args: netlink_mirror::cli::ShowArgs,
+    /// Ask the instance on this control socket (and fail when none answers); default: the
+    /// one of `--netns`, else a fresh mirror when nobody answers there.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+/// `xfwd route get`'s arguments.
+#[derive(Debug, Args)]
+pub struct RouteGetCmd {
+    /// The lookup.
+    #[command(flatten)]
+    pub args: netlink_mirror::cli::RouteGetArgs,
+    /// Ask the instance on this control socket (and fail when none answers); default: the
+    /// one of `--netns`, else a fresh mirror when nobody answers there.
+    #[arg(long)]
+    pub control: Option<PathBuf>,
+}
+
+/// Asks the running instance (`control`, else the default socket of `netns`); `None` when
+/// nobody answers on the default socket.
+///
+/// # Errors
+/// When `control` was given and nobody answers there, or the answer is malformed.
+fn ask_instance(
+    control: Option<&Path>,
+    netns: Option<&str>,
+    query: &crate::serve::Query,
+) -> anyhow::Result<Option<Result<String, String>>> {
+    let path = control.map_or_else(|| default_control_socket(netns), Path::to_owned);
+    let answer = crate::serve::query_tables(&path, query)?;
+    if answer.is_none() && control.is_some() {
+        anyhow::bail!("no xfwd answers on {}", path.display());
+    }
+    if answer.is_some() {
+        tracing::debug!(socket = %path.display(), "answered by the running instance");
+    }
+    Ok(answer)
 }
 
 /// Starts a mirror of `netns` (the current namespace if `None`) and waits until it is synced.
@@ -68,7 +135,7 @@ pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandl
     let handle = Mirror::start(spec.clone(), MirrorOptions::default())
         .with_context(|| format!("starting the mirror of {spec:?}"))?;
     handle
-        .wait_synced(crate::router::SYNC_TIMEOUT)
+        .wait_synced(crate::startup::SYNC_TIMEOUT)
         .context("synchronising the mirror")?;
     Ok(handle)
 }
@@ -77,11 +144,19 @@ pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandl
 /// message on stderr).
 ///
 /// # Errors
-/// When the mirror cannot start.
+/// When no instance answers and the mirror cannot start.
 pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
-    let RouteCommand::Get(args) = command;
-    let mirror = mirror(args.netns.as_deref())?;
-    match netlink_mirror::cli::route_get(mirror.tables(), args) {
+    let RouteCommand::Get(cmd) = command;
+    let args = &cmd.args;
+    let query = crate::serve::Query::RouteGet(args.clone());
+    let answer = match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
+        Some(answer) => answer.map(|text| text.trim_end().to_owned()),
+        None => {
+            let mirror = mirror(args.netns.as_deref())?;
+            netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+        }
+    };
+    match answer {
         Ok(line) => {
             println!("{line}");
             Ok(0)
@@ -96,10 +171,18 @@ pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
 /// `xfwd show`.
 ///
 /// # Errors
-/// When the mirror cannot start.
-pub fn show(args: &netlink_mirror::cli::ShowArgs) -> anyhow::Result<u8> {
-    let mirror = mirror(args.netns.as_deref())?;
-    print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+/// When no instance answers and the mirror cannot start, or the instance has no tables.
+pub fn show(cmd: &ShowCmd) -> anyhow::Result<u8> {
+    let args = &cmd.args;
+    let query = crate::serve::Query::Show(args.what);
+    match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
+        Some(Ok(text)) => print!("{text}"),
+        Some(Err(e)) => anyhow::bail!("{e}"),
+        None => {
+            let mirror = mirror(args.netns.as_deref())?;
+            print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+        }
+    }
     Ok(0)
 }
 
@@ -148,7 +231,7 @@ pub struct ProbeArgs {
 }
 
 /// `xfwd run`.
-#[derive(Debug, Args, Default)]
+#[derive(Debug, Args, Default, Clone)]
 pub struct RunArgs {
     /// Interfaces to serve, comma-separated (overrides the file's `interfaces`).
     #[arg(long, value_delimiter = ',')]
@@ -159,14 +242,16 @@ pub struct RunArgs {
     /// Enter this network namespace (`ip netns` name) first.
     #[arg(long)]
     pub netns: Option<String>,
-    /// TOML configuration file (flags override its values).
+    /// TOML configuration file (flags override its values); default /etc/xfwd/xfwd.toml when
+    /// it exists.
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Busy polling on the sockets; the loops spin instead of sleeping.
     #[arg(long)]
     pub busy_poll: bool,
-    /// Serve Prometheus metrics on this loopback address:port (bound before entering --netns,
-    /// so it lives in the caller's namespace).
+    /// Serve Prometheus metrics on this address:port (bound before entering --netns, so it
+    /// lives in the caller's namespace). A non-loopback address exposes the counters to the
+    /// network: put it behind a firewall.
     #[arg(long)]
     pub metrics: Option<String>,
     /// Bare port forwarding: frames from one interface of a pair leave through the other with
@@ -228,13 +313,21 @@ pub struct StatsArgs {
 }
 
 impl RunArgs {
+    /// The configuration file read: `--config`, else [`DEFAULT_CONFIG_PATH`] when it exists.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.config.clone().or_else(|| {
+            let default = PathBuf::from(DEFAULT_CONFIG_PATH);
+            default.exists().then_some(default)
+        })
+    }
+
     /// The configuration: the file (if any) overridden by the flags, validated.
     ///
     /// # Errors
     /// A [`ConfigError`] listing what is wrong.
     pub fn config(&self) -> Result<Config, ConfigError> {
-        let mut file = match &self.config {
-            Some(path) => ConfigFile::load(path)?,
+        let mut file = match self.config_path() {
+            Some(path) => ConfigFile::load(&path)?,
             None => ConfigFile::default(),
         };
         if !self.iface.is_empty() {
@@ -317,6 +410,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("installing signal handlers")?;
     }
+    let requested = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, requested.clone())
+        .context("installing signal handlers")?;
+    let reload = {
+        let args = RunArgs {
+            config: args.config_path(),
+            ..args.clone()
+        };
+        app::Reload {
+            requested,
+            load: Box::new(move || args.config()),
+        }
+    };
     match &config.bare {
         Some(peer_macs) => {
             let ports = app::resolve_ports(&config)?;
@@ -332,28 +438,75 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                     });
                 }
             }
-            let pipeline = Pipeline {
-                mode: "bare",
-                make: Arc::new(move |_queue| Ok(Bare::new(routes.clone()))),
-                drop_reasons: BARE_DROP_REASONS,
-                generation: None,
-                report: None,
-                locals: None,
-                udp_ports: None,
-            };
-            app::run(&config, pipeline, metrics, stop)?;
+            app::run(
+                &config,
+                crate::startup::bare(routes),
+                metrics,
+                stop,
+                Some(reload),
+            )?;
         }
         None => {
             let served: Vec<u32> = app::resolve_ports(&config)?
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let pipeline =
-                crate::router::pipeline(dataplane::Config::default(), &served, &config.endpoints)?;
-            app::run(&config, pipeline, metrics, stop)?;
+            let engine = crate::startup::routing(config.pipeline, &served, &config.endpoints)?;
+            app::run(&config, engine, metrics, stop, Some(reload))?;
         }
     }
     Ok(0)
+}
+
+/// `xfwd check-config`: validates what `xfwd run` with the same arguments would use, without
+/// touching any interface; prints a summary (exit 0) or every problem (exit 64).
+pub fn check_config(args: &RunArgs) -> anyhow::Result<u8> {
+    let source = args
+        .config_path()
+        .map_or_else(|| "flags only".to_owned(), |p| p.display().to_string());
+    match args.config() {
+        Ok(config) => {
+            println!("{source}: valid");
+            println!("{}", describe(&config));
+            Ok(0)
+        }
+        Err(error) => {
+            eprintln!("xfwd: {source}: {error}");
+            Ok(EX_USAGE)
+        }
+    }
+}
+
+/// A few lines saying what a configuration runs.
+fn describe(config: &Config) -> String {
+    let p = &config.pipeline;
+    let mode = if config.bare.is_some() {
+        "bare (MAC rewrite between interface pairs, no lookups)".to_owned()
+    } else {
+        format!(
+            "router; pipeline: route cache {}, ICMP {}/s burst {}, hold {} frames ({} bytes per neighbour, {} ms), vlan {:?}, {} extension headers, policy mark {}",
+            p.dst_cache.map_or("off".to_owned(), |c| format!(
+                "{} entries, {}-way",
+                c.entries, c.ways
+            )),
+            p.icmp_rate,
+            p.icmp_burst,
+            p.hold_frames,
+            p.hold_bytes_per_neighbour,
+            p.hold_timeout_ns / 1_000_000,
+            p.vlan,
+            p.max_extension_headers,
+            p.policy_mark
+        )
+    };
+    format!(
+        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}",
+        config.interfaces.join(","),
+        config.queues,
+        config.control_socket.display(),
+        config.punt_device.as_deref().unwrap_or("off"),
+        config.metrics.map_or("off".to_owned(), |a| a.to_string()),
+    )
 }
 
 /// `xfwd probe`: exit status 0 when every frame arrived with valid checksums.

@@ -1,5 +1,7 @@
-//! The forwarder's configuration: a TOML file, overridden by command-line flags, validated as
-//! a whole (every problem reported at once).
+//! The forwarder's configuration: a TOML file (by default [`DEFAULT_CONFIG_PATH`] when it
+//! exists), overridden by command-line flags, validated as a whole (every problem reported at
+//! once; `xfwd check-config` only validates). On SIGHUP `xfwd run` reads it again, applies the
+//! `[pipeline]` settings that can change live and names the ones that need a restart.
 //!
 //! ```toml
 //! interfaces = ["fwd0", "fwd1"]
@@ -8,7 +10,7 @@
 //! busy_poll = false
 //! zero_copy = false          # veth has no zero-copy
 //! xdp_mode = "native"        # or "generic"
-//! metrics = "127.0.0.1:9587" # Prometheus text, loopback only
+//! metrics = "127.0.0.1:9587" # Prometheus text (any address; loopback unless scraped remotely)
 //! control_socket = "/run/xfwd/xfwd.sock"
 //! punt_device = "xfwd-punt"  # "" turns the punt path off
 //!
@@ -17,9 +19,21 @@
 //! tx = 1024
 //! frame_size = 2048
 //!
-//! [bare]                     # port forwarding without lookups (xfwd run --bare)
-//! enabled = true
-//! peer_macs = { fwd0 = "02:58:46:00:00:01", fwd1 = "02:58:46:00:00:04" }
+//! [pipeline]                 # the routing pipeline, per queue (defaults shown)
+//! route_cache = 512          # entries (a power of two), or "off"    (restart)
+//! route_cache_ways = 4       # entries per bucket                    (restart)
+//! icmp_rate = 1000           # ICMP errors per second, 0: none        (live)
+//! icmp_burst = 50            #                                        (live)
+//! hold_frames = 256          # frames waiting for a neighbour         (restart)
+//! hold_bytes_per_neighbour = 212992 # the kernel's unres_qlen_bytes    (restart)
+//! hold_timeout_ms = 3000     #                                        (restart)
+//! vlan = "drop"              # tagged frames: "drop", "punt", "route" (live)
+//! max_extension_headers = 8  # IPv6 headers walked before a punt     (live)
+//! policy_mark = 0            # the mark xfrm policy lookups see       (live)
+//!
+//! # [bare]                   # port forwarding without lookups (xfwd run --bare) instead
+//! # enabled = true
+//! # peer_macs = { fwd0 = "02:58:46:00:00:01", fwd1 = "02:58:46:00:00:04" }
 //! ```
 #![forbid(unsafe_code)]
 
@@ -36,6 +50,10 @@ use crate::xdp::{MAX_PORTS, QUEUES_PER_PORT};
 
 /// Where the control socket lives by default (`/run/xfwd/<netns>.sock` with `--netns`).
 pub const DEFAULT_CONTROL_DIR: &str = "/run/xfwd";
+
+/// The configuration file `xfwd run` and `xfwd check-config` read when no `--config` is given
+/// and it exists.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/xfwd/xfwd.toml";
 
 /// A configuration that cannot be used.
 #[derive(Debug, Error)]
@@ -84,16 +102,128 @@ pub struct RingsFile {
     pub frame_size: Option<u32>,
 }
 
-/// The bare processor's section.
+/// The bare engine's section.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BareFile {
-    /// Use the bare processor.
+    /// Use the bare engine.
     #[serde(default)]
     pub enabled: bool,
     /// Per egress interface, the MAC written as destination.
     #[serde(default)]
     pub peer_macs: BTreeMap<String, String>,
+}
+
+/// What tagged frames get, as written in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VlanFile {
+    /// `dataplane::VlanMode::Drop`.
+    Drop,
+    /// `dataplane::VlanMode::Punt`.
+    Punt,
+    /// `dataplane::VlanMode::Route`.
+    Route,
+}
+
+/// The route cache's size as written in the file: a number of entries, or `"off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RouteCacheFile {
+    /// Entries (a power of two).
+    Entries(usize),
+    /// `"off"`: every packet does the full lookup.
+    Word(Off),
+}
+
+/// The word `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Off {
+    /// `"off"`.
+    Off,
+}
+
+/// The routing pipeline's section, every key optional (`dataplane::Config::default()`
+/// otherwise).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineFile {
+    /// Route cache entries per queue, or `"off"`.
+    pub route_cache: Option<RouteCacheFile>,
+    /// Route cache entries per bucket.
+    pub route_cache_ways: Option<usize>,
+    /// ICMP errors per second (0: none).
+    pub icmp_rate: Option<u32>,
+    /// ICMP burst.
+    pub icmp_burst: Option<u32>,
+    /// Frames the hold buffer keeps per queue.
+    pub hold_frames: Option<usize>,
+    /// Bytes held per unresolved neighbour (the kernel's `unres_qlen_bytes`).
+    pub hold_bytes_per_neighbour: Option<usize>,
+    /// How long a frame may wait for its neighbour, in milliseconds.
+    pub hold_timeout_ms: Option<u64>,
+    /// Tagged frames.
+    pub vlan: Option<VlanFile>,
+    /// IPv6 extension headers walked before a punt.
+    pub max_extension_headers: Option<usize>,
+    /// The mark xfrm policy lookups see.
+    pub policy_mark: Option<u32>,
+}
+
+impl PipelineFile {
+    /// The pipeline configuration these keys give over the defaults, or the problems.
+    fn to_config(&self, problems: &mut Vec<String>) -> dataplane::Config {
+        let mut config = dataplane::Config::default();
+        let cache_defaults = dst_cache_defaults();
+        config.dst_cache = match self.route_cache {
+            Some(RouteCacheFile::Word(Off::Off)) => {
+                if self.route_cache_ways.is_some() {
+                    problems.push("pipeline.route_cache_ways with route_cache = \"off\"".into());
+                }
+                None
+            }
+            entries => Some(dataplane::DstCacheConfig {
+                entries: match entries {
+                    Some(RouteCacheFile::Entries(n)) => n,
+                    _ => cache_defaults.entries,
+                },
+                ways: self.route_cache_ways.unwrap_or(cache_defaults.ways),
+                ..cache_defaults
+            }),
+        };
+        config.icmp_rate = self.icmp_rate.unwrap_or(config.icmp_rate);
+        config.icmp_burst = self.icmp_burst.unwrap_or(config.icmp_burst);
+        config.hold_frames = self.hold_frames.unwrap_or(config.hold_frames);
+        config.hold_bytes_per_neighbour = self
+            .hold_bytes_per_neighbour
+            .unwrap_or(config.hold_bytes_per_neighbour);
+        if let Some(ms) = self.hold_timeout_ms {
+            if ms == 0 {
+                problems.push("pipeline.hold_timeout_ms = 0; must be at least 1".into());
+            }
+            config.hold_timeout_ns = ms.saturating_mul(1_000_000);
+        }
+        config.vlan = match self.vlan {
+            None => config.vlan,
+            Some(VlanFile::Drop) => dataplane::VlanMode::Drop,
+            Some(VlanFile::Punt) => dataplane::VlanMode::Punt,
+            Some(VlanFile::Route) => dataplane::VlanMode::Route,
+        };
+        config.max_extension_headers = self
+            .max_extension_headers
+            .unwrap_or(config.max_extension_headers);
+        config.policy_mark = self.policy_mark.unwrap_or(config.policy_mark);
+        if let Err(e) = config.validate() {
+            problems.push(format!("pipeline: {e}"));
+        }
+        config
+    }
+}
+
+/// The route cache's defaults (the pipeline's).
+fn dst_cache_defaults() -> dataplane::DstCacheConfig {
+    dataplane::Config::default().dst_cache.unwrap_or_default()
 }
 
 /// The file, every key optional.
@@ -121,6 +251,9 @@ pub struct ConfigFile {
     /// Rings.
     #[serde(default)]
     pub rings: RingsFile,
+    /// The routing pipeline.
+    #[serde(default)]
+    pub pipeline: PipelineFile,
     /// Bare mode.
     #[serde(default)]
     pub bare: BareFile,
@@ -170,7 +303,7 @@ pub struct Config {
     pub zero_copy: bool,
     /// XDP mode.
     pub xdp_mode: XdpMode,
-    /// Metrics listener (loopback).
+    /// Metrics listener (any address; loopback by habit).
     pub metrics: Option<SocketAddr>,
     /// Control socket.
     pub control_socket: PathBuf,
@@ -180,8 +313,55 @@ pub struct Config {
     pub rings: RingSizes,
     /// Bare mode: peer MAC per interface; None = the routing pipeline.
     pub bare: Option<BTreeMap<String, [u8; 6]>>,
-    /// In-dataplane UDP endpoints (routing mode).
+    /// The routing pipeline's configuration (`queue_id` 0: each run loop sets its own).
+    pub pipeline: dataplane::Config,
+    /// In-dataplane UDP endpoints (`[[endpoint]]`, routing mode).
     pub endpoints: Vec<crate::endpoints::EndpointSpec>,
+}
+
+impl Config {
+    /// The settings of `self` that differ from `running` and need a restart: everything
+    /// outside `[pipeline]` (the `[[endpoint]]` list too), and the pipeline's sizes ([`dataplane::Config::needs_restart`]).
+    /// The rest (`[pipeline]`: ICMP rate and burst, VLAN mode, extension headers, policy
+    /// mark) a running instance takes on SIGHUP.
+    ///
+    /// ```
+    /// use forwarder::config::ConfigFile;
+    /// let file = |text: &str| ConfigFile::parse(text, "x.toml".as_ref()).unwrap().validate(None).unwrap();
+    /// let running = file("interfaces = [\"eth0\"]");
+    /// let new = file("interfaces = [\"eth0\"]\nqueues = 2\n[pipeline]\nicmp_rate = 5\nhold_frames = 8");
+    /// assert_eq!(new.needs_restart(&running), ["queues", "pipeline.hold_frames"]);
+    /// ```
+    pub fn needs_restart(&self, running: &Config) -> Vec<String> {
+        let mut fixed: Vec<String> = [
+            ("interfaces", self.interfaces != running.interfaces),
+            ("queues", self.queues != running.queues),
+            ("cpus", self.cpus != running.cpus),
+            ("busy_poll", self.busy_poll != running.busy_poll),
+            ("zero_copy", self.zero_copy != running.zero_copy),
+            ("xdp_mode", self.xdp_mode != running.xdp_mode),
+            ("metrics", self.metrics != running.metrics),
+            (
+                "control_socket",
+                self.control_socket != running.control_socket,
+            ),
+            ("punt_device", self.punt_device != running.punt_device),
+            ("rings", self.rings != running.rings),
+            ("bare", self.bare != running.bare),
+            ("endpoint", self.endpoints != running.endpoints),
+        ]
+        .into_iter()
+        .filter(|(_, differs)| *differs)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+        fixed.extend(
+            self.pipeline
+                .needs_restart(&running.pipeline)
+                .into_iter()
+                .map(|name| format!("pipeline.{name}")),
+        );
+        fixed
+    }
 }
 
 impl ConfigFile {
@@ -231,13 +411,10 @@ impl ConfigFile {
         let metrics = match &self.metrics {
             None => None,
             Some(text) => match text.parse::<SocketAddr>() {
-                Ok(addr) if addr.ip().is_loopback() => Some(addr),
-                Ok(addr) => {
-                    problems.push(format!(
-                        "metrics = {addr}: only loopback addresses are served (127.0.0.1:PORT or [::1]:PORT)"
-                    ));
-                    None
-                }
+                // Any address: a non-loopback one exposes the counters (no secrets, but
+                // interface names and traffic volumes) to whoever reaches it; see
+                // docs/forwarder.md.
+                Ok(addr) => Some(addr),
                 Err(_) => {
                     problems.push(format!("metrics = {text:?} is not an address:port"));
                     None
@@ -298,6 +475,7 @@ impl ConfigFile {
         } else {
             None
         };
+        let pipeline = self.pipeline.to_config(&mut problems);
         let control_socket = self
             .control_socket
             .clone()
@@ -330,6 +508,7 @@ impl ConfigFile {
             punt_device,
             rings,
             bare,
+            pipeline,
             endpoints,
         })
     }
@@ -394,7 +573,7 @@ mod tests {
             r#"
             interfaces = ["fwd0", "fwd0", "a-name-far-too-long"]
             queues = 0
-            metrics = "10.0.0.1:80"
+            metrics = "10.0.0.1"
             [rings]
             rx = 1000
             frame_size = 1500
@@ -411,7 +590,7 @@ mod tests {
             "listed twice",
             "not a valid Linux name",
             "queues = 0",
-            "only loopback",
+            "is not an address:port",
             "rings.rx = 1000",
             "frame_size = 1500",
             "\"zz\"",
@@ -424,6 +603,113 @@ mod tests {
                 "missing {needle:?} in {problems:#?}"
             );
         }
+    }
+
+    #[test]
+    fn pipeline_table_sets_the_dataplane_config() {
+        let config = parse(
+            r#"
+            interfaces = ["fwd0"]
+            [pipeline]
+            route_cache = 1024
+            route_cache_ways = 8
+            icmp_rate = 10
+            icmp_burst = 2
+            hold_frames = 16
+            hold_bytes_per_neighbour = 4096
+            hold_timeout_ms = 500
+            vlan = "route"
+            max_extension_headers = 4
+            policy_mark = 7
+            "#,
+        )
+        .unwrap()
+        .validate(None)
+        .unwrap();
+        let p = config.pipeline;
+        let cache = p.dst_cache.unwrap();
+        assert_eq!((cache.entries, cache.ways), (1024, 8));
+        assert_eq!((p.icmp_rate, p.icmp_burst), (10, 2));
+        assert_eq!((p.hold_frames, p.hold_bytes_per_neighbour), (16, 4096));
+        assert_eq!(p.hold_timeout_ns, 500_000_000);
+        assert_eq!(p.vlan, dataplane::VlanMode::Route);
+        assert_eq!((p.max_extension_headers, p.policy_mark), (4, 7));
+
+        let off = parse("interfaces = [\"fwd0\"]\n[pipeline]\nroute_cache = \"off\"\n")
+            .unwrap()
+            .validate(None)
+            .unwrap();
+        assert_eq!(off.pipeline.dst_cache, None);
+        let defaults = parse("interfaces = [\"fwd0\"]")
+            .unwrap()
+            .validate(None)
+            .unwrap();
+        assert_eq!(defaults.pipeline, dataplane::Config::default());
+    }
+
+    #[test]
+    fn pipeline_problems_are_reported_with_the_rest() {
+        let ConfigError::Invalid(problems) = parse(
+            r#"
+            queues = 0
+            [pipeline]
+            route_cache = 1000
+            hold_timeout_ms = 0
+            "#,
+        )
+        .unwrap()
+        .validate(None)
+        .unwrap_err() else {
+            panic!("expected Invalid");
+        };
+        for needle in ["queues = 0", "pipeline: dst-cache", "hold_timeout_ms = 0"] {
+            assert!(
+                problems.iter().any(|p| p.contains(needle)),
+                "missing {needle:?} in {problems:#?}"
+            );
+        }
+        for text in [
+            "[pipeline]\nvlan = \"tagged\"",
+            "[pipeline]\nroute_cache = \"on\"",
+            "[pipeline]\nicmp = 3",
+        ] {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains("test.toml"), "{text}: {err}");
+        }
+        let problems = match parse(
+            "interfaces = [\"a\"]\n[pipeline]\nroute_cache = \"off\"\nroute_cache_ways = 2",
+        )
+        .unwrap()
+        .validate(None)
+        {
+            Err(ConfigError::Invalid(problems)) => problems,
+            other => panic!("{other:?}"),
+        };
+        assert!(problems[0].contains("route_cache_ways"), "{problems:?}");
+    }
+
+    #[test]
+    fn what_needs_a_restart_is_named() {
+        let config = |text: &str| parse(text).unwrap().validate(None).unwrap();
+        let running = config("interfaces = [\"a\", \"b\"]");
+        let live = config(
+            "interfaces = [\"a\", \"b\"]\n[pipeline]\nicmp_rate = 1\nvlan = \"punt\"\npolicy_mark = 3",
+        );
+        assert!(live.needs_restart(&running).is_empty());
+        let fixed = config(
+            "interfaces = [\"b\", \"a\"]\nbusy_poll = true\npunt_device = \"\"\n[rings]\nrx = 512\n[pipeline]\nroute_cache = \"off\"\nhold_timeout_ms = 1",
+        );
+        assert_eq!(
+            fixed.needs_restart(&running),
+            [
+                "interfaces",
+                "busy_poll",
+                "punt_device",
+                "rings",
+                "pipeline.dst_cache",
+                "pipeline.hold_timeout_ns"
+            ]
+        );
     }
 
     #[test]

@@ -1,5 +1,9 @@
-//! Per-queue counters: written by one run loop (relaxed load + store, no locked
-//! instruction), read by anyone (metrics, `xfwd stats`) as a [`QueueSnapshot`].
+//! Per-queue counters of the run loop itself: written by one run loop (relaxed load + store, no
+//! locked instruction), read by anyone (metrics, `xfwd stats`) as a [`QueueSnapshot`].
+//!
+//! What the engine decided for each frame (verdicts, drop and punt reasons) is counted once, by
+//! the engine, in `dataplane::Counters` (see [`board`](crate::board)); the loop counts only the
+//! ports' traffic and the verdicts it could not carry out ([`LoopDrop`]).
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -7,22 +11,20 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-/// Drop reasons a processor may report (indices beyond are counted as the last one).
-pub const MAX_PROCESSOR_DROPS: usize = 48;
-
-/// Why the run loop itself dropped a frame (not the processor).
-pub const LOOP_DROP_REASONS: [&str; 5] = [
+/// Why the run loop could not carry out a verdict, by [`LoopDrop`] index.
+pub const LOOP_DROP_REASONS: [&str; 6] = [
     "undecided",
     "tx_ring_full",
     "unknown_egress",
     "egress_down",
     "punt_failed",
+    "does_not_fit",
 ];
-/// Index of a loop drop reason.
+/// Why the run loop could not carry out a verdict (the engine counted the verdict itself).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(usize)]
 pub enum LoopDrop {
-    /// The processor left the verdict undecided.
+    /// The engine left a frame `Pending` (it never should: every frame gets a verdict).
     Undecided = 0,
     /// The egress port's pending TX queue was full.
     TxRingFull = 1,
@@ -32,6 +34,9 @@ pub enum LoopDrop {
     EgressDown = 3,
     /// Writing to the punt device failed (or there is none).
     PuntFailed = 4,
+    /// A forwarded packet does not fit between its descriptor's data start and its chunk's
+    /// end (it grew into the headroom by more than the tailroom left).
+    DoesNotFit = 5,
 }
 
 /// XDP_STATISTICS of one socket, as last read by the loop.
@@ -79,15 +84,18 @@ pub struct QueueCounters {
     pub ports: Vec<PortCounters>,
     /// Batches processed (one epoch pin each).
     pub batches: AtomicU64,
-    /// Frames punted to the kernel.
+    /// Frames written to the punt device (the engine's `Punt` verdicts that reached the
+    /// kernel).
     pub punted: AtomicU64,
-    /// Spare frames the processor sent (ICMP errors in copies, fragments, released held
+    /// Spare frames the engine sent (ICMP errors in copies, fragments, released held
     /// packets).
     pub spare_sent: AtomicU64,
+    /// Forwarded frames whose start had moved in their chunk (a VLAN tag removed, an ICMP
+    /// error built in place) and were moved back to the descriptor's data start
+    /// ([`afxdp::Commit::Shifted`]).
+    pub shifted: AtomicU64,
     /// Times the loop slept in poll(2) with nothing to do.
     pub idle_polls: AtomicU64,
-    /// Drops by processor reason.
-    pub processor_drops: [AtomicU64; MAX_PROCESSOR_DROPS],
     /// Drops by [`LoopDrop`].
     pub loop_drops: [AtomicU64; LOOP_DROP_REASONS.len()],
     /// Nanoseconds since `epoch` when the current batch pinned the epoch, 0 when unpinned.
@@ -110,19 +118,12 @@ impl QueueCounters {
             batches: AtomicU64::new(0),
             punted: AtomicU64::new(0),
             spare_sent: AtomicU64::new(0),
+            shifted: AtomicU64::new(0),
             idle_polls: AtomicU64::new(0),
-            processor_drops: std::array::from_fn(|_| AtomicU64::new(0)),
             loop_drops: std::array::from_fn(|_| AtomicU64::new(0)),
             pinned_since_ns: AtomicU64::new(0),
             epoch: Instant::now(),
         }
-    }
-
-    /// Counts a processor drop.
-    #[inline]
-    pub fn processor_drop(&self, reason: u16) {
-        let index = usize::from(reason).min(MAX_PROCESSOR_DROPS - 1);
-        bump(&self.processor_drops[index], 1);
     }
 
     /// Counts a loop drop.
@@ -142,8 +143,8 @@ impl QueueCounters {
         self.pinned_since_ns.store(now, Relaxed);
     }
 
-    /// A consistent-enough copy for reporting, with names from `drop_names`.
-    pub fn snapshot(&self, port_names: &[String], drop_names: &[&str]) -> QueueSnapshot {
+    /// A consistent-enough copy for reporting.
+    pub fn snapshot(&self, port_names: &[String]) -> QueueSnapshot {
         let load = |c: &AtomicU64| c.load(Relaxed);
         let pinned = load(&self.pinned_since_ns);
         let pin_age = if pinned == 0 {
@@ -151,22 +152,11 @@ impl QueueCounters {
         } else {
             (self.epoch.elapsed().as_nanos() as u64).saturating_sub(pinned) as f64 / 1e9
         };
-        let mut drops: Vec<(String, u64)> = Vec::new();
-        for (index, counter) in self.processor_drops.iter().enumerate() {
-            let value = load(counter);
-            if value > 0 {
-                let name = drop_names
-                    .get(index)
-                    .map_or_else(|| format!("reason_{index}"), |n| (*n).to_owned());
-                drops.push((name, value));
-            }
-        }
-        for (name, counter) in LOOP_DROP_REASONS.iter().zip(&self.loop_drops) {
-            let value = load(counter);
-            if value > 0 {
-                drops.push(((*name).to_owned(), value));
-            }
-        }
+        let drops = LOOP_DROP_REASONS
+            .iter()
+            .zip(&self.loop_drops)
+            .map(|(name, counter)| ((*name).to_owned(), load(counter)))
+            .collect();
         QueueSnapshot {
             queue: self.queue,
             ports: self
@@ -192,6 +182,7 @@ impl QueueCounters {
             batches: load(&self.batches),
             punted: load(&self.punted),
             spare_sent: load(&self.spare_sent),
+            shifted: load(&self.shifted),
             idle_polls: load(&self.idle_polls),
             drops,
             epoch_pin_age_seconds: pin_age,
@@ -227,14 +218,18 @@ pub struct QueueSnapshot {
     pub ports: Vec<PortSnapshot>,
     /// Batches (epoch pins).
     pub batches: u64,
-    /// Frames punted to the kernel.
+    /// Frames written to the punt device.
     pub punted: u64,
-    /// Spare frames sent by the processor.
+    /// Spare frames sent by the engine.
     #[serde(default)]
     pub spare_sent: u64,
+    /// Forwarded frames moved back to their descriptor's data start.
+    #[serde(default)]
+    pub shifted: u64,
     /// Idle sleeps.
     pub idle_polls: u64,
-    /// Non-zero drop counters by reason name.
+    /// Verdicts the loop could not carry out, by [`LoopDrop`] name (every reason, zeros
+    /// included).
     pub drops: Vec<(String, u64)>,
     /// How long the current batch has held the epoch pinned (0 when not pinned): a loop
     /// that stalls while pinned holds back memory reclamation of every table.
@@ -250,7 +245,7 @@ impl QueueSnapshot {
     pub fn tx_packets(&self) -> u64 {
         self.ports.iter().map(|p| p.tx_packets).sum()
     }
-    /// All drops.
+    /// Verdicts the loop could not carry out.
     pub fn dropped(&self) -> u64 {
         self.drops.iter().map(|(_, n)| n).sum()
     }
@@ -265,28 +260,30 @@ mod tests {
         let counters = QueueCounters::new(3, 2);
         bump(&counters.ports[0].rx_packets, 5);
         bump(&counters.ports[1].tx_packets, 4);
-        counters.processor_drop(1);
-        counters.processor_drop(1);
-        counters.processor_drop(200); // clamped into the last slot
         counters.loop_drop(LoopDrop::TxRingFull, 3);
+        counters.loop_drop(LoopDrop::DoesNotFit, 1);
         let names = ["a".to_owned(), "b".to_owned()];
-        let snap = counters.snapshot(&names, &["runt", "no_pair"]);
+        let snap = counters.snapshot(&names);
         assert_eq!(snap.queue, 3);
         assert_eq!(snap.rx_packets(), 5);
         assert_eq!(snap.tx_packets(), 4);
         assert_eq!(snap.ports[1].iface, "b");
-        assert_eq!(
-            snap.drops,
-            vec![
-                ("no_pair".to_owned(), 2),
-                (format!("reason_{}", MAX_PROCESSOR_DROPS - 1), 1),
-                ("tx_ring_full".to_owned(), 3)
-            ]
-        );
-        assert_eq!(snap.dropped(), 6);
+        let expected: Vec<(String, u64)> = LOOP_DROP_REASONS
+            .iter()
+            .map(|name| {
+                let n = match *name {
+                    "tx_ring_full" => 3,
+                    "does_not_fit" => 1,
+                    _ => 0,
+                };
+                ((*name).to_owned(), n)
+            })
+            .collect();
+        assert_eq!(snap.drops, expected, "every reason, zeros included");
+        assert_eq!(snap.dropped(), 4);
         assert_eq!(snap.epoch_pin_age_seconds, 0.0);
         counters.set_pinned(true);
         std::thread::sleep(std::time::Duration::from_millis(5));
-        assert!(counters.snapshot(&names, &[]).epoch_pin_age_seconds >= 0.004);
+        assert!(counters.snapshot(&names).epoch_pin_age_seconds >= 0.004);
     }
 }

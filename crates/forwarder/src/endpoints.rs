@@ -348,7 +348,7 @@ pub struct EndpointSnapshot {
     pub sent: u64,
     /// Datagrams dropped at receive: queue full, too large, malformed test packets.
     pub rx_dropped: u64,
-    /// Datagrams not sent, by cause (non-zero only).
+    /// Datagrams not sent, by cause (every cause, zeros too).
     pub send_errors: Vec<(String, u64)>,
 }
 
@@ -363,7 +363,6 @@ impl From<&EndpointInfo> for EndpointSnapshot {
             rx_dropped: s.rx_queue_full + s.rx_too_big + s.rx_malformed,
             send_errors: dataplane::endpoint::SendError::ALL
                 .iter()
-                .filter(|&&c| s.send_errors_of(c) > 0)
                 .map(|&c| (c.name().to_owned(), s.send_errors_of(c)))
                 .collect(),
         }
@@ -462,7 +461,7 @@ mod tests {
                 received: 10,
                 sent: 9,
                 rx_dropped: 0,
-                send_errors: vec![("no_route".into(), 1)],
+                send_errors: vec![("no_route".into(), 1), ("hold_full".into(), 0)],
             }],
             ..crate::stats::Stats::default()
         };
@@ -473,11 +472,14 @@ mod tests {
             ),
             "{text}"
         );
-        let prom = stats.prometheus();
+        let prom = crate::metrics::exposition(&stats);
         for line in [
-            "# TYPE xfwd_endpoint_datagrams_total counter",
-            "xfwd_endpoint_datagrams_total{service=\"stamp\",local=\"[::]:862\",counter=\"received\"} 10",
-            "xfwd_endpoint_datagrams_total{service=\"stamp\",local=\"[::]:862\",counter=\"not_sent_no_route\"} 1",
+            "# TYPE xfwd_endpoint_received_total counter",
+            "xfwd_endpoint_received_total{local=\"[::]:862\",service=\"stamp\"} 10",
+            "xfwd_endpoint_sent_total{local=\"[::]:862\",service=\"stamp\"} 9",
+            "xfwd_endpoint_rx_dropped_total{local=\"[::]:862\",service=\"stamp\"} 0",
+            "xfwd_endpoint_not_sent_total{cause=\"no_route\",local=\"[::]:862\",service=\"stamp\"} 1",
+            "xfwd_endpoint_not_sent_total{cause=\"hold_full\",local=\"[::]:862\",service=\"stamp\"} 0",
         ] {
             assert!(prom.contains(line), "{line} not in {prom}");
         }

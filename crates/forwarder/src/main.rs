@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use forwarder::cli::{Cli, Command, probe, route, run, show, stats};
+use forwarder::cli::{Cli, Command, LogFormat, check_config, probe, route, run, show, stats};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -19,13 +19,18 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_new(level)
         })
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().init(),
+    }
     let result = match &cli.command {
         Command::Run(args) => run(args),
+        Command::CheckConfig(args) => check_config(args),
         Command::Stats(args) => stats(args),
         Command::Probe(args) => probe(args),
         Command::Route { command } => route(command),

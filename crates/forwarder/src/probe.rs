@@ -7,13 +7,13 @@
 //! The run id in the payload keeps other traffic out of the count.
 
 use std::net::IpAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use serde::{Deserialize, Serialize};
+use socket2::{Domain, Protocol, SockAddr, SockAddrStorage, Socket, Type};
 
 /// The UDP destination port of probes.
 pub const PROBE_PORT: u16 = 47_101;
@@ -76,41 +76,46 @@ impl ProbeReport {
     }
 }
 
-fn packet_socket() -> anyhow::Result<OwnedFd> {
-    // SAFETY: plain socket(2); the descriptor is owned right away.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW,
-            i32::from((libc::ETH_P_ALL as u16).to_be()),
-        )
-    };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error()).context("AF_PACKET socket");
-    }
-    // SAFETY: `raw` is a fresh descriptor nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+/// An `AF_PACKET` raw socket receiving every protocol.
+fn packet_socket() -> anyhow::Result<Socket> {
+    let all = i32::from((libc::ETH_P_ALL as u16).to_be());
+    Socket::new(Domain::PACKET, Type::RAW, Some(Protocol::from(all))).context("AF_PACKET socket")
 }
 
-fn bind_to(fd: &OwnedFd, iface: &str) -> anyhow::Result<libc::sockaddr_ll> {
+/// The link-layer address (`sockaddr_ll`) of interface `ifindex`, every protocol.
+fn link_addr(ifindex: u32) -> SockAddr {
+    let mut storage = SockAddrStorage::zeroed();
+    // SAFETY: `sockaddr_ll` is one of the platform's `sockaddr_*` types (what `view_as`
+    // requires), smaller than the storage; all-zero is a valid value of it.
+    let ll = unsafe { storage.view_as::<libc::sockaddr_ll>() };
+    ll.sll_family = libc::AF_PACKET as u16;
+    ll.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    ll.sll_ifindex = ifindex as i32;
+    let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+    // SAFETY: the family is AF_PACKET and the storage holds an initialised `sockaddr_ll` of
+    // the length given.
+    unsafe { SockAddr::new(storage, len) }
+}
+
+/// The packet type (`sll_pkttype`) of the address a frame came from, if it is a link-layer
+/// address.
+fn packet_type(from: &SockAddr) -> Option<u8> {
+    let whole = usize::try_from(from.len()).ok()? >= std::mem::size_of::<libc::sockaddr_ll>();
+    if from.family() != libc::AF_PACKET as libc::sa_family_t || !whole {
+        return None;
+    }
+    // SAFETY: the address is an AF_PACKET one of at least `sockaddr_ll`'s size (checked
+    // above), so the storage holds an initialised `sockaddr_ll`; the read copies a `u8`.
+    Some(unsafe { (*from.as_ptr().cast::<libc::sockaddr_ll>()).sll_pkttype })
+}
+
+fn bind_to(socket: &Socket, iface: &str) -> anyhow::Result<SockAddr> {
     let ifindex =
         nix::net::if_::if_nametoindex(iface).with_context(|| format!("no interface {iface}"))?;
-    // SAFETY: sockaddr_ll is plain old data; all-zero is valid.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
-    addr.sll_ifindex = ifindex as i32;
-    // SAFETY: `addr` is a sockaddr_ll of the size passed.
-    let result = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if result < 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("binding to {iface}"));
-    }
+    let addr = link_addr(ifindex);
+    socket
+        .bind(&addr)
+        .with_context(|| format!("binding to {iface}"))?;
     Ok(addr)
 }
 
@@ -155,26 +160,13 @@ pub fn send(spec: &ProbeSpec, run: u32, stop: &AtomicBool) -> anyhow::Result<(u6
         }
         let frame = probe_frame(spec, run, seq)?;
         loop {
-            // SAFETY: `frame` and `addr` are valid for the sizes passed; sendto keeps neither.
-            let n = unsafe {
-                libc::sendto(
-                    fd.as_raw_fd(),
-                    frame.as_ptr().cast(),
-                    frame.len(),
-                    0,
-                    (&raw const addr).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            };
-            if n >= 0 {
-                break;
+            match fd.send_to(&frame, &addr) {
+                Ok(_) => break,
+                Err(error) if error.raw_os_error() == Some(libc::ENOBUFS) => {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(error) => return Err(error).context("sending a probe"),
             }
-            let error = std::io::Error::last_os_error();
-            if error.raw_os_error() == Some(libc::ENOBUFS) {
-                std::thread::sleep(Duration::from_micros(50));
-                continue;
-            }
-            return Err(error).context("sending a probe");
         }
         sent += 1;
         if spec.rate > 0 {
@@ -196,20 +188,7 @@ pub fn send_raw(iface: &str, frames: &[Vec<u8>]) -> anyhow::Result<()> {
     let fd = packet_socket()?;
     let addr = bind_to(&fd, iface)?;
     for frame in frames {
-        // SAFETY: `frame` and `addr` are valid for the sizes passed; sendto keeps neither.
-        let n = unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                frame.as_ptr().cast(),
-                frame.len(),
-                0,
-                (&raw const addr).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error()).context("sending a raw frame");
-        }
+        fd.send_to(frame, &addr).context("sending a raw frame")?;
     }
     Ok(())
 }
@@ -217,7 +196,7 @@ pub fn send_raw(iface: &str, frames: &[Vec<u8>]) -> anyhow::Result<()> {
 /// A capture socket, opened before sending starts.
 #[derive(Debug)]
 pub struct Capture {
-    fd: OwnedFd,
+    fd: Socket,
 }
 
 impl Capture {
@@ -227,32 +206,15 @@ impl Capture {
     /// When the socket cannot be opened or bound.
     pub fn open(iface: &str) -> anyhow::Result<Self> {
         let fd = packet_socket()?;
-        let size: libc::c_int = 32 << 20;
-        // SAFETY: setsockopt reads one c_int of the size passed. Failure only means a smaller
-        // buffer.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVBUFFORCE,
-                (&raw const size).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        let timeout = libc::timeval {
-            tv_sec: 0,
-            tv_usec: 100_000,
-        };
-        // SAFETY: setsockopt reads one timeval of the size passed.
-        unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const timeout).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
+        // 32 MiB past rmem_max with CAP_NET_ADMIN (SO_RCVBUFFORCE), else as much as rmem_max
+        // allows; failure only means a smaller buffer.
+        let size: usize = 32 << 20;
+        if nix::sys::socket::setsockopt(&fd, nix::sys::socket::sockopt::RcvBufForce, &size).is_err()
+        {
+            let _ = fd.set_recv_buffer_size(size);
+        }
+        fd.set_read_timeout(Some(Duration::from_millis(100)))
+            .context("SO_RCVTIMEO")?;
         bind_to(&fd, iface)?;
         Ok(Capture { fd })
     }
@@ -275,7 +237,7 @@ impl Capture {
     ) -> ProbeReport {
         let mut report = ProbeReport::default();
         let mut seen = std::collections::HashSet::new();
-        let mut buf = vec![0u8; 65_536];
+        let mut buf = vec![std::mem::MaybeUninit::<u8>::uninit(); 65_536];
         let mut done_at: Option<Instant> = None;
         loop {
             if done_at.is_none() && done.load(Ordering::Acquire) {
@@ -284,24 +246,15 @@ impl Capture {
             if done_at.is_some_and(|t| t.elapsed() >= linger) {
                 break;
             }
-            // SAFETY: sockaddr_ll is plain old data.
-            let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            // SAFETY: `buf` and `from` are valid for the sizes passed.
-            let n = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    0,
-                    (&raw mut from).cast(),
-                    &mut len,
-                )
+            let Ok((n, from)) = self.fd.recv_from(&mut buf) else {
+                continue; // the timeout, to look at `done` again
             };
-            if n <= 0 || from.sll_pkttype == libc::PACKET_OUTGOING {
+            if n == 0 || packet_type(&from) == Some(libc::PACKET_OUTGOING) {
                 continue;
             }
-            let frame = &buf[..n as usize];
+            // SAFETY: `recv_from` initialised the first `n` bytes of `buf`; `MaybeUninit<u8>`
+            // and `u8` have the same layout.
+            let frame = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
             let Some(seq) = identify(frame) else {
                 continue;
             };
@@ -416,6 +369,20 @@ pub fn format_mac(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn link_addresses_round_trip() {
+        let addr = link_addr(7);
+        assert_eq!(addr.family(), libc::AF_PACKET as libc::sa_family_t);
+        assert_eq!(
+            addr.len() as usize,
+            std::mem::size_of::<libc::sockaddr_ll>()
+        );
+        // A fresh link address has packet type 0 (PACKET_HOST).
+        assert_eq!(packet_type(&addr), Some(libc::PACKET_HOST));
+        let inet = SockAddr::from(std::net::SocketAddr::from(([192, 0, 2, 1], 9)));
+        assert_eq!(packet_type(&inet), None);
+    }
 
     fn spec(src: &str, dst: &str) -> ProbeSpec {
         ProbeSpec {

@@ -15,14 +15,15 @@
 //! - Replies leave through the kernel's ordinary route and do not come back through xfwd:
 //!   replies on the forwarder's own links go out directly.
 //! - One `write(2)` per punted frame: the punt path is a slow path, rate bounded by the
-//!   caller's processor, not a way to forward in bulk.
+//!   caller's engine, not a way to forward in bulk.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::process::Command;
 
 use anyhow::{Context, bail};
+
+use crate::rtnl;
 
 /// Default name of the punt device.
 pub const DEFAULT_PUNT_DEVICE: &str = "xfwd-punt";
@@ -40,7 +41,7 @@ impl Punt {
     /// brings it up and turns reverse-path filtering off on it.
     ///
     /// # Errors
-    /// When /dev/net/tun cannot be opened, the name is invalid, or `ip` fails.
+    /// When /dev/net/tun cannot be opened, the name is invalid, or a netlink request fails.
     pub fn open(name: &str) -> anyhow::Result<Self> {
         if name.is_empty() || name.len() >= libc::IFNAMSIZ {
             bail!(
@@ -66,26 +67,14 @@ impl Punt {
             return Err(std::io::Error::last_os_error())
                 .with_context(|| format!("creating TAP device {name}"));
         }
-        let run = |args: &[&str]| -> anyhow::Result<String> {
-            let out = Command::new("ip")
-                .args(args)
-                .output()
-                .context("running ip")?;
-            if !out.status.success() {
-                bail!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-            }
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        };
-        run(&["link", "set", "dev", name, "up"])?;
+        // Through rtnetlink, not `ip`: no iproute2 at run time.
+        let link = rtnl::link(name).with_context(|| format!("reading TAP device {name}"))?;
+        rtnl::set_up(link.index).with_context(|| format!("bringing TAP device {name} up"))?;
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/rp_filter"), "0");
         let _ = std::fs::write(format!("/proc/sys/net/ipv4/conf/{name}/accept_local"), "1");
-        let json = run(&["-j", "link", "show", "dev", name])?;
-        let mac = parse_mac_from_ip_json(&json)
-            .with_context(|| format!("no MAC for {name} in `ip -j link show`"))?;
+        let mac = link
+            .mac
+            .with_context(|| format!("TAP device {name} has no MAC address"))?;
         Ok(Punt {
             file,
             name: name.to_owned(),
@@ -114,12 +103,6 @@ impl Punt {
         frame[..6].copy_from_slice(&self.mac);
         (&self.file).write_all(frame)
     }
-}
-
-/// The `address` of the first link in `ip -j link show` output.
-pub fn parse_mac_from_ip_json(json: &str) -> Option<[u8; 6]> {
-    let value: serde_json::Value = serde_json::from_str(json).ok()?;
-    parse_mac(value.get(0)?.get("address")?.as_str()?)
 }
 
 /// Parses `aa:bb:cc:dd:ee:ff`.

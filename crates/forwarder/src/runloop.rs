@@ -1,49 +1,53 @@
 //! One run loop per queue: a UMEM shared by this loop's AF_XDP sockets on every interface
-//! (socket `q` of each interface is bound to its receive queue `q`), driven by a
-//! [`Processor`].
+//! (socket `q` of each interface is bound to its receive queue `q`), driving an [`Engine`]
+//! with [`dataplane::Frame`]s that are the UMEM chunks themselves.
 //!
 //! Each turn of the loop:
 //! 1. drains every completion ring (sent frames return to the free list);
 //! 2. tops up every fill ring from the free list (fill ring = 2 × RX ring), waking the kernel
 //!    when the ring asks for it (need_wakeup);
-//! 3. takes up to [`BATCH`] frames from each RX ring and hands them to the processor under
-//!    one epoch pin per batch; verdicts move frames to an egress port's pending TX list, to
-//!    the punt device, or back to the free list;
+//! 3. takes up to [`BATCH`] frames from each RX ring and hands them to the engine as
+//!    `dataplane::Frame`s (the whole chunk, the packet at the kernel's headroom offset) under
+//!    one epoch pin per batch; then acts on each frame's `dataplane::Verdict`: `Transmit` and
+//!    `Reply` go to the egress port's pending TX list, `Punt` and `Deliver` to the punt device,
+//!    everything else back to the free list (the engine counted every frame once, by verdict
+//!    and reason; the loop counts only what it could not carry out);
 //! 4. moves pending frames into TX rings (as many as fit; the rest wait for the next turn)
 //!    and kicks the kernel (`sendto`) while frames are in flight, even on turns where nothing
 //!    new arrived (copy mode sends at most 32 frames per kick);
 //! 5. with nothing received and nothing in flight, sleeps in poll(2) on the RX sockets (or
 //!    spins when busy polling).
+//!
+//! The AF_XDP set-up and ring system calls are the [`afxdp`] crate's, shared with pktgen.
 
-use std::num::NonZeroU32;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::{Context, bail};
+use afxdp::{Commit, CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
+use anyhow::Context;
 use arrayvec::ArrayVec;
-use xsk_rs::config::{
-    BindFlags, FrameSize, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
-};
-use xsk_rs::umem::frame::DataMut;
-use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+use dataplane::{Frame, FramePool, Verdict};
 
 use crate::counters::{LoopDrop, QueueCounters, bump};
-use crate::processor::{FramePool, PacketBuf, Processor, Verdict};
+use crate::engine::Engine;
 use crate::punt::Punt;
 use crate::xdp::XdpProgram;
 
-/// Frames per RX batch and per processor call.
+/// Frames per RX batch and per engine call.
 pub const BATCH: usize = 64;
 
 /// How long an idle loop sleeps in poll(2) before it looks at the stop flag again.
 const IDLE_POLL_MS: i32 = 50;
 
-/// Spare frames a processor may hold at once (allocated, not yet sent or freed).
+/// Spare frames an engine may hold at once (allocated, not yet sent or freed).
 const SPARE_SLOTS: usize = 16;
 
 /// Loop turns between two reads of the sockets' XDP_STATISTICS.
 const STATS_EVERY: u32 = 4096;
+
+/// Busy polling: how long a socket may busy-poll its device (microseconds).
+const BUSY_POLL_USECS: i32 = 20;
 
 /// An interface the forwarder serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +131,7 @@ pub struct QueueLoop {
     counters: Arc<QueueCounters>,
     busy_poll: bool,
     pending_cap: usize,
+    frame_size: usize,
     spare: [Option<FrameDesc>; SPARE_SLOTS],
 }
 
@@ -156,59 +161,41 @@ impl QueueLoop {
     ) -> anyhow::Result<Self> {
         let sizes = options.sizes;
         let fill_size = sizes.rx * 2;
-        let umem_config = UmemConfig::builder()
-            .frame_size(FrameSize::new(sizes.frame_size).context("frame size")?)
-            .fill_queue_size(QueueSize::new(fill_size).context("fill ring size")?)
-            .comp_queue_size(QueueSize::new(sizes.tx).context("completion ring size")?)
-            .build()
-            .context("UMEM configuration")?;
         // Every port's fill ring full, every TX ring full, plus as many pending per port.
         let per_port = fill_size + 2 * sizes.tx;
-        let frame_count = NonZeroU32::new(per_port * ports.len() as u32)
-            .context("a run loop needs at least one port")?;
-        let (umem, free) = Umem::new(umem_config, frame_count, false)
-            .with_context(|| format!("creating the UMEM of queue {queue}"))?;
-        let mut bind = BindFlags::XDP_USE_NEED_WAKEUP;
-        bind |= if options.zero_copy {
-            BindFlags::XDP_ZEROCOPY
-        } else {
-            BindFlags::XDP_COPY
+        anyhow::ensure!(!ports.is_empty(), "a run loop needs at least one port");
+        let (umem, free) = afxdp::open_umem(&afxdp::UmemOptions {
+            frame_size: sizes.frame_size,
+            frames: per_port * ports.len() as u32,
+            fill_ring: fill_size,
+            comp_ring: sizes.tx,
+        })
+        .with_context(|| format!("creating the UMEM of queue {queue}"))?;
+        let socket_options = afxdp::SocketOptions {
+            rx_ring: sizes.rx,
+            tx_ring: sizes.tx,
+            zero_copy: options.zero_copy,
+            program: afxdp::Program::Own,
         };
-        let socket_config = SocketConfig::builder()
-            .rx_queue_size(QueueSize::new(sizes.rx).context("RX ring size")?)
-            .tx_queue_size(QueueSize::new(sizes.tx).context("TX ring size")?)
-            .libxdp_flags(LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD)
-            .xdp_flags(XdpFlags::XDP_FLAGS_DRV_MODE)
-            .bind_flags(bind)
-            .build();
         let mut opened = Vec::with_capacity(ports.len());
         for (slot, spec) in ports.iter().enumerate() {
-            let interface = spec
-                .name
-                .parse()
-                .map_err(|e| anyhow::anyhow!("interface name {}: {e:?}", spec.name))?;
-            // SAFETY: libxdp's program loading is inhibited (XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD
-            // above), which is what sharing one UMEM across sockets requires; each
-            // (interface, queue) is bound once.
-            let (tx, rx, rings) = unsafe { Socket::new(socket_config, &umem, &interface, queue) }
-                .map_err(|e| anyhow::anyhow!("{e}"))
-                .with_context(|| format!("AF_XDP socket on {} queue {queue}", spec.name))?;
-            let (fill, comp) = rings.with_context(|| {
+            let socket = afxdp::open_socket(&umem, &spec.name, queue, &socket_options)?;
+            let (fill, comp) = socket.rings.with_context(|| {
                 format!(
                     "{} queue {queue} is already bound by another socket",
                     spec.name
                 )
             })?;
-            let fd = tx.fd().as_raw_fd();
+            let fd = socket.tx.fd().as_raw_fd();
             if options.busy_poll {
-                set_busy_poll(fd)
+                afxdp::set_busy_poll(socket.tx.fd(), BUSY_POLL_USECS, BATCH as i32)
                     .with_context(|| format!("busy polling on {} queue {queue}", spec.name))?;
             }
             xdp.set_socket(slot as u32, queue, fd)
                 .with_context(|| format!("XSKMAP entry of {} queue {queue}", spec.name))?;
             opened.push(Port {
-                rx,
-                tx,
+                rx: socket.rx,
+                tx: socket.tx,
                 fill,
                 comp,
                 pending: Vec::with_capacity(sizes.tx as usize),
@@ -225,24 +212,17 @@ impl QueueLoop {
             counters,
             busy_poll: options.busy_poll,
             pending_cap: sizes.tx as usize,
+            frame_size: sizes.frame_size as usize,
             spare: [None; SPARE_SLOTS],
         })
     }
 
     /// Runs until `stop` is set.
-    pub fn run<P: Processor>(&mut self, processor: &mut P, punt: Option<&Punt>, stop: &AtomicBool) {
+    pub fn run<E: Engine>(&mut self, engine: &mut E, punt: Option<&Punt>, stop: &AtomicBool) {
         let mut descs = [FrameDesc::default(); BATCH];
-        let mut verdicts = [Verdict::Undecided; BATCH];
         let mut turns: u32 = 0;
-        let mut pollfds: Vec<libc::pollfd> = self
-            .ports
-            .iter()
-            .map(|p| libc::pollfd {
-                fd: p.rx.fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut pollfds: Vec<libc::pollfd> =
+            self.ports.iter().map(|p| afxdp::pollfd(&p.rx)).collect();
         while !stop.load(Ordering::Relaxed) {
             let mut busy = false;
             for index in 0..self.ports.len() {
@@ -263,13 +243,7 @@ impl QueueLoop {
                     continue;
                 }
                 busy = true;
-                self.batch(
-                    index,
-                    &mut descs[..received],
-                    &mut verdicts[..received],
-                    processor,
-                    punt,
-                );
+                self.batch(index, &mut descs[..received], engine, punt);
             }
             {
                 let guard = crossbeam_epoch::pin();
@@ -281,8 +255,9 @@ impl QueueLoop {
                     states: &self.states,
                     counters: &self.counters,
                     pending_cap: self.pending_cap,
+                    frame_size: self.frame_size,
                 };
-                processor.turn(&guard, &mut pool);
+                engine.turn(&guard, &mut pool);
             }
             let mut in_flight = false;
             for index in 0..self.ports.len() {
@@ -307,9 +282,7 @@ impl QueueLoop {
                         pollfd.fd.abs()
                     };
                 }
-                // SAFETY: `pollfds` is a live array of pollfd of the given length; poll(2)
-                // only writes the revents fields.
-                unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, timeout) };
+                afxdp::wait_readable(&mut pollfds, timeout);
             } else if !busy && in_flight {
                 // Frames wait in a TX ring (a link that is down, or a slow peer): do not spin.
                 std::thread::sleep(std::time::Duration::from_micros(200));
@@ -318,29 +291,35 @@ impl QueueLoop {
         self.read_socket_stats();
     }
 
-    /// Processes one received batch of port `index`.
-    fn batch<P: Processor>(
+    /// Processes one received batch of port `index`: the engine decides, the loop carries the
+    /// verdicts out.
+    fn batch<E: Engine>(
         &mut self,
         index: usize,
         descs: &mut [FrameDesc],
-        verdicts: &mut [Verdict],
-        processor: &mut P,
+        engine: &mut E,
         punt: Option<&Punt>,
     ) {
         let counters_arc = self.counters.clone();
         let counters = &*counters_arc;
         let ingress = self.ports[index].ifindex;
+        let frame_size = self.frame_size;
         let bytes: usize = descs.iter().map(|d| d.lengths().data()).sum();
         bump(&counters.ports[index].rx_packets, descs.len() as u64);
         bump(&counters.ports[index].rx_bytes, bytes as u64);
-        verdicts.fill(Verdict::Undecided);
+        let mut decided: ArrayVec<(Verdict, usize, usize), BATCH> = ArrayVec::new();
         {
-            let mut frames: ArrayVec<UmemFrame<'_>, BATCH> = descs
+            let mut frames: ArrayVec<Frame<'_>, BATCH> = descs
                 .iter_mut()
-                // SAFETY: each descriptor was just consumed from the RX ring of a socket on
-                // `self.umem`, so the kernel no longer writes its frame, and each is borrowed
-                // mutably once: no two `DataMut` alias.
-                .map(|desc| UmemFrame(unsafe { self.umem.data_mut(desc) }))
+                .take(BATCH)
+                .map(|desc| {
+                    let len = desc.lengths().data();
+                    // SAFETY: each descriptor was just consumed from the RX ring of a socket
+                    // on `self.umem`, so the kernel no longer writes its frame and no ring
+                    // holds it; each is borrowed mutably once, so no two chunks alias.
+                    let (chunk, offset) = unsafe { afxdp::chunk_mut(&self.umem, desc, frame_size) };
+                    Frame::new(chunk, offset, len, ingress)
+                })
                 .collect();
             let mut pool = UmemPool {
                 umem: &self.umem,
@@ -350,63 +329,81 @@ impl QueueLoop {
                 states: &self.states,
                 counters,
                 pending_cap: self.pending_cap,
+                frame_size,
             };
             let guard = crossbeam_epoch::pin();
             counters.set_pinned(true);
-            processor.process(ingress, &mut frames, verdicts, &guard, &mut pool);
+            engine.process(&mut frames, &guard, &mut pool);
             counters.set_pinned(false);
             drop(guard);
             bump(&counters.batches, 1);
-            if punt.is_some() {
-                for (frame, verdict) in frames.iter_mut().zip(verdicts.iter_mut()) {
-                    if *verdict == Verdict::Punt {
-                        let injected = punt.is_some_and(|p| p.inject(frame.data_mut()).is_ok());
-                        if injected {
-                            bump(&counters.punted, 1);
-                        } else {
-                            counters.loop_drop(LoopDrop::PuntFailed, 1);
-                            *verdict = Verdict::Drop(u16::MAX);
-                        }
-                        // Punted or not, the frame goes back to the free list below.
-                    }
-                }
-            }
-        }
-        for (desc, verdict) in descs.iter().zip(verdicts.iter()) {
-            match *verdict {
-                Verdict::Transmit { ifindex } => {
-                    let Some(egress) = self.ports.iter().position(|p| p.ifindex == ifindex) else {
-                        counters.loop_drop(LoopDrop::UnknownEgress, 1);
-                        self.free.push(*desc);
-                        continue;
+            for frame in &mut frames {
+                if let Verdict::Punt(_) | Verdict::Deliver { .. } = frame.verdict {
+                    // The router hands `Deliver` frames to its endpoints, which leave
+                    // `Deliver` on none; an engine without endpoints gives the kernel the
+                    // datagram.
+                    let end = frame.offset.saturating_add(frame.len);
+                    let injected = match (punt, frame.chunk.get_mut(frame.offset..end)) {
+                        (Some(punt), Some(bytes)) => punt.inject(bytes).is_ok(),
+                        _ => false,
                     };
-                    let state = &self.states[egress];
-                    if !state.up.load(Ordering::Relaxed) || state.gone.load(Ordering::Relaxed) {
-                        counters.loop_drop(LoopDrop::EgressDown, 1);
-                        self.free.push(*desc);
-                    } else if self.ports[egress].pending.len() >= self.pending_cap {
-                        counters.loop_drop(LoopDrop::TxRingFull, 1);
-                        self.free.push(*desc);
+                    if injected {
+                        bump(&counters.punted, 1);
                     } else {
-                        self.ports[egress].pending.push(*desc);
-                    }
-                }
-                Verdict::Punt => {
-                    if punt.is_none() {
                         counters.loop_drop(LoopDrop::PuntFailed, 1);
                     }
-                    self.free.push(*desc);
                 }
-                Verdict::Drop(u16::MAX) => self.free.push(*desc), // counted above
-                Verdict::Recycle => self.free.push(*desc),
-                Verdict::Drop(reason) => {
-                    counters.processor_drop(reason);
-                    self.free.push(*desc);
+                decided.push((frame.verdict, frame.offset, frame.len));
+            }
+        }
+        for (desc, (verdict, offset, len)) in descs.iter_mut().zip(decided) {
+            match verdict {
+                Verdict::Transmit { ifindex } | Verdict::Reply { ifindex } => {
+                    self.transmit_one(desc, ifindex, offset, len);
                 }
-                Verdict::Undecided => {
+                // Punted (or counted as failed) above; the chunk is free again.
+                Verdict::Punt(_) | Verdict::Deliver { .. } => self.free.push(*desc),
+                // Counted by the engine; the content, if any, was copied elsewhere.
+                Verdict::Held | Verdict::Consumed | Verdict::Drop(_) => self.free.push(*desc),
+                Verdict::Pending => {
                     counters.loop_drop(LoopDrop::Undecided, 1);
                     self.free.push(*desc);
                 }
+            }
+        }
+    }
+
+    /// Queues a frame the engine forwarded (`len` bytes at `offset` of its chunk) for port
+    /// `ifindex`, or frees it, counting why.
+    fn transmit_one(&mut self, desc: &mut FrameDesc, ifindex: u32, offset: usize, len: usize) {
+        let counters = &*self.counters;
+        let Some(egress) = self.ports.iter().position(|p| p.ifindex == ifindex) else {
+            counters.loop_drop(LoopDrop::UnknownEgress, 1);
+            self.free.push(*desc);
+            return;
+        };
+        let state = &self.states[egress];
+        if !state.up.load(Ordering::Relaxed) || state.gone.load(Ordering::Relaxed) {
+            counters.loop_drop(LoopDrop::EgressDown, 1);
+            self.free.push(*desc);
+            return;
+        }
+        if self.ports[egress].pending.len() >= self.pending_cap {
+            counters.loop_drop(LoopDrop::TxRingFull, 1);
+            self.free.push(*desc);
+            return;
+        }
+        // SAFETY: the frame came off this loop's RX ring and is on no ring; the engine's
+        // borrow of its chunk ended with the batch.
+        match unsafe { afxdp::commit(&self.umem, desc, self.frame_size, offset, len) } {
+            Commit::InPlace => self.ports[egress].pending.push(*desc),
+            Commit::Shifted => {
+                bump(&counters.shifted, 1);
+                self.ports[egress].pending.push(*desc);
+            }
+            Commit::DoesNotFit => {
+                counters.loop_drop(LoopDrop::DoesNotFit, 1);
+                self.free.push(*desc);
             }
         }
     }
@@ -440,16 +437,8 @@ impl QueueLoop {
             let produced = unsafe { port.fill.produce(&self.free[start..]) };
             self.free.truncate(self.free.len() - produced);
         }
-        if port.fill.needs_wakeup() {
+        if afxdp::wake_fill(&port.fill, &port.rx) {
             bump(&self.counters.ports[index].fill_wakeups, 1);
-            // SAFETY: poll(2) on a valid descriptor with a zero timeout, one entry.
-            let mut pollfd = libc::pollfd {
-                fd: port.rx.fd().as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: `pollfd` is a valid pollfd; poll(2) writes only its revents.
-            unsafe { libc::poll(&mut pollfd, 1, 0) };
         }
     }
 
@@ -475,10 +464,10 @@ impl QueueLoop {
                 bump(&counters.tx_bytes, bytes as u64);
             }
         }
-        if port.in_flight > 0 && port.tx.needs_wakeup() {
+        // A broken socket shows in its statistics (a ring that does not drain): the loop goes
+        // on with its other ports.
+        if port.in_flight > 0 && afxdp::kick_tx(&port.tx).unwrap_or(true) {
             bump(&self.counters.ports[index].tx_wakeups, 1);
-            // Errors (ENOBUFS, EAGAIN, EBUSY, ENETDOWN) only mean "try again later".
-            let _ = port.tx.wakeup();
         }
         port.in_flight > 0 || !port.pending.is_empty()
     }
@@ -486,19 +475,18 @@ impl QueueLoop {
     /// Copies every socket's XDP_STATISTICS into the counters.
     fn read_socket_stats(&self) {
         for (port, counters) in self.ports.iter().zip(&self.counters.ports) {
-            if let Ok(stats) = port.rx.fd().xdp_statistics() {
+            if let Some(stats) = afxdp::statistics(port.rx.fd()) {
                 let c = &counters.socket;
-                c.rx_dropped.store(stats.rx_dropped(), Ordering::Relaxed);
-                c.rx_ring_full
-                    .store(stats.rx_ring_full(), Ordering::Relaxed);
+                c.rx_dropped.store(stats.rx_dropped, Ordering::Relaxed);
+                c.rx_ring_full.store(stats.rx_ring_full, Ordering::Relaxed);
                 c.rx_fill_ring_empty
-                    .store(stats.rx_fill_ring_empty_descs(), Ordering::Relaxed);
+                    .store(stats.rx_fill_ring_empty, Ordering::Relaxed);
                 c.rx_invalid_descs
-                    .store(stats.rx_invalid_descs(), Ordering::Relaxed);
+                    .store(stats.rx_invalid_descs, Ordering::Relaxed);
                 c.tx_invalid_descs
-                    .store(stats.tx_invalid_descs(), Ordering::Relaxed);
+                    .store(stats.tx_invalid_descs, Ordering::Relaxed);
                 c.tx_ring_empty
-                    .store(stats.tx_ring_empty_descs(), Ordering::Relaxed);
+                    .store(stats.tx_ring_empty, Ordering::Relaxed);
             }
         }
     }
@@ -509,8 +497,9 @@ impl QueueLoop {
     }
 }
 
-/// The loop's spare frames as a [`FramePool`]: chunks from the free list, sent by moving
-/// them to an egress port's pending TX list (the same checks as a `Transmit` verdict).
+/// The loop's spare frames as a [`FramePool`]: chunks from the free list (the data segment,
+/// from the kernel's headroom offset on), sent by moving them to an egress port's pending TX
+/// list (the same checks as a `Transmit` verdict).
 struct UmemPool<'a> {
     umem: &'a Umem,
     free: &'a mut Vec<FrameDesc>,
@@ -519,6 +508,7 @@ struct UmemPool<'a> {
     states: &'a [PortState],
     counters: &'a QueueCounters,
     pending_cap: usize,
+    frame_size: usize,
 }
 
 impl FramePool for UmemPool<'_> {
@@ -536,53 +526,52 @@ impl FramePool for UmemPool<'_> {
         // SAFETY: the descriptor came off the loop's free list in `alloc`, so no ring and no
         // other reference holds its frame; it stays in its slot (borrowed mutably with
         // `self`) until `send` or `free`.
-        let mut data = unsafe { self.umem.data_mut(desc) };
-        let capacity = data.cursor().buf_len();
-        data.cursor().set_pos(capacity);
-        let contents = data.contents_mut();
-        let (ptr, len) = (contents.as_mut_ptr(), contents.len());
-        // SAFETY: `ptr..ptr+len` is the frame's data segment inside the UMEM mapping, which
-        // outlives `'a`; the returned borrow is tied to `&mut self`, which also holds the only
-        // access to the descriptor's slot, so nothing else reads or writes it meanwhile.
-        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+        let (chunk, offset) = unsafe { afxdp::chunk_mut(self.umem, desc, self.frame_size) };
+        &mut chunk[offset..]
     }
 
     fn send(&mut self, handle: u64, offset: usize, len: usize, ifindex: u32) {
         let Some(mut desc) = self.slots.get_mut(handle as usize).and_then(Option::take) else {
             return;
         };
-        {
-            // SAFETY: as in `chunk`: the frame belongs to this pool's slot alone.
-            let mut data = unsafe { self.umem.data_mut(&mut desc) };
-            let capacity = data.cursor().buf_len();
-            let end = offset.saturating_add(len).min(capacity);
-            data.cursor().set_pos(capacity);
-            if offset > 0 {
-                data.contents_mut().copy_within(offset.min(end)..end, 0);
-            }
-            data.cursor().set_pos(end - offset.min(end));
-        }
+        let data_start = desc.addr() & (self.frame_size - 1);
         let egress = self.ports.iter().position(|p| p.ifindex == ifindex);
-        match egress {
-            None => {
-                self.counters.loop_drop(LoopDrop::UnknownEgress, 1);
-                self.free.push(desc);
-            }
+        let drop = match egress {
+            None => Some(LoopDrop::UnknownEgress),
             Some(e)
                 if !self.states[e].up.load(Ordering::Relaxed)
                     || self.states[e].gone.load(Ordering::Relaxed) =>
             {
-                self.counters.loop_drop(LoopDrop::EgressDown, 1);
-                self.free.push(desc);
+                Some(LoopDrop::EgressDown)
             }
             Some(e) if self.ports[e].pending.len() >= self.pending_cap => {
-                self.counters.loop_drop(LoopDrop::TxRingFull, 1);
-                self.free.push(desc);
+                Some(LoopDrop::TxRingFull)
             }
-            Some(e) => {
+            Some(_) => {
+                // SAFETY: as in `chunk`: the frame belongs to this pool's slot alone, and the
+                // slice `chunk` returned is no longer borrowed.
+                let done = unsafe {
+                    afxdp::commit(
+                        self.umem,
+                        &mut desc,
+                        self.frame_size,
+                        data_start.saturating_add(offset),
+                        len,
+                    )
+                };
+                (done == Commit::DoesNotFit).then_some(LoopDrop::DoesNotFit)
+            }
+        };
+        match (drop, egress) {
+            (None, Some(e)) => {
                 bump(&self.counters.spare_sent, 1);
                 self.ports[e].pending.push(desc);
             }
+            (Some(reason), _) => {
+                self.counters.loop_drop(reason, 1);
+                self.free.push(desc);
+            }
+            (None, None) => self.free.push(desc),
         }
     }
 
@@ -591,58 +580,4 @@ impl FramePool for UmemPool<'_> {
             self.free.push(desc);
         }
     }
-}
-
-/// A UMEM frame seen by the processor.
-struct UmemFrame<'a>(DataMut<'a>);
-
-impl PacketBuf for UmemFrame<'_> {
-    #[inline]
-    fn data(&self) -> &[u8] {
-        self.0.contents()
-    }
-    #[inline]
-    fn data_mut(&mut self) -> &mut [u8] {
-        self.0.contents_mut()
-    }
-    #[inline]
-    fn capacity(&mut self) -> usize {
-        self.0.cursor().buf_len()
-    }
-    #[inline]
-    fn set_len(&mut self, len: usize) -> bool {
-        let mut cursor = self.0.cursor();
-        if len > cursor.buf_len() {
-            return false;
-        }
-        cursor.set_pos(len);
-        true
-    }
-}
-
-/// Socket options for busy polling (Linux 5.11+): prefer busy polling, poll up to 20 µs,
-/// a budget of one batch.
-fn set_busy_poll(fd: i32) -> anyhow::Result<()> {
-    const SO_PREFER_BUSY_POLL: libc::c_int = 69;
-    const SO_BUSY_POLL_BUDGET: libc::c_int = 70;
-    for (option, value) in [
-        (SO_PREFER_BUSY_POLL, 1),
-        (libc::SO_BUSY_POLL, 20),
-        (SO_BUSY_POLL_BUDGET, BATCH as libc::c_int),
-    ] {
-        // SAFETY: setsockopt reads one c_int from `value`, whose size is passed.
-        let result = unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                option,
-                (&raw const value).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if result < 0 {
-            bail!("setsockopt({option}): {}", std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }

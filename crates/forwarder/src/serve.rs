@@ -1,5 +1,6 @@
 //! The two ways out of a running instance: the local control socket (a unix socket;
-//! `xfwd stats` asks it for a JSON [`Stats`]) and Prometheus text over HTTP on loopback.
+//! `xfwd stats` asks it for a JSON [`Stats`]) and Prometheus text over HTTP
+//! ([`metrics`](crate::metrics)).
 //!
 //! Both are served by one small thread each, polling a non-blocking listener so that they
 //! notice the stop flag; neither touches the packet path (they read atomic counters).
@@ -16,6 +17,58 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 
 use crate::stats::Stats;
+
+/// A question about the running instance's tables, asked over the control socket: the same
+/// answers as `xfwd show` / `xfwd route get` computed from a fresh mirror, but from the tables
+/// the running pipeline reads, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Query {
+    /// `xfwd show WHAT`.
+    Show(netlink_mirror::cli::ShowWhat),
+    /// `xfwd route get ADDR [SELECTOR...]`.
+    RouteGet(netlink_mirror::cli::RouteGetArgs),
+}
+
+impl Query {
+    /// The request line.
+    fn line(&self) -> String {
+        use clap::ValueEnum;
+        match self {
+            Query::Show(what) => format!(
+                "show {}",
+                what.to_possible_value()
+                    .map_or_else(String::new, |v| v.get_name().to_owned())
+            ),
+            Query::RouteGet(args) => {
+                let mut words = vec!["route-get".to_owned(), args.addr.to_string()];
+                words.extend(args.selectors.iter().cloned());
+                words.join(" ")
+            }
+        }
+    }
+
+    /// Parses a request line; `None` when it is not a query.
+    fn parse(line: &str) -> Option<Query> {
+        use clap::ValueEnum;
+        let mut words = line.split_whitespace();
+        match words.next()? {
+            "show" => {
+                let what = netlink_mirror::cli::ShowWhat::from_str(words.next()?, false).ok()?;
+                Some(Query::Show(what))
+            }
+            "route-get" => Some(Query::RouteGet(netlink_mirror::cli::RouteGetArgs {
+                addr: words.next()?.parse().ok()?,
+                selectors: words.map(str::to_owned).collect(),
+                netns: None,
+            })),
+            _ => None,
+        }
+    }
+}
+
+/// Answers a [`Query`] from the running instance's tables: the text to print, or the error
+/// to report (`route get` with no route).
+pub type QueryFn = Arc<dyn Fn(&Query) -> Result<String, String> + Send + Sync>;
 
 const ACCEPT_POLL: Duration = Duration::from_millis(100);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -56,12 +109,14 @@ impl ControlSocket {
         })
     }
 
-    /// Answers requests until `stop`: a line `stats` gets the JSON of `snapshot()`.
-    pub fn serve(&self, snapshot: &dyn Fn() -> Stats, stop: &AtomicBool) {
+    /// Answers requests until `stop`: a line `stats` gets the JSON of `snapshot()`; a
+    /// [`Query`] line gets `ok` or `error` on a line of its own, then the text of `query`
+    /// (`error` too when there is no `query`: an instance without tables).
+    pub fn serve(&self, snapshot: &dyn Fn() -> Stats, query: Option<&QueryFn>, stop: &AtomicBool) {
         while !stop.load(Ordering::Relaxed) {
             match self.listener.accept() {
                 Ok((stream, _)) => {
-                    let _ = answer(stream, snapshot);
+                    let _ = answer(stream, snapshot, query);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(ACCEPT_POLL);
@@ -81,7 +136,11 @@ impl Drop for ControlSocket {
     }
 }
 
-fn answer(stream: UnixStream, snapshot: &dyn Fn() -> Stats) -> std::io::Result<()> {
+fn answer(
+    stream: UnixStream,
+    snapshot: &dyn Fn() -> Stats,
+    query: Option<&QueryFn>,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(CLIENT_TIMEOUT))?;
     let mut line = String::new();
@@ -93,7 +152,14 @@ fn answer(stream: UnixStream, snapshot: &dyn Fn() -> Stats) -> std::io::Result<(
             stream.write_all(json.as_bytes())?;
             stream.write_all(b"\n")
         }
-        other => stream.write_all(format!("error: unknown request {other:?}\n").as_bytes()),
+        other => match (Query::parse(other), query) {
+            (Some(q), Some(query)) => match query(&q) {
+                Ok(text) => stream.write_all(format!("ok\n{text}").as_bytes()),
+                Err(e) => stream.write_all(format!("error\n{e}\n").as_bytes()),
+            },
+            (Some(_), None) => stream.write_all(b"error\nthis instance has no tables (bare)\n"),
+            (None, _) => stream.write_all(format!("error: unknown request {other:?}\n").as_bytes()),
+        },
     }
 }
 
@@ -115,6 +181,27 @@ pub fn query_stats(path: &Path) -> anyhow::Result<Stats> {
     serde_json::from_str(&text).with_context(|| format!("unexpected answer: {}", text.trim()))
 }
 
+/// Asks the instance behind `path` a [`Query`]: `None` when nobody answers there,
+/// `Some(Ok(text))` or `Some(Err(message))` (an instance without tables, or `route get`
+/// without a route) otherwise.
+///
+/// # Errors
+/// When an instance answers with something that is not a query's answer.
+pub fn query_tables(path: &Path, query: &Query) -> anyhow::Result<Option<Result<String, String>>> {
+    let Ok(mut stream) = UnixStream::connect(path) else {
+        return Ok(None);
+    };
+    stream.set_read_timeout(Some(CLIENT_TIMEOUT * 5))?;
+    stream.write_all(format!("{}\n", query.line()).as_bytes())?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    match text.split_once('\n') {
+        Some(("ok", rest)) => Ok(Some(Ok(rest.to_owned()))),
+        Some(("error", rest)) => Ok(Some(Err(rest.trim_end().to_owned()))),
+        _ => bail!("unexpected answer from {}: {}", path.display(), text.trim()),
+    }
+}
+
 /// Serves Prometheus text (`GET /metrics`, or any path) until `stop`.
 pub fn serve_metrics(listener: &TcpListener, snapshot: &dyn Fn() -> Stats, stop: &AtomicBool) {
     if listener.set_nonblocking(true).is_err() {
@@ -127,10 +214,11 @@ pub fn serve_metrics(listener: &TcpListener, snapshot: &dyn Fn() -> Stats, stop:
                 let _ = stream.set_read_timeout(Some(CLIENT_TIMEOUT));
                 let mut request = [0u8; 1024];
                 let _ = stream.read(&mut request);
-                let body = snapshot().prometheus();
+                let body = crate::metrics::exposition(&snapshot());
                 let _ = write!(
                     stream,
-                    "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                    "HTTP/1.0 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\n\r\n{body}",
+                    crate::metrics::CONTENT_TYPE,
                     body.len()
                 );
             }
@@ -175,7 +263,7 @@ mod tests {
         };
         std::thread::scope(|scope| {
             let s = stats.clone();
-            let server = scope.spawn(|| socket.serve(&move || s.clone(), &stop));
+            let server = scope.spawn(|| socket.serve(&move || s.clone(), None, &stop));
             let got = query_stats(&path).unwrap();
             assert_eq!(got, stats);
             stop.store(true, Ordering::Relaxed);
@@ -190,6 +278,50 @@ mod tests {
         let again = ControlSocket::bind(&path).unwrap();
         drop(again);
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn queries_round_trip_over_the_control_socket() {
+        use netlink_mirror::cli::{RouteGetArgs, ShowWhat};
+        let route_get = Query::RouteGet(RouteGetArgs {
+            addr: "192.0.2.1".parse().unwrap(),
+            selectors: vec!["from".into(), "198.51.100.7".into()],
+            netns: None,
+        });
+        for query in [Query::Show(ShowWhat::Nexthops), route_get.clone()] {
+            assert_eq!(Query::parse(&query.line()), Some(query.clone()));
+        }
+        assert_eq!(Query::parse("show everything"), None);
+        assert_eq!(Query::parse("route-get not-an-address"), None);
+
+        let dir = std::env::temp_dir().join(format!("xfwd-query-test-{}", std::process::id()));
+        let path = dir.join("q.sock");
+        let socket = ControlSocket::bind(&path).unwrap();
+        let stop = AtomicBool::new(false);
+        let answer: QueryFn = Arc::new(|q: &Query| match q {
+            Query::Show(what) => Ok(format!("{what:?} listed\n")),
+            Query::RouteGet(_) => Err("RTNETLINK answers: Network is unreachable".into()),
+        });
+        std::thread::scope(|scope| {
+            let server = scope.spawn(|| socket.serve(&Stats::default, Some(&answer), &stop));
+            assert_eq!(
+                query_tables(&path, &Query::Show(ShowWhat::Links)).unwrap(),
+                Some(Ok("Links listed\n".into()))
+            );
+            assert_eq!(
+                query_tables(&path, &route_get).unwrap(),
+                Some(Err("RTNETLINK answers: Network is unreachable".into()))
+            );
+            stop.store(true, Ordering::Relaxed);
+            server.join().unwrap();
+        });
+        drop(socket);
+        assert_eq!(
+            query_tables(&path, &route_get).unwrap(),
+            None,
+            "nobody answers: the caller falls back"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,13 +1,14 @@
-//! What a running instance reports: a [`Stats`] snapshot (served over the control socket and
-//! as Prometheus text), and the rates between two snapshots that `xfwd stats` prints.
+//! What a running instance reports: a [`Stats`] snapshot (served over the control socket and,
+//! through [`metrics`](crate::metrics), as Prometheus text), and the rates between two
+//! snapshots that `xfwd stats` prints.
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
+use crate::board::PipelineSnapshot;
 use crate::counters::QueueSnapshot;
-use crate::router::PipelineSnapshot;
 
 /// Everything a running instance reports at one moment.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -54,9 +55,11 @@ impl Stats {
     pub fn tx_packets(&self) -> u64 {
         self.queues.iter().map(QueueSnapshot::tx_packets).sum()
     }
-    /// Frames dropped by all loops.
+    /// Frames dropped: by the engines (their `dropped` verdicts) and by the loops (verdicts
+    /// they could not carry out); each frame is in one of the two at most.
     pub fn dropped(&self) -> u64 {
-        self.queues.iter().map(QueueSnapshot::dropped).sum()
+        let engines: u64 = self.pipeline.iter().map(|p| p.verdict("dropped")).sum();
+        engines + self.queues.iter().map(QueueSnapshot::dropped).sum::<u64>()
     }
     /// Frames punted by all loops.
     pub fn punted(&self) -> u64 {
@@ -85,10 +88,16 @@ impl Stats {
         out
     }
 
-    /// Drops summed over queues by reason.
+    /// The loops' drops (verdicts they could not carry out) summed over queues by reason,
+    /// the reasons with a count only.
     pub fn drops_by_reason(&self) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = Vec::new();
-        for (name, n) in self.queues.iter().flat_map(|q| &q.drops) {
+        for (name, n) in self
+            .queues
+            .iter()
+            .flat_map(|q| &q.drops)
+            .filter(|(_, n)| *n > 0)
+        {
             match out.iter_mut().find(|(k, _)| k == name) {
                 Some((_, total)) => *total += n,
                 None => out.push((name.clone(), *n)),
@@ -153,7 +162,7 @@ impl Stats {
             self.dropped()
         );
         for (reason, n) in self.drops_by_reason() {
-            let _ = writeln!(out, "  drop {reason}: {n}");
+            let _ = writeln!(out, "  not carried out, {reason}: {n}");
         }
         let join = |pairs: &[(String, u64)], all: bool| -> String {
             let text: Vec<String> = pairs
@@ -202,7 +211,7 @@ impl Stats {
                 e.received,
                 e.sent,
                 e.rx_dropped,
-                if e.send_errors.is_empty() {
+                if e.send_errors.iter().all(|(_, n)| *n == 0) {
                     String::new()
                 } else {
                     format!(", not sent: {}", join(&e.send_errors, false))
@@ -225,263 +234,6 @@ impl Stats {
             }
         );
         out
-    }
-
-    /// Prometheus text exposition (format 0.0.4).
-    pub fn prometheus(&self) -> String {
-        let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str| {
-            let _ = writeln!(out, "# HELP xfwd_{name} {help}\n# TYPE xfwd_{name} {kind}");
-            format!("xfwd_{name}")
-        };
-        let mut lines: Vec<String> = Vec::new();
-        let name = family("uptime_seconds", "gauge", "Seconds since xfwd started.");
-        lines.push(format!("{name} {}", self.uptime_seconds));
-        let mut per_port =
-            |metric: &str, help: &str, get: &dyn Fn(&crate::counters::PortSnapshot) -> u64| {
-                let name = family(metric, "counter", help);
-                for q in &self.queues {
-                    for p in &q.ports {
-                        lines.push(format!(
-                            "{name}{{queue=\"{}\",iface=\"{}\"}} {}",
-                            q.queue,
-                            p.iface,
-                            get(p)
-                        ));
-                    }
-                }
-            };
-        per_port(
-            "rx_packets_total",
-            "Frames received from AF_XDP sockets.",
-            &|p| p.rx_packets,
-        );
-        per_port(
-            "rx_bytes_total",
-            "Bytes received from AF_XDP sockets.",
-            &|p| p.rx_bytes,
-        );
-        per_port("tx_packets_total", "Frames put on TX rings.", &|p| {
-            p.tx_packets
-        });
-        per_port("tx_bytes_total", "Bytes put on TX rings.", &|p| p.tx_bytes);
-        per_port("tx_wakeups_total", "sendto(2) kicks of TX rings.", &|p| {
-            p.tx_wakeups
-        });
-        per_port("xdp_rx_dropped_total", "XDP_STATISTICS rx_dropped.", &|p| {
-            p.xdp_rx_dropped
-        });
-        per_port(
-            "xdp_rx_ring_full_total",
-            "XDP_STATISTICS rx_ring_full.",
-            &|p| p.xdp_rx_ring_full,
-        );
-        per_port(
-            "xdp_rx_fill_ring_empty_total",
-            "XDP_STATISTICS rx_fill_ring_empty_descs.",
-            &|p| p.xdp_rx_fill_ring_empty,
-        );
-        per_port(
-            "xdp_rx_invalid_descs_total",
-            "XDP_STATISTICS rx_invalid_descs.",
-            &|p| p.xdp_rx_invalid_descs,
-        );
-        per_port(
-            "xdp_tx_invalid_descs_total",
-            "XDP_STATISTICS tx_invalid_descs.",
-            &|p| p.xdp_tx_invalid_descs,
-        );
-        per_port(
-            "xdp_tx_ring_empty_total",
-            "XDP_STATISTICS tx_ring_empty_descs.",
-            &|p| p.xdp_tx_ring_empty,
-        );
-        let name = family(
-            "drops_total",
-            "counter",
-            "Frames dropped, by queue and reason.",
-        );
-        for q in &self.queues {
-            for (reason, n) in &q.drops {
-                lines.push(format!(
-                    "{name}{{queue=\"{}\",reason=\"{reason}\"}} {n}",
-                    q.queue
-                ));
-            }
-        }
-        let name = family(
-            "punted_total",
-            "counter",
-            "Frames handed to the kernel through the punt device.",
-        );
-        for q in &self.queues {
-            lines.push(format!("{name}{{queue=\"{}\"}} {}", q.queue, q.punted));
-        }
-        let name = family(
-            "batches_total",
-            "counter",
-            "Batches processed (one epoch pin each).",
-        );
-        for q in &self.queues {
-            lines.push(format!("{name}{{queue=\"{}\"}} {}", q.queue, q.batches));
-        }
-        let name = family(
-            "epoch_pin_age_seconds",
-            "gauge",
-            "How long the queue's current batch has held the epoch pinned (epoch lag).",
-        );
-        for q in &self.queues {
-            lines.push(format!(
-                "{name}{{queue=\"{}\"}} {}",
-                q.queue, q.epoch_pin_age_seconds
-            ));
-        }
-        let name = family(
-            "xdp_program_total",
-            "counter",
-            "Verdicts of the XDP program, by kind.",
-        );
-        for (kind, n) in &self.xdp {
-            lines.push(format!("{name}{{kind=\"{kind}\"}} {n}"));
-        }
-        let name = family(
-            "local_addresses",
-            "gauge",
-            "Addresses the XDP program passes to the kernel.",
-        );
-        lines.push(format!("{name} {}", self.local_addresses));
-        let name = family(
-            "interface_up",
-            "gauge",
-            "1 when the interface is up with carrier.",
-        );
-        for (iface, up) in self.interfaces.iter().zip(&self.up) {
-            lines.push(format!("{name}{{iface=\"{iface}\"}} {}", u8::from(*up)));
-        }
-        if let Some(generation) = self.netlink_generation {
-            let name = family(
-                "netlink_generation",
-                "gauge",
-                "Changes applied from the kernel's tables.",
-            );
-            lines.push(format!("{name} {generation}"));
-        }
-        if !self.pipeline.is_empty() {
-            for (group, metric, label, help) in [
-                (
-                    "verdicts",
-                    "pipeline_frames_total",
-                    "verdict",
-                    "Frames of the routing pipeline by verdict (rx: all).",
-                ),
-                (
-                    "drops",
-                    "pipeline_drops_total",
-                    "reason",
-                    "Frames the routing pipeline dropped, by reason.",
-                ),
-                (
-                    "punts",
-                    "pipeline_punts_total",
-                    "reason",
-                    "Frames the routing pipeline punted, by reason.",
-                ),
-                (
-                    "icmp_sent",
-                    "pipeline_icmp_sent_total",
-                    "kind",
-                    "ICMP errors sent, by kind.",
-                ),
-                (
-                    "events",
-                    "pipeline_events_total",
-                    "event",
-                    "Routing pipeline events (hold buffer, fragments, ICMP suppressed, resolutions).",
-                ),
-                (
-                    "dst_cache",
-                    "dst_cache_total",
-                    "result",
-                    "Route cache lookups by result (hits, misses, ...).",
-                ),
-            ] {
-                let name = family(metric, "counter", help);
-                for q in &self.pipeline {
-                    let pairs = match group {
-                        "verdicts" => &q.verdicts,
-                        "drops" => &q.drops,
-                        "punts" => &q.punts,
-                        "icmp_sent" => &q.icmp_sent,
-                        "events" => &q.events,
-                        _ => &q.dst_cache,
-                    };
-                    for (key, n) in pairs {
-                        lines.push(format!(
-                            "{name}{{queue=\"{}\",{label}=\"{key}\"}} {n}",
-                            q.queue
-                        ));
-                    }
-                }
-            }
-        }
-        if !self.mirror.is_empty() {
-            let name = family(
-                "netlink_mirror_total",
-                "counter",
-                "Netlink mirror counters (applied, resyncs, overruns, resolutions, ...).",
-            );
-            for (key, n) in &self.mirror {
-                lines.push(format!("{name}{{counter=\"{key}\"}} {n}"));
-            }
-        }
-        if !self.kernel_decides.is_empty() {
-            let name = family(
-                "netlink_mirror_kernel_decides",
-                "gauge",
-                "Kernel routes the mirror cannot represent, handed to the kernel, by kind.",
-            );
-            for (kind, n) in &self.kernel_decides {
-                lines.push(format!("{name}{{kind=\"{kind}\"}} {n}"));
-            }
-        }
-        if !self.endpoints.is_empty() {
-            let name = family(
-                "endpoint_datagrams_total",
-                "counter",
-                "Datagrams of in-dataplane UDP endpoints: received, sent, rx_dropped, not sent by cause.",
-            );
-            for e in &self.endpoints {
-                let labels = format!("service=\"{}\",local=\"{}\"", e.service, e.local);
-                for (what, n) in [
-                    ("received", e.received),
-                    ("sent", e.sent),
-                    ("rx_dropped", e.rx_dropped),
-                ] {
-                    lines.push(format!("{name}{{{labels},counter=\"{what}\"}} {n}"));
-                }
-                for (cause, n) in &e.send_errors {
-                    lines.push(format!(
-                        "{name}{{{labels},counter=\"not_sent_{cause}\"}} {n}"
-                    ));
-                }
-            }
-        }
-        // Families first (HELP/TYPE), then samples grouped: Prometheus accepts samples of a
-        // family only after its TYPE line, so interleave by family prefix.
-        let mut text = String::new();
-        for block in out.split("# HELP ").filter(|b| !b.is_empty()) {
-            let metric = block.split_whitespace().next().unwrap_or_default();
-            text.push_str("# HELP ");
-            text.push_str(block);
-            for line in &lines {
-                let sample = line.split(['{', ' ']).next().unwrap_or_default();
-                if sample == metric {
-                    text.push_str(line);
-                    text.push('\n');
-                }
-            }
-        }
-        text
     }
 }
 
@@ -528,7 +280,7 @@ mod tests {
         assert!(text.contains("fwd0"), "{text}");
         // 200 frames in 2 seconds.
         assert!(text.contains(" 100 "), "{text}");
-        assert!(text.contains("drop runt: 3"), "{text}");
+        assert!(text.contains("not carried out, runt: 3"), "{text}");
         assert!(
             text.contains("redirect 300") && !text.contains("pass_arp"),
             "{text}"
@@ -536,28 +288,11 @@ mod tests {
     }
 
     #[test]
-    fn prometheus_groups_samples_under_their_family() {
-        let text = sample(10).prometheus();
-        let mut current = String::new();
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
-                current = rest.split(' ').next().unwrap().to_owned();
-            } else if !line.starts_with('#') {
-                let name = line.split(['{', ' ']).next().unwrap();
-                assert_eq!(name, current, "sample outside its family: {line}");
-            }
-        }
-        assert!(text.contains("xfwd_rx_packets_total{queue=\"0\",iface=\"fwd0\"} 10"));
-        assert!(text.contains("xfwd_drops_total{queue=\"0\",reason=\"runt\"} 3"));
-        assert!(text.contains("xfwd_interface_up{iface=\"fwd1\"} 0"));
-        assert!(!text.contains("netlink_generation"));
-    }
-
-    #[test]
     fn kernel_decides_is_a_gauge_by_kind_and_printed() {
         let mut s = sample(10);
         s.kernel_decides = vec![("encap".into(), 2), ("source-specific".into(), 1)];
-        let text = s.prometheus();
+        s.netlink_generation = Some(1);
+        let text = crate::metrics::exposition(&s);
         assert!(
             text.contains("# TYPE xfwd_netlink_mirror_kernel_decides gauge"),
             "{text}"

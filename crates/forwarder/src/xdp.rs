@@ -14,12 +14,13 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
-use std::process::Command;
 
 use aya::Ebpf;
 use aya::maps::{HashMap as BpfHashMap, MapData, PerCpuArray, XskMap};
 use aya::programs::{Xdp, XdpFlags, xdp::XdpLinkId};
 use thiserror::Error;
+
+use crate::rtnl;
 
 /// The compiled XDP program.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xfwd.bpf.o"));
@@ -178,12 +179,9 @@ impl XdpProgram {
                 id = attached.id,
                 "replacing a leftover {PROGRAM_NAME} (an earlier xfwd that did not detach)"
             );
-            let off = Command::new("ip")
-                .args(["link", "set", "dev", iface, "xdp", "off"])
-                .output();
-            let still = attached_program(iface);
-            if let Some(still) = still {
-                let _ = off;
+            let off = rtnl::detach_xdp(ifindex, attached.mode);
+            if let Some(still) = attached_program(iface) {
+                tracing::warn!(iface, ?off, "could not detach the leftover");
                 return Err(XdpError::Busy {
                     iface: iface.to_owned(),
                     id: still.id,
@@ -358,65 +356,37 @@ fn verbose(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// An XDP program attached to an interface, as `ip -d -j link show` reports it.
+/// An XDP program attached to an interface, as `RTM_GETLINK` (`IFLA_XDP`) reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttachedProgram {
     /// The kernel's program id.
     pub id: u32,
-    /// The program's name (may be truncated to 15 characters by the kernel).
+    /// The program's name (may be truncated to 15 characters by the kernel; empty when the
+    /// program's information cannot be read, which needs `CAP_SYS_ADMIN` or `CAP_BPF`).
     pub name: String,
+    /// How it is attached.
+    pub mode: rtnl::XdpMode,
 }
 
-/// The XDP program attached to `iface` in the calling thread's namespace, if any.
+/// The XDP program attached to `iface` in the calling thread's namespace, if any: the link
+/// through rtnetlink, the program's name through the bpf system call (no `ip` needed).
 pub fn attached_program(iface: &str) -> Option<AttachedProgram> {
-    let output = Command::new("ip")
-        .args(["-d", "-j", "link", "show", "dev", iface])
-        .output()
-        .ok()?;
-    parse_attached(&String::from_utf8_lossy(&output.stdout))
-}
-
-/// Reads the XDP program out of `ip -d -j link show` output.
-fn parse_attached(json: &str) -> Option<AttachedProgram> {
-    let value: serde_json::Value = serde_json::from_str(json).ok()?;
-    let xdp = value.get(0)?.get("xdp")?;
-    // One program: {"mode":1,"prog":{...}}; several modes: {"attached":[{"prog":{...}}]}.
-    let prog = xdp.get("prog").or_else(|| {
-        xdp.get("attached")?
-            .as_array()?
-            .iter()
-            .find_map(|a| a.get("prog"))
-    })?;
-    let id = u32::try_from(prog.get("id")?.as_u64()?).ok()?;
-    let name = prog
-        .get("name")
-        .and_then(|n| n.as_str())
-        .unwrap_or_default()
-        .to_owned();
-    Some(AttachedProgram { id, name })
+    let xdp = rtnl::link(iface).ok()?.xdp?;
+    let name = aya::programs::loaded_programs()
+        .flatten()
+        .find(|program| program.id() == xdp.prog_id)
+        .and_then(|program| program.name_as_str().map(str::to_owned))
+        .unwrap_or_default();
+    Some(AttachedProgram {
+        id: xdp.prog_id,
+        name,
+        mode: xdp.mode,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_ip_link_json() {
-        let none = r#"[{"ifindex":2,"ifname":"fwd0","flags":["UP"]}]"#;
-        assert_eq!(parse_attached(none), None);
-        let one = r#"[{"ifindex":2,"ifname":"fwd0","xdp":{"mode":1,"prog":{"id":42,"name":"xfwd_xdp","tag":"ab","jited":1}}}]"#;
-        assert_eq!(
-            parse_attached(one),
-            Some(AttachedProgram {
-                id: 42,
-                name: "xfwd_xdp".into()
-            })
-        );
-        let multi =
-            r#"[{"xdp":{"mode":4,"attached":[{"mode":2,"prog":{"id":7,"name":"other"}}]}}]"#;
-        assert_eq!(parse_attached(multi).map(|p| p.id), Some(7));
-        assert_eq!(parse_attached("not json"), None);
-    }
 
     #[test]
     fn object_holds_the_program() {

@@ -2,7 +2,10 @@
 //! it) runs zebra, staticd and bgpd in the lab's `fwd` namespace; bgpd speakers in `src` and
 //! `dst` announce thousands of IPv4 and IPv6 prefixes over eBGP, some from both (ECMP with
 //! `maximum-paths`); zebra installs every route through kernel nexthop objects. Static routes of
-//! every kind (blackhole, reject, gateway, multipath, recursive) come from staticd.
+//! every kind (blackhole, reject, gateway, multipath, recursive) come from staticd. A fourth
+//! namespace, `unn`, peers with `fwd` over BGP unnumbered (interface peering over IPv6
+//! link-local addresses, RFC 8950 extended next hops; zebra and bgpd on both sides) and
+//! announces IPv4 prefixes, which fwd's kernel routes `via inet6 fe80::... dev fwd2`.
 //!
 //! Checks: the mirror's `route get` (the code `xfwd route get` runs) equals `ip route get` for
 //! thousands of addresses (through ECMP groups: both name a member); traffic sent through a
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use netlink_mirror::cli::{RouteGetArgs, route_get};
 use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+use xfwd_lab::netns::Netns;
 use xfwd_lab::{Lab, LabGuard, Role, topology};
 
 const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
@@ -30,6 +34,11 @@ const ONLY_V4: u32 = 1200;
 const BOTH_V4: u32 = 400;
 const ONLY_V6: u32 = 500;
 const BOTH_V6: u32 = 200;
+/// IPv4 prefixes `unn` announces over the unnumbered session.
+const UNNUMBERED_V4: u32 = 300;
+/// fwd's link to `unn` and its peer (no IPv4 address on either: link-local IPv6 only).
+const FWD2_MAC: [u8; 6] = [0x02, 0x58, 0x46, 0x00, 0x01, 0x02];
+const UNN0_MAC: [u8; 6] = [0x02, 0x58, 0x46, 0x00, 0x01, 0x03];
 
 /// The FRR daemons of one namespace, stopped (by their pid files) when dropped.
 struct Frr {
@@ -156,6 +165,9 @@ fn only_dst_v4(i: u32) -> Ipv4Addr {
 fn both_v4(i: u32) -> Ipv4Addr {
     Ipv4Addr::new(10, 140 + (i / 256) as u8, (i % 256) as u8, 0)
 }
+fn unnumbered_v4(i: u32) -> Ipv4Addr {
+    Ipv4Addr::new(10, 160 + (i / 256) as u8, (i % 256) as u8, 0)
+}
 fn only_src_v6(i: u32) -> Ipv6Addr {
     Ipv6Addr::new(0x2001, 0xdb8, 0x1000 + i as u16, 0, 0, 0, 0, 0)
 }
@@ -210,13 +222,39 @@ fn speaker_config(asn: u32, id: Ipv4Addr, peer4: Ipv4Addr, peer6: Ipv6Addr, own:
     c
 }
 
-/// The router's configuration: eBGP to both speakers with multipath, static routes of every
-/// kind.
+/// The unnumbered speaker's configuration: interface peering on `unn0` (zebra sends the
+/// router advertisements that tell each side the other's link-local address), announcing
+/// IPv4 prefixes with IPv6 next hops.
+fn unnumbered_config() -> String {
+    let mut c = String::from(
+        "hostname unn\n\
+         interface unn0\n\
+          ipv6 nd ra-interval 3\n\
+          no ipv6 nd suppress-ra\n\
+         router bgp 65003\n\
+          bgp router-id 10.255.0.3\n\
+          no bgp ebgp-requires-policy\n\
+          no bgp network import-check\n\
+          neighbor unn0 interface remote-as external\n\
+          address-family ipv4 unicast\n",
+    );
+    for i in 0..UNNUMBERED_V4 {
+        let _ = writeln!(c, "  network {}/24", unnumbered_v4(i));
+    }
+    c.push_str(" exit-address-family\n");
+    c
+}
+
+/// The router's configuration: eBGP to both speakers with multipath, BGP unnumbered to
+/// `unn`, static routes of every kind.
 fn router_config() -> String {
     let (s4, d4) = (topology::SRC0.ipv4, topology::DST0.ipv4);
     let (s6, d6) = (topology::SRC0.ipv6, topology::DST0.ipv6);
     format!(
         "hostname fwd\n\
+         interface fwd2\n\
+          ipv6 nd ra-interval 3\n\
+          no ipv6 nd suppress-ra\n\
          ip route 192.0.2.0/26 blackhole\n\
          ip route 192.0.2.64/26 reject\n\
          ip route 192.0.2.128/26 {d4}\n\
@@ -235,6 +273,7 @@ fn router_config() -> String {
           neighbor {d4} remote-as 65002\n\
           neighbor {s6} remote-as 65001\n\
           neighbor {d6} remote-as 65002\n\
+          neighbor fwd2 interface remote-as external\n\
           address-family ipv4 unicast\n\
            maximum-paths 4\n\
            no neighbor {s6} activate\n\
@@ -281,6 +320,9 @@ fn probe_addresses() -> Vec<IpAddr> {
     }
     for i in (0..BOTH_V4).step_by(2) {
         out.push(host4(both_v4(i)));
+    }
+    for i in (0..UNNUMBERED_V4).step_by(3) {
+        out.push(host4(unnumbered_v4(i)));
     }
     for i in (0..ONLY_V6).step_by(5) {
         out.push(host6(only_src_v6(i)));
@@ -345,7 +387,13 @@ fn fields(line: &str) -> (String, String, String, String) {
     let (mut via, mut dev, mut table) = (String::new(), String::new(), String::new());
     while let Some(w) = words.next() {
         match w {
-            "via" => via = words.next().unwrap_or_default().to_owned(),
+            "via" => {
+                via = words.next().unwrap_or_default().to_owned();
+                // A gateway of the other family: `via inet6 fe80::1` (RFC 8950).
+                if via == "inet6" {
+                    via = format!("inet6 {}", words.next().unwrap_or_default());
+                }
+            }
             "dev" => dev = words.next().unwrap_or_default().to_owned(),
             "table" => table = words.next().unwrap_or_default().to_owned(),
             _ => {}
@@ -446,16 +494,22 @@ impl Drop for Xfwd {
 struct Report {
     sent: u64,
     unique: u64,
+    macs: Vec<(String, String, u64)>,
     ttls: Vec<(u8, u64)>,
 }
 
-/// Probes from src through fwd to `dst`, captured on `capture_ns`'s `capture_iface`.
+/// Probes from src through fwd to `dst`, captured on dst's `dst0`.
 fn probe(lab: &Lab, src: IpAddr, dst: IpAddr, count: u64) -> Report {
+    probe_to(lab, src, dst, count, (&lab.netns(Role::Dst), "dst0"))
+}
+
+/// Probes from src through fwd to `dst`, captured on `capture` (namespace, interface).
+fn probe_to(lab: &Lab, src: IpAddr, dst: IpAddr, count: u64, capture: (&str, &str)) -> Report {
     let out = Command::new(XFWD)
         .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])
         .args(["--iface", "src0", "--to-mac", &topology::FWD0.mac_string()])
         .args(["--src", &src.to_string(), "--dst", &dst.to_string()])
-        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+        .args(["--to-netns", capture.0, "--capture", capture.1])
         .args(["--count", &count.to_string(), "--rate", "2000"])
         .output()
         .unwrap();
@@ -484,6 +538,13 @@ fn frr_bgp_and_static_routes_through_nexthop_objects() {
     );
     ip_in(&fwd, &["link", "set", "lo", "up"]);
     let tag = lab.prefix().to_owned();
+    // The unnumbered peer: its own namespace (deleted when dropped, after its daemons), one
+    // link to fwd with link-local IPv6 addresses only.
+    let unn = Netns::create(&format!("{tag}-unn")).unwrap();
+    unn.add_veth("unn0", UNN0_MAC, &fwd, "fwd2", FWD2_MAC)
+        .unwrap();
+    unn.ip(["link", "set", "unn0", "up"]).unwrap();
+    ip_in(&fwd, &["link", "set", "fwd2", "up"]);
     let started = Instant::now();
     let router = Frr::start(
         &fwd,
@@ -515,8 +576,14 @@ fn frr_bgp_and_static_routes_through_nexthop_objects() {
             false,
         ),
     );
+    let _speaker_unn = Frr::start(
+        unn.name(),
+        &format!("{tag}-unn"),
+        &["zebra", "bgpd"],
+        &unnumbered_config(),
+    );
     let want = (
-        (2 * ONLY_V4 + BOTH_V4) as usize,
+        (2 * ONLY_V4 + BOTH_V4 + UNNUMBERED_V4) as usize,
         (2 * ONLY_V6 + BOTH_V6) as usize,
     );
     wait(
@@ -562,11 +629,39 @@ fn frr_bgp_and_static_routes_through_nexthop_objects() {
         n
     };
     assert_eq!((ecmp_paths(false), ecmp_paths(true)), (2, 2), "ECMP groups");
+    // The unnumbered session's IPv4 routes: via an IPv6 link-local gateway on fwd2, mirrored
+    // (not handed to the kernel).
+    let unnumbered = ip_in(
+        &fwd,
+        &["route", "show", &format!("{}/24", unnumbered_v4(5))],
+    );
+    assert!(
+        unnumbered.contains("via inet6 fe80::") && unnumbered.contains("dev fwd2"),
+        "{unnumbered}"
+    );
+    {
+        let g = crossbeam_epoch::pin();
+        let r = mirror
+            .tables()
+            .fib4
+            .lookup(&fib_trie::Flow::to(u32::from(unnumbered_v4(5)) | 1), &g)
+            .expect("an unnumbered route");
+        assert_eq!(r.route_type(), fib_trie::RouteType::Unicast);
+        assert!(
+            matches!(
+                r.nexthops()[0].gateway,
+                Some(fib_trie::Gateway::Inet6(g)) if g >> 118 == 0xfe80 >> 6
+            ),
+            "{:?}",
+            r.nexthops()
+        );
+    }
+    assert!(s.kernel_decides.is_empty(), "{s:?}");
 
     // Traffic through a running xfwd arrives where the kernel sends it.
     let xfwd = Xfwd(
         Command::new(XFWD)
-            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
+            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1,fwd2"])
             .args(["--control", &format!("/run/xfwd/test-{tag}.sock")])
             .args([
                 "--punt-device",
@@ -600,6 +695,31 @@ fn frr_bgp_and_static_routes_through_nexthop_objects() {
         assert_eq!((report.sent, report.unique), (200, 200), "{to}: {report:?}");
         assert_eq!(report.ttls, [(63, 200)], "{to}: routed, not bridged");
     }
+    // Over the unnumbered session: out of fwd2 to unn0's MAC (the IPv6 neighbour's).
+    let to = IpAddr::V4(Ipv4Addr::from(u32::from(unnumbered_v4(7)) | 9));
+    let kernel = ip_in(&fwd, &["route", "get", &to.to_string()]);
+    assert!(kernel.contains("via inet6 fe80::"), "{to}: {kernel}");
+    let mut report = probe_to(&lab, src4, to, 200, (unn.name(), "unn0"));
+    if report.unique < 200 {
+        report = probe_to(&lab, src4, to, 200, (unn.name(), "unn0"));
+    }
+    assert_eq!((report.sent, report.unique), (200, 200), "{to}: {report:?}");
+    assert_eq!(report.ttls, [(63, 200)], "{to}: routed by xfwd");
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    assert_eq!(
+        report
+            .macs
+            .iter()
+            .map(|(s, d, _)| (s.clone(), d.clone()))
+            .collect::<Vec<_>>(),
+        [(mac(FWD2_MAC), mac(UNN0_MAC))],
+        "{to}: fwd2 to unn0"
+    );
     drop(xfwd);
 
     // A peer goes down: zebra withdraws its routes and replaces the ECMP groups (one
@@ -615,7 +735,11 @@ fn frr_bgp_and_static_routes_through_nexthop_objects() {
         ],
     );
     wait(Duration::from_secs(60), "src's routes withdrawn", || {
-        bgp_routes(&fwd) == ((ONLY_V4 + BOTH_V4) as usize, (ONLY_V6 + BOTH_V6) as usize)
+        bgp_routes(&fwd)
+            == (
+                (ONLY_V4 + BOTH_V4 + UNNUMBERED_V4) as usize,
+                (ONLY_V6 + BOTH_V6) as usize,
+            )
     });
     converge(&fwd, mirror.tables(), &addrs, Duration::from_secs(20));
     assert_eq!(

@@ -226,6 +226,11 @@ fn bare_forwarding_v4_v6_then_sigterm_detaches() {
         .as_u64()
         .unwrap();
     assert!(rx >= 2500, "xfwd counted {rx} frames on fwd0");
+    let stats = assert_counted_once(&xfwd);
+    assert!(
+        pipeline(&stats, "verdicts", "transmit") >= 2500,
+        "{stats:#}"
+    );
     let status = xfwd.signal("-TERM");
     assert!(status.success(), "clean exit on SIGTERM: {status}");
     assert!(!xdp_attached(&lab), "no XDP program after SIGTERM");
@@ -407,8 +412,14 @@ fn link_down_up_and_interface_removal() {
     let lost = probe(&lab, IpAddr::V4(topology::SRC0.ipv4), v4_target(), 200);
     assert_eq!(lost.unique, 0, "nothing leaves through a down link");
     let stats = xfwd.stats().unwrap();
-    let drops = serde_json::to_string(&stats["queues"][0]["drops"]).unwrap();
-    assert!(drops.contains("egress_down"), "{drops}");
+    let egress_down = stats["queues"][0]["drops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|pair| pair[0] == "egress_down")
+        .and_then(|pair| pair[1].as_u64())
+        .unwrap();
+    assert!(egress_down > 0, "{stats:#}");
     ip(&["link", "set", "fwd1", "up"]);
     wait_for_up(&xfwd, 1, true);
     // Carrier returns a moment after the administrative state.
@@ -622,6 +633,49 @@ fn wait_stats(
     }
 }
 
+/// Every frame the loops received is counted once by the engine: per queue, the pipeline's
+/// `rx` equals the sum of its verdicts and the frames its ports received, and every drop and
+/// punt is counted under exactly one reason. Waits for the engines' next publication.
+fn assert_counted_once(xfwd: &Xfwd) -> serde_json::Value {
+    wait_stats(xfwd, "each frame counted once", |s| {
+        s["pipeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .zip(s["queues"].as_array().unwrap())
+            .all(|(p, q)| {
+                let sum = |group: &str, skip: &str| -> u64 {
+                    p[group]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|pair| pair[0] != skip)
+                        .map(|pair| pair[1].as_u64().unwrap())
+                        .sum()
+                };
+                let verdict = |name: &str| {
+                    p["verdicts"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|pair| pair[0] == name)
+                        .and_then(|pair| pair[1].as_u64())
+                        .unwrap()
+                };
+                let received: u64 = q["ports"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|port| port["rx_packets"].as_u64().unwrap())
+                    .sum();
+                verdict("rx") == sum("verdicts", "rx")
+                    && verdict("rx") == received
+                    && verdict("dropped") == sum("drops", "")
+                    && verdict("punt") == sum("punts", "")
+            })
+    })
+}
+
 #[test]
 fn routing_v4_v6_ttl_checksums_macs_and_held_until_resolved() {
     if !xfwd_lab::privileged("routing_v4_v6_ttl_checksums_macs_and_held_until_resolved") {
@@ -666,6 +720,7 @@ fn routing_v4_v6_ttl_checksums_macs_and_held_until_resolved() {
         .and_then(|p| p[1].as_u64())
         .unwrap();
     assert!(resolve_sent >= 2, "{stats:#}");
+    assert_counted_once(&xfwd);
 }
 
 #[test]
@@ -777,13 +832,14 @@ fn routing_icmp_errors_route_changes_and_malformed_frames() {
     let stats = wait_stats(&xfwd, "malformed frames counted", |s| {
         pipeline(s, "drops", "bad_checksum") >= 5 && pipeline(s, "drops", "truncated") >= 5
     });
-    let drops = serde_json::to_string(&stats["queues"][0]["drops"]).unwrap();
+    assert!(pipeline(&stats, "drops", "blackhole") > 0, "{stats:#}");
+    // Counted once, by the engine: the loop's own drops know nothing of these reasons.
+    let loop_drops = serde_json::to_string(&stats["queues"][0]["drops"]).unwrap();
     assert!(
-        drops.contains("bad_checksum")
-            && drops.contains("truncated")
-            && drops.contains("blackhole"),
-        "{drops}"
+        !loop_drops.contains("bad_checksum") && !loop_drops.contains("truncated"),
+        "{loop_drops}"
     );
+    assert_counted_once(&xfwd);
 }
 
 fn ones_complement_sum(bytes: &[u8]) -> u16 {
@@ -960,8 +1016,8 @@ fn routing_two_queues_two_run_loops() {
     // The same per queue in the Prometheus text.
     let text = scrape(metrics);
     for q in 0..2 {
-        let rx = format!("xfwd_rx_packets_total{{queue=\"{q}\",iface=\"fwd0\"}}");
-        let tx = format!("xfwd_tx_packets_total{{queue=\"{q}\",iface=\"fwd1\"}}");
+        let rx = format!("xfwd_rx_packets_total{{iface=\"fwd0\",queue=\"{q}\"}}");
+        let tx = format!("xfwd_tx_packets_total{{iface=\"fwd1\",queue=\"{q}\"}}");
         let transmit = format!("xfwd_pipeline_frames_total{{queue=\"{q}\",verdict=\"transmit\"}}");
         for series in [rx, tx, transmit] {
             assert!(metric(&text, &series) >= share, "{series}: {text}");
@@ -1053,4 +1109,153 @@ fn more_queues_than_the_device_has_is_refused() {
     );
     assert!(!xdp_attached(&lab));
     assert!(!Path::new(&control).exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration reload.
+
+/// SIGHUP: the `[pipeline]` settings that can change live reach the running pipeline (here the
+/// ICMP rate: 0, no time exceeded errors; then 1000, errors again), the instance keeps
+/// running, a change that needs a restart is not applied, and an invalid file changes nothing.
+#[test]
+fn sighup_applies_live_pipeline_settings() {
+    if !xfwd_lab::privileged("sighup_applies_live_pipeline_settings") {
+        return;
+    }
+    let lab = lab("fwdhup");
+    let dir = std::env::temp_dir().join(format!("xfwd-hup-{}", lab.prefix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("xfwd.toml");
+    std::fs::write(&path, "[pipeline]\nicmp_rate = 0\n").unwrap();
+    let xfwd = Xfwd::spawn(&lab, &["--config", path.to_str().unwrap()]);
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let sent = |s: &serde_json::Value| pipeline(s, "icmp_sent", "time_exceeded");
+    let hup = || {
+        let pid = xfwd.child.as_ref().unwrap().id().to_string();
+        let status = Command::new("kill").args(["-HUP", &pid]).status().unwrap();
+        assert!(status.success());
+        // The link monitor looks every 200 ms; the loops apply it at their next turn.
+        std::thread::sleep(Duration::from_millis(600));
+    };
+
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "TTL 1 dropped without an error", |s| {
+        pipeline(s, "drops", "ttl_exceeded") >= 3
+    });
+    assert_eq!(sent(&stats), 0, "icmp_rate = 0 sends none: {stats:#}");
+    assert!(
+        pipeline(&stats, "events", "icmp_rate_limited") >= 3,
+        "{stats:#}"
+    );
+
+    // An invalid file: nothing changes, the instance goes on.
+    std::fs::write(&path, "[pipeline]\nicmp_rate = -1\n").unwrap();
+    hup();
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "still dropping", |s| {
+        pipeline(s, "drops", "ttl_exceeded") >= 6
+    });
+    assert_eq!(sent(&stats), 0, "{stats:#}");
+
+    // A live setting and one that needs a restart: the first applies, the second waits.
+    std::fs::write(
+        &path,
+        "queues = 2\n[pipeline]\nicmp_rate = 1000\nhold_frames = 8\n",
+    )
+    .unwrap();
+    hup();
+    probe_ttl(&lab, src4, v4_target(), 1, 3);
+    let stats = wait_stats(&xfwd, "time exceeded sent after the reload", |s| {
+        sent(s) >= 3
+    });
+    assert_eq!(
+        stats["queues"].as_array().unwrap().len(),
+        1,
+        "queues needs a restart: {stats:#}"
+    );
+    assert_counted_once(&xfwd);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queries answered by the running instance.
+
+/// `xfwd route get` and `xfwd show` with `--control` are answered by the running instance from
+/// the tables its pipeline reads, and say the same as a fresh mirror of the namespace.
+#[test]
+fn route_get_and_show_ask_the_running_instance() {
+    if !xfwd_lab::privileged("route_get_and_show_ask_the_running_instance") {
+        return;
+    }
+    let lab = lab("fwdask");
+    let xfwd = Xfwd::start_routing(&lab);
+    let fwd = lab.netns(Role::Fwd);
+    let control = xfwd.control.to_str().unwrap().to_owned();
+    let xfwd_out = |args: &[&str]| {
+        let started = Instant::now();
+        let out = Command::new(XFWD).args(args).output().unwrap();
+        (out, started.elapsed())
+    };
+    for target in [v4_target().to_string(), v6_target().to_string()] {
+        let (live, took) = xfwd_out(&["route", "get", &target, "--control", &control]);
+        assert!(
+            live.status.success(),
+            "{}",
+            String::from_utf8_lossy(&live.stderr)
+        );
+        let (fresh, _) = xfwd_out(&["route", "get", &target, "--netns", &fwd]);
+        assert!(
+            fresh.status.success(),
+            "{}",
+            String::from_utf8_lossy(&fresh.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&live.stdout),
+            String::from_utf8_lossy(&fresh.stdout),
+            "the instance and a fresh mirror agree on {target}"
+        );
+        eprintln!("route get {target} from the instance in {took:?}");
+    }
+    // No route: exit status 2 with the kernel's message, from the instance too.
+    let (none, _) = xfwd_out(&["route", "get", "203.0.113.250", "--control", &control]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+    assert!(!none.stderr.is_empty());
+    // The same routes (as a set: routes of one prefix may be listed in another order, the
+    // order their events arrived in). The lab's IPv6 link-local addresses may still finish
+    // duplicate address detection meanwhile (a local route appears): ask again until both
+    // views agree.
+    let lines = |out: &std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let live = lines(&xfwd_out(&["show", "routes", "--control", &control]).0);
+        let fresh = lines(&xfwd_out(&["show", "routes", "--netns", &fwd]).0);
+        assert!(
+            live.iter().any(|l| l.starts_with("198.18.2.0/24 via")),
+            "{live:?}"
+        );
+        if live == fresh {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance {live:#?}\nfresh mirror {fresh:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Nobody on an explicit socket: an error, not a silent fallback.
+    let (missing, _) = xfwd_out(&["show", "links", "--control", "/run/xfwd/nobody-here.sock"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no xfwd answers"));
 }

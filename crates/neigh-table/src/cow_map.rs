@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned, Shared};
 use foldhash::fast::RandomState;
 
+use crate::guard::check_guard;
+
 /// Buckets of a new or shrunk map.
 const MIN_BUCKETS: usize = 16;
 
@@ -114,6 +116,7 @@ impl<K: Copy + Eq + Hash + 'static, V: Clone + PartialEq + 'static> CowMap<K, V>
 
     /// The value stored under `key`.
     pub(crate) fn get<'g>(&self, key: &K, guard: &'g Guard) -> Option<&'g V> {
+        check_guard(guard);
         let buckets = self.load_buckets(guard);
         let slot = &buckets.slots[self.index(key, buckets)];
         Self::chain(slot, guard)
@@ -124,6 +127,7 @@ impl<K: Copy + Eq + Hash + 'static, V: Clone + PartialEq + 'static> CowMap<K, V>
 
     /// Every entry, in no particular order.
     pub(crate) fn for_each<'g>(&self, guard: &'g Guard, mut f: impl FnMut(&'g K, &'g V)) {
+        check_guard(guard);
         let buckets = self.load_buckets(guard);
         for slot in buckets.slots.iter() {
             for (k, v) in Self::chain(slot, guard) {

@@ -18,6 +18,11 @@
 //! entry either before or after a change, never a torn one. Every change bumps a generation
 //! counter, so a hold queue can poll for "anything changed?" with one atomic load.
 //!
+//! Guards: the writers retire replaced chains into crossbeam-epoch's default collector, so every
+//! reader function panics on a guard that does not pin it (one of another `Collector`, or
+//! `unprotected()`), which would not keep the returned entry alive: two pointers compared, once
+//! per call. addr-table, fib-trie, policy-tree and udp-socktab follow the same rule.
+//!
 //! ```
 //! use std::net::Ipv6Addr;
 //! use std::sync::Arc;
@@ -38,8 +43,21 @@
 //! ```
 
 mod cow_map;
+mod devconf;
+mod guard;
 mod link;
 mod neigh;
 
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = neigh_table::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
+
+pub use devconf::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
 pub use link::{Link, LinkFlags, LinkTable, OperState};
 pub use neigh::{NeighFlags, NeighTable, Neighbour, NudState};

@@ -192,11 +192,17 @@ impl LinkTable {
     }
 
     /// The link with this index.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn get<'g>(&self, ifindex: u32, guard: &'g Guard) -> Option<&'g Link> {
         self.map.get(&ifindex, guard)
     }
 
     /// The link with this name (a scan: for the control plane and the CLI, not the packet path).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn by_name<'g>(&self, name: &str, guard: &'g Guard) -> Option<&'g Link> {
         let mut found = None;
         self.map.for_each(guard, |_, link| {

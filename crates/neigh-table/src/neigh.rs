@@ -227,6 +227,9 @@ impl NeighTable {
 
     /// The neighbour `addr` on `ifindex`. An IPv4-mapped IPv6 address is a different key
     /// from the IPv4 address, as in the kernel's separate ARP and ND tables.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup<'g>(
         &self,
         ifindex: u32,
@@ -237,6 +240,9 @@ impl NeighTable {
     }
 
     /// [`lookup`](Self::lookup) for an IPv4 address (the ARP table).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_v4<'g>(
         &self,
         ifindex: u32,
@@ -247,6 +253,9 @@ impl NeighTable {
     }
 
     /// [`lookup`](Self::lookup) for an IPv6 address (the ND table).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_v6<'g>(
         &self,
         ifindex: u32,

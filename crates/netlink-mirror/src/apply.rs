@@ -44,6 +44,10 @@ pub enum Kind {
     Policy,
     /// Nexthop objects (dumped before routes, which name them).
     Nexthop,
+    /// IPv4 per-device switches (`RTM_GETNETCONF`).
+    Netconf4,
+    /// IPv6 per-device switches.
+    Netconf6,
 }
 
 /// A route's identity for sweeping: everything a leaf's alias holds.
@@ -465,6 +469,14 @@ impl Applier {
                 self.count_kernel_routes();
                 changed?.map(|(op, r)| Change::Route6(op, r))
             }
+            Mapped::Netconf(v6, ifindex, conf) => t
+                .devconf
+                .update(v6, ifindex, conf)
+                .then_some(Change::Netconf(Added, v6, ifindex)),
+            Mapped::NetconfGone(ifindex) => t
+                .devconf
+                .remove(ifindex)
+                .then_some(Change::Netconf(Removed, false, ifindex)),
             Mapped::Nexthop(id, spec) => {
                 let changed = t.nexthops.lock().upsert(id, spec);
                 self.count_kernel_routes();
@@ -829,6 +841,9 @@ impl Applier {
                     }
                 }
             }
+            // Devices' switches go with their devices (`RTM_DELNETCONF`); a stale entry of a
+            // device that is gone is never asked for.
+            Kind::Netconf4 | Kind::Netconf6 => {}
             Kind::Policy => {
                 for p in t.policies.dump() {
                     let key = PolicyKey {

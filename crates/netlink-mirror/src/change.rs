@@ -45,6 +45,10 @@ pub enum Change {
     /// A nexthop object (by id): added or replaced (every route through it, and every group
     /// containing it, changed with it), or removed (its routes were removed before).
     Nexthop(ChangeOp, u32),
+    /// A device's forwarding switches (`forwarding`, `rp_filter`) of a family (IPv6 when
+    /// `true`), or of `all` (-1) / `default` (-2), as they now are ([`ChangeOp::Removed`]: the
+    /// device is gone).
+    Netconf(ChangeOp, bool, i32),
 }
 
 /// Hears of every applied change, on the mirror's control thread. Keep it quick: the

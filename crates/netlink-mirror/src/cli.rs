@@ -1,5 +1,9 @@
 //! The command line as library code, so the `xfwd` binary can reuse it: `route get` in the
 //! format of `ip route get`, and `show routes|addrs|neigh|rules|policies`.
+//!
+//! The formatting functions are always there; the clap derives on [`RouteGetArgs`],
+//! [`ShowArgs`] and [`ShowWhat`] (so a binary can embed them as subcommands) come with the
+//! crate's `cli` feature, which also builds the `xfwd-mirror` binary.
 #![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
@@ -8,8 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use addr_table::Scope as AddrScope;
 use crossbeam_epoch::Guard;
 use fib_trie::{
-    Fib, FibAlias, FibResult, FibRule, Flow, LookupError, NextHop, RouteType, RuleAction, Scope,
-    ids,
+    Fib, FibAlias, FibResult, FibRule, Flow, Gateway, LookupError, NextHop, RouteType, RuleAction,
+    Scope, ids,
 };
 use policy_tree::{Action, Direction, PolicyType};
 
@@ -18,21 +22,23 @@ use crate::key::IpKey;
 use crate::tables::MirroredTables;
 
 /// `route get ADDR [from ADDR] [iif DEV] [oif DEV] [mark N] [--netns NS]`.
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RouteGetArgs {
     /// The destination address.
     pub addr: IpAddr,
     /// Selectors as `ip route get` takes them: `from ADDR`, `iif DEV`, `oif DEV`, `mark N`,
     /// `tos N`.
-    #[arg(value_name = "SELECTOR")]
+    #[cfg_attr(feature = "cli", arg(value_name = "SELECTOR"))]
     pub selectors: Vec<String>,
     /// The network namespace (a name under /run/netns or a path); the current one if absent.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub netns: Option<String>,
 }
 
 /// What `show` lists.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum ShowWhat {
     /// Routes of every table, IPv4 then IPv6 (`ip route show table all`).
     Routes,
@@ -51,12 +57,13 @@ pub enum ShowWhat {
 }
 
 /// `show routes|addrs|neigh|rules|policies|links [--netns NS]`.
-#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct ShowArgs {
     /// What to list.
     pub what: ShowWhat,
     /// The network namespace (a name under /run/netns or a path); the current one if absent.
-    #[arg(long)]
+    #[cfg_attr(feature = "cli", arg(long))]
     pub netns: Option<String>,
 }
 
@@ -246,8 +253,21 @@ fn get<K: IpKey>(
         mark: sel.mark,
         scope: Scope::UNIVERSE,
     };
-    let r: FibResult<'_, K> = fib.lookup(&flow, guard).map_err(CliError::Lookup)?;
     let v6 = K::FAMILY == libc::AF_INET6 as u8;
+    // An IPv4 input route on a device with forwarding off: the kernel answers "No route to
+    // host" for whatever is not local or broadcast (`ip_route_input_slow`). IPv6 routes
+    // input as usual and drops in `ip6_forward`, so `route get` shows the route.
+    let forwarding_off = !v6
+        && iif.is_some_and(|i| {
+            t.devconf.ingress(i, false, guard) == neigh_table::Ingress::ForwardingOff
+        });
+    let r: FibResult<'_, K> = match fib.lookup(&flow, guard) {
+        Err(_) if forwarding_off => return Err(CliError::Lookup(LookupError::Unreachable)),
+        r => r.map_err(CliError::Lookup)?,
+    };
+    if forwarding_off && !matches!(r.route_type(), RouteType::Local | RouteType::Broadcast) {
+        return Err(CliError::Lookup(LookupError::Unreachable));
+    }
     let rtype = r.route_type();
     let hop: Option<&NextHop<K>> = if r.nexthops().len() > 1 {
         r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
@@ -265,7 +285,7 @@ fn get<K: IpKey>(
         let _ = write!(out, " from ::");
     }
     if let Some(gw) = hop.and_then(|h| h.gateway) {
-        let _ = write!(out, " via {}", gw.to_ip());
+        let _ = write!(out, " via {}", via_text(gw));
     }
     // Packets to local addresses leave through the loopback device.
     let local = matches!(rtype, RouteType::Local);
@@ -317,6 +337,15 @@ fn get<K: IpKey>(
     Ok(out)
 }
 
+/// A gateway as `ip` prints it after `via`: the address, with `inet6 ` before an IPv6 gateway
+/// of an IPv4 route (`via inet6 fe80::1`).
+fn via_text<K: IpKey>(g: Gateway<K>) -> String {
+    match g {
+        Gateway::Same(k) => k.to_ip().to_string(),
+        Gateway::Inet6(a) => format!("inet6 {}", Ipv6Addr::from(a)),
+    }
+}
+
 /// The source address the kernel would pick (`fib_result_prefsrc`, or the destination
 /// itself for local routes).
 fn prefsrc<K: IpKey>(
@@ -335,7 +364,8 @@ fn prefsrc<K: IpKey>(
     let hop = hop?;
     match dst.to_ip() {
         IpAddr::V4(_) => {
-            let gw = hop.gateway.map(|g| match g.to_ip() {
+            // An IPv6 gateway (`via inet6`) selects as no gateway does (the kernel passes 0).
+            let gw = hop.gateway.map(|g| match K::gateway_ip(g) {
                 IpAddr::V4(a) => a,
                 IpAddr::V6(_) => Ipv4Addr::UNSPECIFIED,
             });
@@ -608,7 +638,7 @@ fn show_routes<K: IpKey>(
             }
             if let [h] = info.nexthops.as_slice() {
                 if let Some(g) = h.gateway {
-                    let _ = write!(out, " via {}", g.to_ip());
+                    let _ = write!(out, " via {}", via_text(g));
                 }
                 let _ = write!(out, " dev {}", dev_name(t, h.ifindex, guard));
             }
@@ -651,7 +681,7 @@ fn show_routes<K: IpKey>(
                 for h in &info.nexthops {
                     let _ = write!(out, "\tnexthop");
                     if let Some(g) = h.gateway {
-                        let _ = write!(out, " via {}", g.to_ip());
+                        let _ = write!(out, " via {}", via_text(g));
                     }
                     let _ = writeln!(
                         out,

@@ -27,13 +27,14 @@ use netlink_packet_xfrm::policy::DelGetMessage;
 use crate::apply::{Applier, Kind, Seen};
 use crate::error::MapError;
 use crate::map::{Mapped, map_route_socket, map_xfrm};
+use crate::nl_netconf::NetconfMessage;
 use crate::nl_nexthop::{NexthopMessage, RtnlMessage};
 use crate::resolver::RateLimiter;
 use crate::socket::{NlSocket, Recv, wait_any};
 use crate::stats::inc;
 
 /// The rtnetlink multicast groups (`RTNLGRP_*`) the mirror joins.
-pub(crate) const ROUTE_GROUPS: [u32; 9] = [
+pub(crate) const ROUTE_GROUPS: [u32; 11] = [
     1,  // RTNLGRP_LINK
     3,  // RTNLGRP_NEIGH
     5,  // RTNLGRP_IPV4_IFADDR
@@ -43,14 +44,18 @@ pub(crate) const ROUTE_GROUPS: [u32; 9] = [
     11, // RTNLGRP_IPV6_ROUTE
     19, // RTNLGRP_IPV6_RULE
     crate::nl_nexthop::RTNLGRP_NEXTHOP,
+    crate::nl_netconf::RTNLGRP_IPV4_NETCONF,
+    crate::nl_netconf::RTNLGRP_IPV6_NETCONF,
 ];
 /// `XFRMNLGRP_POLICY`.
 pub(crate) const XFRM_GROUPS: [u32; 1] = [netlink_packet_xfrm::XFRMNLGRP_POLICY];
 
 /// The kinds dumped on the route socket, in dependency order (links first: rules and
 /// nexthops name them; nexthop objects before the routes through them).
-const ROUTE_KINDS: [Kind; 8] = [
+const ROUTE_KINDS: [Kind; 10] = [
     Kind::Link,
+    Kind::Netconf4,
+    Kind::Netconf6,
     Kind::Addr,
     Kind::Nexthop,
     Kind::Route4,
@@ -126,6 +131,14 @@ impl From<io::Error> for SyncError {
 fn route_request(kind: Kind) -> RtnlMessage {
     match kind {
         Kind::Nexthop => RtnlMessage::GetNexthop(NexthopMessage::default()),
+        Kind::Netconf4 | Kind::Netconf6 => RtnlMessage::GetNetconf(NetconfMessage {
+            family: if kind == Kind::Netconf6 {
+                libc::AF_INET6 as u8
+            } else {
+                libc::AF_INET as u8
+            },
+            attributes: Vec::new(),
+        }),
         other => RtnlMessage::Route(rtnl_request(other)),
     }
 }
@@ -150,7 +163,7 @@ fn rtnl_request(kind: Kind) -> RouteNetlinkMessage {
         Kind::Neigh => RouteNetlinkMessage::GetNeighbour(NeighbourMessage::default()),
         Kind::Rule4 => rule(AddressFamily::Inet),
         Kind::Rule6 => rule(AddressFamily::Inet6),
-        Kind::Policy | Kind::Nexthop => unreachable_kind(),
+        Kind::Policy | Kind::Nexthop | Kind::Netconf4 | Kind::Netconf6 => unreachable_kind(),
     }
 }
 
@@ -560,6 +573,10 @@ impl Control {
         if let Some(x) = &self.xfrm {
             socks.push(&x.events);
         }
+        // This thread is the tables' writer: what it retired stays in its thread-local bag
+        // until it retires 64 more objects, which a quiet control plane may never do; hand
+        // it to the global queue, where the run loops' pins free it, before waiting.
+        crossbeam_epoch::pin().flush();
         wait_any(&socks, self.settings.poll_interval)?;
         // Bounded so that resolver requests and stop are served during floods.
         let route_overrun = self.drain_route(4096)?;

@@ -57,21 +57,38 @@ pub mod change;
 pub mod cli;
 mod control;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kernel_routes;
 pub mod key;
 pub mod map;
 mod mirror;
 pub mod netns;
 pub mod nexthops;
+pub mod nl_netconf;
 pub mod nl_nexthop;
 mod resolver;
 mod socket;
 pub mod stats;
+#[cfg(test)]
+mod sync_tests;
 pub mod tables;
+
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = netlink_mirror::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
 
 pub use change::{Change, ChangeOp, Observer};
 pub use error::{MapError, MirrorError};
 pub use mirror::{DEFAULT_RCVBUF, Mirror, MirrorHandle, MirrorOptions};
+/// The devices' forwarding switches the mirror keeps ([`MirroredTables::devconf`]).
+pub use neigh_table::{DevConf, DevConfTable, Ingress};
 pub use netns::NetnsSpec;
 pub use resolver::NeighResolver;
 pub use stats::MirrorStats;

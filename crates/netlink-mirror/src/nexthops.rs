@@ -207,7 +207,7 @@ impl Nexthops {
 }
 
 /// A single nexthop as a next hop of family `K` with `weight`, if it is one this family can
-/// hold (an IPv4 route through an IPv6 gateway cannot: `NextHop<u32>` holds IPv4 gateways).
+/// hold: IPv4 routes take IPv4 and IPv6 gateways (RFC 8950), IPv6 routes IPv6 ones.
 fn single<K: IpKey>(spec: &NexthopSpec, weight: u32) -> Option<NextHop<K>> {
     let NexthopSpec::Single {
         gateway,
@@ -220,7 +220,7 @@ fn single<K: IpKey>(spec: &NexthopSpec, weight: u32) -> Option<NextHop<K>> {
     };
     let gateway = match gateway {
         None => None,
-        Some(g) => Some(K::from_ip(*g)?),
+        Some(g) => Some(K::gateway_of(*g)?),
     };
     Some(NextHop {
         gateway,
@@ -241,6 +241,8 @@ pub fn gateway_of(spec: &NexthopSpec) -> Option<IpAddr> {
 
 #[cfg(test)]
 mod tests {
+    use fib_trie::Gateway;
+
     use super::*;
 
     fn single4(gw: &str, ifindex: u32) -> NexthopSpec {
@@ -270,7 +272,7 @@ mod tests {
             g.snapshot()
                 .nexthops()
                 .iter()
-                .map(|h| (h.gateway, h.weight))
+                .map(|h| (h.gateway_same(), h.weight))
                 .collect()
         };
         assert_eq!(
@@ -295,7 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn blackholes_and_other_family_gateways() {
+    fn blackholes_and_ipv6_gateways_of_ipv4_routes() {
         let t = NexthopTable::default();
         let mut n = t.lock();
         n.upsert(1, NexthopSpec::Blackhole);
@@ -316,10 +318,37 @@ mod tests {
                 flags: 0,
             },
         );
-        assert_eq!(n.object4(3).unwrap().snapshot(), NexthopGroup::Kernel);
+        // IPv4 routes through an IPv6 nexthop (RFC 8950): the gateway keeps its family.
+        let ll = u128::from("fe80::1".parse::<std::net::Ipv6Addr>().unwrap());
         assert_eq!(
-            n.object::<u128>(3).unwrap().snapshot().nexthops()[0].gateway,
-            Some(u128::from("fe80::1".parse::<std::net::Ipv6Addr>().unwrap()))
+            n.object4(3).unwrap().snapshot(),
+            NexthopGroup::hops(vec![NextHop::via_inet6(ll, 2)])
+        );
+        assert_eq!(
+            n.object::<u128>(3).unwrap().snapshot().nexthops()[0].gateway_same(),
+            Some(ll)
+        );
+        // A group mixing both families serves IPv4 routes.
+        n.upsert(4, single4("10.1.0.2", 3));
+        n.upsert(
+            5,
+            NexthopSpec::Group {
+                members: vec![(3, 1), (4, 1)],
+                buckets: None,
+            },
+        );
+        let group = n.object4(5).unwrap().snapshot();
+        assert_eq!(
+            group
+                .nexthops()
+                .iter()
+                .map(|h| h.gateway)
+                .collect::<Vec<_>>(),
+            [Some(Gateway::Inet6(ll)), Some(Gateway::Same(0x0a01_0002))]
+        );
+        assert_eq!(
+            n.object::<u128>(5).unwrap().snapshot(),
+            NexthopGroup::Kernel
         );
     }
 }

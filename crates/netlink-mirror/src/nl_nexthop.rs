@@ -26,6 +26,8 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 
+use crate::nl_netconf::{NetconfMessage, RTM_DELNETCONF, RTM_GETNETCONF, RTM_NEWNETCONF};
+
 /// `RTM_NEWNEXTHOP`.
 pub const RTM_NEWNEXTHOP: u16 = 104;
 /// `RTM_DELNEXTHOP`.
@@ -339,7 +341,8 @@ impl Parseable<[u8]> for NexthopMessage {
     }
 }
 
-/// A message of the route socket: one netlink-packet-route knows, or a nexthop message.
+/// A message of the route socket: one netlink-packet-route knows, a nexthop message or a
+/// netconf message ([`crate::nl_netconf`]).
 #[derive(Debug, PartialEq, Eq, Clone)]
 pub enum RtnlMessage {
     /// Links, addresses, routes, neighbours, rules, ...
@@ -350,6 +353,12 @@ pub enum RtnlMessage {
     DelNexthop(NexthopMessage),
     /// `RTM_GETNEXTHOP`.
     GetNexthop(NexthopMessage),
+    /// `RTM_NEWNETCONF`.
+    NewNetconf(NetconfMessage),
+    /// `RTM_DELNETCONF`.
+    DelNetconf(NetconfMessage),
+    /// `RTM_GETNETCONF`.
+    GetNetconf(NetconfMessage),
 }
 
 impl NetlinkSerializable for RtnlMessage {
@@ -359,6 +368,9 @@ impl NetlinkSerializable for RtnlMessage {
             RtnlMessage::NewNexthop(_) => RTM_NEWNEXTHOP,
             RtnlMessage::DelNexthop(_) => RTM_DELNEXTHOP,
             RtnlMessage::GetNexthop(_) => RTM_GETNEXTHOP,
+            RtnlMessage::NewNetconf(_) => RTM_NEWNETCONF,
+            RtnlMessage::DelNetconf(_) => RTM_DELNETCONF,
+            RtnlMessage::GetNetconf(_) => RTM_GETNETCONF,
         }
     }
 
@@ -368,6 +380,9 @@ impl NetlinkSerializable for RtnlMessage {
             RtnlMessage::NewNexthop(m)
             | RtnlMessage::DelNexthop(m)
             | RtnlMessage::GetNexthop(m) => m.buffer_len(),
+            RtnlMessage::NewNetconf(m)
+            | RtnlMessage::DelNetconf(m)
+            | RtnlMessage::GetNetconf(m) => m.buffer_len(),
         }
     }
 
@@ -377,6 +392,9 @@ impl NetlinkSerializable for RtnlMessage {
             RtnlMessage::NewNexthop(m)
             | RtnlMessage::DelNexthop(m)
             | RtnlMessage::GetNexthop(m) => m.emit(buffer),
+            RtnlMessage::NewNetconf(m)
+            | RtnlMessage::DelNetconf(m)
+            | RtnlMessage::GetNetconf(m) => m.emit(buffer),
         }
     }
 }
@@ -389,6 +407,9 @@ impl NetlinkDeserializable for RtnlMessage {
             RTM_NEWNEXTHOP => RtnlMessage::NewNexthop(NexthopMessage::parse(payload)?),
             RTM_DELNEXTHOP => RtnlMessage::DelNexthop(NexthopMessage::parse(payload)?),
             RTM_GETNEXTHOP => RtnlMessage::GetNexthop(NexthopMessage::parse(payload)?),
+            RTM_NEWNETCONF => RtnlMessage::NewNetconf(NetconfMessage::parse(payload)?),
+            RTM_DELNETCONF => RtnlMessage::DelNetconf(NetconfMessage::parse(payload)?),
+            RTM_GETNETCONF => RtnlMessage::GetNetconf(NetconfMessage::parse(payload)?),
             t => RtnlMessage::Route(RouteNetlinkMessage::parse_with_param(payload, t)?),
         })
     }

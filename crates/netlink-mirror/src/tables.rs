@@ -6,7 +6,7 @@ use std::sync::Arc;
 use addr_table::{AddrConfig, AddrTable, NetnsId};
 use dst_cache::Generation;
 use fib_trie::Fib;
-use neigh_table::{LinkTable, NeighTable};
+use neigh_table::{DevConfTable, LinkTable, NeighTable};
 use policy_tree::PolicyDb;
 
 use crate::kernel_routes::KernelRouteBook;
@@ -35,6 +35,9 @@ pub struct MirroredTables {
     pub kernel_routes: Arc<KernelRouteBook>,
     /// Bumped after every applied change (dst-cache entries made before are stale).
     pub generation: Arc<Generation>,
+    /// The devices' forwarding switches (`RTM_NEWNETCONF`); a device not reported yet is
+    /// left to the kernel.
+    pub devconf: Arc<DevConfTable>,
 }
 
 impl MirroredTables {
@@ -57,6 +60,7 @@ impl MirroredTables {
             nexthops: Arc::new(NexthopTable::default()),
             kernel_routes: Arc::new(KernelRouteBook::default()),
             generation: Arc::new(Generation::new()),
+            devconf: Arc::new(DevConfTable::followed()),
         }
     }
 }

@@ -41,22 +41,17 @@ pub enum GenError {
     /// No queues were given, or a queue list had duplicates.
     #[error("invalid queue list: {0}")]
     BadQueues(String),
-    /// The interface name is not a valid C string.
-    #[error("invalid interface name `{0}`")]
-    BadInterface(String),
-    /// Creating the UMEM failed.
-    #[error("creating the UMEM: {0}")]
-    Umem(String),
-    /// Creating or binding the AF_XDP socket failed.
-    #[error("AF_XDP socket on {iface} queue {queue}: {reason}")]
-    Socket {
-        /// The interface.
-        iface: String,
-        /// The queue id.
-        queue: u32,
-        /// What xsk-rs reported.
-        reason: String,
+    /// The UMEM took fewer frames on its fill ring than it has.
+    #[error("the fill ring took {given} of {frames} frames")]
+    FillRing {
+        /// Frames the ring took.
+        given: usize,
+        /// Frames of the UMEM.
+        frames: usize,
     },
+    /// Setting up the UMEM or the AF_XDP socket failed.
+    #[error(transparent)]
+    AfXdp(#[from] afxdp::Error),
     /// A ring operation (poll, sendto wakeup) failed.
     #[error("AF_XDP ring I/O: {0}")]
     Ring(#[from] io::Error),

@@ -70,13 +70,12 @@ pub struct XdpCounters {
 
 impl XdpCounters {
     fn read(xsk: &xsk_rs::RxQueue) -> Self {
-        xsk.fd()
-            .xdp_statistics()
+        afxdp::statistics(xsk.fd())
             .map(|s| XdpCounters {
-                rx_dropped: s.rx_dropped(),
-                rx_ring_full: s.rx_ring_full(),
-                rx_fill_ring_empty: s.rx_fill_ring_empty_descs(),
-                rx_invalid: s.rx_invalid_descs(),
+                rx_dropped: s.rx_dropped,
+                rx_ring_full: s.rx_ring_full,
+                rx_fill_ring_empty: s.rx_fill_ring_empty,
+                rx_invalid: s.rx_invalid_descs,
             })
             .unwrap_or_default()
     }
@@ -154,10 +153,10 @@ impl Receiver {
             // from now on until they come back on the RX ring.
             let given = unsafe { socket.fill.produce(&socket.descs) };
             if given != socket.descs.len() {
-                return Err(GenError::Umem(format!(
-                    "the fill ring took {given} of {} frames",
-                    socket.descs.len()
-                )));
+                return Err(GenError::FillRing {
+                    given,
+                    frames: socket.descs.len(),
+                });
             }
             sockets.push(socket);
         }
@@ -274,6 +273,7 @@ fn run_queue(
         ..
     } = socket;
     let mut descs = vec![FrameDesc::default(); BATCH];
+    let mut pollfd = [afxdp::pollfd(&rx)];
     let mut stats = RxStats::new(flows);
     let mut epoch = 0;
     while !stop.load(Ordering::Acquire) {
@@ -290,7 +290,7 @@ fn run_queue(
         // writing; they are read below and handed back on the fill ring only afterwards.
         let mut n = unsafe { rx.consume(&mut descs) };
         if n == 0 {
-            if !rx.poll(POLL_MS)? {
+            if afxdp::wait_readable(&mut pollfd, POLL_MS) == 0 {
                 continue;
             }
             // SAFETY: as above.
@@ -311,9 +311,7 @@ fn run_queue(
         // every frame of the UMEM, so all of them go back.
         let back = unsafe { fill.produce(&descs[..n]) };
         debug_assert_eq!(back, n);
-        if fill.needs_wakeup() {
-            fill.wakeup(rx.fd_mut(), 0)?;
-        }
+        afxdp::wake_fill(&fill, &rx);
     }
     Ok(())
 }

@@ -246,9 +246,7 @@ fn run_queue(
                 out.uncompleted = in_flight as u64;
                 break;
             }
-            if in_ring > 0 && tx.needs_wakeup() {
-                tx.wakeup()?;
-            } else {
+            if in_ring == 0 || !afxdp::kick_tx(&tx)? {
                 std::thread::yield_now();
             }
             continue;
@@ -259,9 +257,7 @@ fn run_queue(
             n = n.min(tx.nb_free(n as u32) as usize);
         }
         if n == 0 {
-            if in_ring > 0 && tx.needs_wakeup() {
-                tx.wakeup()?;
-            } else {
+            if in_ring == 0 || !afxdp::kick_tx(&tx)? {
                 let wait = pacer.wait_ns(now);
                 if wait > 100_000 {
                     std::thread::sleep(Duration::from_nanos(wait - 50_000));
@@ -301,16 +297,10 @@ fn run_queue(
         out.sent += on_ring as u64;
         pacer.sent(on_ring);
         last_send = now;
-        if tx.needs_wakeup() {
-            tx.wakeup()?;
-        }
+        afxdp::kick_tx(&tx)?;
     }
     out.cpu_ns = thread_cpu_ns().saturating_sub(cpu_start);
-    out.tx_invalid_descs = tx
-        .fd()
-        .xdp_statistics()
-        .map(|s| s.tx_invalid_descs())
-        .unwrap_or(0);
+    out.tx_invalid_descs = afxdp::statistics(tx.fd()).map_or(0, |s| s.tx_invalid_descs);
     Ok((out, last_send.saturating_sub(start)))
 }
 

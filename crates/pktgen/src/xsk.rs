@@ -1,11 +1,8 @@
-//! Opening one AF_XDP socket with its own UMEM (xsk-rs), for sending or for receiving.
+//! Opening one AF_XDP socket with its own UMEM (the [`afxdp`] module), for sending or for
+//! receiving.
 
-use std::num::NonZeroU32;
-
-use xsk_rs::config::{
-    BindFlags, FrameSize, Interface, LibxdpFlags, QueueSize, SocketConfig, UmemConfig, XdpFlags,
-};
-use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, Socket, TxQueue, Umem};
+use afxdp::{Program, SocketOptions, UmemOptions};
+use xsk_rs::{CompQueue, FillQueue, FrameDesc, RxQueue, TxQueue, Umem};
 
 use crate::GenError;
 
@@ -41,56 +38,43 @@ pub struct Xsk {
 }
 
 /// Opens a copy-mode socket (veth has no zero-copy) with `need_wakeup`, `frames` UMEM frames,
-/// rings of `frames / 2` (RX, TX) and `frames` (fill, completion) entries.
+/// rings of `frames / 2` (RX, TX) and `frames` (fill, completion) entries, through the
+/// [`afxdp`] module the forwarder uses too.
 ///
 /// The calling thread must be in the interface's network namespace.
 ///
 /// # Errors
-/// [`GenError::BadInterface`], [`GenError::Umem`], [`GenError::Socket`].
+/// [`GenError::AfXdp`].
 pub fn open(iface: &str, queue: u32, frames: u32, role: Role) -> Result<Xsk, GenError> {
     let frames = frames.next_power_of_two().max(64);
     let ring = frames / 2;
-    let size = |n| QueueSize::new(n).map_err(|e| GenError::Umem(e.to_string()));
-    let umem_config = UmemConfig::builder()
-        .frame_size(FrameSize::new(FRAME_SIZE).map_err(|e| GenError::Umem(e.to_string()))?)
-        .fill_queue_size(size(frames)?)
-        .comp_queue_size(size(frames)?)
-        .build()
-        .map_err(|e| GenError::Umem(e.to_string()))?;
-    let count = NonZeroU32::new(frames).ok_or_else(|| GenError::Umem("no frames".into()))?;
-    let (umem, descs) =
-        Umem::new(umem_config, count, false).map_err(|e| GenError::Umem(e.to_string()))?;
-    let libxdp = match role {
-        Role::Send => LibxdpFlags::XSK_LIBXDP_FLAGS_INHIBIT_PROG_LOAD,
-        Role::Receive => LibxdpFlags::empty(),
+    let (umem, descs) = afxdp::open_umem(&UmemOptions {
+        frame_size: FRAME_SIZE,
+        frames,
+        fill_ring: frames,
+        comp_ring: frames,
+    })?;
+    let options = SocketOptions {
+        rx_ring: ring,
+        tx_ring: ring,
+        zero_copy: false,
+        program: match role {
+            Role::Send => Program::Own,
+            Role::Receive => Program::Libxdp,
+        },
     };
-    let config = SocketConfig::builder()
-        .rx_queue_size(size(ring)?)
-        .tx_queue_size(size(ring)?)
-        .libxdp_flags(libxdp)
-        .xdp_flags(XdpFlags::XDP_FLAGS_DRV_MODE)
-        .bind_flags(BindFlags::XDP_COPY | BindFlags::XDP_USE_NEED_WAKEUP)
-        .build();
-    let interface: Interface = iface
-        .parse()
-        .map_err(|_| GenError::BadInterface(iface.to_owned()))?;
-    let socket_error = |reason: String| GenError::Socket {
+    let socket = afxdp::open_socket(&umem, iface, queue, &options)?;
+    // The UMEM is this socket's alone: the first socket of a pair always gets the rings.
+    let (fill, comp) = socket.rings.ok_or_else(|| afxdp::Error::Socket {
         iface: iface.to_owned(),
         queue,
-        reason,
-    };
-    // SAFETY: this UMEM was created just above and is used by this one socket only, so no
-    // other socket can hand its frames to the kernel; libxdp may load (Receive) or not load
-    // (Send) its program on this (interface, queue).
-    let (tx, rx, rings) = unsafe { Socket::new(config, &umem, &interface, queue) }
-        .map_err(|e| socket_error(e.to_string()))?;
-    let (fill, comp) =
-        rings.ok_or_else(|| socket_error("the first socket of a UMEM has no fill ring".into()))?;
+        reason: "the first socket of a UMEM has no fill ring".into(),
+    })?;
     Ok(Xsk {
         umem,
         descs,
-        tx,
-        rx,
+        tx: socket.tx,
+        rx: socket.rx,
         fill,
         comp,
         tx_ring: ring,

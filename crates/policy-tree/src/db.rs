@@ -14,6 +14,7 @@ use crate::bin::{Bin, BinShape};
 use crate::decide::{Check, check, resolve};
 use crate::epoch::{load, publish, take};
 use crate::exact::ExactTable;
+use crate::guard::check_guard;
 use crate::policy::{Direction, HThresh, Mark, Policy, PolicySpec, PolicyType};
 use crate::registry::{Admitted, Head, Registry};
 use crate::selector::{Flow, Selector};
@@ -441,6 +442,9 @@ impl PolicyDb {
     /// The policy with this direction, type, if_id, mark and selector, found through the
     /// published structure as a reader finds it (`ip xfrm policy get`): the exact chain, or the
     /// bin's tree node that must hold it.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn get<'g>(
         &self,
         selector: &Selector,
@@ -450,6 +454,7 @@ impl PolicyDb {
         mark: Mark,
         guard: &'g Guard,
     ) -> Option<&'g Policy> {
+        check_guard(guard);
         let root = load(&self.root, guard)?;
         if root.hthresh.is_exact(dir, selector) {
             return root.exact[dir.slot()].find(selector, ptype, if_id, mark, guard);
@@ -470,8 +475,23 @@ impl PolicyDb {
     /// when that depends on what the database cannot know.
     ///
     /// Lock-free and allocation-free; the result lives as long as `guard`.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup<'g>(&self, flow: &Flow, dir: Direction, guard: &'g Guard) -> Option<&'g Policy> {
+        check_guard(guard);
+        self.lookup_pinned(flow, dir, guard)
+    }
+
+    /// [`lookup`](Self::lookup) under a guard the caller already checked.
+    #[inline(always)]
+    fn lookup_pinned<'g>(
+        &self,
+        flow: &Flow,
+        dir: Direction,
+        guard: &'g Guard,
+    ) -> Option<&'g Policy> {
         let root = load(&self.root, guard)?;
         let [main, sub] = root.exact[dir.slot()].lookup(flow, None, guard);
         let bins = load(&root.bins, guard);
@@ -500,17 +520,39 @@ impl PolicyDb {
     /// assert!(matches!(db.check(&flow, Direction::Fwd, &guard), Check::Drop(p) if p.dir == Direction::In));
     /// # Ok::<(), policy_tree::Error>(())
     /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn check<'g>(&self, flow: &Flow, dir: Direction, guard: &'g Guard) -> Check<'g> {
+        check_guard(guard);
         let default_block = self.default_block[dir.slot()].load(Ordering::Relaxed);
-        check(dir, default_block, self.lookup(flow, dir, guard), |d| {
-            self.lookup_bytype(flow, d, PolicyType::Main, guard)
-        })
+        check(
+            dir,
+            default_block,
+            self.lookup_pinned(flow, dir, guard),
+            |d| self.lookup_bytype_pinned(flow, d, PolicyType::Main, guard),
+        )
     }
 
     /// The policy of type `ptype` that decides `flow` in direction `dir` (the kernel's
     /// `xfrm_policy_lookup_bytype`).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_bytype<'g>(
+        &self,
+        flow: &Flow,
+        dir: Direction,
+        ptype: PolicyType,
+        guard: &'g Guard,
+    ) -> Option<&'g Policy> {
+        check_guard(guard);
+        self.lookup_bytype_pinned(flow, dir, ptype, guard)
+    }
+
+    /// [`lookup_bytype`](Self::lookup_bytype) under a guard the caller already checked.
+    fn lookup_bytype_pinned<'g>(
         &self,
         flow: &Flow,
         dir: Direction,

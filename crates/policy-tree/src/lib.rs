@@ -41,6 +41,11 @@
 //! - an update (same selector, new priority or action) replaces the policy in one swap;
 //! - a threshold change or a flush publishes a whole new structure in one swap.
 //!
+//! Guards: every public function taking a `Guard` panics unless the guard pins
+//! crossbeam-epoch's default collector (from `crossbeam_epoch::pin()`), the collector the
+//! writers retire into: a guard of another `Collector` would not keep the answer alive. The
+//! check is two pointers compared, once per call.
+//!
 //! # Example
 //!
 //! ```
@@ -80,12 +85,23 @@ mod decide;
 mod epoch;
 mod error;
 mod exact;
+mod guard;
 mod linear;
 mod list;
 mod policy;
 mod registry;
 mod selector;
 mod trie;
+
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = policy_tree::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
 
 pub use addr::{Family, Prefix};
 pub use bin::{BinShape, DstNodeShape, INEXACT_PREFIXLEN_IPV4, INEXACT_PREFIXLEN_IPV6, NodeShape};

@@ -48,23 +48,59 @@ pub(crate) const fn ehash(mix: u32, laddr: u128, lport: u16, faddr: u128, fport:
 
 #[cfg(test)]
 mod tests {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
     use super::*;
-    use crate::addr::mapped;
+    use crate::addr::{bits, mapped};
 
     #[test]
     fn ipv4_and_mapped_hash_alike() {
-        let a = u32::from_be_bytes([10, 1, 2, 3]);
+        let v4 = Ipv4Addr::new(10, 1, 2, 3);
+        // An IPv4 socket's address and a dual-stack socket bound to `::ffff:10.1.2.3` (as the
+        // standard library maps it) land in one hash2 chain.
         assert_eq!(
-            portaddr_hash(7, mapped(a), 53),
-            portaddr_hash(7, mapped(a), 53)
+            portaddr_hash(7, bits(IpAddr::V4(v4)), 53),
+            portaddr_hash(7, bits(IpAddr::V6(v4.to_ipv6_mapped())), 53)
         );
         // `::` and `0.0.0.0` share a chain.
-        assert_eq!(portaddr_hash(7, 0, 53), portaddr_hash(7, mapped(0), 53));
-        // The namespace's mix moves the chain.
-        assert_ne!(
-            portaddr_hash(7, mapped(a), 53),
-            portaddr_hash(8, mapped(a), 53)
+        assert_eq!(
+            portaddr_hash(7, bits(IpAddr::V6(Ipv6Addr::UNSPECIFIED)), 53),
+            portaddr_hash(7, bits(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), 53)
         );
+        // IPv6 addresses with the same low 32 bits that are not v4-mapped hash as IPv6.
+        let h4 = portaddr_hash(7, mapped(u32::from(v4)), 53);
+        for other in ["::10.1.2.3", "2001:db8::10.1.2.3", "::fffe:10.1.2.3"] {
+            let a = u128::from(other.parse::<Ipv6Addr>().unwrap());
+            assert_ne!(portaddr_hash(7, a, 53), h4, "{other}");
+        }
+        // The namespace's mix moves the chain.
+        assert_ne!(h4, portaddr_hash(8, mapped(u32::from(v4)), 53));
         assert_eq!(port_slot(3, 65535, 0xff), 2);
+    }
+
+    #[test]
+    fn addresses_apart_by_any_stride_spread_over_the_chains() {
+        // 4096 addresses one stride apart, one port, 256 chains: 16 per chain on average. A
+        // hash that kept the addresses' structure (an identity, or one that drops some bits)
+        // piles strided addresses up in a few chains.
+        for (mix, stride) in [(0u32, 1u32), (0, 256), (0x5bd1_e995, 1 << 20), (3, 1 << 16)] {
+            let addr = |i: u32| 0x0a00_0000u32.wrapping_add(i.wrapping_mul(stride));
+            let mut v4 = [0u32; 256];
+            let mut v6 = [0u32; 256];
+            let mut four = [0u32; 256];
+            for i in 0..4096 {
+                v4[(portaddr_hash(mix, mapped(addr(i)), 53) & 0xff) as usize] += 1;
+                let a = 0x2001_0db8_u128 << 96 | u128::from(addr(i));
+                v6[(portaddr_hash(mix, a, 53) & 0xff) as usize] += 1;
+                let h = ehash(mix, mapped(0xc000_0201), 53, mapped(addr(i)), 40000);
+                four[(h & 0xff) as usize] += 1;
+            }
+            for (name, chains) in [("hash2 v4", v4), ("hash2 v6", v6), ("hash4", four)] {
+                assert!(
+                    chains.iter().all(|&n| n <= 40),
+                    "{name}, stride {stride}: {chains:?}"
+                );
+            }
+        }
     }
 }

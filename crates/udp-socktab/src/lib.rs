@@ -42,6 +42,9 @@
 //!   thread's pin next collects, a reader's included. After a bulk change (thousands of binds),
 //!   a control plane can free its garbage itself by pinning and calling `Guard::flush` a number
 //!   of times before the run loops notice.
+//! - That collector is the only one that keeps retired memory alive, so [`SockTable::lookup`]
+//!   and [`SockTable::lookup_hash2_only`] panic on a guard that does not pin it (one from
+//!   another `Collector`, or `unprotected()`): two pointers compared, once per call.
 //! - [`reference::Reference`] is the brute-force model the tests compare against.
 //!
 //! ```
@@ -85,12 +88,23 @@ mod chain;
 mod config;
 mod conflict;
 mod error;
+mod guard;
 mod hash;
 pub mod reference;
 mod reuseport;
 mod sock;
 mod table;
 mod writer;
+
+/// The epoch-based reclamation this crate's readers run under, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
+/// this path always holds the version the crate was built with.
+///
+/// ```
+/// let guard = udp_socktab::crossbeam_epoch::pin();
+/// # drop(guard);
+/// ```
+pub use crossbeam_epoch;
 
 pub use config::{
     DEFAULT_LOCAL_PORT_RANGE, MAX_HASH_ENTRIES, MIN_CHILD_HASH_ENTRIES, MIN_HASH_ENTRIES,

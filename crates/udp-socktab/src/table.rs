@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use crossbeam_epoch::{Atomic, Guard, Owned};
 
 use crate::chain::ChainHead;
+use crate::guard::check_guard;
 use crate::hash;
 use crate::reuseport::select_by_hash;
 use crate::sock::{Key, Lookup, NetnsId, Sock};
@@ -249,7 +250,11 @@ impl SockTable {
     /// assert_eq!(table.lookup(&key, &guard).map(|sk| sk.id()), Some(s));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup<'g>(&'g self, lookup: &Lookup, guard: &'g Guard) -> Option<&'g Sock> {
+        check_guard(guard);
         let key = Key::new(lookup)?;
         let (table, mix) = self.table_of(key.netns, guard)?;
         table.lookup(mix, &key, guard)
@@ -259,7 +264,11 @@ impl SockTable {
     /// destination, then at the wildcard. The benchmarks' baseline for connected sockets; it
     /// finds the same socket as [`SockTable::lookup`] except among connected sockets of one
     /// 4-tuple, where hash4 and hash2 order them differently.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn lookup_hash2_only<'g>(&'g self, lookup: &Lookup, guard: &'g Guard) -> Option<&'g Sock> {
+        check_guard(guard);
         let key = Key::new(lookup)?;
         let (table, mix) = self.table_of(key.netns, guard)?;
         table.lookup_hash2(mix, &key, guard)

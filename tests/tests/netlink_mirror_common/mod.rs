@@ -141,7 +141,14 @@ pub fn get_fields(line: &str) -> GetFields {
     f.dst = words.next().unwrap_or_default().to_owned();
     while let Some(w) = words.next() {
         let slot = match w {
-            "via" => &mut f.via,
+            "via" => {
+                // A gateway of another family: `via inet6 fe80::1` (RFC 8950).
+                if let Some(family) = words.next_if(|w| matches!(*w, "inet" | "inet6")) {
+                    f.via.push_str(family);
+                    f.via.push(' ');
+                }
+                &mut f.via
+            }
             "dev" => &mut f.dev,
             "src" => &mut f.src,
             "table" => &mut f.table,

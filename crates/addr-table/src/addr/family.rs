@@ -10,6 +10,7 @@ use super::AddrError;
 use super::entry::IfAddr;
 use super::flags::IfaFlags;
 use super::table::{AddrTable, FamilyTable};
+use crate::inline::Inline;
 
 mod sealed {
     pub trait Sealed {}
@@ -30,7 +31,7 @@ pub struct Removal<A> {
 /// An address family: [`Ipv4Addr`] or [`Ipv6Addr`] (sealed).
 pub trait Family: Copy + Eq + Ord + Debug + Send + Sync + 'static + sealed::Sealed {
     /// The integer the hash tables key on (`u32` / `u128`): one `write_u32`/`write_u128`.
-    type Key: Hash + Eq + Copy + Debug + Send + Sync + 'static;
+    type Key: Inline + Hash + Eq + Copy + Debug + Send + Sync + 'static;
     /// Longest prefix (32 or 128).
     const MAX_PREFIX_LEN: u8;
 

@@ -11,19 +11,42 @@ use super::AddrError;
 use super::entry::{IfAddr, NetnsId};
 use super::family::{Family, Removal};
 use super::flags::IfaFlags;
+use crate::inline::Inline;
 use crate::rhltable::{Params, RhlTable, check_guard};
 
 /// What the address hash holds per address: enough to answer `dev_find` without touching the
-/// interface lists.
-#[derive(Debug)]
+/// interface lists, in two 32-bit words inline in the hash's bucket line (so a lookup reads
+/// one cache line). The interface lists hold the full [`IfAddr`] (flags, scope, lifetimes).
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use addr_table::{AddrTable, IfAddr, NetnsId};
+///
+/// let t = AddrTable::new(NetnsId(1));
+/// t.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
+/// let guard = crossbeam_epoch::pin();
+/// let l = t.family::<Ipv4Addr>().hash().get(&0xc000_0201, &guard).unwrap();
+/// assert_eq!((l.ifindex(), l.prefix_len(), l.answers()), (2, 24, true));
+/// # Ok::<(), addr_table::AddrError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr {
     ifindex: u32,
     prefix_len: u8,
-    /// Updated in place (DAD completion, deprecation) without relinking the object.
-    flags: AtomicU32,
+    /// Whether the address answers `dev_find` (IPv6: not tentative unless optimistic, not
+    /// failed DAD; IPv4: always), computed from its flags by the writer.
+    answers: bool,
 }
 
 impl LocalAddr {
+    fn of<A: Family>(a: &IfAddr<A>) -> Self {
+        LocalAddr {
+            ifindex: a.ifindex,
+            prefix_len: a.prefix_len,
+            answers: A::answers(a.flags),
+        }
+    }
+
     /// The interface holding the address.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
@@ -34,9 +57,33 @@ impl LocalAddr {
         self.prefix_len
     }
 
-    /// Its current flags.
-    pub fn flags(&self) -> IfaFlags {
-        IfaFlags(self.flags.load(Ordering::Acquire))
+    /// Whether the address counts as local for [`AddrTable::dev_find`] and
+    /// [`AddrTable::is_local`] (its flags as of the last add or update).
+    pub fn answers(&self) -> bool {
+        self.answers
+    }
+}
+
+impl Inline for LocalAddr {
+    const WORDS: usize = 2;
+
+    #[inline(always)]
+    fn store(self, words: &[AtomicU32]) {
+        words[0].store(self.ifindex, Ordering::Relaxed);
+        words[1].store(
+            u32::from(self.prefix_len) | (u32::from(self.answers) << 8),
+            Ordering::Relaxed,
+        );
+    }
+
+    #[inline(always)]
+    fn load(words: &[AtomicU32]) -> Self {
+        let w = words[1].load(Ordering::Relaxed);
+        LocalAddr {
+            ifindex: words[0].load(Ordering::Relaxed),
+            prefix_len: w as u8,
+            answers: w & 0x100 != 0,
+        }
     }
 }
 
@@ -134,14 +181,13 @@ impl<A: Family> FamilyTable<A> {
         debug_assert!(removed, "hash and lists agree");
     }
 
-    fn hash_set_flags(&self, a: &IfAddr<A>, guard: &Guard) {
-        if let Some(l) = self
-            .local
-            .get_all(&a.addr.key(), guard)
-            .find(|l| l.ifindex == a.ifindex && l.prefix_len == a.prefix_len)
-        {
-            l.flags.store(a.flags.0, Ordering::Release);
-        }
+    fn hash_set_flags(&self, a: &IfAddr<A>) {
+        let changed = self.local.update(
+            &a.addr.key(),
+            |l| l.ifindex == a.ifindex && l.prefix_len == a.prefix_len,
+            |l| l.answers = A::answers(a.flags),
+        );
+        debug_assert!(changed, "hash and lists agree");
     }
 
     fn add(&self, mut entry: IfAddr<A>) -> Result<IfAddr<A>, AddrError> {
@@ -157,14 +203,7 @@ impl<A: Family> FamilyTable<A> {
         let guard = &epoch::pin();
         let mut list = self.dev_list(guard).get(entry.ifindex).to_vec();
         let slot = A::place(&list, &mut entry)?;
-        self.local.insert(
-            entry.addr.key(),
-            LocalAddr {
-                ifindex: entry.ifindex,
-                prefix_len: entry.prefix_len,
-                flags: AtomicU32::new(entry.flags.0),
-            },
-        )?;
+        self.local.insert(entry.addr.key(), LocalAddr::of(&entry))?;
         list.insert(slot, entry);
         self.publish(entry.ifindex, list, guard);
         Ok(entry)
@@ -189,7 +228,7 @@ impl<A: Family> FamilyTable<A> {
             self.hash_remove(a);
         }
         if let Some(p) = &removal.promoted {
-            self.hash_set_flags(p, guard);
+            self.hash_set_flags(p);
         }
         Ok(removal)
     }
@@ -221,7 +260,7 @@ impl<A: Family> FamilyTable<A> {
         }
         let updated = *x;
         self.publish(ifindex, list, guard);
-        self.hash_set_flags(&updated, guard);
+        self.hash_set_flags(&updated);
         Ok(updated)
     }
 
@@ -298,10 +337,8 @@ impl<A: Family> FamilyTable<A> {
     #[inline]
     fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
         self.local
-            .get_all(&addr.key(), guard)
-            .find(|l| {
-                ifindex.is_none_or(|i| i == l.ifindex)
-                    && A::answers(IfaFlags(l.flags.load(Ordering::Acquire)))
+            .find(&addr.key(), guard, |l| {
+                l.answers && ifindex.is_none_or(|i| i == l.ifindex)
             })
             .map(|l| l.ifindex)
     }

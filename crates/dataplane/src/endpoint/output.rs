@@ -163,7 +163,7 @@ pub(crate) fn output_route(
     if route::is_local_dst(tables, guard, v6, dst) {
         return Err(SendError::LocalDestination);
     }
-    let egress = match route::fib_lookup(tables, guard, v6, src, dst, tos, LOOPBACK_IFINDEX) {
+    let egress = match route::output_lookup(tables, guard, v6, src, dst, tos, LOOPBACK_IFINDEX) {
         Ok(e) => e,
         Err(Route::Local) => return Err(SendError::LocalDestination),
         Err(Route::Reject(_)) => return Err(SendError::NoRoute),
@@ -193,7 +193,16 @@ pub(crate) fn output_route(
         // hop's device by `inet_select_addr(dev, gateway, route scope)`.
         prefsrc.map(u128::from).or_else(|| {
             let scope = found.map_or(0, |r| r.alias.info.scope.0);
-            let gateway = (egress.next_hop != dst).then(|| Ipv4Addr::from(egress.next_hop as u32));
+            // An IPv6 gateway (`via inet6`): `fib_info_update_nhc_saddr` passes
+            // `fib_nh_gw4`, which shares its bytes with the IPv6 address (the first four).
+            let gateway = (egress.next_hop != dst || egress.next_hop_v6).then(|| {
+                let g = if egress.next_hop_v6 {
+                    (egress.next_hop >> 96) as u32
+                } else {
+                    egress.next_hop as u32
+                };
+                Ipv4Addr::from(g)
+            });
             tables
                 .addrs
                 .select_src_v4(egress.oif, gateway, addr_table::Scope(scope), guard)
@@ -322,7 +331,13 @@ impl Queue {
         }
         let hop = match route::complete(
             egress,
-            route::link_answer(tables, guard, v6, egress.oif, egress.next_hop),
+            route::link_answer(
+                tables,
+                guard,
+                egress.next_hop_v6,
+                egress.oif,
+                egress.next_hop,
+            ),
         ) {
             Route::Forward(hop) => hop,
             _ => return Err(SendError::LinkDown),

@@ -303,8 +303,10 @@ fn answer(
             Egress {
                 oif: frame.ifindex,
                 next_hop: a.dst,
+                next_hop_v6: true,
                 multipath: false,
                 route_mtu: None,
+                source_checked: false,
             }
         } else {
             output::output_route(tables, guard, d.v6, a.src, a.dst, 0)?.0

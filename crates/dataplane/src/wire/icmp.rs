@@ -14,6 +14,32 @@ mod field {
 /// The length of the header (type, code, checksum, four bytes of message).
 pub const HEADER_LEN: usize = field::REST.end;
 
+/// ICMP (IPv4) message types the pipeline tells apart (RFC 792, RFC 1812 4.3.2.4).
+pub mod v4_type {
+    /// Destination unreachable (an error).
+    pub const DEST_UNREACHABLE: u8 = 3;
+    /// Source quench (an error, deprecated).
+    pub const SOURCE_QUENCH: u8 = 4;
+    /// Redirect (an error).
+    pub const REDIRECT: u8 = 5;
+    /// Time exceeded (an error).
+    pub const TIME_EXCEEDED: u8 = 11;
+    /// Parameter problem (an error).
+    pub const PARAMETER_PROBLEM: u8 = 12;
+    /// The highest type RFC 1812 knows; unknown types above it are treated as errors.
+    pub const LAST_KNOWN: u8 = 18;
+}
+
+/// ICMPv6 message types the pipeline tells apart (RFC 4443, RFC 4861).
+pub mod v6_type {
+    /// The first informational type: types below it are errors (RFC 4443 2.1).
+    pub const FIRST_INFORMATIONAL: u8 = 128;
+    /// Router solicitation, the first of neighbour discovery's types.
+    pub const ROUTER_SOLICITATION: u8 = 133;
+    /// Redirect, the last of neighbour discovery's types.
+    pub const REDIRECT: u8 = 137;
+}
+
 /// A typed view of an ICMP or ICMPv6 message (header and body).
 ///
 /// ```

@@ -26,6 +26,11 @@ pub const DF: u16 = 0x4000;
 pub const MF: u16 = 0x2000;
 /// The fragment offset bits (in units of 8 bytes) of the flags/offset word.
 pub const OFFSET_MASK: u16 = 0x1fff;
+/// The four TOS bits of RFC 1349 in the TOS byte (between the precedence and the last bit).
+pub const TOS_BITS: u8 = 0x1e;
+/// Precedence "internetwork control" (6) in the TOS byte: what the kernel's ICMP errors carry
+/// (`IPTOS_PREC_INTERNETCONTROL`).
+pub const PREC_INTERNETWORK_CONTROL: u8 = 0xc0;
 
 /// A typed view of an IPv4 packet over any buffer.
 ///
@@ -323,6 +328,91 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     }
 }
 
+/// The fields of an IPv4 header without options, as a value: [`parse`](Self::parse) reads
+/// them from a checked view, [`emit`](Self::emit) writes a whole header (version, length,
+/// checksum included) into a view over at least [`HEADER_LEN`] bytes. Not fragmented: the
+/// flags and offset word is written as zero.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use dataplane::wire::ipv4::{HEADER_LEN, Ipv4Packet, Ipv4Repr};
+/// let repr = Ipv4Repr {
+///     src: Ipv4Addr::new(192, 0, 2, 1),
+///     dst: Ipv4Addr::new(198, 51, 100, 7),
+///     protocol: 1,
+///     ttl: 64,
+///     tos: 0xc0,
+///     ident: 7,
+///     payload_len: 8,
+/// };
+/// let mut bytes = [0u8; HEADER_LEN + 8];
+/// repr.emit(&mut Ipv4Packet::new_unchecked(&mut bytes[..]));
+/// let ip = Ipv4Packet::new_checked(&bytes[..])?;
+/// assert!(ip.verify_checksum());
+/// assert_eq!(Ipv4Repr::parse(&ip)?, repr);
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv4Repr {
+    /// The source address.
+    pub src: Ipv4Addr,
+    /// The destination address.
+    pub dst: Ipv4Addr,
+    /// The upper-layer protocol.
+    pub protocol: u8,
+    /// The time to live.
+    pub ttl: u8,
+    /// The DSCP/ECN byte.
+    pub tos: u8,
+    /// The identification.
+    pub ident: u16,
+    /// The payload's length (the total length minus the header's).
+    pub payload_len: usize,
+}
+
+impl Ipv4Repr {
+    /// The fields of a view.
+    ///
+    /// # Errors
+    /// As [`Ipv4Packet::check_len`] (the caller's other checks, version and checksum, are
+    /// its own).
+    pub fn parse<T: AsRef<[u8]>>(packet: &Ipv4Packet<T>) -> Result<Ipv4Repr, WireError> {
+        packet.check_len()?;
+        Ok(Ipv4Repr {
+            src: packet.src_addr(),
+            dst: packet.dst_addr(),
+            protocol: packet.protocol(),
+            ttl: packet.ttl(),
+            tos: packet.tos(),
+            ident: packet.ident(),
+            payload_len: usize::from(packet.total_len()) - packet.header_len(),
+        })
+    }
+
+    /// The length of the header it emits.
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Writes the header, checksum included, into the first [`HEADER_LEN`] bytes of `packet`.
+    ///
+    /// # Panics
+    /// If the buffer is shorter than [`HEADER_LEN`], or the total length exceeds 65,535.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv4Packet<T>) {
+        packet.set_version_header_len(HEADER_LEN);
+        packet.set_tos(self.tos);
+        let total = u16::try_from(HEADER_LEN + self.payload_len).expect("an IPv4 total length");
+        packet.set_total_len(total);
+        packet.set_ident(self.ident);
+        packet.set_flags_offset(0);
+        packet.set_ttl(self.ttl);
+        packet.set_protocol(self.protocol);
+        packet.set_src_addr(self.src);
+        packet.set_dst_addr(self.dst);
+        packet.fill_checksum();
+    }
+}
+
 /// Option types (RFC 791): the copy flag is the top bit of the type.
 pub mod option {
     /// End of option list.
@@ -386,6 +476,36 @@ mod tests {
         ];
         Ipv4Packet::new_unchecked(&mut b[..]).fill_checksum();
         b
+    }
+
+    #[test]
+    fn test_repr_parse_and_emit() {
+        let b = header();
+        let repr = Ipv4Repr::parse(&Ipv4Packet::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(
+            repr,
+            Ipv4Repr {
+                src: Ipv4Addr::new(10, 1, 2, 3),
+                dst: Ipv4Addr::new(10, 4, 5, 6),
+                protocol: 6,
+                ttl: 9,
+                tos: 0x10,
+                ident: 0x1234,
+                payload_len: 0,
+            }
+        );
+        let mut out = [0xffu8; 20];
+        repr.emit(&mut Ipv4Packet::new_unchecked(&mut out[..]));
+        // The options and the fragment word are not part of the repr.
+        let mut expected = [
+            0x45, 0x10, 0, 20, 0x12, 0x34, 0, 0, 9, 6, 0, 0, 10, 1, 2, 3, 10, 4, 5, 6,
+        ];
+        Ipv4Packet::new_unchecked(&mut expected[..]).fill_checksum();
+        assert_eq!(out, expected);
+        assert_eq!(
+            Ipv4Repr::parse(&Ipv4Packet::new_unchecked(&b[..10])),
+            Err(WireError::Truncated)
+        );
     }
 
     #[test]

@@ -341,6 +341,79 @@ pub fn walk_extensions(first: u8, payload: &[u8], max_headers: usize) -> Result<
     }
 }
 
+/// The fields of a fixed IPv6 header, as a value: [`parse`](Self::parse) reads them from a
+/// checked view, [`emit`](Self::emit) writes the whole header (flow label zero) into a view
+/// over at least [`HEADER_LEN`] bytes.
+///
+/// ```
+/// use std::net::Ipv6Addr;
+/// use dataplane::wire::ipv6::{HEADER_LEN, Ipv6Packet, Ipv6Repr};
+/// let repr = Ipv6Repr {
+///     src: "2001:db8::1".parse().unwrap(),
+///     dst: "2001:db8::2".parse().unwrap(),
+///     next_header: 58,
+///     hop_limit: 64,
+///     traffic_class: 0,
+///     payload_len: 8,
+/// };
+/// let mut bytes = [0u8; HEADER_LEN + 8];
+/// repr.emit(&mut Ipv6Packet::new_unchecked(&mut bytes[..]));
+/// assert_eq!(Ipv6Repr::parse(&Ipv6Packet::new_checked(&bytes[..])?)?, repr);
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ipv6Repr {
+    /// The source address.
+    pub src: Ipv6Addr,
+    /// The destination address.
+    pub dst: Ipv6Addr,
+    /// The first next header.
+    pub next_header: u8,
+    /// The hop limit.
+    pub hop_limit: u8,
+    /// The traffic class.
+    pub traffic_class: u8,
+    /// The payload length (extension headers included).
+    pub payload_len: usize,
+}
+
+impl Ipv6Repr {
+    /// The fields of a view.
+    ///
+    /// # Errors
+    /// As [`Ipv6Packet::check_len`].
+    pub fn parse<T: AsRef<[u8]>>(packet: &Ipv6Packet<T>) -> Result<Ipv6Repr, WireError> {
+        packet.check_len()?;
+        Ok(Ipv6Repr {
+            src: packet.src_addr(),
+            dst: packet.dst_addr(),
+            next_header: packet.next_header(),
+            hop_limit: packet.hop_limit(),
+            traffic_class: packet.traffic_class(),
+            payload_len: usize::from(packet.payload_len()),
+        })
+    }
+
+    /// The length of the header it emits.
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Writes the header into the first [`HEADER_LEN`] bytes of `packet`.
+    ///
+    /// # Panics
+    /// If the buffer is shorter than [`HEADER_LEN`], or the payload length exceeds 65,535.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Ipv6Packet<T>) {
+        packet.set_version_tc_flow(self.traffic_class, 0);
+        let len = u16::try_from(self.payload_len).expect("an IPv6 payload length");
+        packet.set_payload_len(len);
+        packet.set_next_header(self.next_header);
+        packet.set_hop_limit(self.hop_limit);
+        packet.set_src_addr(self.src);
+        packet.set_dst_addr(self.dst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -366,6 +439,33 @@ mod tests {
         assert_eq!(ip.src_addr().segments()[0], 0x2000);
         assert_eq!(ip.dst_addr(), Ipv6Addr::from(1u128));
         assert_eq!(ip.payload().len(), 8);
+    }
+
+    #[test]
+    fn test_repr_parse_and_emit() {
+        let mut b = [0u8; 48];
+        b[..8].copy_from_slice(&[0x6a, 0xb0, 0, 0, 0, 8, 17, 1]);
+        b[8] = 0x20;
+        b[39] = 1;
+        let repr = Ipv6Repr::parse(&Ipv6Packet::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(
+            repr,
+            Ipv6Repr {
+                src: Ipv6Addr::from(0x20u128 << 120),
+                dst: Ipv6Addr::from(1u128),
+                next_header: 17,
+                hop_limit: 1,
+                traffic_class: 0xab,
+                payload_len: 8,
+            }
+        );
+        let mut out = [0xffu8; 40];
+        repr.emit(&mut Ipv6Packet::new_unchecked(&mut out[..]));
+        assert_eq!(out[..], b[..40]);
+        assert_eq!(
+            Ipv6Repr::parse(&Ipv6Packet::new_unchecked(&b[..39])),
+            Err(WireError::Truncated)
+        );
     }
 
     #[test]

@@ -35,10 +35,12 @@ pub mod protocol {
 pub fn ports(protocol: u8, l4: &[u8]) -> Option<(u16, u16)> {
     match protocol {
         protocol::TCP | protocol::UDP | protocol::UDPLITE | protocol::SCTP | protocol::DCCP => {
-            (l4.len() >= 4).then(|| (get16(l4, 0..2), get16(l4, 2..4)))
+            let &[s0, s1, d0, d1] = l4.first_chunk::<4>()?;
+            Some((u16::from_be_bytes([s0, s1]), u16::from_be_bytes([d0, d1])))
         }
         protocol::ICMP | protocol::ICMPV6 => {
-            (l4.len() >= 2).then(|| (u16::from(l4[0]), u16::from(l4[1])))
+            let &[kind, code] = l4.first_chunk::<2>()?;
+            Some((u16::from(kind), u16::from(code)))
         }
         _ => None,
     }

@@ -1,6 +1,6 @@
 //! Building a subtree of the fast structure from the prefixes under it, leaf-pushed.
 
-use super::node::{Entry, new_node};
+use super::node::{Entry, new_node, new_skip};
 use super::{STRIDE, index_at};
 use crate::key::TrieKey;
 
@@ -16,6 +16,9 @@ pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K
         return Entry::Leaf(default);
     }
     debug_assert!(depth < K::BITS);
+    if let Some(skip) = skip(key, depth, default, items) {
+        return skip;
+    }
     debug_assert!(
         items
             .iter()
@@ -69,7 +72,7 @@ pub(crate) fn assemble(entries: &[Entry; 64]) -> Entry {
     let mut last = None;
     for (i, e) in entries.iter().enumerate() {
         match *e {
-            Entry::Node(_) => {
+            Entry::Node(_) | Entry::Skip(_) => {
                 vector |= 1 << i;
                 children.push(*e);
             }
@@ -86,4 +89,30 @@ pub(crate) fn assemble(entries: &[Entry; 64]) -> Entry {
         return Entry::Leaf(leaves[0]);
     }
     Entry::Node(new_node(vector, leafvec, &children, &leaves))
+}
+
+/// Bits a skip node must save before it replaces nodes: it costs one load, as a node does,
+/// so it pays once it spares two.
+const SKIP_AT_LEAST: u8 = 2 * STRIDE;
+
+/// A skip node for the region `key/depth` if all its `items` lie below one prefix at least
+/// [`SKIP_AT_LEAST`] bits longer than `depth`.
+fn skip<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K>]) -> Option<Entry> {
+    // Items are sorted by key: the first and the last share the prefix all of them share.
+    let (first, last) = (items.first()?, items.last()?);
+    let common = (first.0 ^ last.0)
+        .highest_bit()
+        .map_or(K::BITS, |b| K::BITS - 1 - b);
+    let len = items.iter().map(|i| i.1).fold(common, u8::min);
+    if len < depth + SKIP_AT_LEAST {
+        return None;
+    }
+    let prefix = first.0 & K::prefix_mask(len);
+    debug_assert_eq!((prefix ^ key) & K::prefix_mask(depth), K::ZERO);
+    // An item of exactly `len` bits (at most one: they all share those bits) answers for
+    // the keys below the skip that no longer item covers.
+    let inner = items.iter().find(|i| i.1 == len).map_or(default, |i| i.2);
+    let longer: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 > len).collect();
+    let next = build(prefix, len, inner, &longer);
+    Some(Entry::Skip(new_skip(prefix, len, default, next)))
 }

@@ -175,3 +175,68 @@ fn an_empty_structure_answers_nothing() {
     assert_eq!(fast.lookup(0x0102_0304, guard), None);
     assert!(fast.bytes() > 0);
 }
+
+/// Lone long prefixes in sparse regions take skip nodes (a /48 under a /32, a /30 under a
+/// /24); lookups through them, around them and after changes inside, beside and above them
+/// agree with the trie.
+#[test]
+fn sparse_regions_skip_and_follow_changes() {
+    let trie = LcTrie::<u128, u32>::new();
+    // Enough prefixes elsewhere for the wide first level.
+    for i in 0..WIDE_AT as u128 {
+        trie.insert((0x3000 << 112) | (i << 96), 32, 1).unwrap();
+    }
+    let net32 = 0x2001_0db8_u128 << 96;
+    let lone48 = net32 | (0x00ab << 80);
+    let mut prefixes = vec![(net32, 32), (lone48, 48)];
+    trie.insert(net32, 32, 10).unwrap();
+    trie.insert(lone48, 48, 11).unwrap();
+    let fast = FastLpm::<u128>::new();
+    fast.rebuild(&mut &trie);
+    {
+        let guard = &epoch::pin();
+        let root = fast.root(guard);
+        let mut entry = Entry::load(&root.slots[root.slot_index(lone48)]);
+        let mut depth = root.bits;
+        let mut skipped = false;
+        loop {
+            match entry {
+                Entry::Leaf(_) => break,
+                Entry::Node(n) => {
+                    // SAFETY: read under `guard`.
+                    entry = unsafe { step(n, index_at(lone48, depth)) };
+                    depth += STRIDE;
+                }
+                Entry::Skip(s) => {
+                    skipped = true;
+                    // SAFETY: read under `guard`.
+                    let (len, next) = unsafe { skip_next(s) };
+                    (entry, depth) = (Entry::load(next), len);
+                }
+            }
+        }
+        assert!(skipped, "the lone /48 is reached through a skip node");
+    }
+    agree(&fast, &trie, &probes(&prefixes, &[])).unwrap();
+    let changes: [(u128, u8, Option<u32>); 6] = [
+        (lone48 | (1 << 70), 58, Some(12)),     // below the skip's prefix
+        (net32 | (0x00ac << 80), 48, Some(13)), // beside it: the region is rebuilt
+        (net32, 40, Some(14)),                  // above it, inside the skipped bits
+        (lone48, 48, None),
+        (net32 | (0x00ac << 80), 48, None),
+        (net32, 32, None),
+    ];
+    for (key, plen, answer) in changes {
+        match answer {
+            Some(a) => {
+                trie.insert(key, plen, a).unwrap();
+                prefixes.push((key, plen));
+            }
+            None => {
+                trie.remove(key, plen).unwrap();
+            }
+        }
+        fast.update(key, plen, &mut &trie);
+        agree(&fast, &trie, &probes(&prefixes, &[])).unwrap();
+    }
+}

@@ -177,6 +177,11 @@ pub enum Mapped {
     Nexthop(u32, NexthopSpec),
     /// `RTM_DELNEXTHOP`.
     NexthopGone(u32),
+    /// `RTM_NEWNETCONF`: what changed in the switches of a device (or `all`, `default`) of a
+    /// family (IPv6 when `true`).
+    Netconf(bool, i32, neigh_table::DevConf),
+    /// `RTM_DELNETCONF`: the device is gone.
+    NetconfGone(i32),
     /// A message outside what the mirror keeps (see [`Ignored`]).
     Ignored(Ignored),
 }
@@ -271,8 +276,51 @@ pub fn map_route_socket(
         M::Route(m) => map_rtnl(m, nl_flags, dump),
         M::NewNexthop(m) => map_nexthop(m, true),
         M::DelNexthop(m) => map_nexthop(m, false),
-        M::GetNexthop(_) => Ok(Mapped::Ignored(Ignored::MessageType)),
+        M::GetNexthop(_) | M::GetNetconf(_) => Ok(Mapped::Ignored(Ignored::MessageType)),
+        M::NewNetconf(m) | M::DelNetconf(m) => map_netconf(m, matches!(msg, M::NewNetconf(_))),
     }
+}
+
+/// Maps a netconf message: `new` for `RTM_NEWNETCONF`, else `RTM_DELNETCONF`.
+///
+/// ```
+/// use netlink_mirror::map::{map_netconf, Mapped};
+/// use netlink_mirror::nl_netconf::{NetconfAttribute as A, NetconfMessage};
+///
+/// let m = NetconfMessage { family: libc::AF_INET as u8, attributes: vec![A::Ifindex(3), A::Forwarding(0)] };
+/// let Ok(Mapped::Netconf(false, 3, conf)) = map_netconf(&m, true) else { panic!() };
+/// assert_eq!((conf.forwarding, conf.rp_filter), (Some(false), None));
+/// ```
+///
+/// # Errors
+/// [`MapError::Missing`] without `NETCONFA_IFINDEX`.
+pub fn map_netconf(msg: &crate::nl_netconf::NetconfMessage, new: bool) -> Result<Mapped, MapError> {
+    use crate::nl_netconf::NetconfAttribute as A;
+    let v6 = match msg.family {
+        f if f == libc::AF_INET as u8 => false,
+        f if f == libc::AF_INET6 as u8 => true,
+        // MPLS and others: not about IP forwarding.
+        _ => return Ok(Mapped::Ignored(Ignored::Family)),
+    };
+    let mut ifindex = None;
+    let mut conf = neigh_table::DevConf::default();
+    for a in &msg.attributes {
+        match a {
+            A::Ifindex(i) => ifindex = Some(*i),
+            A::Forwarding(f) => conf.forwarding = Some(*f != 0),
+            A::RpFilter(r) => conf.rp_filter = Some(u8::try_from(*r).unwrap_or(u8::MAX)),
+            A::Other(_) => {}
+        }
+    }
+    let ifindex = ifindex.ok_or(MapError::Missing {
+        message: "netconf",
+        attribute: "NETCONFA_IFINDEX",
+    })?;
+    Ok(if new {
+        Mapped::Netconf(v6, ifindex, conf)
+    } else {
+        Mapped::NetconfGone(ifindex)
+    })
 }
 
 /// An [`IpAddr`] of the family the key type names, or a family error.

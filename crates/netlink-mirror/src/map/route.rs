@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use fib_trie::{
-    Metrics, NextHop, NextHopFlags, NexthopGroup, NexthopObject, Route, RouteInfo, RouteType, Scope,
+    Gateway, Metrics, NextHop, NextHopFlags, NexthopGroup, NexthopObject, Route, RouteInfo,
+    RouteType, Scope,
 };
 use netlink_packet_core::Nla;
 use netlink_packet_route::AddressFamily;
@@ -22,11 +23,12 @@ const MESSAGE: &str = "route";
 /// Maps a route message: `upsert` is `Some` for `RTM_NEWROUTE`, `None` for `RTM_DELROUTE`.
 ///
 /// # Errors
-/// Types the FIB does not hold, source-specific routes, nexthop objects, encapsulation,
-/// addresses of the wrong family, and routes the FIB would refuse.
+/// Addresses of the wrong family (other than a gateway) and routes the FIB would refuse.
+/// IPv4 routes through IPv6 gateways (`RTA_VIA`, RFC 8950) map to next hops with a
+/// [`Gateway::Inet6`].
 ///
 /// A route the FIB cannot represent but the kernel routes by (an encapsulation, a
-/// source-specific route, an unknown type or attribute, a gateway of the other family) maps to
+/// source-specific route, an unknown type or attribute, an IPv4 gateway on an IPv6 route) maps to
 /// its "kernel decides" stand-in, [`Mapped::Kernel4`] / [`Mapped::Kernel6`].
 pub fn map_route(msg: &RouteMessage, upsert: Option<Upsert>) -> Result<Mapped, MapError> {
     if msg.header.flags.contains(RouteFlags::Cloned) {
@@ -146,27 +148,33 @@ fn address<K: IpKey>(a: &RouteAddress) -> Result<K, MapError> {
     }
 }
 
-fn via<K: IpKey>(v: &RouteVia) -> Result<K, MapError> {
-    match v {
-        RouteVia::Inet(v4) => key_of(std::net::IpAddr::V4(*v4), MESSAGE),
-        RouteVia::Inet6(v6) => key_of(std::net::IpAddr::V6(*v6), MESSAGE),
-        other => Err(MapError::Family {
-            message: MESSAGE,
-            detail: format!("via {other:?}"),
-        }),
-    }
-}
-
-/// The gateway among a next hop's (or a single-path route's) attributes.
-fn gateway<K: IpKey>(attrs: &[RouteAttribute]) -> Result<Option<K>, MapError> {
-    let other_family = |e| match e {
-        MapError::Family { detail, .. } => MapError::GatewayFamily(detail),
-        e => e,
-    };
+/// The gateway among a next hop's (or a single-path route's) attributes: `RTA_GATEWAY` (of the
+/// route's family) or `RTA_VIA` (of the route's family, or IPv6 on an IPv4 route).
+fn gateway<K: IpKey>(attrs: &[RouteAttribute]) -> Result<Option<Gateway<K>>, MapError> {
     for a in attrs {
         match a {
-            RouteAttribute::Gateway(g) => return address(g).map(Some).map_err(other_family),
-            RouteAttribute::Via(v) => return via(v).map(Some).map_err(other_family),
+            RouteAttribute::Gateway(g) => {
+                let ip = match g {
+                    RouteAddress::Inet(v4) => std::net::IpAddr::V4(*v4),
+                    RouteAddress::Inet6(v6) => std::net::IpAddr::V6(*v6),
+                    other => return Err(MapError::GatewayFamily(format!("{other:?}"))),
+                };
+                // RTA_GATEWAY is always of the route's family.
+                return match K::from_ip(ip) {
+                    Some(k) => Ok(Some(Gateway::Same(k))),
+                    None => Err(MapError::GatewayFamily(format!("{ip}"))),
+                };
+            }
+            RouteAttribute::Via(v) => {
+                let ip = match v {
+                    RouteVia::Inet(v4) => std::net::IpAddr::V4(*v4),
+                    RouteVia::Inet6(v6) => std::net::IpAddr::V6(*v6),
+                    other => return Err(MapError::GatewayFamily(format!("via {other:?}"))),
+                };
+                return K::gateway_of(ip)
+                    .map(Some)
+                    .ok_or_else(|| MapError::GatewayFamily(format!("via {ip}")));
+            }
             RouteAttribute::Encap(_) | RouteAttribute::EncapType(_) => {
                 return Err(MapError::Encap);
             }
@@ -361,6 +369,66 @@ mod tests {
     }
 
     #[test]
+    fn ipv4_routes_via_ipv6_gateways_single_and_multipath() {
+        let ll: Ipv6Addr = "fe80::1".parse().unwrap();
+        let global: Ipv6Addr = "fd00:2::2".parse().unwrap();
+        let mut m = v4_message(NlType::Unicast);
+        m.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_)));
+        m.attributes.push(RouteAttribute::Via(RouteVia::Inet6(ll)));
+        let Mapped::Route4(r, _) = map_route(&m, Some(Upsert::Dump)).unwrap() else {
+            panic!("not an IPv4 route");
+        };
+        assert_eq!(r.info.nexthops, vec![NextHop::via_inet6(u128::from(ll), 3)]);
+
+        // An IPv4 gateway in RTA_VIA is an ordinary gateway.
+        let mut m4 = v4_message(NlType::Unicast);
+        m4.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_)));
+        m4.attributes
+            .push(RouteAttribute::Via(RouteVia::Inet(Ipv4Addr::new(
+                10, 1, 0, 9,
+            ))));
+        let Mapped::Route4(r, _) = map_route(&m4, Some(Upsert::Dump)).unwrap() else {
+            panic!("not an IPv4 route");
+        };
+        assert_eq!(r.info.nexthops, vec![NextHop::new(Some(0x0a01_0009), 3)]);
+
+        let mut mp = v4_message(NlType::Unicast);
+        mp.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Gateway(_) | RouteAttribute::Oif(_)));
+        let hop = |attr, ifindex| {
+            let mut h = RouteNextHop::default();
+            h.interface_index = ifindex;
+            h.attributes = vec![attr];
+            h
+        };
+        mp.attributes.push(RouteAttribute::MultiPath(vec![
+            hop(RouteAttribute::Via(RouteVia::Inet6(global)), 4),
+            hop(
+                RouteAttribute::Gateway(RouteAddress::Inet(Ipv4Addr::new(10, 1, 0, 2))),
+                3,
+            ),
+        ]));
+        let Mapped::Route4(r, _) = map_route(&mp, Some(Upsert::Dump)).unwrap() else {
+            panic!("not an IPv4 route");
+        };
+        let gws: Vec<_> = r
+            .info
+            .nexthops
+            .iter()
+            .map(|h| (h.gateway, h.ifindex))
+            .collect();
+        assert_eq!(
+            gws,
+            vec![
+                (Some(Gateway::Inet6(u128::from(global))), 4),
+                (Some(Gateway::Same(0x0a01_0002)), 3)
+            ]
+        );
+    }
+
+    #[test]
     fn metrics_are_kept_and_a_malformed_one_is_an_error() {
         let mut m = v4_message(NlType::Unicast);
         m.attributes.push(RouteAttribute::Metrics(vec![
@@ -497,17 +565,22 @@ mod tests {
             )));
         assert_eq!(stand_in(&odd).reason, "route-attribute");
 
-        let mut v6_gw = v4_message(NlType::Unicast);
-        v6_gw
-            .attributes
-            .retain(|a| !matches!(a, RouteAttribute::Gateway(_)));
-        v6_gw.attributes.push(RouteAttribute::Via(RouteVia::Inet6(
-            "fe80::1".parse().unwrap(),
-        )));
-        let k = stand_in(&v6_gw);
+        // A gateway of a family the route cannot take (IPv4 on an IPv6 route; the kernel
+        // refuses RTA_VIA on IPv6 routes, but a message saying so is still not followed).
+        let mut v4_gw = v4_message(NlType::Unicast);
+        v4_gw.header.address_family = AddressFamily::Inet6;
+        v4_gw.attributes = vec![
+            RouteAttribute::Destination(RouteAddress::Inet6("2001:db8::".parse().unwrap())),
+            RouteAttribute::Via(RouteVia::Inet(Ipv4Addr::new(10, 1, 0, 2))),
+            RouteAttribute::Oif(3),
+        ];
+        v4_gw.header.destination_prefix_length = 32;
+        let Ok(Mapped::Kernel6(k, _)) = map_route(&v4_gw, Some(Upsert::Dump)) else {
+            panic!("not a kernel-decides route");
+        };
         assert_eq!(k.reason, "gateway-family");
         // Two kernel routes behind one stand-in are told apart by their origin.
-        assert_ne!(k.origin, stand_in(&encap).origin);
+        assert_ne!(stand_in(&odd).origin, stand_in(&encap).origin);
         assert_eq!(stand_in(&encap).origin, stand_in(&encap).origin);
 
         let mut mixed = v4_message(NlType::Unicast);

@@ -1,0 +1,213 @@
+//! Quick probe of lookup costs with distinct keys (a profiling aid; the report's numbers come
+//! from `cargo bench --bench fib-lookup`): best of five passes over a 10-million-key stream,
+//! per engine, for bgp-full-v4 and bgp-full-v6 (or one: `lpm_probe v4`).
+//!
+//! `ONLY=<suffix>` runs the engines whose label ends with it (for `perf record`);
+//! `FIBLIKE=1` builds the bare structure with answers shaped like a FIB's interned results
+//! (next hop and prefix length) instead of origin ASNs. On a loaded machine, run it as
+//! `chrt -f 50 taskset -c 1 target/release/examples/lpm_probe`.
+//!
+//! `cargo build --release -p xfwd-benches --features dpdk --example lpm_probe`
+use std::collections::HashSet;
+use std::time::Instant;
+
+use crossbeam_epoch as epoch;
+use fib_trie::{FastLpm, Fib, Flow, LcTrie, NextHop, Route, TrieKey};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use xfwd_benches::data::routes;
+
+const STREAM: usize = 10_000_000;
+const CHUNK: usize = 4096;
+
+fn best(label: &str, mut pass: impl FnMut() -> u64) {
+    if let Ok(only) = std::env::var("ONLY")
+        && !label.ends_with(&only)
+    {
+        return;
+    }
+    let mut best = f64::MAX;
+    let mut sum = 0u64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        sum = sum.wrapping_add(pass());
+        best = best.min(t.elapsed().as_secs_f64() * 1e9 / STREAM as f64);
+    }
+    println!("{label:40} {best:6.2} ns  ({sum:x})");
+}
+
+type Bulk = Box<dyn Fn(usize, &mut [u64])>;
+
+fn run<K: TrieKey + Send + Sync>(
+    name: &str,
+    p: &[(K, u8, u32)],
+    rand_key: impl Fn(&mut StdRng) -> K,
+    rte: impl Fn(&[(K, u8, u32)], &[K]) -> Bulk,
+) {
+    let trie = LcTrie::new();
+    trie.insert_many(p.iter().copied()).unwrap();
+    let trie2 = LcTrie::new();
+    trie2
+        .insert_many(
+            p.iter()
+                .map(|&(k, l, v)| (k, l, (v % 16) * 256 + u32::from(l))),
+        )
+        .unwrap();
+    let fast = FastLpm::new();
+    if std::env::var("FIBLIKE").is_ok() {
+        fast.rebuild(&mut &trie2);
+    } else {
+        fast.rebuild(&mut &trie);
+    }
+
+    let fib = Fib::new();
+    let routes: Vec<Route<K>> = p
+        .iter()
+        .map(|&(k, l, v)| Route::unicast(k, l, 254, vec![NextHop::new(None, 1 + v % 16)]))
+        .collect();
+    fib.insert_many(&routes).unwrap();
+    println!("{name}: fast {} B", fast.bytes());
+    println!(
+        "{name}: fib {:?}",
+        fib.table(254, &epoch::pin()).unwrap().fast_stats()
+    );
+    for announced in [false, true] {
+        let mut rng = StdRng::seed_from_u64(7);
+        let keys: Vec<K> = (0..STREAM)
+            .map(|_| {
+                if announced {
+                    let (k, l, _) = p[rng.random_range(0..p.len())];
+                    k | (rand_key(&mut rng) & !K::prefix_mask(l))
+                } else {
+                    rand_key(&mut rng)
+                }
+            })
+            .collect();
+        let kind = if announced { "announced" } else { "uniform" };
+        let bulk = rte(p, &keys);
+        let mut ids = vec![0u64; CHUNK];
+        best(&format!("{name} {kind} rte"), || {
+            let mut s = 0u64;
+            for at in (0..STREAM).step_by(CHUNK) {
+                let n = CHUNK.min(STREAM - at);
+                bulk(at, &mut ids[..n]);
+                for &v in &ids[..n] {
+                    s = s.wrapping_mul(31).wrapping_add(v);
+                }
+            }
+            s
+        });
+        best(&format!("{name} {kind} fast-lpm"), || {
+            let mut s = 0u64;
+            for c in keys.chunks(CHUNK) {
+                let g = epoch::pin();
+                for &k in c {
+                    s = s
+                        .wrapping_mul(31)
+                        .wrapping_add(fast.lookup(k, &g).map_or(0, u64::from));
+                }
+            }
+            s
+        });
+        let mut out = vec![None; CHUNK];
+        best(&format!("{name} {kind} fast-lpm-batch"), || {
+            let mut s = 0u64;
+            for c in keys.chunks(CHUNK) {
+                let g = epoch::pin();
+                fast.lookup_batch(c, &mut out, &g);
+                for a in &out[..c.len()] {
+                    s = s.wrapping_mul(31).wrapping_add(a.map_or(0, u64::from));
+                }
+            }
+            s
+        });
+        best(&format!("{name} {kind} fib"), || {
+            let mut s = 0u64;
+            for c in keys.chunks(CHUNK) {
+                let g = epoch::pin();
+                for &k in c {
+                    let v = fib.lookup(&Flow::to(k), &g).map_or(0, |r| {
+                        u64::from(r.plen) << 32 | u64::from(r.nexthops()[r.nh_sel].ifindex)
+                    });
+                    s = s.wrapping_mul(31).wrapping_add(v);
+                }
+            }
+            s
+        });
+        let flows: Vec<Flow<K>> = keys.iter().map(|&k| Flow::to(k)).collect();
+        best(&format!("{name} {kind} fib-batch"), || {
+            let mut s = 0u64;
+            for c in flows.chunks(CHUNK) {
+                let g = epoch::pin();
+                fib.lookup_batch(c, &g, |_, r| {
+                    let v = r.map_or(0, |r| {
+                        u64::from(r.plen) << 32 | u64::from(r.nexthops()[r.nh_sel].ifindex)
+                    });
+                    s = s.wrapping_mul(31).wrapping_add(v);
+                });
+            }
+            s
+        });
+    }
+}
+
+fn main() {
+    xfwd_benches::dpdk::eal_init().unwrap();
+    let which = std::env::args().nth(1).unwrap_or_default();
+    if which != "v6" {
+        let t = routes::BGP_FULL_V4.load().unwrap();
+        let mut seen = HashSet::new();
+        let p: Vec<(u32, u8, u32)> = t
+            .iter()
+            .map(|r| (u32::from(r.prefix.addr), r.prefix.len, r.origin_asn))
+            .filter(|&(k, l, _)| seen.insert((k, l)))
+            .collect();
+        run(
+            "v4",
+            &p,
+            |r| r.random(),
+            |p, keys| {
+                let mut fib = xfwd_benches::dpdk::RteFib::new(
+                    p.len() + 1024,
+                    xfwd_benches::dpdk::tbl8_groups(p.iter().map(|r| r.1)) + 1024,
+                )
+                .unwrap();
+                let mut sorted = p.to_vec();
+                sorted.sort_by_key(|&(k, l, _)| (l, k));
+                for (k, l, v) in sorted {
+                    fib.add(k, l, u64::from(v % 1000 + 1)).unwrap();
+                }
+                let keys = keys.to_vec();
+                Box::new(move |at, out: &mut [u64]| fib.lookup_bulk(&keys[at..at + out.len()], out))
+            },
+        );
+    }
+    if which != "v4" {
+        let t = routes::BGP_FULL_V6.load().unwrap();
+        let mut seen = HashSet::new();
+        let p: Vec<(u128, u8, u32)> = t
+            .iter()
+            .map(|r| (u128::from(r.prefix.addr), r.prefix.len, r.origin_asn))
+            .filter(|&(k, l, _)| seen.insert((k, l)))
+            .collect();
+        run(
+            "v6",
+            &p,
+            |r| (r.random::<u128>() >> 3) | (1 << 125),
+            |p, keys| {
+                let mut fib = xfwd_benches::dpdk::RteFib6::new(
+                    p.len() + 1024,
+                    xfwd_benches::dpdk::tbl8_groups(p.iter().map(|r| r.1)) + 1024,
+                )
+                .unwrap();
+                let mut sorted = p.to_vec();
+                sorted.sort_by_key(|&(k, l, _)| (l, k));
+                for (k, l, v) in sorted {
+                    fib.add(k, l, u64::from(v % 1000 + 1)).unwrap();
+                }
+                let keys = xfwd_benches::dpdk::v6_bytes(keys);
+                Box::new(move |at, out: &mut [u64]| fib.lookup_bulk(&keys[at..at + out.len()], out))
+            },
+        );
+    }
+}

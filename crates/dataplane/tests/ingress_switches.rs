@@ -1,0 +1,147 @@
+//! The kernel's forwarding switches on the ingress device (`forwarding`, `rp_filter`, as the
+//! netlink mirror follows them), answered as the kernel does: IPv4 with forwarding off gets
+//! ICMP host unreachable whatever the route, IPv6 with forwarding off is dropped, a source
+//! failing reverse-path filtering is dropped (and the decision, which depends on the source,
+//! is never cached); local traffic is unaffected; a switch flipped after a route was cached
+//! takes effect with the generation bump; unknown switches leave the packet to the kernel.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use dataplane::{Config, DropReason, PuntReason, Queue, Verdict};
+use etherparse::Ipv4Header;
+use neigh_table::{DevConf, DevConfTable, NETCONF_ALL, NETCONF_DEFAULT};
+
+fn conf(forwarding: bool, rp_filter: u8) -> DevConf {
+    DevConf {
+        forwarding: Some(forwarding),
+        rp_filter: Some(rp_filter),
+    }
+}
+
+/// The fixture with a followed table: both families forward everywhere.
+fn followed() -> (Fixture, Arc<DevConfTable>) {
+    let mut fx = fixture();
+    let t = Arc::new(DevConfTable::followed());
+    for v6 in [false, true] {
+        t.update(v6, NETCONF_ALL, conf(true, 0));
+        t.update(v6, NETCONF_DEFAULT, conf(true, 0));
+    }
+    fx.tables.devconf = Arc::clone(&t);
+    (fx, t)
+}
+
+/// The ICMP type and code of an IPv4 error frame.
+fn icmp4(frame: &[u8]) -> (u8, u8) {
+    let (h, rest) = Ipv4Header::from_slice(&frame[14..]).unwrap();
+    assert_eq!(h.destination, HOST4);
+    (rest[0], rest[1])
+}
+
+#[test]
+fn forwarding_off_on_the_ingress_device_is_answered_as_the_kernel_does() {
+    let (fx, t) = followed();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let v4 = udp4(HOST4, [8, 8, 8, 8], 64, 53, 10);
+    let v6 = udp6(HOST6, "2001:db8:100::9", 64, 53, 10);
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4, 256, 0).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    let no_route = udp4(HOST4, [1, 2, 3, 4], 64, 53, 10);
+    let o = run_on(&mut queue, &fx, &no_route, 256, 0);
+    assert_eq!(icmp4(&o.out), (3, 0), "net unreachable with forwarding on");
+    // Cached now; the switch goes off and the mirror bumps the generation.
+    t.update(false, IN as i32, conf(false, 0));
+    fx.tables.generation.bump();
+    let o = run_on(&mut queue, &fx, &v4, 256, 1_000_000_000);
+    assert_eq!(o.verdict, Verdict::Reply { ifindex: IN });
+    assert_eq!(icmp4(&o.out), (3, 1), "host unreachable");
+    let o = run_on(&mut queue, &fx, &no_route, 256, 2_000_000_000);
+    assert_eq!(
+        icmp4(&o.out),
+        (3, 1),
+        "host unreachable, not net unreachable"
+    );
+    // Local delivery is not forwarding.
+    assert_eq!(
+        run_on(&mut queue, &fx, &udp4(HOST4, LOCAL4, 64, 4789, 5), 256, 3).verdict,
+        Verdict::Deliver {
+            socket: fx.socket,
+            payload: 14 + 20 + 8
+        }
+    );
+    // IPv6 follows `all`, not the device.
+    t.update(true, IN as i32, conf(false, 0));
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &v6, 256, 4).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    t.update(true, NETCONF_ALL, conf(false, 0));
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &v6, 256, 5).verdict,
+        Verdict::Drop(DropReason::ForwardingOff)
+    );
+    // Back on: forwarded again.
+    t.update(false, IN as i32, conf(true, 0));
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4, 256, 6).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+}
+
+#[test]
+fn rp_filter_validates_every_source_strict_and_loose() {
+    let (fx, t) = followed();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let dst = [8, 8, 8, 8];
+    t.update(false, IN as i32, conf(true, 1));
+    fx.tables.generation.bump();
+    let mut verdict =
+        |src: [u8; 4]| run_on(&mut queue, &fx, &udp4(src, dst, 64, 53, 10), 256, 0).verdict;
+    // Strict: the route back to 10.0.1.50 leaves through the ingress device.
+    assert_eq!(verdict(HOST4), Verdict::Transmit { ifindex: OUT });
+    // A source routed back out of another device, to the same destination right after (the
+    // first answer must not have been cached): dropped.
+    assert_eq!(verdict([10, 0, 2, 50]), Verdict::Drop(DropReason::RpFilter));
+    assert_eq!(verdict(HOST4), Verdict::Transmit { ifindex: OUT });
+    // No route back, or a reject route back: dropped in both modes.
+    assert_eq!(verdict([1, 2, 3, 4]), Verdict::Drop(DropReason::RpFilter));
+    t.update(false, NETCONF_ALL, conf(true, 2));
+    t.update(false, IN as i32, conf(true, 0));
+    fx.tables.generation.bump();
+    let mut verdict =
+        |src: [u8; 4]| run_on(&mut queue, &fx, &udp4(src, dst, 64, 53, 10), 256, 0).verdict;
+    // Loose: any unicast route back will do.
+    assert_eq!(verdict([10, 0, 2, 50]), Verdict::Transmit { ifindex: OUT });
+    assert_eq!(
+        verdict([203, 0, 113, 9]),
+        Verdict::Drop(DropReason::RpFilter)
+    );
+    assert_eq!(verdict([1, 2, 3, 4]), Verdict::Drop(DropReason::RpFilter));
+    // IPv6 has no rp_filter.
+    assert_eq!(
+        run(&fx, &udp6(HOST6, "2001:db8:100::9", 64, 53, 10)).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    assert_eq!(queue.counters().drops_of(DropReason::RpFilter), 4);
+}
+
+#[test]
+fn unknown_switches_leave_the_packet_to_the_kernel() {
+    let mut fx = fixture();
+    fx.tables.devconf = Arc::new(DevConfTable::followed());
+    assert_eq!(
+        run(&fx, &udp4(HOST4, [8, 8, 8, 8], 64, 53, 10)).verdict,
+        Verdict::Punt(PuntReason::IngressConf)
+    );
+    assert_eq!(
+        run(&fx, &udp4(HOST4, [1, 2, 3, 4], 64, 53, 10)).verdict,
+        Verdict::Punt(PuntReason::IngressConf)
+    );
+}

@@ -1,0 +1,198 @@
+//! What each engine needs at start-up, as an [`EngineSpec`]: for the routing engine the
+//! control plane (the netlink mirror of the namespace, the dataplane's [`Tables`] over the
+//! mirror's, the configured in-dataplane UDP endpoints, one [`Router`] per queue) and what it
+//! adds to the reports (the pipeline's counters per queue, the mirror's counters, the
+//! endpoints' counters); for the bare engine its port pairs.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use dataplane::{Queue, Tables};
+use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+
+use crate::board::CounterBoard;
+use crate::engine::{EngineSpec, LiveConfig};
+use crate::locals::LocalAddrFeed;
+use crate::router::{Resolve, Router};
+use crate::serve::Query;
+use crate::stats::Stats;
+
+/// How long `xfwd run` waits for the mirror's first synchronisation (a full BGP table takes
+/// seconds).
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts the netlink mirror of the calling thread's namespace, waits until it is synced,
+/// and returns the routing engine over its tables (one [`Router`] per queue, each a
+/// `dataplane::Queue` with `config` and its queue id). The mirror's observer feeds the XDP
+/// program's local-address set. The mirror stops when the returned spec (its report holds the
+/// handle) is dropped.
+///
+/// Routes out of interfaces other than `served` (the ifindexes of `--iface`) are punted: the
+/// kernel forwards those packets.
+///
+/// `endpoints` (the `[[endpoint]]` tables) are bound in the socket table over the mirror's
+/// local addresses, each checked against the namespace's kernel sockets
+/// ([`crate::endpoints::open`]); every router answers them, and their ports go to the XDP
+/// program ([`EngineSpec::udp_ports`]).
+///
+/// # Errors
+/// When the configuration is out of range, the mirror cannot start or sync, the socket table
+/// cannot be made, or an endpoint cannot be bound (`EADDRINUSE`: a kernel socket or another
+/// endpoint holds its port; `EADDRNOTAVAIL`: not a local address).
+pub fn routing(
+    config: dataplane::Config,
+    served: &[u32],
+    endpoints: &[crate::endpoints::EndpointSpec],
+) -> anyhow::Result<EngineSpec<Router>> {
+    config.validate().context("pipeline configuration")?;
+    let feed = Arc::new(LocalAddrFeed::default());
+    let options = MirrorOptions {
+        observer: Some(feed.clone()),
+        ..MirrorOptions::default()
+    };
+    let started = Instant::now();
+    let mirror =
+        Mirror::start(NetnsSpec::Current, options).context("starting the netlink mirror")?;
+    mirror
+        .wait_synced(SYNC_TIMEOUT)
+        .context("waiting for the netlink mirror's first synchronisation")?;
+    let m = mirror.tables().clone();
+    tracing::info!(
+        links = m.links.len(),
+        neighbours = m.neigh.len(),
+        local_addresses = feed.addresses().len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "kernel state mirrored"
+    );
+    let (sockets, mut writer) =
+        SockTable::new(TableConfig::default()).context("creating the UDP socket table")?;
+    let sock_netns = writer
+        .add_netns(NetnsConfig::default())
+        .context("creating the UDP socket table")?;
+    let tables = Tables {
+        links: m.links.clone(),
+        neigh: m.neigh.clone(),
+        addrs: m.addrs.clone(),
+        fib4: m.fib4.clone(),
+        fib6: m.fib6.clone(),
+        policies: m.policies.clone(),
+        sockets,
+        generation: m.generation.clone(),
+        sock_netns,
+        served: Some(served.into()),
+        devconf: m.devconf.clone(),
+    };
+    let (endpoints, udp_ports) =
+        crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoints)?;
+    let board = CounterBoard::default();
+    let resolver = mirror.resolver();
+    let live = Arc::new(LiveConfig::default());
+    let make = {
+        let board = board.clone();
+        let live = live.clone();
+        let endpoints = endpoints.clone();
+        move |queue: u32| -> anyhow::Result<Router> {
+            let dp = Queue::new(dataplane::Config {
+                queue_id: queue,
+                ..config
+            })?;
+            let counters = board.register(queue);
+            let resolver = resolver.clone();
+            let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
+            let rx = endpoints.lock().unwrap_or_else(|e| e.into_inner()).rx();
+            Ok(Router::new(dp, tables.clone(), resolve, counters)
+                .follow(live.clone())
+                .with_endpoints(rx))
+        }
+    };
+    let generation = {
+        let g = m.generation.clone();
+        move || g.snapshot().generation
+    };
+    let mirror = Arc::new(mirror);
+    let query: crate::serve::QueryFn = {
+        let mirror = mirror.clone();
+        Arc::new(move |query: &Query| match query {
+            Query::Show(what) => Ok(netlink_mirror::cli::show(
+                mirror.tables(),
+                &netlink_mirror::cli::ShowArgs {
+                    what: *what,
+                    netns: None,
+                },
+            )),
+            Query::RouteGet(args) => {
+                netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+            }
+        })
+    };
+    let report = move |stats: &mut Stats| {
+        stats.pipeline = board.snapshots();
+        stats.endpoints = endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list()
+            .iter()
+            .map(crate::endpoints::EndpointSnapshot::from)
+            .collect();
+        let ms = mirror.stats();
+        stats.mirror = vec![
+            ("applied".into(), ms.applied),
+            ("unchanged".into(), ms.unchanged),
+            ("swept".into(), ms.swept),
+            ("dumps".into(), ms.dumps),
+            ("dump_restarts".into(), ms.dump_restarts),
+            ("resyncs".into(), ms.resyncs),
+            ("route_redumps".into(), ms.route_redumps),
+            ("overruns".into(), ms.overruns),
+            ("errors".into(), ms.errors.values().sum()),
+            ("resolve_requested".into(), ms.resolve_requested),
+            ("resolve_sent".into(), ms.resolve_sent),
+            ("resolve_errors".into(), ms.resolve_errors),
+            ("resolve_rate_limited".into(), ms.resolve_rate_limited),
+            ("resolve_queue_full".into(), ms.resolve_queue_full),
+        ];
+        stats.kernel_decides = ms
+            .kernel_decides
+            .iter()
+            .map(|(kind, n)| ((*kind).to_owned(), *n))
+            .collect();
+    };
+    Ok(EngineSpec {
+        mode: "router",
+        make: Arc::new(make),
+        generation: Some(Arc::new(generation)),
+        report: Arc::new(report),
+        locals: Some(feed),
+        live: Some(live),
+        query: Some(query),
+        udp_ports: Some(udp_ports),
+    })
+}
+
+/// The bare engine (`xfwd run --bare`) over `routes`, its counters reported like the
+/// router's.
+pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare> {
+    let board = CounterBoard::default();
+    let make = {
+        let board = board.clone();
+        move |queue: u32| {
+            Ok(crate::bare::Bare::new(
+                routes.clone(),
+                board.register(queue),
+            ))
+        }
+    };
+    EngineSpec {
+        mode: "bare",
+        make: Arc::new(make),
+        generation: None,
+        report: Arc::new(move |stats: &mut Stats| stats.pipeline = board.snapshots()),
+        locals: None,
+        live: None,
+        query: None,
+        udp_ports: None,
+    }
+}

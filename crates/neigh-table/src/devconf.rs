@@ -1,0 +1,274 @@
+//! Per-device forwarding switches: the `net.ipv4.conf.{all,default,DEV}` and
+//! `net.ipv6.conf.{all,default,DEV}` values that decide whether a packet arriving on a device
+//! may be forwarded at all (`forwarding`) and whether its source must pass reverse-path
+//! validation (`rp_filter`), as the kernel reports them in `RTM_NEWNETCONF`.
+//!
+//! What the kernel does with them (`ip_route_input_slow`, `ip6_forward`):
+//! - IPv4 forwards a packet only when the ingress device's own `forwarding` is on (setting
+//!   `all` sets every device); otherwise every non-local destination answers "host
+//!   unreachable".
+//! - IPv6 forwards only when `net.ipv6.conf.all.forwarding` is on (or the device's
+//!   `force_forwarding`, which netconf does not report).
+//! - IPv4 validates the source of a packet when `max(all.rp_filter, DEV.rp_filter)` is 1
+//!   (strict: the reverse route must leave through the ingress device) or 2 (loose: some
+//!   route must reach the source).
+//!
+//! [`DevConfTable::ingress`] answers for one packet: forward, or why the kernel must decide.
+//! A device the table has never heard of takes the `default` entry (a new device starts with
+//! it), and without one, the kernel decides.
+//!
+//! ```
+//! use neigh_table::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
+//!
+//! let t = DevConfTable::followed();
+//! let guard = crossbeam_epoch::pin();
+//! assert_eq!(t.ingress(3, false, &guard), Ingress::Unknown);
+//! t.update(false, NETCONF_DEFAULT, DevConf { forwarding: Some(true), rp_filter: Some(0) });
+//! t.update(false, NETCONF_ALL, DevConf { forwarding: Some(true), rp_filter: Some(0) });
+//! t.update(false, 3, DevConf { forwarding: Some(false), rp_filter: None });
+//! assert_eq!(t.ingress(3, false, &guard), Ingress::ForwardingOff);
+//! assert_eq!(t.ingress(4, false, &guard), Ingress::Forward);
+//! t.update(false, NETCONF_ALL, DevConf { forwarding: None, rp_filter: Some(2) });
+//! assert_eq!(t.ingress(4, false, &guard), Ingress::RpFilter { strict: false });
+//! ```
+
+use std::fmt;
+
+use crossbeam_epoch::Guard;
+
+use crate::cow_map::CowMap;
+
+/// `NETCONFA_IFINDEX_ALL`: the `all` entry.
+pub const NETCONF_ALL: i32 = -1;
+/// `NETCONFA_IFINDEX_DEFAULT`: the `default` entry (new devices start with it).
+pub const NETCONF_DEFAULT: i32 = -2;
+
+/// The switches of one entry, as far as the kernel has reported them (`None`: not yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DevConf {
+    /// `forwarding`.
+    pub forwarding: Option<bool>,
+    /// `rp_filter` (0 off, 1 strict, 2 loose; IPv4 only).
+    pub rp_filter: Option<u8>,
+}
+
+impl DevConf {
+    /// `self` with the values `newer` reports (a notification carries only what changed).
+    ///
+    /// ```
+    /// use neigh_table::DevConf;
+    ///
+    /// let a = DevConf { forwarding: Some(true), rp_filter: Some(1) };
+    /// let b = a.merged(DevConf { forwarding: None, rp_filter: Some(0) });
+    /// assert_eq!(b, DevConf { forwarding: Some(true), rp_filter: Some(0) });
+    /// ```
+    pub fn merged(self, newer: DevConf) -> DevConf {
+        DevConf {
+            forwarding: newer.forwarding.or(self.forwarding),
+            rp_filter: newer.rp_filter.or(self.rp_filter),
+        }
+    }
+}
+
+/// What the switches say about a packet arriving on a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ingress {
+    /// Forwarding is on and no source validation is asked for.
+    Forward,
+    /// Forwarding is off for this packet (the kernel answers "host unreachable" or drops).
+    ForwardingOff,
+    /// Reverse-path filtering is on for the device: the source must be routed back out of
+    /// the ingress device (`strict`, `rp_filter` 1) or at all (loose, 2).
+    RpFilter {
+        /// Strict (1) rather than loose (2).
+        strict: bool,
+    },
+    /// The table has no entry for the device nor a default (not yet synchronised).
+    Unknown,
+}
+
+/// The switches of one namespace, by (family, netconf ifindex), readable without locks.
+pub struct DevConfTable {
+    map: CowMap<(bool, i32), DevConf>,
+    /// Forward everything when nothing is known (a table nobody follows).
+    permissive: bool,
+}
+
+impl fmt::Debug for DevConfTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DevConfTable")
+            .field("entries", &self.map.len())
+            .field("permissive", &self.permissive)
+            .finish()
+    }
+}
+
+impl Default for DevConfTable {
+    fn default() -> Self {
+        Self::permissive()
+    }
+}
+
+impl DevConfTable {
+    /// A table for a namespace configured as a router, which nobody follows: every device
+    /// forwards both families, without source validation, until entries say otherwise.
+    ///
+    /// ```
+    /// use neigh_table::{DevConfTable, Ingress};
+    ///
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(DevConfTable::permissive().ingress(1, true, &guard), Ingress::Forward);
+    /// ```
+    pub fn permissive() -> Self {
+        DevConfTable {
+            map: CowMap::new(),
+            permissive: true,
+        }
+    }
+
+    /// A table a mirror fills from the kernel: a device without an entry (nor a `default`
+    /// one) is [`Ingress::Unknown`], left to the kernel.
+    ///
+    /// ```
+    /// use neigh_table::{DevConfTable, Ingress};
+    ///
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(DevConfTable::followed().ingress(1, true, &guard), Ingress::Unknown);
+    /// ```
+    pub fn followed() -> Self {
+        DevConfTable {
+            map: CowMap::new(),
+            permissive: false,
+        }
+    }
+
+    /// Merges what the kernel reported for `ifindex` ([`NETCONF_ALL`], [`NETCONF_DEFAULT`] or
+    /// a device) of family IPv6 (`v6`) or IPv4; returns whether anything changed.
+    pub fn update(&self, v6: bool, ifindex: i32, conf: DevConf) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let old = self.map.get(&(v6, ifindex), &guard).copied();
+        let new = old.unwrap_or_default().merged(conf);
+        if old == Some(new) {
+            return false;
+        }
+        self.map.upsert((v6, ifindex), new).1
+    }
+
+    /// Forgets a device (`RTM_DELNETCONF`, or the device is gone); returns whether it was
+    /// known.
+    pub fn remove(&self, ifindex: i32) -> bool {
+        !self.map.remove_where(|(_, i), _| *i == ifindex).is_empty()
+    }
+
+    /// The entry of `ifindex` for a family, as reported.
+    pub fn get(&self, v6: bool, ifindex: i32, guard: &Guard) -> Option<DevConf> {
+        self.map.get(&(v6, ifindex), guard).copied()
+    }
+
+    /// A counter bumped after every change is published.
+    pub fn generation(&self) -> u64 {
+        self.map.generation()
+    }
+
+    /// What the kernel does with a packet of family `v6` arriving on `ifindex`.
+    #[inline]
+    pub fn ingress(&self, ifindex: u32, v6: bool, guard: &Guard) -> Ingress {
+        if self.permissive && self.map.len() == 0 {
+            return Ingress::Forward;
+        }
+        let get = |i: i32| self.map.get(&(v6, i), guard).copied();
+        let dev = i32::try_from(ifindex).ok().and_then(get);
+        let Some(dev) = dev.or_else(|| get(NETCONF_DEFAULT)) else {
+            return Ingress::Unknown;
+        };
+        let all = get(NETCONF_ALL).unwrap_or_default();
+        let forwarding = if v6 { all.forwarding } else { dev.forwarding };
+        match forwarding {
+            None => return Ingress::Unknown,
+            Some(false) => return Ingress::ForwardingOff,
+            Some(true) => {}
+        }
+        if !v6 {
+            let rp = dev.rp_filter.unwrap_or(0).max(all.rp_filter.unwrap_or(0));
+            if rp != 0 {
+                return Ingress::RpFilter { strict: rp == 1 };
+            }
+        }
+        Ingress::Forward
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn on(rp: u8) -> DevConf {
+        DevConf {
+            forwarding: Some(true),
+            rp_filter: Some(rp),
+        }
+    }
+
+    #[test]
+    fn ipv4_follows_the_device_ipv6_follows_all() {
+        let t = DevConfTable::followed();
+        let g = crossbeam_epoch::pin();
+        for v6 in [false, true] {
+            t.update(v6, NETCONF_ALL, on(0));
+            t.update(v6, NETCONF_DEFAULT, on(0));
+            t.update(v6, 5, on(0));
+        }
+        assert_eq!(t.ingress(5, false, &g), Ingress::Forward);
+        assert_eq!(t.ingress(5, true, &g), Ingress::Forward);
+        let off = DevConf {
+            forwarding: Some(false),
+            rp_filter: None,
+        };
+        // IPv4: the device's own switch.
+        assert!(t.update(false, 5, off));
+        assert!(!t.update(false, 5, off), "no change");
+        assert_eq!(t.ingress(5, false, &g), Ingress::ForwardingOff);
+        assert_eq!(t.ingress(6, false, &g), Ingress::Forward, "default");
+        // IPv6: a device's switch does not forward; `all` does.
+        t.update(true, 5, off);
+        assert_eq!(t.ingress(5, true, &g), Ingress::Forward);
+        t.update(true, NETCONF_ALL, off);
+        assert_eq!(t.ingress(6, true, &g), Ingress::ForwardingOff);
+    }
+
+    #[test]
+    fn rp_filter_is_the_larger_of_all_and_the_device_ipv4_only() {
+        let t = DevConfTable::followed();
+        let g = crossbeam_epoch::pin();
+        for v6 in [false, true] {
+            t.update(v6, NETCONF_ALL, on(0));
+            t.update(v6, NETCONF_DEFAULT, on(0));
+        }
+        t.update(false, 2, on(1));
+        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter { strict: true });
+        assert_eq!(t.ingress(3, false, &g), Ingress::Forward);
+        t.update(false, 2, on(0));
+        t.update(false, NETCONF_ALL, on(2));
+        assert_eq!(t.ingress(2, false, &g), Ingress::RpFilter { strict: false });
+        assert_eq!(t.ingress(2, true, &g), Ingress::Forward, "IPv6 has none");
+        assert!(t.remove(2));
+        assert_eq!(
+            t.ingress(2, false, &g),
+            Ingress::RpFilter { strict: false },
+            "default and all"
+        );
+    }
+
+    #[test]
+    fn unknown_devices_are_left_to_the_kernel_unless_permissive() {
+        let g = crossbeam_epoch::pin();
+        let t = DevConfTable::followed();
+        assert_eq!(t.ingress(1, false, &g), Ingress::Unknown);
+        t.update(false, NETCONF_ALL, on(0));
+        assert_eq!(t.ingress(1, false, &g), Ingress::Unknown, "no default");
+        assert_eq!(
+            DevConfTable::permissive().ingress(1, false, &g),
+            Ingress::Forward
+        );
+    }
+}

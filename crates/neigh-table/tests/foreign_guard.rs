@@ -1,0 +1,66 @@
+//! The readers refuse a guard that does not pin the default collector: the tables retire
+//! replaced chains into that collector, so a pin of any other collector (or `unprotected()`)
+//! would not keep the entry a lookup returns alive.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crossbeam_epoch::{self as epoch, Collector, Guard};
+use neigh_table::{Link, LinkTable, NeighTable, Neighbour, NudState};
+
+/// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
+/// the crate's message.
+fn refused(what: &str, f: impl Fn(&Guard)) {
+    let collector = Collector::new();
+    let handle = collector.register();
+    let foreign = handle.pin();
+    // SAFETY: the call under test must refuse the guard before loading anything through it.
+    let unprotected = unsafe { epoch::unprotected() };
+    for (kind, guard) in [("foreign", &foreign), ("unprotected", unprotected)] {
+        let err = catch_unwind(AssertUnwindSafe(|| f(guard)))
+            .expect_err(&format!("{what} accepted a {kind} guard"));
+        let msg = err
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| err.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("neigh-table: pass a guard from crossbeam_epoch::pin()"),
+            "{what} with a {kind} guard panicked with {msg:?}"
+        );
+    }
+}
+
+#[test]
+fn readers_refuse_a_foreign_guard() {
+    let neigh = NeighTable::new();
+    let links = LinkTable::new();
+    let v4 = Ipv4Addr::new(192, 0, 2, 1);
+    let v6 = "fe80::1".parse::<Ipv6Addr>().unwrap();
+    neigh.upsert(Neighbour::new(
+        3,
+        v4.into(),
+        Some([2, 0, 0, 0, 0, 1]),
+        NudState::REACHABLE,
+    ));
+    links.upsert(Link::new(3, "eth0"));
+    let guard = epoch::pin();
+    assert!(neigh.lookup_v4(3, v4, &guard).is_some());
+    assert!(links.by_name("eth0", &guard).is_some());
+
+    refused("NeighTable::lookup", |g| {
+        let _ = neigh.lookup(3, IpAddr::V4(v4), g);
+    });
+    refused("NeighTable::lookup_v4", |g| {
+        let _ = neigh.lookup_v4(3, v4, g);
+    });
+    refused("NeighTable::lookup_v6", |g| {
+        let _ = neigh.lookup_v6(3, v6, g);
+    });
+    refused("LinkTable::get", |g| {
+        let _ = links.get(3, g);
+    });
+    refused("LinkTable::by_name", |g| {
+        let _ = links.by_name("eth0", g);
+    });
+}

@@ -1,0 +1,57 @@
+//! The lookups refuse a guard that does not pin the default collector: the table retires
+//! replaced chains and records into that collector, so a pin of any other collector (or
+//! `unprotected()`) would not keep the socket a lookup returns alive.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crossbeam_epoch::{self as epoch, Collector, Guard};
+use udp_socktab::{Family, Lookup, NetnsConfig, SockOptions, SockTable, TableConfig};
+
+/// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
+/// the crate's message.
+fn refused(what: &str, f: impl Fn(&Guard)) {
+    let collector = Collector::new();
+    let handle = collector.register();
+    let foreign = handle.pin();
+    // SAFETY: the call under test must refuse the guard before loading anything through it.
+    let unprotected = unsafe { epoch::unprotected() };
+    for (kind, guard) in [("foreign", &foreign), ("unprotected", unprotected)] {
+        let err = catch_unwind(AssertUnwindSafe(|| f(guard)))
+            .expect_err(&format!("{what} accepted a {kind} guard"));
+        let msg = err
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| err.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(
+            msg.contains("udp-socktab: pass a guard from crossbeam_epoch::pin()"),
+            "{what} with a {kind} guard panicked with {msg:?}"
+        );
+    }
+}
+
+#[test]
+fn lookups_refuse_a_foreign_guard() {
+    let (table, mut writer) = SockTable::new(TableConfig::default()).unwrap();
+    let ns = writer.add_netns(NetnsConfig::default()).unwrap();
+    let s = writer
+        .socket(ns, Family::V4, SockOptions::default())
+        .unwrap();
+    writer.bind(s, "0.0.0.0:53".parse().unwrap()).unwrap();
+    let key = Lookup {
+        netns: ns,
+        src: "192.0.2.7:4000".parse().unwrap(),
+        dst: "192.0.2.1:53".parse().unwrap(),
+        ifindex: 2,
+        hash: 7,
+        cpu: 0,
+    };
+    let guard = epoch::pin();
+    assert_eq!(table.lookup(&key, &guard).map(|sk| sk.id()), Some(s));
+    refused("SockTable::lookup", |g| {
+        let _ = table.lookup(&key, g);
+    });
+    refused("SockTable::lookup_hash2_only", |g| {
+        let _ = table.lookup_hash2_only(&key, g);
+    });
+}

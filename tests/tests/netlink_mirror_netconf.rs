@@ -1,0 +1,107 @@
+//! The kernel's forwarding switches against the live kernel (privileged): in a throwaway
+//! namespace, `forwarding` (IPv4 per device and `all`, IPv6 `all`) and `rp_filter` are turned
+//! on and off with sysctl writes; the mirror must follow each change (`RTM_NEWNETCONF`), its
+//! answer for a packet arriving on a device must be what the kernel does (forward, or hand it
+//! to the kernel), and `route get ... iif DEV` must answer as `ip route get` does with
+//! forwarding off ("No route to host" for IPv4; IPv6 routes input as usual).
+
+mod netlink_mirror_common;
+
+use std::time::{Duration, Instant};
+
+use netlink_mirror::Ingress;
+use netlink_mirror::{MirrorHandle, MirrorOptions, MirroredTables};
+use netlink_mirror_common::{ip, mirror, netns, same_answer, two_links};
+use xfwd_lab::netns::Netns;
+
+fn sysctl(ns: &Netns, path: &str, value: &str) {
+    let path = format!("/proc/sys/net/{path}");
+    ns.run(|| std::fs::write(&path, value))
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+fn ifindex(t: &MirroredTables, name: &str) -> u32 {
+    let g = crossbeam_epoch::pin();
+    t.links.by_name(name, &g).map(|l| l.ifindex).unwrap()
+}
+
+/// Waits until the mirror's answer for `dev` and family `v6` is `want`.
+fn wait_ingress(live: &MirrorHandle, dev: &str, v6: bool, want: Ingress) {
+    let t = live.tables();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let g = crossbeam_epoch::pin();
+        let got = t.devconf.ingress(ifindex(t, dev), v6, &g);
+        if got == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{dev} v6={v6}: {got:?}, want {want:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
+    if !xfwd_lab::privileged("forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them") {
+        return;
+    }
+    let ns = netns("netconf");
+    two_links(&ns);
+    ip(&ns, "link set lo up");
+    ip(&ns, "route add 10.9.0.0/16 via 10.2.0.2");
+    ip(&ns, "-6 route add 2001:db8:9::/48 via 2001:db8:2::2");
+    // A new namespace does not forward: from the initial dump.
+    let live = mirror(&ns, MirrorOptions::default());
+    let t = live.tables();
+    for v6 in [false, true] {
+        wait_ingress(&live, "d0", v6, Ingress::ForwardingOff);
+    }
+    same_answer(&ns, t, "10.9.1.1 from 10.1.0.9 iif d0");
+    same_answer(&ns, t, "10.1.0.1 from 10.1.0.9 iif d0");
+    same_answer(&ns, t, "2001:db8:9::1 from 2001:db8:1::9 iif d0");
+
+    // ip_forward sets every device: IPv4 forwards, IPv6 still not.
+    sysctl(&ns, "ipv4/ip_forward", "1");
+    wait_ingress(&live, "d0", false, Ingress::Forward);
+    wait_ingress(&live, "d1", false, Ingress::Forward);
+    wait_ingress(&live, "d0", true, Ingress::ForwardingOff);
+    same_answer(&ns, t, "10.9.1.1 from 10.1.0.9 iif d0");
+    sysctl(&ns, "ipv6/conf/all/forwarding", "1");
+    wait_ingress(&live, "d0", true, Ingress::Forward);
+
+    // One device off: only it.
+    sysctl(&ns, "ipv4/conf/d0/forwarding", "0");
+    wait_ingress(&live, "d0", false, Ingress::ForwardingOff);
+    wait_ingress(&live, "d1", false, Ingress::Forward);
+    same_answer(&ns, t, "10.9.1.1 from 10.1.0.9 iif d0");
+    same_answer(&ns, t, "10.9.1.1 from 10.2.0.9 iif d1");
+    sysctl(&ns, "ipv4/conf/d0/forwarding", "1");
+    wait_ingress(&live, "d0", false, Ingress::Forward);
+
+    // rp_filter: the device's, or `all`'s, whichever is larger.
+    sysctl(&ns, "ipv4/conf/d1/rp_filter", "1");
+    wait_ingress(&live, "d1", false, Ingress::RpFilter { strict: true });
+    wait_ingress(&live, "d0", false, Ingress::Forward);
+    sysctl(&ns, "ipv4/conf/d1/rp_filter", "0");
+    wait_ingress(&live, "d1", false, Ingress::Forward);
+    sysctl(&ns, "ipv4/conf/all/rp_filter", "2");
+    wait_ingress(&live, "d0", false, Ingress::RpFilter { strict: false });
+    wait_ingress(&live, "d0", true, Ingress::Forward);
+    sysctl(&ns, "ipv4/conf/all/rp_filter", "0");
+    wait_ingress(&live, "d0", false, Ingress::Forward);
+
+    // A device created now starts from `default` (and is reported on its own).
+    ip(&ns, "link add d2 type veth peer name p2");
+    ip(&ns, "link set d2 up");
+    netlink_mirror_common::wait_for(&live, "d2", |t| {
+        let g = crossbeam_epoch::pin();
+        t.links.by_name("d2", &g).is_some()
+    });
+    wait_ingress(&live, "d2", false, Ingress::Forward);
+    let s = live.stats();
+    assert!(s.errors.is_empty(), "{s:?}");
+}
