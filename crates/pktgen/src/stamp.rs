@@ -2,7 +2,9 @@
 //! a kernel UDP socket: test packets with sequence numbers and transmit timestamps at a paced
 //! rate, answers matched by sequence number, and a report of loss, duplicates, reordering and
 //! the round-trip delay percentiles, both as seen (T4 − T1) and without the reflector's
-//! residence time ((T4 − T1) − (T3 − T2), RFC 8762 §4.1).
+//! residence time ((T4 − T1) − (T3 − T2), RFC 8762 §4.1). A UDP echo (RFC 862) answers too:
+//! its answer is the test packet unchanged, counted as an echo with its round trip only (no
+//! reflector timestamps), so one sender compares a STAMP reflector with any echo service.
 //!
 //! Timestamps are `CLOCK_REALTIME` in NTP format, so a reflector on the same machine (another
 //! network namespace) also gives one-way delays; across machines they need synchronised clocks
@@ -78,6 +80,10 @@ pub struct StampReport {
     /// Answers that were not a reflector's answer to one of ours (too short, unknown sequence
     /// number, or a sender timestamp that is not ours).
     pub foreign: u64,
+    /// Of `received`, the answers that were our test packet echoed unchanged (a UDP echo
+    /// service, not a STAMP reflector): only their round trip is measured.
+    #[serde(default)]
+    pub echoes: u64,
     /// Round-trip delays T4 − T1.
     pub rtt: Option<Latency>,
     /// Round-trip delays without the reflector's residence, (T4 − T1) − (T3 − T2).
@@ -137,28 +143,21 @@ impl Session {
 
     /// Takes an answer received at `t4_ns` (Unix nanoseconds).
     pub fn answer(&mut self, bytes: &[u8], t4_ns: u64) {
-        let Ok(r) = StampReply::parse(bytes) else {
-            self.report.foreign += 1;
+        let reply = StampReply::parse(bytes)
+            .ok()
+            .filter(|r| self.sent_at.get(r.sender_seq as usize) == Some(&r.sender_tx));
+        let Some(r) = reply else {
+            match self.echoed(bytes) {
+                Some(seq) => self.echo(seq, t4_ns),
+                None => self.report.foreign += 1,
+            }
             return;
         };
         let seq = r.sender_seq;
-        let Some(&t1) = self.sent_at.get(seq as usize) else {
-            self.report.foreign += 1;
-            return;
-        };
-        if t1 != r.sender_tx {
-            self.report.foreign += 1;
+        let t1 = self.sent_at[seq as usize];
+        if !self.first_answer(seq) {
             return;
         }
-        if std::mem::replace(&mut self.answered[seq as usize], true) {
-            self.report.duplicates += 1;
-            return;
-        }
-        self.report.received += 1;
-        if self.highest.is_some_and(|h| seq < h) {
-            self.report.reordered += 1;
-        }
-        self.highest = self.highest.max(Some(seq));
         let ns = reflect::unix_nanos_from_ntp;
         let (t1, t2, t3) = (ns(t1), ns(r.rx), ns(r.tx));
         let rtt = t4_ns.saturating_sub(t1);
@@ -168,6 +167,44 @@ impl Session {
         self.net.record(rtt.saturating_sub(residence));
         self.forward.record(t2.saturating_sub(t1));
         self.report.sender_ttl = Some(r.sender_ttl);
+    }
+
+    /// The sequence number of `bytes` if they are one of our test packets unchanged: its
+    /// sequence number and transmit timestamp ours, the rest of the header zero (an echo
+    /// service's answer; a STAMP reflector's fills the sender's fields from byte 16 on).
+    fn echoed(&self, bytes: &[u8]) -> Option<u32> {
+        if bytes.len() < STAMP_LEN || bytes[16..STAMP_LEN].iter().any(|&b| b != 0) {
+            return None;
+        }
+        let seq = u32::from_be_bytes(bytes[0..4].try_into().ok()?);
+        let t1 = u64::from_be_bytes(bytes[4..12].try_into().ok()?);
+        (self.sent_at.get(seq as usize) == Some(&t1)).then_some(seq)
+    }
+
+    /// Counts test packet `seq` answered by an echo at `t4_ns`: its round trip only.
+    fn echo(&mut self, seq: u32, t4_ns: u64) {
+        if !self.first_answer(seq) {
+            return;
+        }
+        self.report.echoes += 1;
+        let t1 = reflect::unix_nanos_from_ntp(self.sent_at[seq as usize]);
+        let rtt = t4_ns.saturating_sub(t1);
+        self.rtt.record(rtt);
+    }
+
+    /// Marks `seq` answered: false (counted as a duplicate) when it was before; counts the
+    /// answer and whether it came out of order.
+    fn first_answer(&mut self, seq: u32) -> bool {
+        if std::mem::replace(&mut self.answered[seq as usize], true) {
+            self.report.duplicates += 1;
+            return false;
+        }
+        self.report.received += 1;
+        if self.highest.is_some_and(|h| seq < h) {
+            self.report.reordered += 1;
+        }
+        self.highest = self.highest.max(Some(seq));
+        true
     }
 
     /// The report.
@@ -301,6 +338,32 @@ mod tests {
         // The residence the reflector wrote: 1 µs (the histogram's buckets are within 3.2%).
         assert!((968..=1001).contains(&res.p50_ns), "{res:?}");
         assert_eq!(r.sender_ttl, Some(64));
+    }
+
+    #[test]
+    fn an_echo_answers_with_its_round_trip_only() {
+        let mut s = Session::new(3);
+        let t1 = reflect::ntp_from_unix_nanos(5_000_000_000);
+        s.sent(t1);
+        s.sent(t1 + 1);
+        let mut request = [0u8; 64];
+        reflect::stamp_request(&mut request, 64, 1, t1 + 1, ErrorEstimate(1)).unwrap();
+        s.answer(&request, 5_000_250_000);
+        s.answer(&request, 5_000_260_000);
+        let mut not_ours = request;
+        not_ours[11] ^= 0x40; // another transmit timestamp
+        s.answer(&not_ours, 5_000_270_000);
+        let r = s.report();
+        assert_eq!(
+            (r.received, r.echoes, r.duplicates, r.foreign, r.lost),
+            (1, 1, 1, 1, 1)
+        );
+        let rtt = r.rtt.unwrap();
+        assert!((242_000..=250_000).contains(&rtt.p50_ns), "{rtt:?}");
+        assert!(
+            r.residence.is_none() && r.forward.is_none() && r.net_rtt.is_none(),
+            "no reflector timestamps"
+        );
     }
 
     #[test]

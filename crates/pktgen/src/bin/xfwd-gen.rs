@@ -9,6 +9,8 @@
 //!     --src-ip 198.18.0.2 --prefixes routes.txt --destinations 512 --rate 1000000 --duration 5
 //! # STAMP / TWAMP-light session-sender (kernel UDP socket): loss and round-trip delays
 //! xfwd-gen --netns src stamp --to 198.18.0.1:862 --count 10000 --rate 1000
+//! # a UDP echo (RFC 862) on a kernel socket, the peer of xfwd's echo and reflector
+//! xfwd-gen --netns fwd echo --bind '[::]:9' --seconds 60
 //! ```
 
 use std::io::{BufRead, Write};
@@ -49,6 +51,50 @@ enum Command {
     /// Send STAMP test packets to a reflector (RFC 8762; TWAMP-light reflectors answer too)
     /// from a kernel UDP socket: loss and round-trip delay percentiles.
     Stamp(StampArgs),
+    /// Answer every UDP datagram with itself (RFC 862) from a kernel UDP socket: the kernel's
+    /// side of a comparison with xfwd's in-dataplane echo and reflector.
+    Echo(EchoArgs),
+}
+
+/// Options of `xfwd-gen echo`.
+#[derive(Debug, Args)]
+struct EchoArgs {
+    /// The address to bind, ADDRESS:PORT (`[::]:PORT` takes IPv4 too).
+    #[arg(long)]
+    bind: std::net::SocketAddr,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    seconds: Option<f64>,
+}
+
+/// A kernel UDP echo: `recvfrom` then `sendto` per datagram, one thread, like the simplest
+/// echo server; prints how many it answered when it stops.
+fn echo(args: EchoArgs) -> anyhow::Result<()> {
+    let socket =
+        std::net::UdpSocket::bind(args.bind).with_context(|| format!("binding {}", args.bind))?;
+    socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let deadline = args
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut buf = vec![0u8; 65536];
+    let mut answered = 0u64;
+    while deadline.is_none_or(|d| Instant::now() < d) {
+        match socket.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                if socket.send_to(&buf[..n], from).is_ok() {
+                    answered += 1;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e).context("receiving"),
+        }
+    }
+    println!("answered {answered}");
+    Ok(())
 }
 
 /// Options of `xfwd-gen stamp`.
@@ -91,9 +137,10 @@ fn stamp(args: StampArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "sent {} answered {} lost {} duplicates {} reordered {} foreign {} in {:.2} s",
+        "sent {} answered {} (echoed {}) lost {} duplicates {} reordered {} foreign {} in {:.2} s",
         report.sent,
         report.received,
+        report.echoes,
         report.lost,
         report.duplicates,
         report.reordered,
@@ -352,6 +399,7 @@ fn main() -> std::process::ExitCode {
             Command::Tx(args) => tx(args),
             Command::Rx(args) => rx(args),
             Command::Stamp(args) => stamp(args),
+            Command::Echo(args) => echo(args),
         });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
