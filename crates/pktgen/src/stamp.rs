@@ -96,6 +96,10 @@ pub struct StampReport {
     pub sender_ttl: Option<u8>,
     /// Seconds from the first test packet to the end of the wait.
     pub seconds: f64,
+    /// Seconds from the first test packet to the last (answers per second of sending:
+    /// `received / send_seconds`).
+    #[serde(default)]
+    pub send_seconds: f64,
 }
 
 fn wall_ns() -> u64 {
@@ -243,6 +247,7 @@ pub fn run(config: &StampConfig) -> std::io::Result<StampReport> {
     let mono = |at: Instant| at.duration_since(start).as_nanos() as u64;
     let mut pacer = Pacer::new(Some(config.rate), 0);
     let mut done_at: Option<Instant> = None;
+    let mut send_seconds = 0.0;
     loop {
         let now = Instant::now();
         if session.report.sent < u64::from(config.count) {
@@ -266,6 +271,7 @@ pub fn run(config: &StampConfig) -> std::io::Result<StampReport> {
             }
         } else if done_at.is_none() {
             done_at = Some(now);
+            send_seconds = now.duration_since(start).as_secs_f64();
         }
         loop {
             match socket.recv_from(&mut buf) {
@@ -288,6 +294,7 @@ pub fn run(config: &StampConfig) -> std::io::Result<StampReport> {
     }
     let mut report = session.report();
     report.seconds = start.elapsed().as_secs_f64();
+    report.send_seconds = send_seconds;
     Ok(report)
 }
 
