@@ -118,17 +118,17 @@ static __always_inline int to_user(struct xdp_md *ctx)
 #define IPV6_HLEN 40
 
 // A UDP datagram for one of our own addresses, its header at `off`: to user space when an
-// in-dataplane endpoint holds its destination port, else to the kernel. The port is read with
-// bpf_xdp_load_bytes (Linux 5.18): `off` varies with the IPv4 header's length, and packet
-// pointer arithmetic with a variable offset is refused without CAP_PERFMON (Spectre v1
-// sanitation: "pointer arithmetic with it prohibited for !root"); the service runs with
+// in-dataplane endpoint holds its destination port, else to the kernel. `off` must be a
+// constant at each call (the function is inlined, the offset an immediate): without
+// CAP_PERFMON the verifier refuses packet pointer arithmetic with a variable (Spectre v1
+// sanitation: "pointer arithmetic with it prohibited for !root"), and the service runs with
 // CAP_BPF only.
-static __always_inline int local_udp(struct xdp_md *ctx, __u32 off)
+static __always_inline int local_udp(struct xdp_md *ctx, __u8 *data, __u8 *end, const __u32 off)
 {
-	__u16 port_be;
-	if (bpf_xdp_load_bytes(ctx, off + 2, &port_be, sizeof(port_be)))
+	__u8 *l4 = data + off;
+	if (l4 + 4 > end)
 		return count(C_PASS_LOCAL, XDP_PASS);
-	__u16 port = bpf_ntohs(port_be);
+	__u16 port = bpf_ntohs(*(__u16 *)(l4 + 2));
 	if (!bpf_map_lookup_elem(&udp_ports, &port))
 		return count(C_PASS_LOCAL, XDP_PASS);
 	count(C_LOCAL_UDP, 0);
@@ -166,7 +166,11 @@ int xfwd_xdp(struct xdp_md *ctx)
 			// Fragments and other protocols: the kernel's.
 			if (ip[9] != IPPROTO_UDP || ihl < 20 || (frag & 0x3fff))
 				return count(C_PASS_LOCAL, XDP_PASS);
-			return local_udp(ctx, ETH_HLEN_ + ihl);
+			// With IP options the UDP header's offset varies: user space decides (the
+			// pipeline's socket lookup; no endpoint there: punted to the kernel).
+			if (ihl != 20)
+				return to_user(ctx);
+			return local_udp(ctx, data, end, ETH_HLEN_ + 20);
 		}
 		return to_user(ctx);
 	}
@@ -190,7 +194,7 @@ int xfwd_xdp(struct xdp_md *ctx)
 		// Extension headers (fragments included) and other protocols: the kernel's.
 		if (data[IPV6_NEXT_OFF] != IPPROTO_UDP)
 			return count(C_PASS_LOCAL, XDP_PASS);
-		return local_udp(ctx, ETH_HLEN_ + IPV6_HLEN);
+		return local_udp(ctx, data, end, ETH_HLEN_ + IPV6_HLEN);
 	}
 	return to_user(ctx);
 }
