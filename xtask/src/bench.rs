@@ -23,7 +23,8 @@ use crate::exec::exec;
 /// Options of `cargo xtask bench`.
 #[derive(Debug, clap::Args)]
 pub struct Options {
-    /// The benchmark: a file `benches/benches/NAME.rs` (for example `fib-trie`).
+    /// The benchmark: a file `benches/benches/NAME.rs` (for example `fib-trie`), or a lab run
+    /// as root: `e2e` (forwarding rates), `endpoints` (reflector and echo next to the kernel).
     name: String,
     /// Criterion's quick mode: fewer samples, a rough but fast report (marked as such).
     #[arg(long)]
@@ -87,6 +88,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let name = options.name.as_str();
     if name == "e2e" {
         return crate::e2e::run(options.quick, options.report_only, &options.criterion_args);
+    }
+    if name == "endpoints" {
+        return crate::endpoints::run(options.quick, options.report_only);
     }
     let bench_file = root.join("benches/benches").join(format!("{name}.rs"));
     if !bench_file.is_file() {

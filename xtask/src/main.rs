@@ -7,6 +7,7 @@ mod bench;
 mod crates;
 mod demo;
 mod e2e;
+mod endpoints;
 mod exec;
 mod fuzz;
 mod lab;

@@ -90,6 +90,7 @@
 
 mod config;
 mod counters;
+pub mod endpoint;
 mod frag;
 mod hold;
 pub mod icmp;

@@ -122,7 +122,7 @@ pub struct Queue {
     pub(crate) cache: Option<DstCache<Route>>,
     pub(crate) counters: Counters,
     pub(crate) icmp: TokenBucket,
-    hold: HoldBuffer,
+    pub(crate) hold: HoldBuffer,
     ident: u16,
     /// Which addresses may be local, per route generation.
     pub(crate) locals: LocalFilter,

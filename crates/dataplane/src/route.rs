@@ -252,7 +252,53 @@ pub(crate) fn fib_answer<K: TrieKey>(
             }
         }
     }
-    match route_type {
+    unicast_egress(&r, src, dst, widen, source_checked)
+}
+
+/// The FIB's answer for a locally originated packet (`ip_route_output_key`: the flow's `iif`
+/// is the loopback device, as `iif lo` rules expect): the unicast route's chosen next hop, or
+/// the decision of every other route type. Unlike [`fib_lookup`] no ingress switch
+/// (`forwarding`, `rp_filter`) applies: they are input-path checks.
+///
+/// # Errors
+/// The decision when the route is not unicast, or there is no route.
+pub(crate) fn output_lookup(
+    tables: &Tables,
+    guard: &Guard,
+    v6: bool,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+) -> Result<Egress, Route> {
+    if v6 {
+        let flow = fib_flow(src, dst, tos, iif);
+        let r = tables
+            .fib6
+            .lookup(&flow, guard)
+            .map_err(|e| Route::Reject(e.into()))?;
+        unicast_egress(&r, src, dst, widen6, false)
+    } else {
+        let flow = fib_flow(src as u32, dst as u32, tos, iif);
+        let r = tables
+            .fib4
+            .lookup(&flow, guard)
+            .map_err(|e| Route::Reject(e.into()))?;
+        unicast_egress(&r, src, dst, widen4, false)
+    }
+}
+
+/// The decision of a route `r` the FIB chose for a packet from `src` to `dst`: a unicast
+/// route's next hop (chosen by the flow hash among several), else the route type's verdict.
+#[inline]
+fn unicast_egress<K: TrieKey>(
+    r: &FibResult<'_, K>,
+    src: u128,
+    dst: u128,
+    widen: impl Fn(Gateway<K>) -> (u128, bool),
+    source_checked: bool,
+) -> Result<Egress, Route> {
+    match r.route_type() {
         RouteType::Unicast => {}
         RouteType::Local | RouteType::Anycast => return Err(Route::Local),
         RouteType::Broadcast => return Err(Route::Punt(PuntReason::Broadcast)),
@@ -269,7 +315,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
     let Some(nh) = r.select_path(hash) else {
         return Err(Route::Reject(Reject::NoRoute));
     };
-    let (next_hop, next_hop_v6) = nh.gateway.map_or((dst, v6), widen);
+    let (next_hop, next_hop_v6) = nh.gateway.map_or((dst, K::BITS == 128), widen);
     Ok(Egress {
         oif: nh.ifindex,
         next_hop,

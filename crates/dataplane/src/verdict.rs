@@ -96,6 +96,10 @@ reasons! {
         /// A spare frame was needed (fragments, an ICMP error without room in place) and the
         /// pool had none, or one too small.
         PoolEmpty = "pool_empty",
+        /// The answer of an in-dataplane endpoint's service that the dataplane cannot send (to
+        /// one of our own addresses, by a route only the kernel can take); counted on the
+        /// endpoint by cause.
+        Unsendable = "unsendable",
     }
 }
 

@@ -3,7 +3,8 @@
 //! sources with and without a route back, runs of one flow) with the tables changing between
 //! batches (routes, addresses, links, neighbours, policies, rules, and the devices' forwarding
 //! and `rp_filter` switches) must get identical verdicts, bytes, spare frames, hold-buffer
-//! behaviour and counters.
+//! behaviour and counters; with in-dataplane endpoints (echo, STAMP, an embedder's socket)
+//! after the pipeline, identical answers, deliveries and endpoint counters too.
 
 mod common;
 
@@ -12,6 +13,10 @@ use std::sync::Arc;
 
 use addr_table::IfAddr;
 use common::*;
+use dataplane::endpoint::{
+    BindOptions, Endpoint, EndpointConfig, EndpointInfo, EndpointRx, Endpoints, ErrorEstimate,
+    RecvMeta, Service,
+};
 use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
 use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
 use neigh_table::{
@@ -68,7 +73,15 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
     ];
     let ttl = prop_oneof![Just(0u8), Just(1), Just(2), Just(64)];
     let payload = prop_oneof![4 => 0usize..64, 1 => 500usize..1500];
-    let dport = prop_oneof![Just(4789u16), Just(53)];
+    // 4789: the fixture's raw sockets; 7, 862, 5353: the endpoints of
+    // `the_vector_pipeline_delivers_to_endpoints_as_the_reference`.
+    let dport = prop_oneof![
+        4 => Just(4789u16),
+        4 => Just(53),
+        1 => Just(7),
+        1 => Just(862),
+        1 => Just(5353),
+    ];
     let base = prop_oneof![
         6 => (src4, dst4, ttl.clone(), dport.clone(), payload.clone(), any::<bool>()).prop_map(
             |(s, d, ttl, port, n, df)| {
@@ -390,11 +403,22 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
 #[derive(Debug, PartialEq, Eq)]
 struct Observed {
     frames: Vec<(Verdict, Vec<u8>)>,
+    /// What the embedder's endpoint received (with endpoints).
+    delivered: Vec<(Vec<u8>, RecvMeta)>,
+    /// Every endpoint's counters after the batch (with endpoints).
+    endpoints: Vec<EndpointInfo>,
     sent: Vec<dataplane::Sent>,
     resolutions: Vec<Resolution>,
     released: usize,
     held: usize,
     counters: Counters,
+}
+
+/// A namespace's endpoints after the pipeline: the services and an embedder's socket.
+struct WithEndpoints<'a> {
+    endpoints: &'a Endpoints,
+    rx: &'a mut EndpointRx,
+    socket: &'a Endpoint,
 }
 
 fn run(
@@ -404,6 +428,18 @@ fn run(
     frames: &[Vec<u8>],
     headroom: usize,
     now: u64,
+) -> Observed {
+    run_with(queue, vector, tables, frames, headroom, now, None)
+}
+
+fn run_with(
+    queue: &mut Queue,
+    vector: bool,
+    tables: &Tables,
+    frames: &[Vec<u8>],
+    headroom: usize,
+    now: u64,
+    mut endpoints: Option<WithEndpoints<'_>>,
 ) -> Observed {
     let mut chunks: Vec<Vec<u8>> = frames
         .iter()
@@ -425,6 +461,28 @@ fn run(
     } else {
         queue.process_batch_reference(tables, &guard, now, &mut batch, &mut pool);
     }
+    let mut delivered = Vec::new();
+    let mut infos = Vec::new();
+    if let Some(e) = &mut endpoints {
+        // A wall clock that moves by the answer: receive and transmit timestamps differ.
+        let mut wall = 1_700_000_000_000_000_000 + now;
+        e.rx.handle_batch(
+            queue,
+            tables,
+            &guard,
+            now,
+            &mut || {
+                wall += 1000;
+                wall
+            },
+            &mut batch,
+        );
+        let mut buf = [0u8; 2048];
+        while let Some((n, meta)) = e.socket.recv_from(&mut buf) {
+            delivered.push((buf[..n].to_vec(), meta));
+        }
+        infos = e.endpoints.list();
+    }
     let released = queue.release_held(tables, &guard, now + 500_000_000, &mut pool);
     let resolutions = std::iter::from_fn(|| queue.poll_resolution()).collect();
     let mut counters = queue.counters();
@@ -436,6 +494,8 @@ fn run(
             .iter()
             .map(|f| (f.verdict, f.bytes().to_vec()))
             .collect(),
+        delivered,
+        endpoints: infos,
         sent: pool.sent,
         resolutions,
         released,
@@ -497,6 +557,150 @@ proptest! {
             }
         }
     }
+}
+
+/// The fixture's tables (with the change policy) and endpoints over them: an echo on `[::]:7`
+/// (dual-stack), STAMP reflectors on `10.0.1.1:862` and `[2001:db8:1::1]:862`, and an
+/// embedder's socket on `0.0.0.0:5353` with a queue of 4 (it overflows).
+fn fixture_with_endpoints() -> (Fixture, Endpoints, Endpoint) {
+    let (fx, writer) = fixture_and_writer();
+    let (selector, dir, action) = policy_selectors()[0];
+    fx.tables
+        .policies
+        .add(PolicySpec::new(selector, dir).action(action))
+        .unwrap();
+    // The senders' neighbour entries (answers leave at once; others' wait in the hold buffer).
+    for host in [IpAddr::V4(HOST4.into()), IpAddr::V6(HOST6.parse().unwrap())] {
+        fx.tables.neigh.upsert(Neighbour::new(
+            IN,
+            host,
+            Some(HOST_MAC),
+            NudState::REACHABLE,
+        ));
+    }
+    fx.tables.generation.bump();
+    let config = EndpointConfig {
+        queue_depth: 4,
+        ..EndpointConfig::default()
+    };
+    let mut endpoints = Endpoints::new(writer, fx.tables.clone(), config).unwrap();
+    endpoints
+        .bind(
+            "[::]:7".parse().unwrap(),
+            BindOptions::service(Service::Echo),
+        )
+        .unwrap();
+    let stamp = Service::Stamp {
+        error: ErrorEstimate::from_nanos(1000, true),
+    };
+    for local in ["10.0.1.1:862", "[2001:db8:1::1]:862"] {
+        endpoints
+            .bind(local.parse().unwrap(), BindOptions::service(stamp))
+            .unwrap();
+    }
+    let socket = endpoints
+        .bind("0.0.0.0:5353".parse().unwrap(), BindOptions::default())
+        .unwrap();
+    (fx, endpoints, socket)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Endpoints see the same `Deliver` frames from both pipelines: two identical namespaces
+    /// (tables, socket tables, endpoints), one driven by the vector pipeline and one by the
+    /// reference, each batch's `Deliver` frames answered or queued by the namespace's
+    /// endpoints; answers (bytes, verdicts, held), deliveries and every endpoint's counters
+    /// are identical.
+    #[test]
+    fn the_vector_pipeline_delivers_to_endpoints_as_the_reference(
+        batches in proptest::collection::vec((batch(), change()), 1..5),
+        cache in prop_oneof![3 => Just(true), 1 => Just(false)],
+        headroom in prop_oneof![Just(0usize), Just(256)],
+    ) {
+        let (fa, ea, sa) = fixture_with_endpoints();
+        let (fb, eb, sb) = fixture_with_endpoints();
+        let (mut ra, mut rb) = (ea.rx(), eb.rx());
+        let (mut ta, mut tb) = (Toggles::default(), Toggles::default());
+        let config = config(VlanMode::Route, false, cache);
+        let mut vector = Queue::new(config).unwrap();
+        let mut reference = Queue::new(config).unwrap();
+        for (i, (frames, change)) in batches.iter().enumerate() {
+            let now = i as u64 * 700_000_000;
+            let with = |endpoints, rx, socket| Some(WithEndpoints { endpoints, rx, socket });
+            let a = run_with(&mut vector, true, &fa.tables, frames, headroom, now, with(&ea, &mut ra, &sa));
+            let b = run_with(&mut reference, false, &fb.tables, frames, headroom, now, with(&eb, &mut rb, &sb));
+            prop_assert_eq!(&a, &b, "batch {}", i);
+            let undecided = |v: &Verdict| matches!(v, Verdict::Pending | Verdict::Deliver { .. });
+            prop_assert!(!a.frames.iter().any(|(v, _)| undecided(v)), "every frame decided");
+            if let Some(change) = change {
+                apply(&fa.tables, &mut ta, *change);
+                apply(&fb.tables, &mut tb, *change);
+            }
+        }
+    }
+}
+
+/// The endpoint proptest's batches do reach the endpoints: a fixed batch to each service and
+/// the socket, through both pipelines, answered and delivered alike.
+#[test]
+fn endpoints_answer_alike_after_both_pipelines() {
+    let (fa, ea, sa) = fixture_with_endpoints();
+    let (fb, eb, sb) = fixture_with_endpoints();
+    let (mut ra, mut rb) = (ea.rx(), eb.rx());
+    let frames = vec![
+        udp4(HOST4, LOCAL4, 64, 7, 10),
+        udp4(HOST4, LOCAL4, 64, 862, 44),
+        udp6(HOST6, LOCAL6, 64, 862, 44),
+        udp6(HOST6, LOCAL6, 64, 7, 3),
+        udp4(HOST4, LOCAL4, 64, 5353, 5),
+        udp4(HOST4, LOCAL4, 64, 862, 10),
+    ];
+    let config = config(VlanMode::Route, false, true);
+    let (mut qa, mut qb) = (Queue::new(config).unwrap(), Queue::new(config).unwrap());
+    let with = |endpoints, rx, socket| {
+        Some(WithEndpoints {
+            endpoints,
+            rx,
+            socket,
+        })
+    };
+    let a = run_with(
+        &mut qa,
+        true,
+        &fa.tables,
+        &frames,
+        256,
+        0,
+        with(&ea, &mut ra, &sa),
+    );
+    let b = run_with(
+        &mut qb,
+        false,
+        &fb.tables,
+        &frames,
+        256,
+        0,
+        with(&eb, &mut rb, &sb),
+    );
+    assert_eq!(a, b);
+    let verdicts: Vec<Verdict> = a.frames.iter().map(|(v, _)| *v).collect();
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Transmit { ifindex: IN },
+            Verdict::Transmit { ifindex: IN },
+            Verdict::Transmit { ifindex: IN },
+            Verdict::Transmit { ifindex: IN },
+            Verdict::Consumed,
+            Verdict::Drop(dataplane::DropReason::Truncated),
+        ],
+        "echo, STAMP (v4, v6), echo (v6), the socket, a STAMP packet too short"
+    );
+    assert_eq!(a.delivered.len(), 1);
+    assert_eq!(a.delivered[0].0, vec![0x5a; 5]);
+    let received: u64 = a.endpoints.iter().map(|e| e.stats.received).sum();
+    assert_eq!(received, 6);
 }
 
 /// Runs of one flow cost one probe: the route cache counts one miss and then hits, as the

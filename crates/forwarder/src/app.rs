@@ -209,6 +209,9 @@ pub fn run<E: Engine + 'static>(
     for (slot, port) in ports.iter().enumerate() {
         xdp.set_port(port.ifindex, slot as u32)?;
     }
+    if let Some(feed) = &engine.udp_ports {
+        feed.fill(&mut xdp)?;
+    }
     let mut locals = BTreeSet::new();
     match &engine.locals {
         Some(feed) => feed.fill(&mut xdp),
@@ -248,6 +251,9 @@ pub fn run<E: Engine + 'static>(
     let control = ControlSocket::bind(&config.control_socket)?;
     let xdp = Arc::new(Mutex::new(xdp));
     if let Some(feed) = &engine.locals {
+        feed.attach(xdp.clone());
+    }
+    if let Some(feed) = &engine.udp_ports {
         feed.attach(xdp.clone());
     }
 

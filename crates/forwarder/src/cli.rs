@@ -481,7 +481,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                 .map(|p| p.ifindex)
                 .collect();
             let served = std::sync::Arc::new(dataplane::Served::new(&served));
-            let engine = crate::startup::routing(config.pipeline, served)?;
+            let engine = crate::startup::routing(config.pipeline, served, &config.endpoints)?;
             app::run(&config, engine, metrics, stop, Some(reload))?;
         }
     }

@@ -257,6 +257,9 @@ pub struct ConfigFile {
     /// Bare mode.
     #[serde(default)]
     pub bare: BareFile,
+    /// In-dataplane UDP endpoints (`[[endpoint]]`: a STAMP reflector, an echo).
+    #[serde(default)]
+    pub endpoint: Vec<crate::endpoints::EndpointFile>,
 }
 
 impl ConfigFile {
@@ -312,11 +315,13 @@ pub struct Config {
     pub bare: Option<BTreeMap<String, [u8; 6]>>,
     /// The routing pipeline's configuration (`queue_id` 0: each run loop sets its own).
     pub pipeline: dataplane::Config,
+    /// In-dataplane UDP endpoints (`[[endpoint]]`, routing mode).
+    pub endpoints: Vec<crate::endpoints::EndpointSpec>,
 }
 
 impl Config {
     /// The settings of `self` that differ from `running` and need a restart: everything
-    /// outside `[pipeline]`, and the pipeline's sizes ([`dataplane::Config::needs_restart`]).
+    /// outside `[pipeline]` (the `[[endpoint]]` list too), and the pipeline's sizes ([`dataplane::Config::needs_restart`]).
     /// The rest (`[pipeline]`: ICMP rate and burst, VLAN mode, extension headers, policy
     /// mark) a running instance takes on SIGHUP.
     ///
@@ -343,6 +348,7 @@ impl Config {
             ("punt_device", self.punt_device != running.punt_device),
             ("rings", self.rings != running.rings),
             ("bare", self.bare != running.bare),
+            ("endpoint", self.endpoints != running.endpoints),
         ]
         .into_iter()
         .filter(|(_, differs)| *differs)
@@ -483,6 +489,10 @@ impl ConfigFile {
                 None
             }
         };
+        let endpoints = crate::endpoints::validate(&self.endpoint, &mut problems);
+        if bare.is_some() && !endpoints.is_empty() {
+            problems.push("endpoints need the routing pipeline, not bare mode".to_owned());
+        }
         if !problems.is_empty() {
             return Err(ConfigError::Invalid(problems));
         }
@@ -499,6 +509,7 @@ impl ConfigFile {
             rings,
             bare,
             pipeline,
+            endpoints,
         })
     }
 }

@@ -73,6 +73,10 @@ pub struct EngineSpec<E> {
     /// instance replaces a slot when that port's interface is re-created. `None`: the engine
     /// does not look (bare).
     pub served: Option<Arc<dataplane::Served>>,
+    /// The UDP ports of in-dataplane endpoints, which the XDP program steers to user space
+    /// (kept in step with binds and closes); `None`: no endpoints (every local datagram goes
+    /// to the kernel).
+    pub udp_ports: Option<Arc<crate::endpoints::UdpPortFeed>>,
 }
 
 /// A pipeline configuration published to the run loops while they run: the reloading thread

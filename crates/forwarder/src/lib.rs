@@ -51,6 +51,7 @@ pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod counters;
+pub mod endpoints;
 pub mod engine;
 pub mod explain;
 pub mod locals;

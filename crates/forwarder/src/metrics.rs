@@ -253,6 +253,7 @@ pub fn exposition(stats: &Stats) -> String {
     if stats.netlink_generation.is_some() {
         mirror(f, stats);
     }
+    endpoints(f, stats);
 
     let _ = families.registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
@@ -365,6 +366,47 @@ fn mirror(f: &Families, stats: &Stats) {
     }
 }
 
+/// The in-dataplane UDP endpoints (routing mode): per endpoint (`service`, `local`) what it
+/// received, sent and dropped at receive, and what it could not send by cause (every cause
+/// with its zero).
+fn endpoints(f: &Families, stats: &Stats) {
+    if stats.endpoints.is_empty() {
+        return;
+    }
+    let labels = ["service", "local"];
+    let received = f.counter(
+        "xfwd_endpoint_received_total",
+        "Datagrams delivered to an in-dataplane UDP endpoint.",
+        &labels,
+    );
+    let sent = f.counter(
+        "xfwd_endpoint_sent_total",
+        "Datagrams an in-dataplane UDP endpoint sent (a service's answers, a socket's sends).",
+        &labels,
+    );
+    let rx_dropped = f.counter(
+        "xfwd_endpoint_rx_dropped_total",
+        "Datagrams an endpoint dropped at receive (queue full, too large, malformed test packet).",
+        &labels,
+    );
+    let not_sent = f.counter(
+        "xfwd_endpoint_not_sent_total",
+        "Datagrams an endpoint could not send, by cause.",
+        &["service", "local", "cause"],
+    );
+    for e in &stats.endpoints {
+        let l = [e.service.as_str(), e.local.as_str()];
+        received.with_label_values(&l).inc_by(e.received);
+        sent.with_label_values(&l).inc_by(e.sent);
+        rx_dropped.with_label_values(&l).inc_by(e.rx_dropped);
+        for (cause, n) in &e.send_errors {
+            not_sent
+                .with_label_values(&[l[0], l[1], cause.as_str()])
+                .inc_by(*n);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -408,6 +450,14 @@ mod tests {
             pipeline: vec![PipelineSnapshot::new(0, &c)],
             mirror: vec![("applied".into(), 40), ("resyncs".into(), 0)],
             kernel_decides: vec![("encap".into(), 2)],
+            endpoints: vec![crate::endpoints::EndpointSnapshot {
+                service: "stamp".into(),
+                local: "[::]:862".into(),
+                received: 3,
+                sent: 2,
+                rx_dropped: 0,
+                send_errors: vec![("no_route".into(), 1), ("hold_full".into(), 0)],
+            }],
         }
     }
 
@@ -458,10 +508,12 @@ mod tests {
             netlink_generation: None,
             mirror: Vec::new(),
             kernel_decides: Vec::new(),
+            endpoints: Vec::new(),
             ..router()
         };
         let text = exposition(&bare);
         assert!(!text.contains("xfwd_netlink"), "no mirror in bare mode");
+        assert!(!text.contains("xfwd_endpoint"), "no endpoints in bare mode");
         promtool_accepts(&text);
     }
 

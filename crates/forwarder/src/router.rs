@@ -12,6 +12,14 @@
 //! path), and every [`PUBLISH_EVERY_NS`](crate::board::PUBLISH_EVERY_NS) a copy of the
 //! queue's counters for `xfwd stats` (a `try_lock`: the loop never waits).
 //!
+//! In-dataplane UDP endpoints ([`crate::endpoints`], [`Router::with_endpoints`]): after each
+//! batch the frames the pipeline gave `Deliver` go to
+//! [`EndpointRx::handle_batch`](dataplane::endpoint::EndpointRx::handle_batch), which answers
+//! the echo and STAMP services in place (`Transmit`, `Held` or `Drop`, counted on the
+//! endpoint) and queues datagrams for embedders' sockets (`Consumed`); each turn sends what
+//! endpoints queued. Without endpoints (or for a socket no endpoint owns any more) `Deliver`
+//! goes to the kernel like a punt.
+//!
 //! The control-plane start-up (the mirror, the tables, one router per queue) is in
 //! [`startup`](crate::startup).
 #![forbid(unsafe_code)]
@@ -19,6 +27,7 @@
 use std::time::Instant;
 
 use crossbeam_epoch::Guard;
+use dataplane::endpoint::EndpointRx;
 use dataplane::{Frame, FramePool, Queue, Tables};
 
 use std::sync::Arc;
@@ -26,6 +35,7 @@ use std::sync::Arc;
 use crate::board::{Publisher, SharedCounters};
 use crate::cache_report::{CacheBoard, CachedRoute};
 use crate::engine::{Engine, LiveConfig};
+use crate::runloop::BATCH;
 
 /// Where a queue's neighbour resolution requests go: in `xfwd`,
 /// `netlink_mirror::NeighResolver::request` (non-blocking, no syscall).
@@ -40,6 +50,7 @@ pub struct Router {
     publisher: Publisher,
     live: Option<(Arc<LiveConfig>, u64)>,
     caches: Option<(Arc<CacheBoard>, u64)>,
+    endpoints: Option<EndpointRx>,
 }
 
 impl std::fmt::Debug for Router {
@@ -62,7 +73,32 @@ impl Router {
             publisher: Publisher::new(shared),
             live: None,
             caches: None,
+            endpoints: None,
         }
+    }
+
+    /// Hands the batches' `Deliver` frames to these endpoints, and sends what they queue
+    /// every turn.
+    ///
+    /// ```
+    /// use dataplane::endpoint::{EndpointConfig, Endpoints};
+    /// use dataplane::{Queue, Tables};
+    /// use forwarder::router::Router;
+    /// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+    ///
+    /// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
+    /// let sock_netns = writer.add_netns(NetnsConfig::default())?;
+    /// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+    /// let endpoints = Endpoints::new(writer, tables.clone(), EndpointConfig::default())?;
+    /// let queue = Queue::new(dataplane::Config::default())?;
+    /// let router = Router::new(queue, tables, Box::new(|_, _| true), Default::default())
+    ///     .with_endpoints(endpoints.rx());
+    /// # drop(router);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_endpoints(mut self, endpoints: EndpointRx) -> Self {
+        self.endpoints = Some(endpoints);
+        self
     }
 
     /// Follows `live`: a configuration published there is applied between two batches
@@ -134,6 +170,16 @@ impl Engine for Router {
         let now = self.now();
         self.queue
             .process_batch(&self.tables, guard, now, frames, pool);
+        if let Some(endpoints) = &mut self.endpoints {
+            endpoints.handle_batch(
+                &mut self.queue,
+                &self.tables,
+                guard,
+                now,
+                &mut unix_nanos,
+                frames,
+            );
+        }
     }
 
     fn turn<P: FramePool>(&mut self, guard: &Guard, pool: &mut P) {
@@ -141,12 +187,23 @@ impl Engine for Router {
         self.answer_cache_request();
         let now = self.now();
         self.queue.release_held(&self.tables, guard, now, pool);
+        if let Some(endpoints) = &mut self.endpoints {
+            endpoints.poll_transmit(&mut self.queue, &self.tables, guard, now, pool, BATCH);
+        }
         while let Some(request) = self.queue.poll_resolution() {
             (self.resolve)(request.ifindex, request.addr);
         }
         let queue = &self.queue;
         self.publisher.tick(now, || queue.counters());
     }
+}
+
+/// The wall clock in Unix nanoseconds (the reflector's timestamps; a vDSO read, no system
+/// call).
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]

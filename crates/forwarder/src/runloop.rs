@@ -346,8 +346,9 @@ impl QueueLoop {
             bump(&counters.batches, 1);
             for frame in &mut frames {
                 if let Verdict::Punt(_) | Verdict::Deliver { .. } = frame.verdict {
-                    // No in-process UDP endpoint is registered yet, so `Deliver` cannot
-                    // happen; were one, the kernel would still get the datagram.
+                    // The router hands `Deliver` frames to its endpoints, which leave
+                    // `Deliver` on none; an engine without endpoints gives the kernel the
+                    // datagram.
                     let end = frame.offset.saturating_add(frame.len);
                     let injected = match (punt, frame.chunk.get_mut(frame.offset..end)) {
                         (Some(punt), Some(bytes)) => punt.inject(bytes).is_ok(),

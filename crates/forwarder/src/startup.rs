@@ -1,7 +1,8 @@
 //! What each engine needs at start-up, as an [`EngineSpec`]: for the routing engine the
 //! control plane (the netlink mirror of the namespace, the dataplane's [`Tables`] over the
-//! mirror's, one [`Router`] per queue) and what it adds to the reports (the pipeline's
-//! counters per queue, the mirror's counters); for the bare engine its port pairs.
+//! mirror's, the configured in-dataplane UDP endpoints, one [`Router`] per queue) and what it
+//! adds to the reports (the pipeline's counters per queue, the mirror's counters, the
+//! endpoints' counters); for the bare engine its port pairs.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -37,12 +38,19 @@ const CACHE_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 /// Routes out of interfaces other than `served` (the ifindexes of `--iface`) are punted: the
 /// kernel forwards those packets.
 ///
+/// `endpoints` (the `[[endpoint]]` tables) are bound in the socket table over the mirror's
+/// local addresses, each checked against the namespace's kernel sockets
+/// ([`crate::endpoints::open`]); every router answers them, and their ports go to the XDP
+/// program ([`EngineSpec::udp_ports`]).
+///
 /// # Errors
-/// When the configuration is out of range, the mirror cannot start or sync, or the socket
-/// table cannot be made.
+/// When the configuration is out of range, the mirror cannot start or sync, the socket table
+/// cannot be made, or an endpoint cannot be bound (`EADDRINUSE`: a kernel socket or another
+/// endpoint holds its port; `EADDRNOTAVAIL`: not a local address).
 pub fn routing(
     config: dataplane::Config,
     served: Arc<dataplane::Served>,
+    endpoints: &[crate::endpoints::EndpointSpec],
 ) -> anyhow::Result<EngineSpec<Router>> {
     config.validate().context("pipeline configuration")?;
     let feed = Arc::new(LocalAddrFeed::default());
@@ -64,7 +72,6 @@ pub fn routing(
         seconds = started.elapsed().as_secs_f64(),
         "kernel state mirrored"
     );
-    // No in-process UDP endpoints yet: an empty socket table (`Deliver` cannot happen).
     let (sockets, mut writer) =
         SockTable::new(TableConfig::default()).context("creating the UDP socket table")?;
     let sock_netns = writer
@@ -83,6 +90,8 @@ pub fn routing(
         served: Some(served.clone()),
         devconf: m.devconf.clone(),
     };
+    let (endpoints, udp_ports) =
+        crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoints)?;
     let board = CounterBoard::default();
     let resolver = mirror.resolver();
     let live = Arc::new(LiveConfig::default());
@@ -92,6 +101,7 @@ pub fn routing(
         let live = live.clone();
         let caches = caches.clone();
         let tables = tables.clone();
+        let endpoints = endpoints.clone();
         move |queue: u32| -> anyhow::Result<Router> {
             let dp = Queue::new(dataplane::Config {
                 queue_id: queue,
@@ -100,9 +110,11 @@ pub fn routing(
             let counters = board.register(queue);
             let resolver = resolver.clone();
             let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
+            let rx = endpoints.lock().unwrap_or_else(|e| e.into_inner()).rx();
             Ok(Router::new(dp, tables.clone(), resolve, counters)
                 .follow(live.clone())
-                .report_cache(caches.clone()))
+                .report_cache(caches.clone())
+                .with_endpoints(rx))
         }
     };
     let generation = {
@@ -136,6 +148,13 @@ pub fn routing(
     };
     let report = move |stats: &mut Stats| {
         stats.pipeline = board.snapshots();
+        stats.endpoints = endpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .list()
+            .iter()
+            .map(crate::endpoints::EndpointSnapshot::from)
+            .collect();
         let ms = mirror.stats();
         stats.mirror = vec![
             ("applied".into(), ms.applied),
@@ -168,6 +187,7 @@ pub fn routing(
         live: Some(live),
         query: Some(query),
         served: Some(served),
+        udp_ports: Some(udp_ports),
     })
 }
 
@@ -193,5 +213,6 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         live: None,
         query: None,
         served: None,
+        udp_ports: None,
     }
 }

@@ -41,6 +41,9 @@ pub struct Stats {
     /// `route-type`, `route-attribute`, `gateway-family`, `nexthop-encap`, ...): a gauge.
     #[serde(default)]
     pub kernel_decides: Vec<(String, u64)>,
+    /// In-dataplane UDP endpoints and their counters (routing mode).
+    #[serde(default)]
+    pub endpoints: Vec<crate::endpoints::EndpointSnapshot>,
 }
 
 impl Stats {
@@ -197,6 +200,22 @@ impl Stats {
                 out,
                 "kernel decides (routes not mirrored): {}",
                 join(&self.kernel_decides, false)
+            );
+        }
+        for e in &self.endpoints {
+            let _ = writeln!(
+                out,
+                "endpoint {} {}: received {}, sent {}, rx dropped {}{}",
+                e.service,
+                e.local,
+                e.received,
+                e.sent,
+                e.rx_dropped,
+                if e.send_errors.iter().all(|(_, n)| *n == 0) {
+                    String::new()
+                } else {
+                    format!(", not sent: {}", join(&e.send_errors, false))
+                }
             );
         }
         let xdp: Vec<String> = self

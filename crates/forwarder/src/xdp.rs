@@ -34,7 +34,7 @@ pub const MAX_PORTS: u32 = 64;
 pub const QUEUES_PER_PORT: u32 = 64;
 
 /// The program's per-CPU counters, in the order of `enum counter` in `bpf/xfwd.bpf.c`.
-pub const XDP_COUNTERS: [&str; 8] = [
+pub const XDP_COUNTERS: [&str; 9] = [
     "redirect",
     "no_socket",
     "pass_arp",
@@ -43,6 +43,7 @@ pub const XDP_COUNTERS: [&str; 8] = [
     "pass_multicast",
     "pass_link_local",
     "pass_other",
+    "local_udp",
 ];
 
 /// What can go wrong with the XDP program.
@@ -100,6 +101,7 @@ pub struct XdpProgram {
     ports: BpfHashMap<MapData, u32, u32>,
     local_v4: BpfHashMap<MapData, u32, u8>,
     local_v6: BpfHashMap<MapData, [u8; 16], u8>,
+    udp_ports: BpfHashMap<MapData, u16, u8>,
     counters: PerCpuArray<MapData, u64>,
 }
 
@@ -141,6 +143,8 @@ impl XdpProgram {
             BpfHashMap::try_from(take(&mut ebpf, "local_v4")?).map_err(map_error("local_v4"))?;
         let local_v6 =
             BpfHashMap::try_from(take(&mut ebpf, "local_v6")?).map_err(map_error("local_v6"))?;
+        let udp_ports =
+            BpfHashMap::try_from(take(&mut ebpf, "udp_ports")?).map_err(map_error("udp_ports"))?;
         let counters =
             PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(map_error("counters"))?;
         Ok(XdpProgram {
@@ -150,6 +154,7 @@ impl XdpProgram {
             ports,
             local_v4,
             local_v6,
+            udp_ports,
             counters,
         })
     }
@@ -302,6 +307,29 @@ impl XdpProgram {
             .map(|k| IpAddr::from(k.to_ne_bytes()));
         let v6 = self.local_v6.keys().flatten().map(IpAddr::from);
         v4.chain(v6).collect()
+    }
+
+    /// Steers local UDP datagrams to `port` into user space (an in-dataplane endpoint holds
+    /// it).
+    ///
+    /// # Errors
+    /// [`XdpError::Map`] when the map refuses it.
+    pub fn add_udp_port(&mut self, port: u16) -> Result<(), XdpError> {
+        self.udp_ports
+            .insert(port, 1, 0)
+            .map_err(map_error("udp_ports"))
+    }
+
+    /// Local UDP datagrams to `port` go to the kernel again (no-op when absent).
+    pub fn remove_udp_port(&mut self, port: u16) {
+        let _ = self.udp_ports.remove(&port);
+    }
+
+    /// The UDP ports now steered to user space.
+    pub fn udp_ports(&self) -> Vec<u16> {
+        let mut ports: Vec<u16> = self.udp_ports.keys().flatten().collect();
+        ports.sort_unstable();
+        ports
     }
 
     /// The program's counters, summed over CPUs, in the order of [`XDP_COUNTERS`].

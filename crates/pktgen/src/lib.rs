@@ -59,6 +59,7 @@ pub mod flow;
 pub mod frame;
 pub mod pacer;
 pub mod rx;
+pub mod stamp;
 pub mod stats;
 pub mod sys;
 pub mod tx;

@@ -44,6 +44,11 @@ pub fn v6(s: &str) -> u128 {
 }
 
 pub fn fixture() -> Fixture {
+    fixture_and_writer().0
+}
+
+/// [`fixture`] and the socket table's writer (for `dataplane::endpoint::Endpoints`).
+pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
     let (sockets, mut writer) = SockTable::new(TableConfig::default()).unwrap();
     let ns = writer.add_netns(NetnsConfig::default()).unwrap();
     writer
@@ -251,11 +256,14 @@ pub fn fixture() -> Fixture {
     )
     .unwrap();
     tables.generation.bump();
-    Fixture {
-        tables,
-        socket,
-        socket6,
-    }
+    (
+        Fixture {
+            tables,
+            socket,
+            socket6,
+        },
+        writer,
+    )
 }
 
 /// An IPv4/UDP frame from the host on the ingress link.

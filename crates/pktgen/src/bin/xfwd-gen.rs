@@ -7,6 +7,10 @@
 //! # in src: 1 Mpps of 64-byte frames for 5 s, 512 destinations from a prefix list
 //! xfwd-gen tx --iface src0 --src-mac 02:58:46:00:00:01 --dst-mac 02:58:46:00:00:02 \
 //!     --src-ip 198.18.0.2 --prefixes routes.txt --destinations 512 --rate 1000000 --duration 5
+//! # STAMP / TWAMP-light session-sender (kernel UDP socket): loss and round-trip delays
+//! xfwd-gen --netns src stamp --to 198.18.0.1:862 --count 10000 --rate 1000
+//! # a UDP echo (RFC 862) on a kernel socket, the peer of xfwd's echo and reflector
+//! xfwd-gen --netns fwd echo --bind '[::]:9' --seconds 60
 //! ```
 
 use std::io::{BufRead, Write};
@@ -44,6 +48,119 @@ enum Command {
     Tx(TxArgs),
     /// Receive probes and count them per flow.
     Rx(RxArgs),
+    /// Send STAMP test packets to a reflector (RFC 8762; TWAMP-light reflectors answer too)
+    /// from a kernel UDP socket: loss and round-trip delay percentiles.
+    Stamp(StampArgs),
+    /// Answer every UDP datagram with itself (RFC 862) from a kernel UDP socket: the kernel's
+    /// side of a comparison with xfwd's in-dataplane echo and reflector.
+    Echo(EchoArgs),
+}
+
+/// Options of `xfwd-gen echo`.
+#[derive(Debug, Args)]
+struct EchoArgs {
+    /// The address to bind, ADDRESS:PORT (`[::]:PORT` takes IPv4 too).
+    #[arg(long)]
+    bind: std::net::SocketAddr,
+    /// Stop after this many seconds (default: run until killed).
+    #[arg(long)]
+    seconds: Option<f64>,
+}
+
+/// A kernel UDP echo: `recvfrom` then `sendto` per datagram, one thread, like the simplest
+/// echo server; prints how many it answered when it stops.
+fn echo(args: EchoArgs) -> anyhow::Result<()> {
+    let socket =
+        std::net::UdpSocket::bind(args.bind).with_context(|| format!("binding {}", args.bind))?;
+    socket.set_read_timeout(Some(Duration::from_millis(100)))?;
+    let deadline = args
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut buf = vec![0u8; 65536];
+    let mut answered = 0u64;
+    while deadline.is_none_or(|d| Instant::now() < d) {
+        match socket.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                if socket.send_to(&buf[..n], from).is_ok() {
+                    answered += 1;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(e).context("receiving"),
+        }
+    }
+    println!("answered {answered}");
+    Ok(())
+}
+
+/// Options of `xfwd-gen stamp`.
+#[derive(Debug, Args)]
+struct StampArgs {
+    /// The reflector, ADDRESS:PORT (STAMP's port is 862).
+    #[arg(long)]
+    to: std::net::SocketAddr,
+    /// The local address to send from, ADDRESS:PORT (default: any).
+    #[arg(long)]
+    from: Option<std::net::SocketAddr>,
+    /// Test packets to send.
+    #[arg(long, default_value_t = 1000)]
+    count: u32,
+    /// Test packets per second.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// UDP payload bytes per test packet (44..).
+    #[arg(long, default_value_t = 44)]
+    size: usize,
+    /// Milliseconds to wait for late answers after the last test packet.
+    #[arg(long, default_value_t = 1000)]
+    linger_ms: u64,
+    /// Print the report as one JSON line on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn stamp(args: StampArgs) -> anyhow::Result<()> {
+    use pktgen::stamp::{StampConfig, run};
+    let mut config = StampConfig::new(args.to);
+    config.bind = args.from;
+    config.count = args.count;
+    config.rate = args.rate;
+    config.size = args.size;
+    config.linger = Duration::from_millis(args.linger_ms);
+    let report = run(&config).with_context(|| format!("STAMP session to {}", args.to))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!(
+        "sent {} answered {} (echoed {}) lost {} duplicates {} reordered {} foreign {} in {:.2} s",
+        report.sent,
+        report.received,
+        report.echoes,
+        report.lost,
+        report.duplicates,
+        report.reordered,
+        report.foreign,
+        report.seconds
+    );
+    for (name, l) in [
+        ("round trip", report.rtt),
+        ("round trip - reflector", report.net_rtt),
+        ("reflector residence", report.residence),
+        ("forward (one clock)", report.forward),
+    ] {
+        if let Some(l) = l {
+            println!(
+                "{name:>24}: min {} p50 {} p90 {} p99 {} p99.9 {} max {} ns",
+                l.min_ns, l.p50_ns, l.p90_ns, l.p99_ns, l.p999_ns, l.max_ns
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Options of `xfwd-gen tx`.
@@ -281,6 +398,8 @@ fn main() -> std::process::ExitCode {
         .and_then(|()| match cli.command {
             Command::Tx(args) => tx(args),
             Command::Rx(args) => rx(args),
+            Command::Stamp(args) => stamp(args),
+            Command::Echo(args) => echo(args),
         });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
