@@ -939,11 +939,12 @@ fn pktgen_through(
                 pktgen::Probe::parse(frame).map(|p| u64::from(p.flow) << 32 | u64::from(p.seq))
             })
         });
-        let sent = xfwd_lab::netns::run_in(&lab.netns(Role::Src), || pktgen::transmit(&tx, flows))
-            .unwrap()
-            .expect("pktgen sends");
+        let sent = xfwd_lab::netns::run_in(&lab.netns(Role::Src), || pktgen::transmit(&tx, flows));
+        // The collector stops only when told: tell it before a failure is reported (a panic
+        // here would leave the scope waiting for it forever).
         done.store(true, Ordering::Release);
-        (sent, collector.join().unwrap())
+        let got = collector.join().unwrap();
+        (sent.unwrap().expect("pktgen sends"), got)
     })
 }
 

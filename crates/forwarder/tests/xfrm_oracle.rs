@@ -444,14 +444,16 @@ fn fates(lab: &Lab, probes: &[Probe]) -> HashSet<u64> {
                 Some(id)
             })
         });
-        xfwd_lab::netns::run_in(&lab.netns(Role::Src), || {
+        let sent = xfwd_lab::netns::run_in(&lab.netns(Role::Src), || {
             for chunk in frames.chunks(16) {
-                forwarder::probe::send_raw(topology::SRC0.name, chunk).expect("send");
+                forwarder::probe::send_raw(topology::SRC0.name, chunk)?;
                 std::thread::sleep(Duration::from_millis(4));
             }
-        })
-        .unwrap();
+            anyhow::Ok(())
+        });
+        // Stop the collector before reporting a failure (the scope would wait for it).
         done.store(true, Ordering::Release);
+        sent.unwrap().expect("send");
     });
     seen.into_inner().unwrap()
 }
