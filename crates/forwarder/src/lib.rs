@@ -53,6 +53,7 @@ pub mod counters;
 pub mod engine;
 pub mod locals;
 pub mod metrics;
+pub mod netfilter;
 pub mod notify;
 pub mod probe;
 pub mod punt;
