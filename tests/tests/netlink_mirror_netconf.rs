@@ -9,6 +9,7 @@ mod netlink_mirror_common;
 
 use std::time::{Duration, Instant};
 
+use fib_trie::multipath::{HashFields, MultipathPolicy};
 use netlink_mirror::Ingress;
 use netlink_mirror::{MirrorHandle, MirrorOptions, MirroredTables};
 use netlink_mirror_common::{ip, mirror, netns, same_answer, two_links};
@@ -104,4 +105,59 @@ fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
     wait_ingress(&live, "d2", false, Ingress::Forward);
     let s = live.stats();
     assert!(s.errors.is_empty(), "{s:?}");
+}
+
+/// Waits until the mirror's multipath policies are `want` (IPv4, IPv6).
+fn wait_multipath(live: &MirrorHandle, want: (MultipathPolicy, MultipathPolicy)) {
+    let t = live.tables();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = (t.fib4.multipath_policy(), t.fib6.multipath_policy());
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{got:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn multipath_hash_sysctls_are_followed() {
+    if !xfwd_lab::privileged("multipath_hash_sysctls_are_followed") {
+        return;
+    }
+    let ns = netns("mphash");
+    let live = mirror(&ns, MirrorOptions::default());
+    let policy = MultipathPolicy::from_sysctl;
+    // A new namespace: policy 0 for both families (IPv6's includes the flow label).
+    wait_multipath(&live, (policy(false, 0, 7, 0), policy(true, 0, 7, 0)));
+    assert_eq!(
+        live.tables().fib6.multipath_policy(),
+        MultipathPolicy::Fields(HashFields(0xf))
+    );
+    sysctl(&ns, "ipv4/fib_multipath_hash_policy", "1");
+    sysctl(&ns, "ipv6/fib_multipath_hash_policy", "3");
+    sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x23");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x23, 0)));
+    // Inner fields: only the kernel can hash them.
+    sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x43");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x43, 0)));
+    assert!(matches!(
+        live.tables().fib6.multipath_policy(),
+        MultipathPolicy::Kernel(_)
+    ));
+    // A seed (kernels from 6.11): the kernel's deterministic choice, for both families.
+    let seed = "/proc/sys/net/ipv4/fib_multipath_hash_seed";
+    if ns.run(|| std::path::Path::new(seed).exists()).unwrap() {
+        sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x23");
+        sysctl(&ns, "ipv4/fib_multipath_hash_seed", "1234");
+        wait_multipath(
+            &live,
+            (policy(false, 1, 7, 1234), policy(true, 3, 0x23, 1234)),
+        );
+        assert!(matches!(
+            live.tables().fib4.multipath_policy(),
+            MultipathPolicy::Kernel("fib_multipath_hash_seed set")
+        ));
+    }
 }

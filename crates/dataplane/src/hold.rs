@@ -168,13 +168,9 @@ impl HoldBuffer {
         {
             // The neighbour's oldest frame makes room (the kernel's `unres_discards`). A
             // waiting neighbour always has a held frame; if not, stop rather than loop.
-            let Some(oldest) = self
-                .held
-                .iter()
-                .position(|h| {
-                    h.oif == oif && h.next_hop == next_hop && h.next_hop_v6 == next_hop_v6
-                })
-            else {
+            let Some(oldest) = self.held.iter().position(|h| {
+                h.oif == oif && h.next_hop == next_hop && h.next_hop_v6 == next_hop_v6
+            }) else {
                 break;
             };
             let h = self.held.remove(oldest);

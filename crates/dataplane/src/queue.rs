@@ -282,7 +282,7 @@ impl Queue {
         {
             return Verdict::Drop(DropReason::MartianSource);
         }
-        let route = self.route(b, &meta, frame.ifindex);
+        let route = self.route(b, &meta, frame.bytes(), frame.ifindex);
         self.dispatch(b, frame, &meta, route, pool)
     }
 
@@ -348,9 +348,13 @@ impl Queue {
     }
 
     /// The route cache, then (on a miss or while bypassed) the tables.
-    pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, iif: u32) -> Route {
+    /// `packet` is the frame's packet (for a multipath route's hash).
+    pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, packet: &[u8], iif: u32) -> Route {
         let tos = meta.tos & route::DSCP_MASK;
-        let resolve = || route::resolve(b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif);
+        let resolve = || {
+            let keys = route::hash_keys(meta, packet);
+            route::resolve(b.tables, b.guard, meta.v6, &keys, tos, iif)
+        };
         let Some(cache) = &mut self.cache else {
             return resolve();
         };

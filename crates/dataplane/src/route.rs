@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
+use fib_trie::multipath::{self, HashKeys, MultipathPolicy};
 use fib_trie::{FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
 use neigh_table::Ingress;
 
@@ -95,8 +96,8 @@ impl From<LookupError> for Reject {
     }
 }
 
-/// A flow hash of the addresses (the kernel's default multipath policy 0 hashes L3 only) or
-/// of the 4-tuple (`ports` non-zero).
+/// A flow hash of the addresses, or of the 4-tuple (`ports` non-zero), for choosing among
+/// the sockets of a UDP endpoint (multipath routes use [`fib_trie::multipath::flow_hash`]).
 pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
     let x = (src as u64)
         ^ ((src >> 64) as u64).rotate_left(17)
@@ -113,24 +114,20 @@ pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
 /// FIB by going on with the next rule).
 ///
 /// The same three steps the vector pipeline runs as separate stages over a batch's misses:
-/// [`is_local_dst`], [`fib_lookup`], [`egress`].
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the fields of one lookup, kept as scalars"
-)]
+/// [`is_local_dst`], [`fib_lookup`], [`egress`]. `keys` are what a multipath route's hash
+/// reads ([`hash_keys`]; `src` and `dst` are its addresses).
 pub fn resolve(
     tables: &Tables,
     guard: &Guard,
     v6: bool,
-    src: u128,
-    dst: u128,
+    keys: &HashKeys,
     tos: u8,
     iif: u32,
 ) -> Route {
-    if is_local_dst(tables, guard, v6, dst) {
+    if is_local_dst(tables, guard, v6, keys.dst) {
         return Route::Local;
     }
-    match fib_lookup(tables, guard, v6, src, dst, tos, iif) {
+    match fib_lookup(tables, guard, v6, keys, tos, iif) {
         Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
     }
@@ -157,27 +154,49 @@ pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool
 /// # Errors
 /// The decision when the route is not unicast (local, broadcast, multicast, reject types), or
 /// there is no route.
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the fields of one lookup, kept as scalars"
-)]
 pub fn fib_lookup(
     tables: &Tables,
     guard: &Guard,
     v6: bool,
-    src: u128,
-    dst: u128,
+    keys: &HashKeys,
     tos: u8,
     iif: u32,
 ) -> Result<Egress, Route> {
+    let (src, dst) = (keys.src, keys.dst);
     if v6 {
         let flow = fib_flow(src, dst, tos, iif);
         let result = tables.fib6.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, widen6)
+        fib_answer(tables, guard, &flow, result, src, dst, || *keys, widen6)
     } else {
         let flow = fib_flow(src as u32, dst as u32, tos, iif);
         let result = tables.fib4.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, widen4)
+        fib_answer(tables, guard, &flow, result, src, dst, || *keys, widen4)
+    }
+}
+
+/// What a multipath hash may read of a parsed packet in `frame`: the addresses, the
+/// upper-layer protocol, the ports (none for fragments and protocols without ports, as the
+/// kernel's flow dissector) and the IPv6 flow label. Read only for multipath routes.
+pub fn hash_keys(meta: &Meta, frame: &[u8]) -> HashKeys {
+    let (sport, dport) = if meta.fragment {
+        (0, 0)
+    } else {
+        meta.ports(frame).unwrap_or((0, 0))
+    };
+    let flowlabel = if meta.v6 {
+        frame.get(meta.l3()..meta.l3() + 4).map_or(0, |b| {
+            u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff
+        })
+    } else {
+        0
+    };
+    HashKeys {
+        src: meta.src,
+        dst: meta.dst,
+        proto: meta.proto,
+        sport,
+        dport,
+        flowlabel,
     }
 }
 
@@ -216,8 +235,13 @@ pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, bool) {
 
 /// The second half of [`fib_lookup`]: the decision of the FIB's answer `result` to `flow`,
 /// for a packet from `src` to `dst` (the pipeline's `u128` form), with the ingress device's
-/// switches (`forwarding`, `rp_filter`) applied; `widen` turns a gateway into that form.
+/// switches (`forwarding`, `rp_filter`) applied; `keys` gives what a multipath route's hash
+/// reads (called only for those); `widen` turns a gateway into that form.
 #[inline]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
 pub(crate) fn fib_answer<K: TrieKey>(
     tables: &Tables,
     guard: &Guard,
@@ -225,6 +249,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
     result: Result<FibResult<'_, K>, LookupError>,
     src: u128,
     dst: u128,
+    keys: impl FnOnce() -> HashKeys,
     widen: impl Fn(Gateway<K>) -> (u128, bool),
 ) -> Result<Egress, Route> {
     let v6 = K::BITS == 128;
@@ -263,7 +288,19 @@ pub(crate) fn fib_answer<K: TrieKey>(
     }
     let multipath = r.nexthops().len() > 1;
     // One next hop: the hash cannot change the choice.
-    let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
+    let hash = if multipath {
+        let policy = if v6 {
+            tables.fib6.multipath_policy()
+        } else {
+            tables.fib4.multipath_policy()
+        };
+        match policy {
+            MultipathPolicy::Fields(fields) => multipath::flow_hash(fields, &keys()),
+            MultipathPolicy::Kernel(_) => return Err(Route::Punt(PuntReason::MultipathHash)),
+        }
+    } else {
+        0
+    };
     let Some(nh) = r.select_path(hash) else {
         return Err(Route::Reject(Reject::NoRoute));
     };

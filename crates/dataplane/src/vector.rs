@@ -298,7 +298,7 @@ impl Queue {
                             cache.repeat_hit();
                             route
                         }
-                        _ => self.route(b, &lanes[i].meta, frames[i].ifindex),
+                        _ => self.route(b, &lanes[i].meta, frames[i].bytes(), frames[i].ifindex),
                     };
                     lanes[i].step = Step::Routed;
                 }
@@ -439,14 +439,17 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
     b.tables
         .fib4
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let lane = &mut lanes[usize::from(indices[k])];
+            let i = usize::from(indices[k]);
+            let lane = &mut lanes[i];
+            let meta = &lane.meta;
             let answer = route::fib_answer(
                 b.tables,
                 b.guard,
                 &flows[k],
                 result,
-                lane.meta.src,
-                lane.meta.dst,
+                meta.src,
+                meta.dst,
+                || route::hash_keys(meta, frames[i].bytes()),
                 route::widen4,
             );
             lane.take_fib_answer(answer);
@@ -467,14 +470,17 @@ fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
     b.tables
         .fib6
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let lane = &mut lanes[usize::from(indices[k])];
+            let i = usize::from(indices[k]);
+            let lane = &mut lanes[i];
+            let meta = &lane.meta;
             let answer = route::fib_answer(
                 b.tables,
                 b.guard,
                 &flows[k],
                 result,
-                lane.meta.src,
-                lane.meta.dst,
+                meta.src,
+                meta.dst,
+                || route::hash_keys(meta, frames[i].bytes()),
                 route::widen6,
             );
             lane.take_fib_answer(answer);

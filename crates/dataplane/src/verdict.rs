@@ -139,6 +139,9 @@ reasons! {
         UnservedEgress = "unserved_egress",
         /// The ingress device's forwarding switches are not known (yet): the kernel decides.
         IngressConf = "ingress_conf",
+        /// A multipath route while the namespace's multipath hash policy is one xfwd does not
+        /// follow (a hash seed, inner headers): the kernel chooses the member.
+        MultipathHash = "multipath_hash",
     }
 }
 

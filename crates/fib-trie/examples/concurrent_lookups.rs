@@ -58,7 +58,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         let hop = fib
                             .lookup(&Flow::to(dst), &guard)
                             .map_err(|e| format!("{}: {e:?}", Ipv4Addr::from(dst)))?;
-                        match hop.alias.info.nexthops[hop.nh_sel].gateway.and_then(fib_trie::Gateway::same) {
+                        match hop.alias.info.nexthops[hop.nh_sel]
+                            .gateway
+                            .and_then(fib_trie::Gateway::same)
+                        {
                             Some(gw) if gw == gw_wide => seen[0] += 1,
                             Some(gw) if gw == gw_narrow && hop.plen == 24 => seen[1] += 1,
                             other => return Err(format!("{}: via {other:?}", Ipv4Addr::from(dst))),

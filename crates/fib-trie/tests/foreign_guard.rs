@@ -139,6 +139,9 @@ fn default_guard_is_accepted_everywhere() {
     let guard = epoch::pin();
     let r = fib.lookup(&Flow::to(0x0b01_0101), &guard).unwrap();
     assert_eq!(r.nexthops()[0].gateway, Some(fib_trie::Gateway::Same(1)));
-    assert_eq!(obj.load(&guard).nexthops()[0].gateway, Some(fib_trie::Gateway::Same(1)));
+    assert_eq!(
+        obj.load(&guard).nexthops()[0].gateway,
+        Some(fib_trie::Gateway::Same(1))
+    );
     assert_eq!(fib.table(254, &guard).unwrap().dump(&guard).len(), 2);
 }

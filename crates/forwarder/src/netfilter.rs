@@ -14,8 +14,8 @@
 //! - **legacy iptables** (`iptables-legacy`, `ip6tables-legacy`): the tables instantiated in
 //!   the namespace (`/proc/thread-self/net/ip{,6}_tables_names`: the calling thread's
 //!   namespace, which `/proc/net` is not after a setns(2) of one thread), read with
-//!   `IPT_SO_GET_INFO` / `IPT_SO_GET_ENTRIES`: built-in `PREROUTING`, `FORWARD` and `POSTROUTING` chains that hold
-//!   a rule or have policy `DROP`.
+//!   `IPT_SO_GET_INFO` / `IPT_SO_GET_ENTRIES`: built-in `PREROUTING`, `FORWARD` and
+//!   `POSTROUTING` chains that hold a rule or have policy `DROP`.
 //!
 //! Empty chains with policy accept (what `iptables -L` leaves behind) change nothing and are
 //! not listed. The nfnetlink framing is written by hand in this one module (there is no

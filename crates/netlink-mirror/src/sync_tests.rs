@@ -155,9 +155,16 @@ fn answers_as(tables: &MirroredTables, routes: &[(u32, u8, u32)], seed: u64) {
                 tables.fib4.lookup_walk(&fib_trie::Flow::to(addr), &guard),
             ),
         ] {
-            let got = got
-                .ok()
-                .map(|r| (r.prefix, r.plen, r.nexthops()[0].gateway.and_then(fib_trie::Gateway::same).unwrap()));
+            let got = got.ok().map(|r| {
+                (
+                    r.prefix,
+                    r.plen,
+                    r.nexthops()[0]
+                        .gateway
+                        .and_then(fib_trie::Gateway::same)
+                        .unwrap(),
+                )
+            });
             assert_eq!(got, want, "{how} {}", Ipv4Addr::from(addr));
         }
     }
