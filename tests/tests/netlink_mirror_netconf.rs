@@ -133,7 +133,7 @@ fn multipath_hash_sysctls_are_followed() {
     wait_multipath(&live, (policy(false, 0, 7, 0), policy(true, 0, 7, 0)));
     assert_eq!(
         live.tables().fib6.multipath_policy(),
-        MultipathPolicy::Fields(HashFields(0xf))
+        MultipathPolicy::Fields(HashFields(0x400f))
     );
     sysctl(&ns, "ipv4/fib_multipath_hash_policy", "1");
     sysctl(&ns, "ipv6/fib_multipath_hash_policy", "3");

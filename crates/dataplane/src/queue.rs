@@ -352,8 +352,10 @@ impl Queue {
     pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, packet: &[u8], iif: u32) -> Route {
         let tos = meta.tos & route::DSCP_MASK;
         let resolve = || {
-            let keys = route::hash_keys(meta, packet);
-            route::resolve(b.tables, b.guard, meta.v6, &keys, tos, iif)
+            let keys = |fields| route::hash_keys(meta, packet, fields);
+            route::resolve(
+                b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif, keys,
+            )
         };
         let Some(cache) = &mut self.cache else {
             return resolve();

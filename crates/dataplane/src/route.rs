@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
-use fib_trie::multipath::{self, HashKeys, MultipathPolicy};
+use fib_trie::multipath::{self, HashFields, HashKeys, MultipathPolicy};
 use fib_trie::{FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
 use neigh_table::Ingress;
 
@@ -114,20 +114,26 @@ pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
 /// FIB by going on with the next rule).
 ///
 /// The same three steps the vector pipeline runs as separate stages over a batch's misses:
-/// [`is_local_dst`], [`fib_lookup`], [`egress`]. `keys` are what a multipath route's hash
-/// reads ([`hash_keys`]; `src` and `dst` are its addresses).
+/// [`is_local_dst`], [`fib_lookup`], [`egress`]. `keys` gives what a multipath route's hash
+/// reads over the fields of the family's policy ([`hash_keys`]); called only for those.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
 pub fn resolve(
     tables: &Tables,
     guard: &Guard,
     v6: bool,
-    keys: &HashKeys,
+    src: u128,
+    dst: u128,
     tos: u8,
     iif: u32,
+    keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Route {
-    if is_local_dst(tables, guard, v6, keys.dst) {
+    if is_local_dst(tables, guard, v6, dst) {
         return Route::Local;
     }
-    match fib_lookup(tables, guard, v6, keys, tos, iif) {
+    match fib_lookup(tables, guard, v6, src, dst, tos, iif, keys) {
         Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
     }
@@ -154,49 +160,117 @@ pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool
 /// # Errors
 /// The decision when the route is not unicast (local, broadcast, multicast, reject types), or
 /// there is no route.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
 pub fn fib_lookup(
     tables: &Tables,
     guard: &Guard,
     v6: bool,
-    keys: &HashKeys,
+    src: u128,
+    dst: u128,
     tos: u8,
     iif: u32,
+    keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Result<Egress, Route> {
-    let (src, dst) = (keys.src, keys.dst);
     if v6 {
         let flow = fib_flow(src, dst, tos, iif);
         let result = tables.fib6.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, || *keys, widen6)
+        fib_answer(tables, guard, &flow, result, src, dst, keys, widen6)
     } else {
         let flow = fib_flow(src as u32, dst as u32, tos, iif);
         let result = tables.fib4.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, || *keys, widen4)
+        fib_answer(tables, guard, &flow, result, src, dst, keys, widen4)
     }
 }
 
-/// What a multipath hash may read of a parsed packet in `frame`: the addresses, the
-/// upper-layer protocol, the ports (none for fragments and protocols without ports, as the
-/// kernel's flow dissector) and the IPv6 flow label. Read only for multipath routes.
-pub fn hash_keys(meta: &Meta, frame: &[u8]) -> HashKeys {
-    let (sport, dport) = if meta.fragment {
-        (0, 0)
-    } else {
-        meta.ports(frame).unwrap_or((0, 0))
+/// What a multipath hash over `fields` reads of a parsed packet in `frame` (its packet
+/// bytes): the addresses, the upper-layer protocol, the ports and the IPv6 flow label; under
+/// the L3 policy ([`HashFields::ICMP_ERROR_INNER`]) an ICMP error's quoted header instead.
+/// Read only for multipath routes.
+///
+/// The ports are those of TCP, UDP, UDP-Lite, SCTP and DCCP and the SPI of ESP and AH, none
+/// for fragments or other protocols, as the kernel's flow dissector finds them
+/// (`proto_ports_offset`).
+pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
+    let l4 = meta.l2_len + meta.l4_offset;
+    if fields.contains(HashFields::ICMP_ERROR_INNER) {
+        if let Some(inner) = icmp_error_inner(meta, frame, l4) {
+            return inner;
+        }
+    }
+    let ports_at = match meta.proto {
+        _ if meta.fragment => None,
+        6 | 17 | 33 | 132 | 136 | 50 => Some(l4),
+        51 => Some(l4 + 4),
+        _ => None,
     };
-    let flowlabel = if meta.v6 {
-        frame.get(meta.l3()..meta.l3() + 4).map_or(0, |b| {
-            u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff
-        })
-    } else {
-        0
-    };
+    let (sport, dport) = ports_at
+        .and_then(|at| frame.get(at..at + 4))
+        .map_or((0, 0), |b| {
+            (
+                u16::from_be_bytes([b[0], b[1]]),
+                u16::from_be_bytes([b[2], b[3]]),
+            )
+        });
     HashKeys {
         src: meta.src,
         dst: meta.dst,
         proto: meta.proto,
         sport,
         dport,
-        flowlabel,
+        flowlabel: if meta.v6 {
+            flowlabel(frame, meta.l3())
+        } else {
+            0
+        },
+    }
+}
+
+/// The flow label of the IPv6 header at `at`.
+fn flowlabel(frame: &[u8], at: usize) -> u32 {
+    frame.get(at..at + 4).map_or(0, |b| {
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff
+    })
+}
+
+/// The header an ICMP error quotes (ICMPv4 destination unreachable, source quench, redirect,
+/// time exceeded, parameter problem; ICMPv6 types 1 to 4 right after the fixed header), as
+/// the L3 multipath hash reads it: addresses, and for IPv6 the flow label and next header.
+fn icmp_error_inner(meta: &Meta, frame: &[u8], l4: usize) -> Option<HashKeys> {
+    let inner = l4 + 8;
+    if meta.v6 {
+        if meta.proto != 58 || meta.l4_offset != 40 || !matches!(meta.icmp_type?, 1..=4) {
+            return None;
+        }
+        let h = frame.get(inner..inner + 40)?;
+        let addr = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&h[at..at + 16]);
+            u128::from_be_bytes(a)
+        };
+        Some(HashKeys {
+            src: addr(8),
+            dst: addr(24),
+            proto: h[6],
+            flowlabel: flowlabel(h, 0),
+            ..HashKeys::default()
+        })
+    } else {
+        if meta.proto != 1 || meta.later_fragment || !matches!(meta.icmp_type?, 3 | 4 | 5 | 11 | 12)
+        {
+            return None;
+        }
+        let h = frame.get(inner..inner + 20)?;
+        let addr =
+            |at: usize| u128::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
+        Some(HashKeys {
+            src: addr(12),
+            dst: addr(16),
+            proto: meta.proto,
+            ..HashKeys::default()
+        })
     }
 }
 
@@ -249,7 +323,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
     result: Result<FibResult<'_, K>, LookupError>,
     src: u128,
     dst: u128,
-    keys: impl FnOnce() -> HashKeys,
+    keys: impl FnOnce(HashFields) -> HashKeys,
     widen: impl Fn(Gateway<K>) -> (u128, bool),
 ) -> Result<Egress, Route> {
     let v6 = K::BITS == 128;
@@ -295,7 +369,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
             tables.fib4.multipath_policy()
         };
         match policy {
-            MultipathPolicy::Fields(fields) => multipath::flow_hash(fields, &keys()),
+            MultipathPolicy::Fields(fields) => multipath::flow_hash(fields, &keys(fields)),
             MultipathPolicy::Kernel(_) => return Err(Route::Punt(PuntReason::MultipathHash)),
         }
     } else {

@@ -449,7 +449,7 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
                 result,
                 meta.src,
                 meta.dst,
-                || route::hash_keys(meta, frames[i].bytes()),
+                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen4,
             );
             lane.take_fib_answer(answer);
@@ -480,7 +480,7 @@ fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
                 result,
                 meta.src,
                 meta.dst,
-                || route::hash_keys(meta, frames[i].bytes()),
+                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen6,
             );
             lane.take_fib_answer(answer);

@@ -135,3 +135,50 @@ fn a_policy_xfwd_cannot_follow_leaves_multipath_routes_to_the_kernel() {
         assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
     }
 }
+
+/// An ICMPv4 time exceeded from `src` to `dst` quoting a UDP packet from `inner_src` to
+/// `inner_dst`.
+fn icmp_error(src: [u8; 4], dst: [u8; 4], inner_src: [u8; 4], inner_dst: [u8; 4]) -> Vec<u8> {
+    let mut quoted = vec![0x45, 0, 0, 48, 0, 0, 0x40, 0, 1, 17, 0, 0];
+    quoted.extend_from_slice(&inner_src);
+    quoted.extend_from_slice(&inner_dst);
+    quoted.extend_from_slice(&[0x13, 0x88, 0, 53, 0, 28, 0, 0]);
+    let mut out = Vec::new();
+    etherparse::PacketBuilder::ethernet2(HOST_MAC, IN_MAC)
+        .ipv4(src, dst, 64)
+        .icmpv4_raw(11, 0, [0; 4])
+        .write(&mut out, &quoted)
+        .unwrap();
+    out
+}
+
+#[test]
+fn under_policy_0_an_icmp_error_follows_the_flow_it_quotes() {
+    let fx = fixture_mp();
+    // Errors from many routers about one flow (100.80.1.1 -> 10.9.9.9) going back to its
+    // source: hashed by the quoted header, they all take one member.
+    let members = |fx: &Fixture| -> BTreeSet<[u8; 6]> {
+        (2..66u8)
+            .map(|i| {
+                let frame = icmp_error(
+                    [10, 0, 1, i],
+                    [100, 80, 1, 1],
+                    [100, 80, 1, 1],
+                    [10, 9, 9, 9],
+                );
+                let o = both(fx, &frame);
+                assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });
+                <[u8; 6]>::try_from(&o.out[..6]).unwrap()
+            })
+            .collect()
+    };
+    fx.tables
+        .fib4
+        .set_multipath_policy(MultipathPolicy::from_sysctl(false, 0, 7, 0));
+    assert_eq!(members(&fx).len(), 1);
+    // The same fields without that rule (policy 3, addresses): the outer sources spread them.
+    fx.tables
+        .fib4
+        .set_multipath_policy(MultipathPolicy::from_sysctl(false, 3, 0x3, 0));
+    assert_eq!(members(&fx).len(), 2);
+}

@@ -51,6 +51,10 @@ impl HashFields {
     pub const INNER: HashFields = HashFields(0x0fc0);
     /// The kernel's default `fib_multipath_hash_fields`: addresses and protocol.
     pub const DEFAULT: HashFields = HashFields(0x0007);
+    /// Not a kernel field: the L3 policy's rule that an ICMP error is hashed by the header it
+    /// quotes (so it follows the flow it is about: `ip_multipath_l3_keys`,
+    /// `ip6_multipath_l3_keys`). Set by [`MultipathPolicy::from_sysctl`] for policy 0.
+    pub const ICMP_ERROR_INNER: HashFields = HashFields(0x4000);
 
     /// Whether every field of `other` is in `self`.
     pub const fn contains(self, other: HashFields) -> bool {
@@ -75,7 +79,7 @@ pub enum MultipathPolicy {
 impl Default for MultipathPolicy {
     /// The kernel's default for IPv4 (policy 0: the addresses).
     fn default() -> Self {
-        MultipathPolicy::Fields(HashFields::SRC_IP.with(HashFields::DST_IP))
+        MultipathPolicy::from_sysctl(false, 0, HashFields::DEFAULT.0, 0)
     }
 }
 
@@ -91,10 +95,13 @@ impl MultipathPolicy {
         match policy {
             // IPv6's L3 hash includes the flow label and the next header
             // (`rt6_multipath_hash`); IPv4's the addresses only (`fib_multipath_hash`).
-            0 if v6 => {
-                MultipathPolicy::Fields(l3.with(HashFields::FLOWLABEL).with(HashFields::IP_PROTO))
-            }
-            0 => MultipathPolicy::Fields(l3),
+            // Both hash an ICMP error by the header it quotes.
+            0 if v6 => MultipathPolicy::Fields(
+                l3.with(HashFields::FLOWLABEL)
+                    .with(HashFields::IP_PROTO)
+                    .with(HashFields::ICMP_ERROR_INNER),
+            ),
+            0 => MultipathPolicy::Fields(l3.with(HashFields::ICMP_ERROR_INNER)),
             1 => MultipathPolicy::Fields(
                 l3.with(HashFields::IP_PROTO)
                     .with(HashFields::SRC_PORT)
@@ -112,7 +119,7 @@ impl MultipathPolicy {
     /// A word for an atomic (bit 31: [`MultipathPolicy::Kernel`]).
     pub(crate) fn encode(self) -> u32 {
         match self {
-            MultipathPolicy::Fields(f) => f.0 & 0x3f,
+            MultipathPolicy::Fields(f) => f.0 & (0x3f | HashFields::ICMP_ERROR_INNER.0),
             MultipathPolicy::Kernel(reason) => {
                 let code = KERNEL_REASONS
                     .iter()
@@ -192,15 +199,16 @@ mod tests {
 
     #[test]
     fn sysctls_as_the_kernel_reads_them() {
-        let l3 = HashFields(0x3);
         assert_eq!(
             MultipathPolicy::from_sysctl(false, 0, 7, 0),
-            MultipathPolicy::Fields(l3)
+            MultipathPolicy::Fields(HashFields(0x4003))
         );
         assert_eq!(
             MultipathPolicy::from_sysctl(true, 0, 7, 0),
-            MultipathPolicy::Fields(HashFields(0xf))
+            MultipathPolicy::Fields(HashFields(0x400f))
         );
+        let p = MultipathPolicy::from_sysctl(true, 0, 7, 0);
+        assert_eq!(MultipathPolicy::decode(p.encode()), p);
         assert_eq!(
             MultipathPolicy::from_sysctl(true, 1, 7, 0),
             MultipathPolicy::Fields(HashFields(0x37))
