@@ -103,6 +103,30 @@ fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
         t.links.by_name("d2", &g).is_some()
     });
     wait_ingress(&live, "d2", false, Ingress::Forward);
+
+    // accept_local (read from sysctl, not in netconf): the device's, or `all`'s.
+    let accepts = |dev: &str| {
+        let g = crossbeam_epoch::pin();
+        t.devconf.accepts_local(ifindex(t, dev), &g)
+    };
+    let wait_accepts = |dev: &str, want: bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while accepts(dev) != want {
+            assert!(Instant::now() < deadline, "{dev}: accept_local not {want}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(!accepts("d0") && !accepts("d1"));
+    sysctl(&ns, "ipv4/conf/d0/accept_local", "1");
+    wait_accepts("d0", true);
+    assert!(!accepts("d1"));
+    sysctl(&ns, "ipv4/conf/d0/accept_local", "0");
+    wait_accepts("d0", false);
+    sysctl(&ns, "ipv4/conf/all/accept_local", "1");
+    wait_accepts("d1", true);
+    wait_accepts("d0", true);
+    sysctl(&ns, "ipv4/conf/all/accept_local", "0");
+    wait_accepts("d1", false);
     let s = live.stats();
     assert!(s.errors.is_empty(), "{s:?}");
 }

@@ -273,14 +273,15 @@ impl Queue {
             Ok(meta) => meta,
             Err(verdict) => return verdict,
         };
-        // fib_validate_source: one of our own addresses as the source is a martian.
+        // fib_validate_source: one of our own addresses as the source is a martian, unless
+        // the ingress device accepts local sources (then the kernel decides).
         if !meta.v6
             && b.tables
                 .addrs
                 .dev_find(Ipv4Addr::from(meta.src as u32), None, b.guard)
                 .is_some()
         {
-            return Verdict::Drop(DropReason::MartianSource);
+            return route::own_source(b.tables, b.guard, frame.ifindex);
         }
         let route = self.route(b, &meta, frame.bytes(), frame.ifindex);
         self.dispatch(b, frame, &meta, route, pool)

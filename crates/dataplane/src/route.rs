@@ -139,6 +139,17 @@ pub fn resolve(
     }
 }
 
+/// The verdict for an IPv4 packet whose source is one of this namespace's own addresses,
+/// arriving on `iif` (`fib_validate_source`): a martian, unless the device's `accept_local`
+/// is on, when the kernel validates and routes it.
+pub fn own_source(tables: &Tables, guard: &Guard, iif: u32) -> crate::Verdict {
+    if tables.devconf.accepts_local(iif, guard) {
+        crate::Verdict::Punt(PuntReason::AcceptLocal)
+    } else {
+        crate::Verdict::Drop(DropReason::MartianSource)
+    }
+}
+
 /// Whether `dst` is one of this namespace's own addresses (the address table's `dev_find`).
 pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool {
     if v6 {

@@ -35,7 +35,7 @@ use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
-use crate::verdict::{DropReason, Verdict};
+use crate::verdict::Verdict;
 use crate::wire::ipv6;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
@@ -175,7 +175,7 @@ impl Queue {
                         && self.locals.may_be_local(false, m.src)
                         && route::is_local_dst(b.tables, b.guard, false, m.src);
                     if own {
-                        Step::Done(Verdict::Drop(DropReason::MartianSource))
+                        Step::Done(route::own_source(b.tables, b.guard, frame.ifindex))
                     } else {
                         routable[n] = i as u8;
                         n += 1;

@@ -240,7 +240,12 @@ fn attributes(area: &[u8]) -> io::Result<Vec<(u16, Vec<u8>)>> {
 /// Dumps every nf_tables object of message type `msg` (all families). `Ok(vec![])` when the
 /// kernel has no nf_tables.
 fn nft_dump(msg: u16) -> io::Result<Vec<NftMessage>> {
-    let mut sock = Socket::new(NETLINK_NETFILTER)?;
+    let mut sock = match Socket::new(NETLINK_NETFILTER) {
+        Ok(sock) => sock,
+        // No nfnetlink in this kernel: no nf_tables either.
+        Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
     let seq = 1u32;
@@ -271,7 +276,7 @@ fn nft_dump(msg: u16) -> io::Result<Vec<NftMessage>> {
                         return Ok(out);
                     }
                     // No nf_tables in this kernel: nothing to bypass there.
-                    if -code == libc::EPROTONOSUPPORT || -code == libc::ENOENT {
+                    if [libc::EPROTONOSUPPORT, libc::EOPNOTSUPP, libc::ENOENT].contains(&-code) {
                         return Ok(Vec::new());
                     }
                     return Err(io::Error::from_raw_os_error(-code));

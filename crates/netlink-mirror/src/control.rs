@@ -537,10 +537,23 @@ impl Control {
         self.sysctls_polled = Instant::now();
         let (v4, v6) = crate::netns::multipath_policies();
         let t = &self.applier.tables;
+        let mut changed = false;
         if t.fib4.multipath_policy() != v4 || t.fib6.multipath_policy() != v6 {
             tracing::info!(ipv4 = ?v4, ipv6 = ?v6, "multipath hash policy");
             t.fib4.set_multipath_policy(v4);
             t.fib6.set_multipath_policy(v6);
+            changed = true;
+        }
+        // accept_local of `all` and of every device (not in netconf).
+        let all = crate::netns::accept_local("all");
+        changed |= t.devconf.set_accept_local(neigh_table::NETCONF_ALL, all);
+        for link in t.links.to_vec() {
+            if let Ok(ifindex) = i32::try_from(link.ifindex) {
+                let on = crate::netns::accept_local(&link.name);
+                changed |= t.devconf.set_accept_local(ifindex, on);
+            }
+        }
+        if changed {
             t.generation.bump();
         }
     }

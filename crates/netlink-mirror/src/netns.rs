@@ -73,6 +73,14 @@ pub(crate) fn promote_secondaries() -> bool {
         .is_ok_and(|s| s.trim() == "1")
 }
 
+/// `net.ipv4.conf.{device}.accept_local` of the calling thread's namespace (`device` may be
+/// `all`); off when it cannot be read.
+pub(crate) fn accept_local(device: &str) -> bool {
+    !device.contains('/')
+        && std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{device}/accept_local"))
+            .is_ok_and(|s| s.trim() == "1")
+}
+
 /// The multipath hash policies (IPv4, IPv6) of the calling thread's namespace:
 /// `net.ipv{4,6}.fib_multipath_hash_policy` and `_fields`, and
 /// `net.ipv4.fib_multipath_hash_seed` (both families). A sysctl this kernel lacks reads as its
