@@ -54,12 +54,26 @@ pub(crate) fn build<'g, K: TrieKey, V>(
     let mut rest = keys;
     while let Some(&(key, _)) = rest.first() {
         let index = tn.index_of(key);
-        let len = rest.partition_point(|&(k, _)| tn.index_of(k) == index);
+        let len = group_len(rest, |k| tn.index_of(k) == index);
         let child = build(&rest[..len], aliases, false, guard);
         tn.put_child(index, Some(child), guard);
         rest = &rest[len..];
     }
     tn
+}
+
+/// The length of the group of sorted `keys` that starts at the first and satisfies `same`
+/// (a prefix of `keys`), found by galloping: O(log of the group's length) probes, so that a
+/// pass over all groups costs O(n) rather than O(groups × log n).
+fn group_len<K: TrieKey>(keys: &[(K, usize)], same: impl Fn(K) -> bool) -> usize {
+    let mut bound = 1;
+    while bound < keys.len() && same(keys[bound].0) {
+        bound *= 2;
+    }
+    // keys[bound / 2] is in the group; the end is in bound / 2 + 1 ..= bound.
+    let lo = bound / 2 + 1;
+    let hi = bound.min(keys.len());
+    lo + keys[lo..hi].partition_point(|&(k, _)| same(k))
 }
 
 /// The non-empty and the full children a tnode consuming bits `pos .. pos + bits` would have
@@ -72,7 +86,7 @@ fn count_children<K: TrieKey>(keys: &[(K, usize)], pos: u8, bits: u8) -> (usize,
     let mut rest = keys;
     while let Some(&(key, _)) = rest.first() {
         let i = index(key);
-        let len = rest.partition_point(|&(k, _)| index(k) == i);
+        let len = group_len(rest, |k| index(k) == i);
         nonempty += 1;
         if (key ^ rest[len - 1].0).highest_bit() == Some(pos - 1) {
             full += 1;
@@ -80,4 +94,31 @@ fn count_children<K: TrieKey>(keys: &[(K, usize)], pos: u8, bits: u8) -> (usize,
         rest = &rest[len..];
     }
     (nonempty, full)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Galloping finds the same group end as a binary search over the whole slice.
+        #[test]
+        fn group_len_is_the_partition_point(
+            mut keys in proptest::collection::vec(any::<u16>(), 1..300),
+            shift in 0u32..16,
+        ) {
+            keys.sort_unstable();
+            keys.dedup();
+            let keys: Vec<(u32, usize)> = keys.into_iter().map(|k| (u32::from(k), 1)).collect();
+            let mut rest = &keys[..];
+            while let Some(&(first, _)) = rest.first() {
+                let same = |k: u32| k >> shift == first >> shift;
+                let len = group_len(rest, same);
+                prop_assert_eq!(len, rest.partition_point(|&(k, _)| same(k)));
+                prop_assert!(len >= 1);
+                rest = &rest[len..];
+            }
+        }
+    }
 }

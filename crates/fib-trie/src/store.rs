@@ -51,7 +51,7 @@ impl<K: TrieKey> Store<K> {
     /// structure built from it.
     pub(crate) fn with_trie(trie: LcTrie<K, FibAlias<K>>) -> Self {
         let guard = &epoch::pin();
-        let mut set = HashSet::new();
+        let mut set = InfoSet::default();
         trie.for_each(guard, |_, aliases| {
             set.extend(aliases.iter().map(|a| Arc::clone(&a.value.info)));
         });
@@ -332,10 +332,14 @@ impl<K: TrieKey> PrefixSource<K> for StoreSource<'_, K> {
     }
 }
 
+/// Interned infos by value, with a fast hasher (a bulk load interns one per route; the
+/// writer's table needs no protection from crafted collisions beyond foldhash's seeding).
+type InfoSet<K> = HashSet<Arc<RouteInfo<K>>, foldhash::fast::RandomState>;
+
 /// The writer's interning of [`RouteInfo`]s (the kernel's `fib_info_hash`).
 pub(crate) struct Infos<K> {
     /// Every info in use, once.
-    set: HashSet<Arc<RouteInfo<K>>>,
+    set: InfoSet<K>,
     /// Infos of deleted routes: dropped from `set` once nothing but `set` and this list holds
     /// them (retired leaves keep a reference until the epoch frees them).
     dying: Vec<Arc<RouteInfo<K>>>,
@@ -437,7 +441,7 @@ mod tests {
     #[test]
     fn a_shared_info_is_retired_once() {
         let mut infos = Infos::<u32> {
-            set: HashSet::new(),
+            set: InfoSet::default(),
             dying: Vec::new(),
         };
         let info = RouteInfo {

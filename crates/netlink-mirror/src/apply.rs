@@ -118,8 +118,9 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
-    /// Records a dumped object.
-    pub fn record(&mut self, m: &Mapped) {
+    /// Records a dumped object; the digests of routes only when `routes` (a dump into an
+    /// empty FIB needs none: see `Applier::into_empty4`).
+    pub fn record(&mut self, m: &Mapped, routes: bool) {
         match m {
             Mapped::Link(l) => {
                 self.links.insert(l.ifindex);
@@ -127,7 +128,7 @@ impl Seen {
             Mapped::Addr(a) => {
                 self.addrs.insert((a.ifindex(), a.addr(), a.prefix_len()));
             }
-            Mapped::Route4(r, _) => {
+            Mapped::Route4(r, _) if routes => {
                 self.routes4.insert(digest(
                     r.prefix,
                     r.plen,
@@ -137,7 +138,7 @@ impl Seen {
                     &r.info,
                 ));
             }
-            Mapped::Route6(r, _) => {
+            Mapped::Route6(r, _) if routes => {
                 self.routes6.insert(digest(
                     r.prefix,
                     r.plen,
@@ -155,26 +156,30 @@ impl Seen {
             }
             Mapped::Kernel4(k, Some(_)) => {
                 let r = &k.route;
-                self.routes4.insert(digest(
-                    r.prefix,
-                    r.plen,
-                    r.table,
-                    r.tos,
-                    r.route_type,
-                    &r.info,
-                ));
+                if routes {
+                    self.routes4.insert(digest(
+                        r.prefix,
+                        r.plen,
+                        r.table,
+                        r.tos,
+                        r.route_type,
+                        &r.info,
+                    ));
+                }
                 self.kernel4.insert((key_of(r), k.origin));
             }
             Mapped::Kernel6(k, Some(_)) => {
                 let r = &k.route;
-                self.routes6.insert(digest(
-                    r.prefix,
-                    r.plen,
-                    r.table,
-                    r.tos,
-                    r.route_type,
-                    &r.info,
-                ));
+                if routes {
+                    self.routes6.insert(digest(
+                        r.prefix,
+                        r.plen,
+                        r.table,
+                        r.tos,
+                        r.route_type,
+                        &r.info,
+                    ));
+                }
                 self.kernel6.insert((key_of(r), k.origin));
             }
             Mapped::Rule4(r) => {
@@ -227,6 +232,11 @@ pub(crate) struct Applier {
     /// Routes of a dump into an empty FIB, loaded at once when the dump ends.
     bulk4: Option<Bulk<u32>>,
     bulk6: Option<Bulk<u128>>,
+    /// The last route dump of the family began with an empty FIB: afterwards the FIB holds
+    /// exactly what the dump held (events that arrive meanwhile are applied after the sweep),
+    /// so the sweep has no route to look for and the dump keeps no digests of them.
+    into_empty4: bool,
+    into_empty6: bool,
 }
 
 /// The routes of one dump, kept to be loaded together ([`Fib::insert_many`]).
@@ -292,6 +302,8 @@ impl Applier {
             logged_kinds: HashSet::new(),
             bulk4: None,
             bulk6: None,
+            into_empty4: false,
+            into_empty6: false,
         }
     }
 
@@ -299,8 +311,14 @@ impl Applier {
     /// (the initial synchronisation) keeps its routes to load them at once at its end.
     pub fn begin_dump(&mut self, kind: Kind) {
         match kind {
-            Kind::Route4 => self.bulk4 = is_empty(&self.tables.fib4).then(Bulk::new),
-            Kind::Route6 => self.bulk6 = is_empty(&self.tables.fib6).then(Bulk::new),
+            Kind::Route4 => {
+                self.bulk4 = is_empty(&self.tables.fib4).then(Bulk::new);
+                self.into_empty4 = self.bulk4.is_some();
+            }
+            Kind::Route6 => {
+                self.bulk6 = is_empty(&self.tables.fib6).then(Bulk::new);
+                self.into_empty6 = self.bulk6.is_some();
+            }
             _ => {}
         }
     }
@@ -375,7 +393,12 @@ impl Applier {
         };
         match m {
             Ok(m) => {
-                seen.record(&m);
+                let routes = match &m {
+                    Mapped::Route4(..) | Mapped::Kernel4(..) => !self.into_empty4,
+                    Mapped::Route6(..) | Mapped::Kernel6(..) => !self.into_empty6,
+                    _ => true,
+                };
+                seen.record(&m, routes);
                 self.apply(m);
             }
             Err(e) => self.map_failed(&e),
@@ -790,20 +813,19 @@ impl Applier {
             Kind::Route4 => {
                 let unseen = t.kernel_routes.v4().unseen(&seen.kernel4);
                 gone.extend(unseen.into_iter().map(|k| Mapped::Kernel4(k, None)));
-                gone.extend(
-                    stale_routes(&t.fib4, &seen.routes4)
-                        .into_iter()
-                        .map(Mapped::Route4Gone),
-                );
+                // After a dump into an empty FIB, nothing but the dump's routes is there.
+                if !self.into_empty4 {
+                    let stale = stale_routes(&t.fib4, &seen.routes4);
+                    gone.extend(stale.into_iter().map(Mapped::Route4Gone));
+                }
             }
             Kind::Route6 => {
                 let unseen = t.kernel_routes.v6().unseen(&seen.kernel6);
                 gone.extend(unseen.into_iter().map(|k| Mapped::Kernel6(k, None)));
-                gone.extend(
-                    stale_routes(&t.fib6, &seen.routes6)
-                        .into_iter()
-                        .map(Mapped::Route6Gone),
-                );
+                if !self.into_empty6 {
+                    let stale = stale_routes(&t.fib6, &seen.routes6);
+                    gone.extend(stale.into_iter().map(Mapped::Route6Gone));
+                }
             }
             Kind::Neigh => {
                 for n in t.neigh.to_vec() {

@@ -334,7 +334,7 @@ where
                             match map(&msg, m.header.flags, true) {
                                 Ok(mapped) => {
                                     if kind == Kind::Policy {
-                                        seen.record(&mapped);
+                                        seen.record(&mapped, true);
                                         newest_first.push(mapped);
                                     } else {
                                         applier.apply_dumped(mapped, &mut seen);
