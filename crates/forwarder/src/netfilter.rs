@@ -397,6 +397,16 @@ fn legacy_chains(v6: bool) -> io::Result<Vec<FilterChain>> {
         Ok(text) => text,
         // ip_tables not loaded: no legacy table anywhere.
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        // The list is root's to read (mode 0440) and probing table names would create the
+        // tables: an unprivileged xfwd (the service's user with capabilities) cannot tell.
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            tracing::warn!(
+                path = names,
+                "legacy iptables not checked: its table list is readable by root only \
+                 (nftables and iptables-nft rules are checked)"
+            );
+            return Ok(Vec::new());
+        }
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
@@ -473,7 +483,8 @@ fn legacy_table_chains(v6: bool, table: &str, info: &[u8], entries: &[u8]) -> Ve
     out
 }
 
-/// One legacy table's `ipt_getinfo` and entry table, read over a raw socket.
+/// One legacy table's `ipt_getinfo` and entry table, read over a UDP socket (any IPv4/IPv6
+/// socket reaches ip_tables' options; a raw one would need `CAP_NET_RAW`).
 fn legacy_table(v6: bool, table: &str) -> io::Result<(Vec<u8>, Vec<u8>)> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -483,13 +494,7 @@ fn legacy_table(v6: bool, table: &str) -> io::Result<(Vec<u8>, Vec<u8>)> {
         (libc::AF_INET, libc::IPPROTO_IP)
     };
     // SAFETY: socket(2) with constant arguments; the descriptor is checked and owned below.
-    let fd = unsafe {
-        libc::socket(
-            domain,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::IPPROTO_RAW,
-        )
-    };
+    let fd = unsafe { libc::socket(domain, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
