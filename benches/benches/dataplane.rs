@@ -34,7 +34,10 @@ use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::ipv6::Ipv6Packet;
 use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
 use fib_trie::{Fib, InsertFlags, NextHop, Route};
-use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+use neigh_table::{
+    DevConf, DevConfTable, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
+    OperState,
+};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 use xfwd_benches::data::routes;
@@ -121,6 +124,7 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
     }
     t.fib4 = Arc::new(fib4);
     t.fib6 = Arc::new(fib6);
+    t.devconf = Arc::new(devconf());
     t.generation.bump();
     // Building the tables left epoch-deferred frees behind; collect them now, so that no
     // engine's measurement (the first to pin often enough) pays for them.
@@ -128,6 +132,36 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
         crossbeam_epoch::pin().flush();
     }
     (t, p4, p6)
+}
+
+/// The devices' switches as the netlink mirror follows them on a router: `all`, `default` and
+/// every device forward both families; `rp_filter` is `DATAPLANE_RP_FILTER` (0 off, the
+/// default; 1 strict; 2 loose, systemd's default) on `all`.
+fn devconf() -> DevConfTable {
+    let rp_filter = std::env::var("DATAPLANE_RP_FILTER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let t = DevConfTable::followed();
+    for v6 in [false, true] {
+        let on = DevConf {
+            forwarding: Some(true),
+            rp_filter: (!v6).then_some(0),
+        };
+        t.update(v6, NETCONF_DEFAULT, on);
+        for i in 1..=INTERFACES + 1 {
+            t.update(v6, i as i32, on);
+        }
+        t.update(
+            v6,
+            NETCONF_ALL,
+            DevConf {
+                rp_filter: (!v6).then_some(rp_filter),
+                ..on
+            },
+        );
+    }
+    t
 }
 
 /// A 64-byte UDP frame from the host to `dst` (IPv4: 14 + 20 + 8 + 22; IPv6: 14 + 40 + 8 + 2).

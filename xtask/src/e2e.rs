@@ -6,7 +6,7 @@
 //! two AF_XDP forwarders given as command lines (the bare MAC-swapping one and xfwd).
 //! Options after `--` (`cargo xtask bench e2e --quick -- --cases kernel,xdp`).
 
-mod harness;
+pub(crate) mod harness;
 mod report;
 
 use std::path::Path;
@@ -103,6 +103,37 @@ pub struct E2eOptions {
     /// Flow counts (destinations drawn evenly from the loaded table).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 8192])]
     flows: Vec<usize>,
+    /// Offered rate (packets per second) of the matched-load comparison of xfwd against the
+    /// bare AF_XDP forwarder (default: MATCHED_SHARE of the lower of their two NDRs at
+    /// 64 B and 8k flows).
+    #[arg(long)]
+    matched_rate: Option<f64>,
+}
+
+/// Frame size of the matched-load comparison (with FCS).
+pub const MATCHED_SIZE: u16 = 64;
+/// Flows of the matched-load comparison.
+pub const MATCHED_FLOWS: usize = 8192;
+/// Trials per forwarder in the matched-load comparison (the report gives their median).
+pub const MATCHED_TRIALS: usize = 5;
+/// The matched load's share of the lower NDR of the two forwarders: below both forwarders'
+/// zero-loss rate, so each handles all of it.
+pub const MATCHED_SHARE: f64 = 0.8;
+
+/// xfwd against the bare AF_XDP forwarder at one offered load: each forwarder's CPU time per
+/// packet, trial by trial (the goal: xfwd's median at most 1.1× bare's).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Matched {
+    /// Frame size with FCS.
+    pub size: u16,
+    /// Flows.
+    pub flows: usize,
+    /// The offered rate, packets per second.
+    pub rate: f64,
+    /// Where the rate came from.
+    pub rate_from: String,
+    /// Each forwarder's trials (bare first).
+    pub cases: Vec<(Case, Vec<Trial>)>,
 }
 
 /// Fixed settings of a run, derived from the options.
@@ -169,6 +200,9 @@ pub struct Results {
     pub notes: Vec<String>,
     /// The measurements.
     pub points: Vec<Point>,
+    /// xfwd against the bare forwarder at one offered load (None: not both were run).
+    #[serde(default)]
+    pub matched: Option<Matched>,
 }
 
 /// Entry from `cargo xtask bench e2e`.
@@ -237,7 +271,7 @@ pub fn run(quick: bool, report_only: bool, args: &[String]) -> anyhow::Result<()
 }
 
 /// The 1-minute load average.
-fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
@@ -327,6 +361,7 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
     let mut lab = harness::Lab::up(&options.prefix, &generator, &settings, work)?;
     let (routes_loaded, route_load_secs) = lab.load_routes(options.routes)?;
     let mut points = Vec::new();
+    let runnable_commands = runnable.clone();
     for (case, command) in runnable {
         eprintln!("bench e2e: case {}", case.label());
         match lab.run_case(case, &command, &xdp_object, &options.sizes, &options.flows) {
@@ -337,6 +372,15 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
             }
         }
     }
+    let matched = measure_matched(&mut lab, &runnable_commands, &points, &xdp_object, options);
+    let matched = match matched {
+        Ok(m) => m,
+        Err(error) => {
+            eprintln!("bench e2e: matched load failed: {error:#}");
+            lab.note(format!("the matched-load comparison failed: {error:#}"));
+            None
+        }
+    };
     let notes = lab.take_notes();
     drop(lab);
     Ok(Results {
@@ -348,7 +392,80 @@ fn measure(root: &Path, work: &Path, quick: bool, options: &E2eOptions) -> anyho
         skipped,
         notes,
         points,
+        matched,
     })
+}
+
+/// The matched-load comparison: when both AF_XDP forwarders ran, each is started again and
+/// offered the same rate ([`E2eOptions::matched_rate`], else [`MATCHED_SHARE`] of the lower of
+/// their NDRs at [`MATCHED_SIZE`] and [`MATCHED_FLOWS`]) for [`MATCHED_TRIALS`] trials.
+fn measure_matched(
+    lab: &mut harness::Lab,
+    runnable: &[(Case, String)],
+    points: &[Point],
+    xdp_object: &Path,
+    options: &E2eOptions,
+) -> anyhow::Result<Option<Matched>> {
+    let command = |case: Case| {
+        runnable
+            .iter()
+            .find(|(c, _)| *c == case)
+            .map(|(_, command)| command.clone())
+    };
+    let (Some(bare), Some(xfwd)) = (command(Case::Bare), command(Case::Xfwd)) else {
+        return Ok(None);
+    };
+    let Some((rate, rate_from)) = matched_rate(points, options.matched_rate) else {
+        lab.note(format!(
+            "matched load not measured: no NDR of both AF_XDP forwarders at {MATCHED_SIZE} B and {MATCHED_FLOWS} flows (give --matched-rate)"
+        ));
+        return Ok(None);
+    };
+    let mut cases = Vec::new();
+    for (case, command) in [(Case::Bare, bare), (Case::Xfwd, xfwd)] {
+        eprintln!("bench e2e: matched load, case {}", case.label());
+        let trials = lab.run_fixed(
+            case,
+            &command,
+            xdp_object,
+            rate,
+            MATCHED_SIZE,
+            MATCHED_FLOWS,
+            MATCHED_TRIALS,
+        )?;
+        cases.push((case, trials));
+    }
+    Ok(Some(Matched {
+        size: MATCHED_SIZE,
+        flows: MATCHED_FLOWS,
+        rate,
+        rate_from,
+        cases,
+    }))
+}
+
+/// The matched load's rate and where it came from: the one given, else [`MATCHED_SHARE`] of
+/// the lower NDR of the bare forwarder and xfwd at [`MATCHED_SIZE`] and [`MATCHED_FLOWS`].
+fn matched_rate(points: &[Point], given: Option<f64>) -> Option<(f64, String)> {
+    if let Some(rate) = given {
+        return Some((rate, "--matched-rate".into()));
+    }
+    let ndr = |case: Case| {
+        points
+            .iter()
+            .find(|p| p.case == case && p.size == MATCHED_SIZE && p.flows == MATCHED_FLOWS)
+            .and_then(|p| p.ndr.as_ref())
+            .map(|t| t.tx_pps)
+            .filter(|&r| r > 0.0)
+    };
+    let lower = ndr(Case::Bare)?.min(ndr(Case::Xfwd)?);
+    Some((
+        lower * MATCHED_SHARE,
+        format!(
+            "{:.0}% of the lower NDR of afxdp-bare and xfwd",
+            MATCHED_SHARE * 100.0
+        ),
+    ))
 }
 
 /// The command lines of the bare AF_XDP forwarder and of xfwd, from the `xfwd` binary
@@ -396,5 +513,34 @@ mod tests {
             "/x/xfwd run --netns {netns} --iface {fwd0},{fwd1} --bare --peer-mac {fwd0}=02:58:46:00:00:01,"
         ));
         assert!(xfwd.contains("--cpus {cpu}") && !xfwd.contains("--bare"));
+    }
+
+    #[test]
+    fn the_matched_rate_is_below_both_ndrs_or_the_one_given() {
+        let point = |case, size, flows, ndr: f64| Point {
+            case,
+            size,
+            flows,
+            max: Trial::default(),
+            ndr: Some(Trial {
+                tx_pps: ndr,
+                ..Trial::default()
+            }),
+            pdr: None,
+            generator_limited: false,
+            latency: None,
+            trials: 1,
+        };
+        let points = [
+            point(Case::Bare, 64, 8192, 50_000.0),
+            point(Case::Xfwd, 64, 8192, 40_000.0),
+            point(Case::Xfwd, 64, 1, 10_000.0),
+            point(Case::Kernel, 64, 8192, 1_000.0),
+        ];
+        let (rate, from) = matched_rate(&points, None).unwrap();
+        assert!((rate - 32_000.0).abs() < 1e-6, "{rate}");
+        assert!(from.contains("80%"));
+        assert_eq!(matched_rate(&points, Some(7.0)).unwrap().0, 7.0);
+        assert!(matched_rate(&points[1..], None).is_none(), "no bare NDR");
     }
 }

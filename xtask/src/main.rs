@@ -13,6 +13,7 @@ mod lab;
 mod mirror_oracle;
 mod package;
 mod setup;
+mod soak;
 mod test;
 
 use clap::{Parser, Subcommand};
@@ -43,6 +44,8 @@ enum Command {
     Fuzz(fuzz::Options),
     /// Build xfwd's Debian package (cargo-deb) and check it: unpacked, started from its unit.
     Package(package::Options),
+    /// Run xfwd for minutes on its own lab under route churn and faults (root); report.
+    Soak(soak::Options),
 }
 
 fn main() -> std::process::ExitCode {
@@ -56,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::MirrorOracle(options) => mirror_oracle::run(&options),
         Command::Fuzz(options) => fuzz::run(&options),
         Command::Package(options) => package::run(&options),
+        Command::Soak(options) => soak::run(&options),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

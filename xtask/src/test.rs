@@ -138,6 +138,21 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         );
     }
 
+    // A short soak (xfwd under churn and faults, `cargo xtask soak`), as root.
+    step(
+        format!("soak ({} min)", crate::soak::CI_MINUTES),
+        &mut || {
+            if !crate::exec::is_root() {
+                if std::env::var("CI").is_ok_and(|v| v == "true") {
+                    bail!("soak: needs root, and CI=true");
+                }
+                eprintln!("soak skipped: needs root");
+                return Ok(());
+            }
+            crate::soak::run(&crate::soak::Options::ci())
+        },
+    );
+
     eprintln!("\nsummary:");
     let mut failed = 0;
     for (name, elapsed, result) in &results {

@@ -124,7 +124,7 @@ pub use hold::{HOLD_FRAME_OVERHEAD, Resolution};
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;
-pub use tables::Tables;
+pub use tables::{Served, Tables};
 pub use verdict::{DropReason, IcmpError, PuntReason, Verdict};
 
 /// The README's example, compiled and run as a doctest.

@@ -7,14 +7,17 @@
 //!   (`fib_validate_source`: one of this host's IPv4 addresses as a source is a martian) and
 //!   the local-destination check of route-cache misses, once per generation;
 //! - [`EgressMemo`]: the egress link (up, MAC, MTU) and the neighbour's MAC, once per next hop,
-//!   for the route-cache misses (all packets, when the cache steps aside at many flows).
+//!   for the route-cache misses (all packets, when the cache steps aside at many flows);
+//! - [`IngressMemo`]: the ingress device's switches (`forwarding`, `rp_filter`) once per
+//!   (device, family), and the reverse-path answer once per (source, DSCP, device), valid for
+//!   one route generation and one generation of the device table.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 
 use crate::Tables;
-use crate::route::{self, Egress, LinkAnswer, Route};
+use crate::route::{self, Egress, IngressCheck, IngressSwitches, LinkAnswer, Route};
 use crate::verdict::DropReason;
 
 /// Buckets of the egress memo (a power of two), each of [`EGRESS_WAYS`] slots.
@@ -220,6 +223,169 @@ impl EgressMemo {
             };
         }
         route
+    }
+}
+
+/// Slots of the ingress memo's device part (a power of two; direct-mapped by device and
+/// family: a queue sees one device, or a few VLANs of it).
+const INGRESS_DEVICES: usize = 16;
+/// Slots of the ingress memo's source part (a power of two, direct-mapped by source).
+const INGRESS_SOURCES: usize = 256;
+
+/// A remembered ingress verdict of one (device, family).
+#[derive(Clone, Copy, Debug)]
+struct DeviceSlot {
+    iif: u32,
+    v6: bool,
+    /// The memo's epoch the verdict was taken in (0: empty).
+    epoch: u32,
+    check: IngressCheck,
+}
+
+/// A remembered reverse-path answer of one (source, DSCP, device, strictness).
+#[derive(Clone, Copy, Debug, Default)]
+struct SourceSlot {
+    src: u32,
+    dscp: u8,
+    strict: bool,
+    valid: bool,
+    iif: u32,
+    /// The memo's epoch the answer was taken in (0: empty).
+    epoch: u32,
+}
+
+/// The ingress switches and reverse-path answers of [`route::fib_answer`], remembered: the
+/// kernel reads the device's switches (`IN_DEV_FORWARD`, `IN_DEV_RPFILTER`) and, with
+/// `rp_filter` on, looks the source up in the FIB (`fib_validate_source`) for every packet;
+/// both are functions of the tables alone, so one answer per (device, family) and per (source,
+/// DSCP, device) serves every packet until the tables change.
+///
+/// Valid for one route generation and one generation of the device table
+/// ([`DevConfTable::generation`](neigh_table::DevConfTable::generation)): a change of either
+/// forgets everything (a new epoch). Reverse-path answers are remembered only while no custom
+/// policy rules exist: with them the reverse lookup's rules may select on the packet's
+/// destination, which the memo's key does not hold.
+#[derive(Clone, Debug)]
+pub(crate) struct IngressMemo {
+    /// The route generation plus one, the device table's generation and its address (another
+    /// table object is another epoch, whatever its generation) the epoch belongs to.
+    tables: (u64, u64, usize),
+    /// Whether reverse-path answers may be remembered in this epoch (no custom rules).
+    sources_usable: bool,
+    /// The current epoch (never 0).
+    epoch: u32,
+    devices: [DeviceSlot; INGRESS_DEVICES],
+    sources: Box<[SourceSlot]>,
+}
+
+impl IngressMemo {
+    pub(crate) fn new() -> Self {
+        IngressMemo {
+            tables: (0, 0, 0),
+            sources_usable: false,
+            epoch: 1,
+            devices: [DeviceSlot {
+                iif: 0,
+                v6: false,
+                epoch: 0,
+                check: IngressCheck::Pass,
+            }; INGRESS_DEVICES],
+            sources: vec![SourceSlot::default(); INGRESS_SOURCES].into_boxed_slice(),
+        }
+    }
+
+    /// Starts a new epoch if the route generation (`snapshot`) or the device table changed
+    /// since the last call: once per batch.
+    #[inline]
+    pub(crate) fn refresh(&mut self, tables: &Tables, snapshot: dst_cache::Snapshot) {
+        let now = (
+            snapshot.generation.wrapping_add(1),
+            tables.devconf.generation(),
+            std::sync::Arc::as_ptr(&tables.devconf) as usize,
+        );
+        if self.tables != now {
+            self.tables = now;
+            self.sources_usable = snapshot.enabled;
+            self.epoch = self.epoch.wrapping_add(1);
+            if self.epoch == 0 {
+                // Wrapped: no slot may carry an epoch that comes again.
+                for slot in &mut self.devices {
+                    slot.epoch = 0;
+                }
+                self.sources.fill(SourceSlot::default());
+                self.epoch = 1;
+            }
+        }
+    }
+
+    /// The memo as the [`IngressSwitches`] of one batch's lookups.
+    #[inline]
+    pub(crate) fn switches<'a>(
+        &'a mut self,
+        tables: &'a Tables,
+        guard: &'a Guard,
+    ) -> MemoSwitches<'a> {
+        MemoSwitches {
+            memo: self,
+            tables,
+            guard,
+        }
+    }
+}
+
+/// [`IngressMemo`] answering for the tables of one batch.
+pub(crate) struct MemoSwitches<'a> {
+    memo: &'a mut IngressMemo,
+    tables: &'a Tables,
+    guard: &'a Guard,
+}
+
+impl IngressSwitches for MemoSwitches<'_> {
+    #[inline]
+    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck {
+        let epoch = self.memo.epoch;
+        let index = ((iif as usize) << 1 | usize::from(v6)) & (INGRESS_DEVICES - 1);
+        let slot = &mut self.memo.devices[index];
+        if slot.epoch == epoch && slot.iif == iif && slot.v6 == v6 {
+            return slot.check;
+        }
+        let check = route::ingress_check(self.tables, self.guard, v6, iif);
+        *slot = DeviceSlot {
+            iif,
+            v6,
+            epoch,
+            check,
+        };
+        check
+    }
+
+    #[inline]
+    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool {
+        if !self.memo.sources_usable {
+            return route::source_valid(self.tables, self.guard, src, dst, dscp, iif, strict);
+        }
+        let epoch = self.memo.epoch;
+        let src4 = src as u32;
+        let h = (src4 ^ iif.rotate_left(16)).wrapping_mul(0x9e37_79b9);
+        let slot = &mut self.memo.sources[(h >> 24) as usize & (INGRESS_SOURCES - 1)];
+        if slot.epoch == epoch
+            && slot.src == src4
+            && slot.dscp == dscp
+            && slot.iif == iif
+            && slot.strict == strict
+        {
+            return slot.valid;
+        }
+        let valid = route::source_valid(self.tables, self.guard, src, dst, dscp, iif, strict);
+        *slot = SourceSlot {
+            src: src4,
+            dscp,
+            strict,
+            valid,
+            iif,
+            epoch,
+        };
+        valid
     }
 }
 

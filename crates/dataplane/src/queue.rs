@@ -10,7 +10,7 @@ use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::hold::{HoldBuffer, Resolution};
 use crate::icmp::{self, ErrorIp, ReplyL2};
-use crate::memo::{EgressMemo, LocalFilter};
+use crate::memo::{EgressMemo, IngressMemo, LocalFilter};
 use crate::parse::{self, L2_LEN, Meta};
 use crate::pool::FramePool;
 use crate::ratelimit::TokenBucket;
@@ -128,6 +128,8 @@ pub struct Queue {
     pub(crate) locals: LocalFilter,
     /// Egress link and neighbour answers, per next hop and route generation.
     pub(crate) egress: EgressMemo,
+    /// Ingress switches per device and reverse-path answers per source, per generation.
+    pub(crate) ingress: IngressMemo,
     /// The vector pipeline's per-frame state, allocated once.
     lanes: Box<[Lane]>,
 }
@@ -149,6 +151,7 @@ impl Queue {
             ident: (config.queue_id as u16).wrapping_mul(0x9e37),
             locals: LocalFilter::new(),
             egress: EgressMemo::new(),
+            ingress: IngressMemo::new(),
             lanes: vec![Lane::default(); VECTOR].into_boxed_slice(),
             config,
         })
@@ -166,6 +169,18 @@ impl Queue {
             c.dst_cache = *cache.counters();
         }
         c
+    }
+
+    /// The queue's route cache, when it has one (`dst_cache` in the [`Config`]): for
+    /// reports (`xfwd show cache` lists its valid entries through
+    /// [`DstCache::entries`](dst_cache::DstCache::entries)).
+    ///
+    /// ```
+    /// let queue = dataplane::Queue::new(dataplane::Config::default()).unwrap();
+    /// assert_eq!(queue.route_cache().map(|c| c.occupied()), Some(0));
+    /// ```
+    pub fn route_cache(&self) -> Option<&DstCache<Route>> {
+        self.cache.as_ref()
     }
 
     /// The number of frames in the hold buffer.
@@ -205,6 +220,7 @@ impl Queue {
         let mut batch = Batch::new(tables, guard, now);
         self.locals
             .refresh(tables, guard, batch.snapshot.generation);
+        self.ingress.refresh(tables, batch.snapshot);
         let mut lanes = std::mem::take(&mut self.lanes);
         for vector in frames.chunks_mut(VECTOR) {
             self.process_vector(&mut batch, vector, &mut lanes[..vector.len()], pool);

@@ -188,11 +188,15 @@ pub fn fib_lookup(
     if v6 {
         let flow = fib_flow(src, dst, tos, iif);
         let result = tables.fib6.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, keys, widen6)
+        let mut switches = TableSwitches { tables, guard };
+        let policy = tables.fib6.multipath_policy();
+        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen6)
     } else {
         let flow = fib_flow(src as u32, dst as u32, tos, iif);
         let result = tables.fib4.lookup(&flow, guard);
-        fib_answer(tables, guard, &flow, result, src, dst, keys, widen4)
+        let mut switches = TableSwitches { tables, guard };
+        let policy = tables.fib4.multipath_policy();
+        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen4)
     }
 }
 
@@ -320,20 +324,21 @@ pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, bool) {
 
 /// The second half of [`fib_lookup`]: the decision of the FIB's answer `result` to `flow`,
 /// for a packet from `src` to `dst` (the pipeline's `u128` form), with the ingress device's
-/// switches (`forwarding`, `rp_filter`) applied; `keys` gives what a multipath route's hash
-/// reads (called only for those); `widen` turns a gateway into that form.
+/// switches (`forwarding`, `rp_filter`) applied as `switches` answers them; a multipath
+/// route's member chosen by the family's `policy`, over what `keys` reads of the packet (called
+/// only for multipath routes); `widen` turns a gateway into that form.
 #[inline]
 #[allow(
     clippy::too_many_arguments,
     reason = "the fields of one lookup, kept as scalars"
 )]
 pub(crate) fn fib_answer<K: TrieKey>(
-    tables: &Tables,
-    guard: &Guard,
+    switches: &mut impl IngressSwitches,
     flow: &Flow<K>,
     result: Result<FibResult<'_, K>, LookupError>,
     src: u128,
     dst: u128,
+    policy: MultipathPolicy,
     keys: impl FnOnce(HashFields) -> HashKeys,
     widen: impl Fn(Gateway<K>) -> (u128, bool),
 ) -> Result<Egress, Route> {
@@ -342,18 +347,18 @@ pub(crate) fn fib_answer<K: TrieKey>(
         Ok(r) => r,
         // IPv4 with forwarding off answers "host unreachable" to every lookup failure.
         Err(e) if !v6 => {
-            return Err(refused_lookup(tables, guard, flow.iif).unwrap_or(Route::Reject(e.into())));
+            return Err(refused_lookup(switches, flow.iif).unwrap_or(Route::Reject(e.into())));
         }
         Err(e) => return Err(Route::Reject(e.into())),
     };
     let route_type = r.route_type();
     let mut source_checked = false;
     if !matches!(route_type, RouteType::Local | RouteType::Anycast) {
-        match ingress_check(tables, guard, v6, flow.iif) {
+        match switches.check(v6, flow.iif) {
             IngressCheck::Pass => {}
             IngressCheck::Refused(route) => return Err(route),
             IngressCheck::ValidateSource { strict } => {
-                if !source_valid(tables, guard, src, dst, flow.tos, flow.iif, strict) {
+                if !switches.source_valid(src, dst, flow.tos, flow.iif, strict) {
                     return Err(Route::Drop(DropReason::RpFilter));
                 }
                 source_checked = true;
@@ -374,11 +379,6 @@ pub(crate) fn fib_answer<K: TrieKey>(
     let multipath = r.nexthops().len() > 1;
     // One next hop: the hash cannot change the choice.
     let hash = if multipath {
-        let policy = if v6 {
-            tables.fib6.multipath_policy()
-        } else {
-            tables.fib4.multipath_policy()
-        };
         match policy {
             MultipathPolicy::Fields(fields) => multipath::flow_hash(fields, &keys(fields)),
             MultipathPolicy::Kernel(_) => return Err(Route::Punt(PuntReason::MultipathHash)),
@@ -401,7 +401,8 @@ pub(crate) fn fib_answer<K: TrieKey>(
 }
 
 /// What the ingress device's switches say about a packet not for this host.
-enum IngressCheck {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IngressCheck {
     /// Forward as the route says.
     Pass,
     /// The kernel's verdict instead of the route's.
@@ -413,11 +414,41 @@ enum IngressCheck {
     },
 }
 
+/// How [`fib_answer`] learns the ingress device's switches and the reverse-path answers:
+/// from the tables for every packet ([`TableSwitches`], the reference), or remembered per
+/// device and per source for one generation of the tables (the vector pipeline's
+/// [`IngressMemo`](crate::memo::IngressMemo)). Both give the answers of [`ingress_check`] and
+/// [`source_valid`].
+pub(crate) trait IngressSwitches {
+    /// [`ingress_check`] for a packet of family `v6` arriving on `iif`.
+    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck;
+    /// [`source_valid`] for an IPv4 packet from `src` to `dst`.
+    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool;
+}
+
+/// The switches asked from the tables for every packet.
+pub(crate) struct TableSwitches<'t> {
+    pub(crate) tables: &'t Tables,
+    pub(crate) guard: &'t Guard,
+}
+
+impl IngressSwitches for TableSwitches<'_> {
+    #[inline]
+    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck {
+        ingress_check(self.tables, self.guard, v6, iif)
+    }
+
+    #[inline]
+    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool {
+        source_valid(self.tables, self.guard, src, dst, dscp, iif, strict)
+    }
+}
+
 /// The kernel's verdicts for a packet not for this host arriving on `iif`: with `forwarding`
 /// off, IPv4 answers "host unreachable" whatever the route (`ip_route_input_slow`) and IPv6
 /// drops (`ip6_forward`); with `rp_filter` on, the source is validated; switches not known
-/// (yet): the kernel decides.
-fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressCheck {
+/// (yet): the kernel decides. A function of the device table alone (`tables.devconf`).
+pub(crate) fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressCheck {
     match tables.devconf.ingress(iif, v6, guard) {
         Ingress::Forward => IngressCheck::Pass,
         Ingress::ForwardingOff if v6 => {
@@ -432,8 +463,8 @@ fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressC
 /// The verdict for an IPv4 destination without a route (or with a reject route) arriving on
 /// `iif`, when the ingress device's switches change it: forwarding off makes every lookup
 /// failure "host unreachable"; unknown switches leave it to the kernel.
-fn refused_lookup(tables: &Tables, guard: &Guard, iif: u32) -> Option<Route> {
-    match ingress_check(tables, guard, false, iif) {
+fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route> {
+    match switches.check(false, iif) {
         IngressCheck::Refused(route) => Some(route),
         IngressCheck::Pass | IngressCheck::ValidateSource { .. } => None,
     }
@@ -522,7 +553,7 @@ pub fn unserved(tables: &Tables, oif: u32) -> Option<Route> {
     tables
         .served
         .as_ref()
-        .is_some_and(|s| !s.contains(&oif))
+        .is_some_and(|s| !s.contains(oif))
         .then_some(Route::Punt(PuntReason::UnservedEgress))
 }
 

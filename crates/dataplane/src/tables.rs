@@ -1,6 +1,7 @@
 //! One network namespace's tables, as the pipeline reads them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use addr_table::{AddrTable, NetnsId};
 use dst_cache::Generation;
@@ -50,7 +51,7 @@ pub struct Tables {
     /// The interfaces the pipeline transmits on (the forwarder's `--iface`); a route out of
     /// any other (a management NIC, a VLAN, a bond, a tunnel) is punted for the kernel to
     /// forward. `None`: every interface.
-    pub served: Option<Arc<[u32]>>,
+    pub served: Option<Arc<Served>>,
     /// The ingress devices' forwarding switches (`forwarding`, `rp_filter`): a packet the
     /// kernel would not forward, or whose source it would validate, is punted to it.
     /// [`Tables::new`] starts permissive (a router: forward everywhere); a mirror fills a
@@ -75,5 +76,65 @@ impl Tables {
             served: None,
             devconf: Arc::new(DevConfTable::permissive()),
         }
+    }
+}
+
+/// The interfaces a pipeline transmits on ([`Tables::served`]): one slot per served port, each
+/// holding that port's current ifindex. Readers look it up lock-free; the forwarder
+/// [`replace`](Self::replace)s a slot when the port's interface is deleted and re-created
+/// under the same name (a new ifindex), without rebuilding the tables.
+///
+/// Ifindex 0 (no interface) is never served.
+///
+/// ```
+/// use dataplane::Served;
+///
+/// let served = Served::new(&[2, 3]);
+/// assert!(served.contains(3) && !served.contains(7) && !served.contains(0));
+/// assert!(served.replace(1, 7)); // port 1's interface is now ifindex 7
+/// assert!(served.contains(7) && !served.contains(3));
+/// assert!(!served.replace(5, 9)); // no slot 5
+/// ```
+#[derive(Debug)]
+pub struct Served {
+    slots: Box<[AtomicU32]>,
+}
+
+impl Served {
+    /// One slot per entry of `ifindexes`, in that order.
+    pub fn new(ifindexes: &[u32]) -> Self {
+        Served {
+            slots: ifindexes.iter().map(|&i| AtomicU32::new(i)).collect(),
+        }
+    }
+
+    /// Whether `ifindex` is in a slot.
+    #[inline]
+    pub fn contains(&self, ifindex: u32) -> bool {
+        ifindex != 0
+            && self
+                .slots
+                .iter()
+                .any(|s| s.load(Ordering::Relaxed) == ifindex)
+    }
+
+    /// Puts `ifindex` in slot `slot` (0: the port has no interface now); false when there is
+    /// no such slot.
+    pub fn replace(&self, slot: usize, ifindex: u32) -> bool {
+        match self.slots.get(slot) {
+            Some(s) => {
+                s.store(ifindex, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The ifindexes, slot by slot.
+    pub fn ifindexes(&self) -> Vec<u32> {
+        self.slots
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .collect()
     }
 }

@@ -30,7 +30,7 @@
 use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
 use policy_tree::Direction;
 
-use crate::memo::LocalFilter;
+use crate::memo::{IngressMemo, LocalFilter};
 use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
@@ -139,7 +139,14 @@ impl Queue {
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
         let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
-        stage_fib(b, &self.locals, frames, lanes, &routable[..routables]);
+        stage_fib(
+            b,
+            &self.locals,
+            &mut self.ingress,
+            frames,
+            lanes,
+            &routable[..routables],
+        );
         self.stage_egress(b, lanes);
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
@@ -390,6 +397,7 @@ impl Queue {
 fn stage_fib(
     b: &Batch<'_>,
     locals: &LocalFilter,
+    ingress: &mut IngressMemo,
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     routable: &[u8],
@@ -415,14 +423,20 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups_v4(b, frames, lanes, &v4[..n4]);
-    fib_lookups_v6(b, frames, lanes, &v6[..n6]);
+    fib_lookups_v4(b, ingress, frames, lanes, &v4[..n4]);
+    fib_lookups_v6(b, ingress, frames, lanes, &v6[..n6]);
 }
 
 /// The IPv4 FIB lookups of the lanes at `indices`, as one batch (`Fib::lookup_batch`: the
 /// walks overlap their cache misses).
 #[inline(always)]
-fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+fn fib_lookups_v4(
+    b: &Batch<'_>,
+    ingress: &mut IngressMemo,
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    indices: &[u8],
+) {
     if indices.is_empty() {
         return;
     }
@@ -436,6 +450,9 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
             frames[usize::from(i)].ifindex,
         );
     }
+    let mut switches = ingress.switches(b.tables, b.guard);
+    // Read once per batch (the mirror changes it at most once a second).
+    let policy = b.tables.fib4.multipath_policy();
     b.tables
         .fib4
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
@@ -443,12 +460,12 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
             let lane = &mut lanes[i];
             let meta = &lane.meta;
             let answer = route::fib_answer(
-                b.tables,
-                b.guard,
+                &mut switches,
                 &flows[k],
                 result,
                 meta.src,
                 meta.dst,
+                policy,
                 |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen4,
             );
@@ -458,7 +475,13 @@ fn fib_lookups_v4(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
 
 /// The IPv6 FIB lookups of the lanes at `indices`, as one batch.
 #[inline(always)]
-fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indices: &[u8]) {
+fn fib_lookups_v6(
+    b: &Batch<'_>,
+    ingress: &mut IngressMemo,
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    indices: &[u8],
+) {
     if indices.is_empty() {
         return;
     }
@@ -467,6 +490,9 @@ fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
         let m = &lanes[usize::from(i)].meta;
         *flow = route::fib_flow(m.src, m.dst, m.tos, frames[usize::from(i)].ifindex);
     }
+    let mut switches = ingress.switches(b.tables, b.guard);
+    // Read once per batch (the mirror changes it at most once a second).
+    let policy = b.tables.fib6.multipath_policy();
     b.tables
         .fib6
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
@@ -474,12 +500,12 @@ fn fib_lookups_v6(b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane], indic
             let lane = &mut lanes[i];
             let meta = &lane.meta;
             let answer = route::fib_answer(
-                b.tables,
-                b.guard,
+                &mut switches,
                 &flows[k],
                 result,
                 meta.src,
                 meta.dst,
+                policy,
                 |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen6,
             );

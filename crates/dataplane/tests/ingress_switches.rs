@@ -176,3 +176,81 @@ fn an_own_source_is_a_martian_unless_the_device_accepts_local() {
     fx.tables.devconf.set_accept_local(NETCONF_ALL, true);
     assert_eq!(verdicts(&fx), Verdict::Punt(PuntReason::AcceptLocal));
 }
+
+/// The queue remembers the switches per device and the reverse-path answers per source (see
+/// `memo.rs`): a route back that appears or goes, and a switch flipped, are noticed by the
+/// next batch; a switch change is noticed even before the control plane bumps the route
+/// generation (the device table has its own), where the route cache is not involved.
+#[test]
+fn remembered_switches_and_sources_follow_the_tables() {
+    use fib_trie::{InsertFlags, NextHop, Route, RouteSelector};
+    let (fx, t) = followed();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    t.update(false, NETCONF_ALL, conf(true, 2));
+    fx.tables.generation.bump();
+    let far = [172, 16, 0, 9];
+    let mut verdict = |src: [u8; 4], dst: [u8; 4], now: u64| {
+        run_on(&mut queue, &fx, &udp4(src, dst, 64, 53, 10), 256, now).verdict
+    };
+    assert_eq!(
+        verdict(far, [8, 8, 8, 8], 0),
+        Verdict::Drop(DropReason::RpFilter)
+    );
+    assert_eq!(
+        verdict(far, [8, 8, 8, 8], 1),
+        Verdict::Drop(DropReason::RpFilter)
+    );
+    // A route back appears.
+    let back = Route::unicast(0xac10_0000, 16, 254, vec![NextHop::new(None, IN)]);
+    fx.tables.fib4.insert(&back, InsertFlags::ADD).unwrap();
+    fx.tables.generation.bump();
+    assert_eq!(
+        verdict(far, [8, 8, 8, 8], 2),
+        Verdict::Transmit { ifindex: OUT }
+    );
+    // And goes.
+    fx.tables.fib4.delete(&RouteSelector::exact(&back)).unwrap();
+    fx.tables.generation.bump();
+    assert_eq!(
+        verdict(far, [8, 8, 8, 8], 3),
+        Verdict::Drop(DropReason::RpFilter)
+    );
+    // rp_filter off, without a bump of the route generation: the device table's own
+    // generation starts a new epoch (destinations not in the route cache: 8.8.4.x).
+    t.update(false, NETCONF_ALL, conf(true, 0));
+    assert_eq!(
+        verdict(far, [8, 8, 4, 1], 4),
+        Verdict::Transmit { ifindex: OUT }
+    );
+    // Forwarding off on IN, again without a bump.
+    t.update(false, IN as i32, conf(false, 0));
+    let no_route = verdict(HOST4, [8, 8, 4, 2], 5);
+    assert_eq!(no_route, Verdict::Reply { ifindex: IN }, "host unreachable");
+}
+
+/// Another device table put in place (with the same generation as the old one, and no bump)
+/// is another set of switches: the queue's memo does not answer from the old one.
+#[test]
+fn another_device_table_is_not_answered_from_the_memo() {
+    let (mut fx, t) = followed();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    // Not in the route cache: a new destination each time.
+    let v4 = |last: u8| udp4(HOST4, [8, 8, 5, last], 64, 53, 10);
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4(1), 256, 0).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+    let off = DevConfTable::followed();
+    for v6 in [false, true] {
+        off.update(v6, NETCONF_ALL, conf(false, 0));
+        off.update(v6, NETCONF_DEFAULT, conf(false, 0));
+    }
+    // Both tables have seen the same number of changes.
+    assert_eq!(off.generation(), t.generation());
+    fx.tables.devconf = Arc::new(off);
+    assert_eq!(
+        run_on(&mut queue, &fx, &v4(2), 256, 1).verdict,
+        Verdict::Reply { ifindex: IN },
+        "host unreachable: forwarding is off in the new table"
+    );
+}

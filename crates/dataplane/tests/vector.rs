@@ -1,17 +1,23 @@
 //! The vector pipeline against the one-frame-at-a-time reference: random batches (both
 //! families, VLAN tags, malformed frames, local, multipath, unreachable and held destinations,
-//! runs of one flow) with the tables changing between batches must get identical verdicts,
-//! bytes, spare frames, hold-buffer behaviour and counters.
+//! sources with and without a route back, runs of one flow) with the tables changing between
+//! batches (routes, addresses, links, neighbours, policies, rules, and the devices' forwarding
+//! and `rp_filter` switches) must get identical verdicts, bytes, spare frames, hold-buffer
+//! behaviour and counters.
 
 mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
 
 use addr_table::IfAddr;
 use common::*;
 use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
 use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
-use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
+use neigh_table::{
+    DevConf, DevConfTable, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
+    OperState,
+};
 use policy_tree::{
     Action, Direction, Mark, PolicySpec, PolicyType, PortMatch, Selector, TemplateId,
 };
@@ -19,10 +25,17 @@ use proptest::prelude::*;
 
 /// A source that a table change makes one of our own addresses.
 const FLIP4: [u8; 4] = [10, 0, 2, 50];
+/// A source without a route back (fails reverse-path filtering, strict or loose).
+const NO_ROUTE_BACK4: [u8; 4] = [172, 16, 0, 9];
 
 /// One frame as the batch strategy builds it.
 fn frame() -> impl Strategy<Value = Vec<u8>> {
-    let src4 = prop_oneof![4 => Just(HOST4), 1 => Just(FLIP4), 1 => Just(LOCAL4)];
+    let src4 = prop_oneof![
+        4 => Just(HOST4),
+        1 => Just(FLIP4),
+        1 => Just(LOCAL4),
+        1 => Just(NO_ROUTE_BACK4),
+    ];
     let dst4 = prop_oneof![
         Just([8, 8, 8, 8]),
         Just([8, 8, 4, 4]),
@@ -137,6 +150,14 @@ enum Change {
     Policies,
     /// The control plane reports custom rules (route caches step aside), or none again.
     CustomRules,
+    /// IPv4 forwarding goes off on IN (and IPv6 forwarding on `all`), or on again.
+    Forwarding,
+    /// `net.ipv4.conf.all.rp_filter` steps from 0 to 1 (strict), 2 (loose), back to 0.
+    RpFilter,
+    /// IN's IPv4 entry is forgotten (the `default` entry answers for it), or reported again.
+    DeviceEntry,
+    /// 172.16.0.0/16 via IN appears (a route back to `NO_ROUTE_BACK4`), or goes.
+    ReturnRoute,
 }
 
 fn change() -> impl Strategy<Value = Option<Change>> {
@@ -151,6 +172,10 @@ fn change() -> impl Strategy<Value = Option<Change>> {
             Just(Change::Unreachable),
             Just(Change::Policies),
             Just(Change::CustomRules),
+            Just(Change::Forwarding),
+            Just(Change::RpFilter),
+            Just(Change::DeviceEntry),
+            Just(Change::ReturnRoute),
         ]
         .prop_map(Some),
     ]
@@ -171,6 +196,34 @@ struct Toggles {
     unreachable: bool,
     no_policies: bool,
     custom_rules: bool,
+    forwarding_off: bool,
+    rp_filter: u8,
+    device_gone: bool,
+    return_route: bool,
+}
+
+/// The device switches the batches start with: both families forward on every device, no
+/// reverse-path filtering (a followed table, as the netlink mirror fills it).
+fn followed_devconf() -> Arc<DevConfTable> {
+    let t = DevConfTable::followed();
+    let on = DevConf {
+        forwarding: Some(true),
+        rp_filter: Some(0),
+    };
+    for v6 in [false, true] {
+        t.update(v6, NETCONF_ALL, on);
+        t.update(v6, NETCONF_DEFAULT, on);
+    }
+    t.update(false, IN as i32, on);
+    Arc::new(t)
+}
+
+/// IN's IPv4 entry as the toggles have it.
+fn in_entry(toggles: &Toggles) -> DevConf {
+    DevConf {
+        forwarding: Some(!toggles.forwarding_off),
+        rp_filter: Some(0),
+    }
 }
 
 fn out_link(up: bool, mtu: u32) -> Link {
@@ -275,6 +328,43 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
             toggles.custom_rules = !toggles.custom_rules;
             // Bumps the generation itself.
             tables.generation.set_custom_rules(toggles.custom_rules);
+        }
+        Change::Forwarding => {
+            toggles.forwarding_off = !toggles.forwarding_off;
+            if !toggles.device_gone {
+                tables.devconf.update(false, IN as i32, in_entry(toggles));
+            }
+            let all6 = DevConf {
+                forwarding: Some(!toggles.forwarding_off),
+                rp_filter: None,
+            };
+            tables.devconf.update(true, NETCONF_ALL, all6);
+        }
+        Change::RpFilter => {
+            toggles.rp_filter = (toggles.rp_filter + 1) % 3;
+            let all = DevConf {
+                forwarding: None,
+                rp_filter: Some(toggles.rp_filter),
+            };
+            tables.devconf.update(false, NETCONF_ALL, all);
+        }
+        Change::DeviceEntry => {
+            toggles.device_gone = !toggles.device_gone;
+            if toggles.device_gone {
+                // Forgets both families' entries of IN (only IPv4 has one here).
+                tables.devconf.remove(IN as i32);
+            } else {
+                tables.devconf.update(false, IN as i32, in_entry(toggles));
+            }
+        }
+        Change::ReturnRoute => {
+            toggles.return_route = !toggles.return_route;
+            let route = Route::unicast(v4([172, 16, 0, 0]), 16, 254, vec![NextHop::new(None, IN)]);
+            if toggles.return_route {
+                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+            } else {
+                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+            }
         }
         Change::Policies => {
             toggles.no_policies = !toggles.no_policies;
@@ -387,7 +477,8 @@ proptest! {
         cache in prop_oneof![3 => Just(true), 1 => Just(false)],
         headroom in prop_oneof![Just(0usize), Just(256)],
     ) {
-        let fx = fixture();
+        let mut fx = fixture();
+        fx.tables.devconf = followed_devconf();
         let (selector, dir, action) = policy_selectors()[0];
         fx.tables.policies.add(PolicySpec::new(selector, dir).action(action)).unwrap();
         fx.tables.generation.bump();

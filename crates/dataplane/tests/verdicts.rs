@@ -1205,7 +1205,8 @@ fn kernel_decides_routes_punt_and_nexthop_objects_route() {
 fn egress_on_an_interface_not_served_is_punted_unchanged() {
     let mut fx = fixture();
     // The pipeline serves the ingress and SMALL only: OUT belongs to the kernel.
-    fx.tables.served = Some(std::sync::Arc::from([IN, SMALL]));
+    let served = std::sync::Arc::new(dataplane::Served::new(&[IN, SMALL]));
+    fx.tables.served = Some(served.clone());
     let mut queue = Queue::new(Config::default()).unwrap();
     let frame = udp4(HOST4, [8, 8, 8, 8], 64, 53, 0);
     let o = run_on(&mut queue, &fx, &frame, 256, 0);
@@ -1214,7 +1215,9 @@ fn egress_on_an_interface_not_served_is_punted_unchanged() {
         o.out, frame,
         "punted as received: the kernel decrements the TTL"
     );
-    fx.tables.served = Some(std::sync::Arc::from([IN, OUT]));
+    // The second port's interface re-created as OUT (the forwarder replaces its slot); the
+    // kernel's route changes that come with it bump the generation.
+    assert!(served.replace(1, OUT));
     fx.tables.generation.bump();
     let o = run_on(&mut queue, &fx, &frame, 256, 0);
     assert_eq!(o.verdict, Verdict::Transmit { ifindex: OUT });

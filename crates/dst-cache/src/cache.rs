@@ -380,6 +380,41 @@ impl<V> DstCache<V> {
         self.slots.iter().filter(|slot| slot.is_some()).count()
     }
 
+    /// The entries a lookup under `snapshot` at `now` would hit, with their expiry (on the
+    /// caller's clock): for reports such as `xfwd show cache`, never for the packet path.
+    /// Entries of an older generation or past their expiry are left out (they are cleared
+    /// when a lookup meets them).
+    ///
+    /// ```
+    /// use std::net::Ipv4Addr;
+    /// use dst_cache::{Config, Decision, DstCache, FlowKey, Generation, Lookup};
+    ///
+    /// let generation = Generation::new();
+    /// let mut cache = DstCache::new(Config::default())?;
+    /// let key = FlowKey::v4(Ipv4Addr::new(198, 51, 100, 7), 0, 1);
+    /// let decision = Decision::unicast(2, None, [2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], 1500);
+    /// if let Lookup::Miss(token) = cache.lookup(&key, generation.snapshot(), 0) {
+    ///     cache.insert(token, decision, 0, 100);
+    /// }
+    /// let valid: Vec<_> = cache.entries(generation.snapshot(), 10).collect();
+    /// assert_eq!(valid, [(&key, &decision, 100)]);
+    /// assert_eq!(cache.entries(generation.snapshot(), 100).count(), 0, "expired");
+    /// generation.bump();
+    /// assert_eq!(cache.entries(generation.snapshot(), 10).count(), 0, "an older generation");
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    pub fn entries(
+        &self,
+        snapshot: Snapshot,
+        now: u64,
+    ) -> impl Iterator<Item = (&FlowKey, &V, u64)> + '_ {
+        self.slots
+            .iter()
+            .flatten()
+            .filter(move |e| e.is_valid(snapshot.generation, now))
+            .map(|e| (&e.key, &e.value, e.expires))
+    }
+
     /// Empties the cache (counters and bypass state stay).
     pub fn clear(&mut self) {
         self.slots.iter_mut().for_each(|slot| *slot = None);

@@ -197,7 +197,7 @@ pub fn run<E: Engine + 'static>(
     reload: Option<Reload>,
 ) -> anyhow::Result<()> {
     let started = Instant::now();
-    let ports = resolve_ports(config)?;
+    let mut ports = resolve_ports(config)?;
     for port in &ports {
         if let Some(found) = crate::channels::device_queues(&port.name) {
             found
@@ -290,8 +290,20 @@ pub fn run<E: Engine + 'static>(
 
     let allowed = allowed_cpus();
     let mut threads = Vec::new();
+    let (acks_to_main, acks) = std::sync::mpsc::channel::<u32>();
+    let mut loop_set = LoopSet {
+        pause: Arc::new(AtomicBool::new(false)),
+        acks,
+        senders: Vec::new(),
+        options,
+        counters: counters.clone(),
+        states: states.clone(),
+        generic: config.xdp_mode == XdpMode::Generic,
+        queues: config.queues,
+        served: engine.served.clone(),
+    };
     let result = (|| -> anyhow::Result<()> {
-        for (index, mut queue_loop) in loops.drain(..).enumerate() {
+        for (index, queue_loop) in loops.drain(..).enumerate() {
             let cpu = match &config.cpus {
                 Some(cpus) => Some(cpus[index]),
                 None => default_cpu(&allowed, index),
@@ -299,17 +311,34 @@ pub fn run<E: Engine + 'static>(
             let make = engine.make.clone();
             let punt = punt.clone();
             let stop = stop.clone();
+            let pause = loop_set.pause.clone();
+            let acks = acks_to_main.clone();
+            let (to_loop, reopened) = std::sync::mpsc::channel::<QueueLoop>();
+            loop_set.senders.push(to_loop);
             tracing::debug!(queue = index, ?cpu, "run loop CPU");
             threads.push(spawn_named(&format!("xfwd-q{index}"), move || {
                 if let Some(cpu) = cpu {
                     pin_to_cpu(cpu);
                 }
-                match make(index as u32) {
-                    Ok(mut engine) => queue_loop.run(&mut engine, punt.as_deref(), &stop),
+                let mut engine = match make(index as u32) {
+                    Ok(engine) => engine,
                     Err(e) => {
                         tracing::error!(queue = index, "no engine: {e:#}");
                         stop.store(true, Ordering::Relaxed);
+                        return;
                     }
+                };
+                // The engine (its route cache, hold buffer, counters) outlives the loops: a
+                // re-created interface reopens the sockets, not the pipeline.
+                let mut current = Some(queue_loop);
+                while let Some(mut queue_loop) = current.take() {
+                    queue_loop.run(&mut engine, punt.as_deref(), &stop, &pause);
+                    // Its sockets close here, so that the reopened loop can bind the queues.
+                    drop(queue_loop);
+                    if stop.load(Ordering::Relaxed) || acks.send(index as u32).is_err() {
+                        break;
+                    }
+                    current = reopened.recv().ok();
                 }
             })?);
         }
@@ -338,25 +367,46 @@ pub fn run<E: Engine + 'static>(
         );
         crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
         let poll_addresses = engine.locals.is_none();
+        let generation = engine.generation.clone();
+        let mut trimmer = generation
+            .as_ref()
+            .map(|g| crate::trim::Trimmer::new(Instant::now(), g()));
         let mut on_turn = || {
             if let Some(reload) = &reload {
                 if reload.requested.swap(false, Ordering::Relaxed) {
                     log_reload(&reload.apply(config, engine.live.as_deref()));
                 }
             }
+            // Memory freed by table changes goes back to the kernel once they are over.
+            if let (Some(trimmer), Some(generation)) = (trimmer.as_mut(), &generation)
+                && trimmer.due(Instant::now(), generation())
+            {
+                let released = crate::trim::trim();
+                tracing::debug!(released, "heap trimmed after table changes");
+            }
         };
-        monitor(
-            &ports,
-            &states,
-            &xdp,
-            poll_addresses.then_some(&mut locals),
-            &stop,
-            &mut on_turn,
-        )
+        loop {
+            let exit = monitor(
+                &ports,
+                &states,
+                &xdp,
+                poll_addresses.then_some(&mut locals),
+                &stop,
+                &mut on_turn,
+            )?;
+            match exit {
+                MonitorExit::Stopped => return Ok(()),
+                MonitorExit::Recreated(found) => {
+                    loop_set.reopen(&found, &mut ports, &xdp, &stop)?;
+                }
+            }
+        }
     })();
 
     stop.store(true, Ordering::Relaxed);
     crate::notify::stopping();
+    // A paused loop's thread waits for its next loop: closing the channels ends the wait.
+    drop(loop_set);
     for thread in threads {
         let _ = thread.join();
     }
@@ -397,8 +447,18 @@ fn log_reload(reloaded: &Reloaded) {
     }
 }
 
+/// Why [`monitor`] returned.
+enum MonitorExit {
+    /// `stop` was set.
+    Stopped,
+    /// Every removed interface exists again (same name, new ifindex): port slot and its new
+    /// spec, for [`LoopSet::reopen`].
+    Recreated(Vec<(usize, PortSpec)>),
+}
+
 /// Watches the links until `stop`: marks ports up/down/gone and (with `locals`) keeps the
-/// local set in step; calls `on_turn` every period (reloads).
+/// local set in step; calls `on_turn` every period (reloads). Returns when every removed
+/// interface has been created again under its name, for the loops to be reopened.
 fn monitor(
     ports: &[PortSpec],
     states: &[PortState],
@@ -406,20 +466,41 @@ fn monitor(
     mut locals: Option<&mut BTreeSet<IpAddr>>,
     stop: &AtomicBool,
     on_turn: &mut dyn FnMut(),
-) -> anyhow::Result<()> {
+) -> anyhow::Result<MonitorExit> {
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(MONITOR_PERIOD);
         on_turn();
         let Ok(views) = links() else { continue };
-        for (port, state) in ports.iter().zip(states) {
+        let mut recreated = Vec::new();
+        let mut still_gone = 0;
+        for (slot, (port, state)) in ports.iter().zip(states).enumerate() {
             if state.gone.load(Ordering::Relaxed) {
+                match views.get(&port.name) {
+                    Some(view) if view.ifindex != 0 && view.ifindex != port.ifindex => {
+                        match view.mac {
+                            Some(mac) => {
+                                state.up.store(view.up, Ordering::Relaxed);
+                                recreated.push((
+                                    slot,
+                                    PortSpec {
+                                        name: port.name.clone(),
+                                        ifindex: view.ifindex,
+                                        mac,
+                                    },
+                                ));
+                            }
+                            None => still_gone += 1,
+                        }
+                    }
+                    _ => still_gone += 1,
+                }
                 continue;
             }
             match views.get(&port.name).filter(|v| v.ifindex == port.ifindex) {
                 None => {
                     tracing::error!(
                         iface = %port.name,
-                        "interface removed; its socket is closed to traffic (restart xfwd to serve a new one)"
+                        "interface removed; its socket is closed to traffic (served again when re-created)"
                     );
                     state.gone.store(true, Ordering::Relaxed);
                     state.up.store(false, Ordering::Relaxed);
@@ -445,11 +526,130 @@ fn monitor(
                 sync_locals(&mut program, &wanted, locals);
             }
         }
-        if states.iter().all(|s| s.gone.load(Ordering::Relaxed)) {
+        if !recreated.is_empty() && still_gone == 0 {
+            return Ok(MonitorExit::Recreated(recreated));
+        }
+        if states.iter().all(|s| s.gone.load(Ordering::Relaxed)) && recreated.is_empty() {
             bail!("every interface is gone");
         }
     }
-    Ok(())
+    Ok(MonitorExit::Stopped)
+}
+
+/// The run loops' threads as the main thread steers them: paused, given new loops.
+struct LoopSet {
+    /// Set: every loop returns from its run and closes its sockets, then waits for a new loop.
+    pause: Arc<AtomicBool>,
+    /// Queue numbers of the loops that have paused.
+    acks: std::sync::mpsc::Receiver<u32>,
+    /// Where each queue's thread takes its new loop.
+    senders: Vec<std::sync::mpsc::Sender<QueueLoop>>,
+    options: LoopOptions,
+    counters: Vec<Arc<QueueCounters>>,
+    states: Arc<[PortState]>,
+    generic: bool,
+    queues: u32,
+    served: Option<Arc<dataplane::Served>>,
+}
+
+impl LoopSet {
+    /// How long the loops may take to pause (each looks at the flag at least every 50 ms).
+    const PAUSE_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Further tries at opening the loops, 100 ms apart.
+    const OPEN_TRIES: u32 = 20;
+
+    /// One loop per queue over every port (all or none).
+    fn open_loops(
+        &self,
+        ports: &[PortSpec],
+        program: &mut XdpProgram,
+    ) -> anyhow::Result<Vec<QueueLoop>> {
+        self.counters
+            .iter()
+            .enumerate()
+            .map(|(queue, counters)| {
+                QueueLoop::open(
+                    queue as u32,
+                    ports,
+                    self.states.clone(),
+                    &self.options,
+                    program,
+                    counters.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Serves re-created interfaces: pauses every loop (their sockets close), gives each
+    /// re-created port its new ifindex in `ports`, the XDP program's port map and the
+    /// engine's served set, opens new loops on every port, attaches the program to the new
+    /// interfaces and hands the loops back to their threads (engines, counters and tables
+    /// carry on). The other interfaces pause for as long as this takes (milliseconds).
+    fn reopen(
+        &mut self,
+        recreated: &[(usize, PortSpec)],
+        ports: &mut [PortSpec],
+        xdp: &Mutex<XdpProgram>,
+        stop: &AtomicBool,
+    ) -> anyhow::Result<()> {
+        let names: Vec<&str> = recreated.iter().map(|(_, p)| p.name.as_str()).collect();
+        for (_, spec) in recreated {
+            if let Some(found) = crate::channels::device_queues(&spec.name) {
+                found
+                    .check(&spec.name, self.queues)
+                    .map_err(anyhow::Error::msg)?;
+            }
+        }
+        tracing::debug!("pausing the run loops");
+        self.pause.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Self::PAUSE_TIMEOUT;
+        for _ in 0..self.senders.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.acks.recv_timeout(left).is_err() {
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                bail!("a run loop did not pause to serve the re-created interfaces");
+            }
+        }
+        tracing::debug!("run loops paused; reopening");
+        let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+        for (slot, spec) in recreated {
+            ports[*slot] = spec.clone();
+            program.set_port(spec.ifindex, *slot as u32)?;
+            if let Some(served) = &self.served {
+                served.replace(*slot, spec.ifindex);
+            }
+        }
+        // A socket just closed can hold its queue a moment longer, and a new device may not
+        // take a bind at once: a few tries.
+        let mut tries = 0;
+        let loops = loop {
+            match self.open_loops(ports, &mut program) {
+                Ok(loops) => break loops,
+                Err(e) if tries < Self::OPEN_TRIES => {
+                    tries += 1;
+                    tracing::debug!("reopening the run loops (try {tries}): {e:#}");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.context("reopening the run loops")),
+            }
+        };
+        tracing::debug!("run loops reopened; attaching");
+        for (slot, spec) in recreated {
+            program.attach(&spec.name, spec.ifindex, self.generic)?;
+            self.states[*slot].gone.store(false, Ordering::Relaxed);
+        }
+        drop(program);
+        self.pause.store(false, Ordering::Relaxed);
+        for (sender, queue_loop) in self.senders.iter().zip(loops) {
+            sender
+                .send(queue_loop)
+                .map_err(|_| anyhow::anyhow!("a run loop's thread has ended"))?;
+        }
+        tracing::info!(interfaces = %names.join(","), "re-created interfaces served again");
+        Ok(())
+    }
 }
 
 /// The CPUs the process may run on (its affinity mask: `taskset`, a cgroup cpuset), in

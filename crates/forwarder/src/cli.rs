@@ -65,15 +65,17 @@ pub enum Command {
     /// Send complete UDP test frames from one namespace and check what arrives in another.
     Probe(ProbeArgs),
     /// Route lookups (`xfwd route get ADDR [from A] [iif D] [oif D] [mark N] [--netns NS]`),
-    /// printed like `ip route get`: asked of the running instance's tables over its control
-    /// socket when one answers, else from a fresh mirror of the namespace.
+    /// printed like `ip route get`: asked of the running instance over its control socket
+    /// when one answers (then followed by what its pipeline does with such a packet), else
+    /// from a fresh mirror of the namespace; `-j` prints JSON as `ip -j route get`.
     Route {
         /// What to do.
         #[command(subcommand)]
         command: RouteCommand,
     },
     /// List the tables: routes, addrs, neigh, rules, policies, links, nexthops (the running
-    /// instance's when one answers on the control socket, else a fresh mirror's).
+    /// instance's when one answers on the control socket, else a fresh mirror's), or the run
+    /// loops' route caches (cache: a running instance's only); `-j` prints JSON as `ip -j`.
     Show(ShowCmd),
 }
 
@@ -87,9 +89,14 @@ pub enum RouteCommand {
 /// `xfwd show`'s arguments.
 #[derive(Debug, Args)]
 pub struct ShowCmd {
-    /// What to show.
-    #[command(flatten)]
-    pub args: netlink_mirror::cli::ShowArgs,
+    /// What to show (`cache`: the run loops' route caches, only from a running instance).
+    pub what: crate::query::Shown,
+    /// The network namespace (a name under /run/netns or a path); the current one if absent.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Print JSON as `ip -j` does (the same keys as iproute2's JSON output).
+    #[arg(short = 'j', long)]
+    pub json: bool,
     /// Ask the instance on this control socket (and fail when none answers); default: the
     /// one of `--netns`, else a fresh mirror when nobody answers there.
     #[arg(long)]
@@ -102,6 +109,9 @@ pub struct RouteGetCmd {
     /// The lookup.
     #[command(flatten)]
     pub args: netlink_mirror::cli::RouteGetArgs,
+    /// Print JSON as `ip -j route get` does (with the pipeline's answer under `xfwd`).
+    #[arg(short = 'j', long)]
+    pub json: bool,
     /// Ask the instance on this control socket (and fail when none answers); default: the
     /// one of `--netns`, else a fresh mirror when nobody answers there.
     #[arg(long)]
@@ -144,25 +154,29 @@ pub fn mirror(netns: Option<&str>) -> anyhow::Result<netlink_mirror::MirrorHandl
     Ok(handle)
 }
 
-/// `xfwd route get`: prints the route; exit status 2 when there is none (with the kernel's
-/// message on stderr).
+/// `xfwd route get`: prints the route (and, from a running instance, what its pipeline
+/// does with such a packet); exit status 2 when there is none (with the kernel's message on
+/// stderr).
 ///
 /// # Errors
 /// When no instance answers and the mirror cannot start.
 pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
     let RouteCommand::Get(cmd) = command;
     let args = &cmd.args;
-    let query = crate::serve::Query::RouteGet(args.clone());
+    let query = crate::query::Query::RouteGet {
+        args: args.clone(),
+        json: cmd.json,
+    };
     let answer = match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
-        Some(answer) => answer.map(|text| text.trim_end().to_owned()),
+        Some(answer) => answer,
         None => {
             let mirror = mirror(args.netns.as_deref())?;
-            netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+            crate::query::route_get(mirror.tables(), args, Ok(None), cmd.json)
         }
     };
     match answer {
-        Ok(line) => {
-            println!("{line}");
+        Ok(text) => {
+            println!("{}", text.trim_end());
             Ok(0)
         }
         Err(e) => {
@@ -175,16 +189,31 @@ pub fn route(command: &RouteCommand) -> anyhow::Result<u8> {
 /// `xfwd show`.
 ///
 /// # Errors
-/// When no instance answers and the mirror cannot start, or the instance has no tables.
+/// When no instance answers and the mirror cannot start, the instance has no tables, or
+/// `cache` is asked of no running instance.
 pub fn show(cmd: &ShowCmd) -> anyhow::Result<u8> {
-    let args = &cmd.args;
-    let query = crate::serve::Query::Show(args.what);
-    match ask_instance(cmd.control.as_deref(), args.netns.as_deref(), &query)? {
+    let query = crate::query::Query::Show {
+        what: cmd.what,
+        json: cmd.json,
+    };
+    match ask_instance(cmd.control.as_deref(), cmd.netns.as_deref(), &query)? {
         Some(Ok(text)) => print!("{text}"),
         Some(Err(e)) => anyhow::bail!("{e}"),
         None => {
-            let mirror = mirror(args.netns.as_deref())?;
-            print!("{}", netlink_mirror::cli::show(mirror.tables(), args));
+            let Some(table) = cmd.what.table() else {
+                anyhow::bail!(
+                    "no xfwd answers on {}: route caches exist only in a running instance",
+                    cmd.control
+                        .clone()
+                        .unwrap_or_else(|| default_control_socket(cmd.netns.as_deref()))
+                        .display()
+                );
+            };
+            let mirror = mirror(cmd.netns.as_deref())?;
+            print!(
+                "{}",
+                crate::query::show_table(mirror.tables(), table, cmd.json)
+            );
         }
     }
     Ok(0)
@@ -473,7 +502,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
                 .iter()
                 .map(|p| p.ifindex)
                 .collect();
-            let engine = crate::startup::routing(config.pipeline, &served)?;
+            let served = std::sync::Arc::new(dataplane::Served::new(&served));
+            let engine = crate::startup::routing(config.pipeline, served)?;
             app::run(&config, engine, metrics, stop, Some(reload))?;
         }
     }

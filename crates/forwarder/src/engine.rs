@@ -69,6 +69,10 @@ pub struct EngineSpec<E> {
     /// Answers `xfwd show` / `xfwd route get` over the control socket from the engine's
     /// tables; `None`: the engine has none (bare).
     pub query: Option<crate::serve::QueryFn>,
+    /// The served interfaces the engine's tables punt by (slot `i`: port `i`'s ifindex); the
+    /// instance replaces a slot when that port's interface is re-created. `None`: the engine
+    /// does not look (bare).
+    pub served: Option<Arc<dataplane::Served>>,
 }
 
 /// A pipeline configuration published to the run loops while they run: the reloading thread
@@ -95,6 +99,24 @@ impl LiveConfig {
     pub fn publish(&self, config: dataplane::Config) {
         *self.config.lock().unwrap_or_else(|e| e.into_inner()) = config;
         self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The last published configuration, or `initial` when none was published yet (what the
+    /// run loops run with, for `xfwd route get`'s private queue).
+    ///
+    /// ```
+    /// use forwarder::engine::LiveConfig;
+    /// let live = LiveConfig::default();
+    /// let initial = dataplane::Config { icmp_rate: 7, ..Default::default() };
+    /// assert_eq!(live.current(initial).icmp_rate, 7);
+    /// live.publish(dataplane::Config { icmp_rate: 5, ..Default::default() });
+    /// assert_eq!(live.current(initial).icmp_rate, 5);
+    /// ```
+    pub fn current(&self, initial: dataplane::Config) -> dataplane::Config {
+        if self.generation.load(Ordering::Acquire) == 0 {
+            return initial;
+        }
+        *self.config.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The configuration published since generation `seen` (which it updates), if any and

@@ -46,23 +46,27 @@
 pub mod app;
 pub mod bare;
 pub mod board;
+pub mod cache_report;
 pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod counters;
 pub mod engine;
+pub mod explain;
 pub mod locals;
 pub mod metrics;
 pub mod netfilter;
 pub mod notify;
 pub mod probe;
 pub mod punt;
+pub mod query;
 pub mod router;
 pub mod rtnl;
 pub mod runloop;
 pub mod serve;
 pub mod startup;
 pub mod stats;
+pub mod trim;
 pub mod xdp;
 
 /// The README's example, compiled and run as a doctest.

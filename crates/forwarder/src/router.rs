@@ -24,6 +24,7 @@ use dataplane::{Frame, FramePool, Queue, Tables};
 use std::sync::Arc;
 
 use crate::board::{Publisher, SharedCounters};
+use crate::cache_report::{CacheBoard, CachedRoute};
 use crate::engine::{Engine, LiveConfig};
 
 /// Where a queue's neighbour resolution requests go: in `xfwd`,
@@ -38,6 +39,7 @@ pub struct Router {
     clock: Instant,
     publisher: Publisher,
     live: Option<(Arc<LiveConfig>, u64)>,
+    caches: Option<(Arc<CacheBoard>, u64)>,
 }
 
 impl std::fmt::Debug for Router {
@@ -59,6 +61,7 @@ impl Router {
             clock: Instant::now(),
             publisher: Publisher::new(shared),
             live: None,
+            caches: None,
         }
     }
 
@@ -67,6 +70,34 @@ impl Router {
     pub fn follow(mut self, live: Arc<LiveConfig>) -> Self {
         self.live = Some((live, 0));
         self
+    }
+
+    /// Answers `xfwd show cache` requests made on `board` (registering there): once per loop
+    /// turn, one atomic load when nobody asked.
+    pub fn report_cache(mut self, board: Arc<CacheBoard>) -> Self {
+        board.register();
+        self.caches = Some((board, 0));
+        self
+    }
+
+    /// Copies the route cache's valid entries into the board when asked since the last turn.
+    fn answer_cache_request(&mut self) {
+        let now = self.now();
+        let Some((board, seen)) = &mut self.caches else {
+            return;
+        };
+        let Some(request) = board.poll(seen) else {
+            return;
+        };
+        let queue = self.queue.config().queue_id;
+        let snapshot = self.tables.generation.snapshot();
+        let entries: Vec<CachedRoute> = self.queue.route_cache().map_or_else(Vec::new, |cache| {
+            cache
+                .entries(snapshot, now)
+                .map(|(key, route, expires)| CachedRoute::new(queue, key, route, expires, now))
+                .collect()
+        });
+        board.answer(queue, request, entries);
     }
 
     /// Applies a configuration published since the last turn, if any.
@@ -107,6 +138,7 @@ impl Engine for Router {
 
     fn turn<P: FramePool>(&mut self, guard: &Guard, pool: &mut P) {
         self.reconfigure();
+        self.answer_cache_request();
         let now = self.now();
         self.queue.release_held(&self.tables, guard, now, pool);
         while let Some(request) = self.queue.poll_resolution() {

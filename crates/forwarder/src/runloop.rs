@@ -217,13 +217,20 @@ impl QueueLoop {
         })
     }
 
-    /// Runs until `stop` is set.
-    pub fn run<E: Engine>(&mut self, engine: &mut E, punt: Option<&Punt>, stop: &AtomicBool) {
+    /// Runs until `stop` or `pause` is set (the instance pauses its loops to reopen them
+    /// when an interface is re-created).
+    pub fn run<E: Engine>(
+        &mut self,
+        engine: &mut E,
+        punt: Option<&Punt>,
+        stop: &AtomicBool,
+        pause: &AtomicBool,
+    ) {
         let mut descs = [FrameDesc::default(); BATCH];
         let mut turns: u32 = 0;
         let mut pollfds: Vec<libc::pollfd> =
             self.ports.iter().map(|p| afxdp::pollfd(&p.rx)).collect();
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !pause.load(Ordering::Relaxed) {
             let mut busy = false;
             for index in 0..self.ports.len() {
                 if self.states[index].gone.load(Ordering::Relaxed) {

@@ -16,55 +16,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
+pub use crate::query::Query;
 use crate::stats::Stats;
-
-/// A question about the running instance's tables, asked over the control socket: the same
-/// answers as `xfwd show` / `xfwd route get` computed from a fresh mirror, but from the tables
-/// the running pipeline reads, in milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Query {
-    /// `xfwd show WHAT`.
-    Show(netlink_mirror::cli::ShowWhat),
-    /// `xfwd route get ADDR [SELECTOR...]`.
-    RouteGet(netlink_mirror::cli::RouteGetArgs),
-}
-
-impl Query {
-    /// The request line.
-    fn line(&self) -> String {
-        use clap::ValueEnum;
-        match self {
-            Query::Show(what) => format!(
-                "show {}",
-                what.to_possible_value()
-                    .map_or_else(String::new, |v| v.get_name().to_owned())
-            ),
-            Query::RouteGet(args) => {
-                let mut words = vec!["route-get".to_owned(), args.addr.to_string()];
-                words.extend(args.selectors.iter().cloned());
-                words.join(" ")
-            }
-        }
-    }
-
-    /// Parses a request line; `None` when it is not a query.
-    fn parse(line: &str) -> Option<Query> {
-        use clap::ValueEnum;
-        let mut words = line.split_whitespace();
-        match words.next()? {
-            "show" => {
-                let what = netlink_mirror::cli::ShowWhat::from_str(words.next()?, false).ok()?;
-                Some(Query::Show(what))
-            }
-            "route-get" => Some(Query::RouteGet(netlink_mirror::cli::RouteGetArgs {
-                addr: words.next()?.parse().ok()?,
-                selectors: words.map(str::to_owned).collect(),
-                netns: None,
-            })),
-            _ => None,
-        }
-    }
-}
 
 /// Answers a [`Query`] from the running instance's tables: the text to print, or the error
 /// to report (`route get` with no route).
@@ -282,16 +235,33 @@ mod tests {
 
     #[test]
     fn queries_round_trip_over_the_control_socket() {
-        use netlink_mirror::cli::{RouteGetArgs, ShowWhat};
-        let route_get = Query::RouteGet(RouteGetArgs {
-            addr: "192.0.2.1".parse().unwrap(),
-            selectors: vec!["from".into(), "198.51.100.7".into()],
-            netns: None,
-        });
-        for query in [Query::Show(ShowWhat::Nexthops), route_get.clone()] {
+        use crate::query::Shown;
+        use netlink_mirror::cli::RouteGetArgs;
+        let route_get = Query::RouteGet {
+            args: RouteGetArgs {
+                addr: "192.0.2.1".parse().unwrap(),
+                selectors: vec!["from".into(), "198.51.100.7".into()],
+                netns: None,
+            },
+            json: false,
+        };
+        let json_show = Query::Show {
+            what: Shown::Cache,
+            json: true,
+        };
+        for query in [
+            Query::Show {
+                what: Shown::Nexthops,
+                json: false,
+            },
+            json_show.clone(),
+            route_get.clone(),
+        ] {
             assert_eq!(Query::parse(&query.line()), Some(query.clone()));
         }
         assert_eq!(Query::parse("show everything"), None);
+        assert_eq!(Query::parse("show links extra"), None);
+        assert_eq!(Query::parse("json"), None);
         assert_eq!(Query::parse("route-get not-an-address"), None);
 
         let dir = std::env::temp_dir().join(format!("xfwd-query-test-{}", std::process::id()));
@@ -299,14 +269,25 @@ mod tests {
         let socket = ControlSocket::bind(&path).unwrap();
         let stop = AtomicBool::new(false);
         let answer: QueryFn = Arc::new(|q: &Query| match q {
-            Query::Show(what) => Ok(format!("{what:?} listed\n")),
-            Query::RouteGet(_) => Err("RTNETLINK answers: Network is unreachable".into()),
+            Query::Show { what, json } => Ok(format!("{what:?} listed, json {json}\n")),
+            Query::RouteGet { .. } => Err("RTNETLINK answers: Network is unreachable".into()),
         });
         std::thread::scope(|scope| {
             let server = scope.spawn(|| socket.serve(&Stats::default, Some(&answer), &stop));
             assert_eq!(
-                query_tables(&path, &Query::Show(ShowWhat::Links)).unwrap(),
-                Some(Ok("Links listed\n".into()))
+                query_tables(
+                    &path,
+                    &Query::Show {
+                        what: Shown::Links,
+                        json: false
+                    }
+                )
+                .unwrap(),
+                Some(Ok("Links listed, json false\n".into()))
+            );
+            assert_eq!(
+                query_tables(&path, &json_show).unwrap(),
+                Some(Ok("Cache listed, json true\n".into()))
             );
             assert_eq!(
                 query_tables(&path, &route_get).unwrap(),

@@ -13,6 +13,7 @@ use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
 use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 
 use crate::board::CounterBoard;
+use crate::cache_report::CacheBoard;
 use crate::engine::{EngineSpec, LiveConfig};
 use crate::locals::LocalAddrFeed;
 use crate::router::{Resolve, Router};
@@ -22,6 +23,10 @@ use crate::stats::Stats;
 /// How long `xfwd run` waits for the mirror's first synchronisation (a full BGP table takes
 /// seconds).
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long `xfwd show cache` waits for every run loop to copy its route cache (an idle loop
+/// turns at least every 50 ms).
+const CACHE_ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Starts the netlink mirror of the calling thread's namespace, waits until it is synced,
 /// and returns the routing engine over its tables (one [`Router`] per queue, each a
@@ -35,7 +40,10 @@ pub const SYNC_TIMEOUT: Duration = Duration::from_secs(120);
 /// # Errors
 /// When the configuration is out of range, the mirror cannot start or sync, or the socket
 /// table cannot be made.
-pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<EngineSpec<Router>> {
+pub fn routing(
+    config: dataplane::Config,
+    served: Arc<dataplane::Served>,
+) -> anyhow::Result<EngineSpec<Router>> {
     config.validate().context("pipeline configuration")?;
     let feed = Arc::new(LocalAddrFeed::default());
     let options = MirrorOptions {
@@ -72,15 +80,18 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         sockets,
         generation: m.generation.clone(),
         sock_netns,
-        served: Some(served.into()),
+        served: Some(served.clone()),
         devconf: m.devconf.clone(),
     };
     let board = CounterBoard::default();
     let resolver = mirror.resolver();
     let live = Arc::new(LiveConfig::default());
+    let caches = Arc::new(CacheBoard::default());
     let make = {
         let board = board.clone();
         let live = live.clone();
+        let caches = caches.clone();
+        let tables = tables.clone();
         move |queue: u32| -> anyhow::Result<Router> {
             let dp = Queue::new(dataplane::Config {
                 queue_id: queue,
@@ -89,7 +100,9 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
             let counters = board.register(queue);
             let resolver = resolver.clone();
             let resolve: Resolve = Box::new(move |ifindex, addr| resolver.request(ifindex, addr));
-            Ok(Router::new(dp, tables.clone(), resolve, counters).follow(live.clone()))
+            Ok(Router::new(dp, tables.clone(), resolve, counters)
+                .follow(live.clone())
+                .report_cache(caches.clone()))
         }
     };
     let generation = {
@@ -99,16 +112,25 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
     let mirror = Arc::new(mirror);
     let query: crate::serve::QueryFn = {
         let mirror = mirror.clone();
+        let live = live.clone();
+        // Read at each question: a re-created interface has a new ifindex.
+        let served = served.clone();
         Arc::new(move |query: &Query| match query {
-            Query::Show(what) => Ok(netlink_mirror::cli::show(
-                mirror.tables(),
-                &netlink_mirror::cli::ShowArgs {
-                    what: *what,
-                    netns: None,
-                },
-            )),
-            Query::RouteGet(args) => {
-                netlink_mirror::cli::route_get(mirror.tables(), args).map_err(|e| e.to_string())
+            Query::Show { what, json } => match what.table() {
+                Some(table) => Ok(crate::query::show_table(mirror.tables(), table, *json)),
+                None => {
+                    let entries = caches.ask(CACHE_ANSWER_TIMEOUT)?;
+                    Ok(crate::query::show_cache(mirror.tables(), &entries, *json))
+                }
+            },
+            Query::RouteGet { args, json } => {
+                let pipeline = crate::explain::explain(
+                    &tables,
+                    &live.current(config),
+                    args,
+                    &served.ifindexes(),
+                );
+                crate::query::route_get(mirror.tables(), args, pipeline, *json)
             }
         })
     };
@@ -145,6 +167,7 @@ pub fn routing(config: dataplane::Config, served: &[u32]) -> anyhow::Result<Engi
         locals: Some(feed),
         live: Some(live),
         query: Some(query),
+        served: Some(served),
     })
 }
 
@@ -169,5 +192,6 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         locals: None,
         live: None,
         query: None,
+        served: None,
     }
 }

@@ -377,10 +377,10 @@ fn failed_start_up_leaves_nothing() {
 }
 
 fn wait_for_up(xfwd: &Xfwd, index: usize, up: bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let stats = xfwd.stats().unwrap();
-        if stats["up"][index].as_bool() == Some(up) {
+        let stats = xfwd.stats();
+        if stats.is_some_and(|s| s["up"][index].as_bool() == Some(up)) {
             return;
         }
         assert!(
@@ -442,6 +442,44 @@ fn link_down_up_and_interface_removal() {
 
 // ---------------------------------------------------------------------------------------------
 // Routing mode: the dataplane pipeline over the netlink mirror of fwd.
+
+/// The egress veth deleted and created again under the same name (a new ifindex): xfwd keeps
+/// running, reopens its sockets on it and forwards again, without a restart.
+#[test]
+fn routing_serves_a_re_created_egress_interface() {
+    if !xfwd_lab::privileged("routing_serves_a_re_created_egress_interface") {
+        return;
+    }
+    let lab = lab("fwdrecr");
+    let mut xfwd = Xfwd::start_routing(&lab);
+    resolve_dst(&lab);
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let src6 = IpAddr::V6(topology::SRC0.ipv6);
+    assert_routed(&probe(&lab, src4, v4_target(), 300), 300);
+    let fwd = lab.netns(Role::Fwd);
+    for round in 0..2 {
+        ip_in(&fwd, &["link", "del", "fwd1"]);
+        wait_for_up(&xfwd, 1, false);
+        lab.recreate_link(1).unwrap();
+        wait_for_up(&xfwd, 1, true);
+        resolve_dst(&lab);
+        assert_routed(&probe(&lab, src4, v4_target(), 300), 300);
+        assert_routed(&probe(&lab, src6, v6_target(), 300), 300);
+        assert!(
+            xfwd.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+            "still running after round {round}"
+        );
+    }
+    let stats = xfwd.stats().unwrap();
+    assert!(
+        pipeline(&stats, "verdicts", "transmit") >= 1500,
+        "{stats:#}"
+    );
+    assert_counted_once(&xfwd);
+    let status = xfwd.signal("-TERM");
+    assert!(status.success(), "{status}");
+    assert!(!xdp_attached(&lab));
+}
 
 fn ip_in(ns: &str, args: &[&str]) -> String {
     let out = Command::new("ip")
@@ -1209,10 +1247,19 @@ fn route_get_and_show_ask_the_running_instance() {
             "{}",
             String::from_utf8_lossy(&fresh.stderr)
         );
+        // The instance adds what its pipeline does with such a packet on a line of its own.
+        let live = String::from_utf8_lossy(&live.stdout).into_owned();
+        let (route, pipeline) = live.trim_end().rsplit_once('\n').unwrap();
         assert_eq!(
-            String::from_utf8_lossy(&live.stdout),
+            format!("{route}\n"),
             String::from_utf8_lossy(&fresh.stdout),
             "the instance and a fresh mirror agree on {target}"
+        );
+        // (Held while dst0 is not resolved yet: this test sends no traffic first.)
+        assert!(
+            pipeline.starts_with("    xfwd transmit dev fwd1")
+                || pipeline.starts_with("    xfwd held"),
+            "{live}"
         );
         eprintln!("route get {target} from the instance in {took:?}");
     }

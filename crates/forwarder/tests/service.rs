@@ -2,8 +2,8 @@
 //! documentation lists (`docs/forwarder.md#running-as-a-service`), started the way
 //! `crates/forwarder/packaging/xfwd.service` starts it, it must synchronise its mirror, attach XDP, tell the
 //! service manager `READY=1` over `NOTIFY_SOCKET`, route traffic, and on SIGTERM say
-//! `STOPPING=1`, detach and exit cleanly. Privileged (root sets the lab up and drops to
-//! `nobody` with `setpriv`).
+//! `STOPPING=1`, detach and exit cleanly; with no iproute2 on its PATH. Privileged (root sets
+//! the lab up and drops to `nobody` with `setpriv`).
 
 use std::net::IpAddr;
 use std::os::unix::fs::PermissionsExt as _;
@@ -87,7 +87,18 @@ fn probe(lab: &Lab, count: u64) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// Starts `xfwd run` in the lab's fwd namespace as `nobody` holding only `caps`: root enters
+/// The absolute path of a program on the test's own PATH.
+fn which(program: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("{program} is not on PATH"))
+}
+
+/// Starts `xfwd run` in the lab's fwd namespace as `nobody` holding only `caps`, with no
+/// `ip` on its PATH: root enters
 /// the namespace (as systemd's `NetworkNamespacePath=` would), then drops to nobody with
 /// `caps` inheritable and ambient (so they survive the exec of xfwd) and nothing else in the
 /// bounding set. The locked-memory limit stays the test's (8 MiB by default), so without
@@ -95,9 +106,12 @@ fn probe(lab: &Lab, count: u64) -> serde_json::Value {
 fn start(lab: &Lab, scratch: &std::path::Path, notify: &std::path::Path, caps: &[&str]) -> Running {
     let caps: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
     let caps = format!("-all,{}", caps.join(","));
-    let child = Command::new("ip")
+    // xfwd's PATH is the scratch directory, where there is no `ip`: it needs no iproute2 (the
+    // punt TAP and the XDP attachments go through rtnetlink).
+    assert!(!scratch.join("ip").exists());
+    let child = Command::new(which("ip"))
         .args(["netns", "exec", &lab.netns(Role::Fwd)])
-        .arg("setpriv")
+        .arg(which("setpriv"))
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(format!("--inh-caps={caps}"))
         .arg(format!("--ambient-caps={caps}"))
@@ -110,6 +124,7 @@ fn start(lab: &Lab, scratch: &std::path::Path, notify: &std::path::Path, caps: &
             &format!("s{}", std::process::id() % 100_000),
         ])
         .env("NOTIFY_SOCKET", notify)
+        .env("PATH", scratch)
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();

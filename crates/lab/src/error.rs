@@ -25,6 +25,9 @@ pub enum LabError {
     /// A queue count the lab's veth links cannot have.
     #[error("{0} queues per veth: use 1..={max}", max = crate::Lab::MAX_QUEUES)]
     InvalidQueues(u32),
+    /// A link number other than those of [`topology::LINKS`](crate::topology::LINKS).
+    #[error("no lab link {0}: the lab has links 0 (src0-fwd0) and 1 (fwd1-dst0)")]
+    InvalidLink(usize),
     /// A link did not come up in time.
     #[error("{iface} in {netns} is not up after {timeout:?}")]
     LinkDown {

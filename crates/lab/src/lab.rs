@@ -257,18 +257,94 @@ impl Lab {
         Ok(())
     }
 
-    fn add_extra_routes(&self, fwd: &str, dst: &str) -> Result<(), LabError> {
-        if self.extra_prefixes == 0 {
-            return Ok(());
-        }
-        let (mut via_dst, mut local) = (String::new(), String::new());
+    /// Deletes the veth link `LINKS[link]` (0: `src0`–`fwd0`, 1: `fwd1`–`dst0`) and creates it
+    /// again as [`up`](Self::up) made it: the same names, MACs, queues and addresses, up, with
+    /// the peer's default route and (for link 1) the extra prefixes' routes in `fwd`, which the
+    /// kernel removed with the link. The new interfaces have new ifindexes: this is how a soak
+    /// test replaces an egress interface under a running forwarder.
+    ///
+    /// ```no_run
+    /// use xfwd_lab::Lab;
+    ///
+    /// let lab = Lab::unique("relink")?.up_scoped()?;
+    /// lab.recreate_link(1)?; // fwd1 and dst0 are new devices now
+    /// # Ok::<(), xfwd_lab::LabError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`LabError::InvalidLink`] for a link number other than 0 or 1, else the first command
+    /// that failed (the link may then be missing: take the lab down).
+    pub fn recreate_link(&self, link: usize) -> Result<(), LabError> {
+        let &(end, peer) = LINKS.get(link).ok_or(LabError::InvalidLink(link))?;
+        let end_ns = Netns::existing(&self.netns(end.role));
+        let peer_ns = Netns::existing(&self.netns(peer.role));
+        let result = (|| {
+            if end_ns
+                .ip(["-oneline", "link", "show", "dev", end.name])
+                .is_ok()
+            {
+                end_ns.ip(["link", "del", end.name])?;
+            }
+            end_ns.add_veth_queues(
+                end.name,
+                end.mac,
+                peer_ns.name(),
+                peer.name,
+                peer.mac,
+                self.queues,
+            )?;
+            for (iface, ns) in [(end, &end_ns), (peer, &peer_ns)] {
+                ns.ip([
+                    "addr",
+                    "add",
+                    &format!("{}/{LINK_IPV4_LEN}", iface.ipv4),
+                    "dev",
+                    iface.name,
+                ])?;
+                let v6 = format!("{}/{LINK_IPV6_LEN}", iface.ipv6);
+                ns.ip(["-6", "addr", "add", &v6, "dev", iface.name, "nodad"])?;
+                ns.ip(["link", "set", iface.name, "up"])?;
+            }
+            wait_until_up(&end_ns, end.name)?;
+            wait_until_up(&peer_ns, peer.name)?;
+            let (outer, gateway) = if end.role == Role::Src {
+                (&end_ns, peer)
+            } else {
+                (&peer_ns, end)
+            };
+            outer.ip([
+                "route",
+                "replace",
+                "default",
+                "via",
+                &gateway.ipv4.to_string(),
+            ])?;
+            outer.ip([
+                "-6",
+                "route",
+                "replace",
+                "default",
+                "via",
+                &gateway.ipv6.to_string(),
+            ])?;
+            if end.name == FWD1.name && self.extra_prefixes > 0 {
+                self.add_extra_via_dst(end_ns.name())?;
+            }
+            Ok(())
+        })();
+        end_ns.keep();
+        peer_ns.keep();
+        result
+    }
+
+    fn add_extra_via_dst(&self, fwd: &str) -> Result<(), LabError> {
+        let mut via_dst = String::new();
         for (addr, len) in self.extra_ipv4_prefixes() {
             let _ = writeln!(
                 via_dst,
                 "route add {addr}/{len} via {} dev {}",
                 DST0.ipv4, FWD1.name
             );
-            let _ = writeln!(local, "route add local {addr}/{len} dev lo");
         }
         for (addr, len) in self.extra_ipv6_prefixes() {
             let _ = writeln!(
@@ -276,9 +352,22 @@ impl Lab {
                 "route add {addr}/{len} via {} dev {}",
                 DST0.ipv6, FWD1.name
             );
+        }
+        crate::command::ip_batch(fwd, &via_dst)
+    }
+
+    fn add_extra_routes(&self, fwd: &str, dst: &str) -> Result<(), LabError> {
+        if self.extra_prefixes == 0 {
+            return Ok(());
+        }
+        let mut local = String::new();
+        for (addr, len) in self.extra_ipv4_prefixes() {
             let _ = writeln!(local, "route add local {addr}/{len} dev lo");
         }
-        crate::command::ip_batch(fwd, &via_dst)?;
+        for (addr, len) in self.extra_ipv6_prefixes() {
+            let _ = writeln!(local, "route add local {addr}/{len} dev lo");
+        }
+        self.add_extra_via_dst(fwd)?;
         crate::command::ip_batch(dst, &local)
     }
 
@@ -462,6 +551,57 @@ mod tests {
             Lab::new("t").unwrap().with_queues(65),
             Err(LabError::InvalidQueues(65))
         ));
+    }
+
+    /// `recreate_link(1)` gives fwd1 and dst0 new ifindexes with the same MACs, addresses,
+    /// state and the routes the kernel removed with the old link.
+    #[test]
+    fn recreated_link_is_wired_as_before() {
+        if !crate::privileged("recreated_link_is_wired_as_before") {
+            return;
+        }
+        let lab = Lab::unique("relink")
+            .unwrap()
+            .with_extra_prefixes(2, 24)
+            .unwrap()
+            .up_scoped()
+            .unwrap();
+        let fwd = Netns::existing(&lab.netns(Role::Fwd));
+        let show = |ns: &Netns| {
+            ns.ip(["-oneline", "link", "show", "dev", FWD1.name])
+                .unwrap()
+        };
+        let ifindex = |line: &str| line.split(':').next().unwrap().trim().to_owned();
+        let before = show(&fwd);
+        let routes_before = fwd.ip(["route", "show"]).unwrap();
+        assert!(
+            routes_before.contains("198.18.2.0/24 via"),
+            "{routes_before}"
+        );
+        fwd.ip(["link", "del", FWD1.name]).unwrap();
+        assert!(!fwd.ip(["route", "show"]).unwrap().contains("198.18.2.0/24"));
+        lab.recreate_link(1).unwrap();
+        let after = show(&fwd);
+        assert_ne!(ifindex(&before), ifindex(&after), "a new device");
+        assert!(
+            after.contains(&FWD1.mac_string()) && after.contains("state UP"),
+            "{after}"
+        );
+        assert_eq!(fwd.ip(["route", "show"]).unwrap(), routes_before);
+        let dst = Netns::existing(&lab.netns(Role::Dst));
+        assert!(
+            dst.ip(["route", "show"])
+                .unwrap()
+                .contains("default via 198.18.1.1")
+        );
+        // While the old one still exists, it is replaced too.
+        lab.recreate_link(0).unwrap();
+        assert!(matches!(
+            lab.recreate_link(2),
+            Err(LabError::InvalidLink(2))
+        ));
+        fwd.keep();
+        dst.keep();
     }
 
     /// A failure at any step of `up` leaves none of the lab's namespaces behind.

@@ -123,6 +123,14 @@ impl Netns {
         Ok(ns)
     }
 
+    /// A handle on the existing namespace `name`, for commands in it; dropping the handle
+    /// deletes it unless [`keep`](Self::keep) is called (as for a created one).
+    pub(crate) fn existing(name: &str) -> Self {
+        Netns {
+            name: name.to_owned(),
+        }
+    }
+
     /// The namespace's name.
     pub fn name(&self) -> &str {
         &self.name

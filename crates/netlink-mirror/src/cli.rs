@@ -153,7 +153,7 @@ fn parse_selectors(words: &[String]) -> Result<Selectors, CliError> {
     Ok(s)
 }
 
-fn dev_name(t: &MirroredTables, ifindex: u32, guard: &Guard) -> String {
+pub(crate) fn dev_name(t: &MirroredTables, ifindex: u32, guard: &Guard) -> String {
     t.links
         .get(ifindex, guard)
         .map_or_else(|| format!("if{ifindex}"), |l| l.name.clone())
@@ -215,7 +215,10 @@ fn flow_hash(fields: Option<HashFields>, src: IpAddr, dst: IpAddr, sel: &Selecto
 
 /// Looks `args.addr` up in the mirrored tables and prints the answer as `ip route get` does:
 /// the type when not unicast, the address, `from` when given, `via`, `dev`, `table` when not
-/// main, `src` (IPv6: always `from`, and the metric).
+/// main, `src` (IPv6: always `from`, `iif`, and the metric); IPv4 answers have their cache
+/// line when it says something (`<local>`, the route's metrics, `iif`). The `uid` the kernel
+/// prints for output routes and the IPv6 route preference (`pref medium`: the mirror does not
+/// keep it) are left out.
 ///
 /// ```
 /// use netlink_mirror::MirroredTables;
@@ -232,6 +235,112 @@ fn flow_hash(fields: Option<HashFields>, src: IpAddr, dst: IpAddr, sel: &Selecto
 /// Bad selectors, unknown devices, and lookup failures ([`CliError::Lookup`], printed as the
 /// kernel's answer).
 pub fn route_get(t: &MirroredTables, args: &RouteGetArgs) -> Result<String, CliError> {
+    route_answer(t, args).map(|a| a.to_string())
+}
+
+/// What `route get` found, field by field as `ip route get` prints them; rendered as text by
+/// its `Display` (the `ip route get` line) and as `ip -j route get`'s object by
+/// [`json::route_get`](crate::json::route_get).
+///
+/// ```
+/// use netlink_mirror::MirroredTables;
+/// use netlink_mirror::cli::{route_answer, RouteGetArgs};
+/// use fib_trie::{InsertFlags, NextHop, Route};
+///
+/// let t = MirroredTables::new(addr_table::NetnsId(1), false);
+/// t.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
+/// let args = RouteGetArgs { addr: "8.8.8.8".parse().unwrap(), selectors: vec![], netns: None };
+/// let answer = route_answer(&t, &args).unwrap();
+/// assert_eq!((answer.gateway.as_deref(), answer.oif), (Some("10.0.0.1"), Some(2)));
+/// assert_eq!(answer.to_string(), "8.8.8.8 via 10.0.0.1 dev if2");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteAnswer {
+    /// The route's type.
+    pub route_type: RouteType,
+    /// The destination looked up.
+    pub dst: IpAddr,
+    /// `from`: the selector's source, or `::` for IPv6 without one (as `ip` prints it).
+    pub from: Option<IpAddr>,
+    /// The gateway as `ip` prints it after `via` (`inet6 fe80::1` for an IPv6 gateway of an
+    /// IPv4 route).
+    pub gateway: Option<String>,
+    /// The output interface (the loopback device for local destinations).
+    pub oif: Option<u32>,
+    /// Its name.
+    pub dev: Option<String>,
+    /// The table the answer came from (local and main are one table without custom rules:
+    /// main).
+    pub table: u32,
+    /// The source address the kernel would pick (none with `from` or `iif`).
+    pub prefsrc: Option<IpAddr>,
+    /// The `iif` selector's device name.
+    pub iif: Option<String>,
+    /// The `mark` selector (0: none).
+    pub mark: u32,
+    /// The route's priority (printed for IPv6).
+    pub metric: u32,
+    /// The route's metrics (`mtu 1400`).
+    pub metrics: fib_trie::Metrics,
+}
+
+impl std::fmt::Display for RouteAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v6 = self.dst.is_ipv6();
+        if self.route_type != RouteType::Unicast {
+            write!(f, "{} ", type_name(self.route_type))?;
+        }
+        write!(f, "{}", self.dst)?;
+        if let Some(from) = self.from {
+            write!(f, " from {from}")?;
+        }
+        if let Some(gw) = &self.gateway {
+            write!(f, " via {gw}")?;
+        }
+        if let Some(dev) = &self.dev {
+            write!(f, " dev {dev}")?;
+        }
+        if self.table != ids::MAIN {
+            write!(f, " table {}", table_name(self.table))?;
+        }
+        if let Some(s) = self.prefsrc {
+            write!(f, " src {s}")?;
+        }
+        if v6 {
+            write!(f, " metric {}", self.metric)?;
+            if let Some(iif) = &self.iif {
+                write!(f, " iif {iif}")?;
+            }
+            if !self.metrics.is_empty() {
+                write!(f, " {}", self.metrics)?;
+            }
+            return Ok(());
+        }
+        // `ip route get` shows an IPv4 answer's cache flags, metrics and input interface on
+        // the cached route's line.
+        let mut cache = Vec::new();
+        if self.route_type == RouteType::Local {
+            cache.push("<local>".to_owned());
+        }
+        if !self.metrics.is_empty() {
+            cache.push(self.metrics.to_string());
+        }
+        if let Some(iif) = &self.iif {
+            cache.push(format!("iif {iif}"));
+        }
+        if !cache.is_empty() {
+            write!(f, "\n    cache {}", cache.join(" "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Looks `args.addr` up in the mirrored tables as [`route_get`] does, and returns the answer
+/// field by field.
+///
+/// # Errors
+/// As [`route_get`].
+pub fn route_answer(t: &MirroredTables, args: &RouteGetArgs) -> Result<RouteAnswer, CliError> {
     let sel = parse_selectors(&args.selectors)?;
     let guard = crossbeam_epoch::pin();
     let iif = sel
@@ -274,7 +383,7 @@ fn get<K: IpKey>(
     oif: Option<u32>,
     sel: &Selectors,
     guard: &Guard,
-) -> Result<String, CliError> {
+) -> Result<RouteAnswer, CliError> {
     let flow = Flow {
         dst,
         src: from.unwrap_or(K::ZERO),
@@ -309,22 +418,8 @@ fn get<K: IpKey>(
     } else {
         r.nexthops().get(r.nh_sel)
     };
-    let mut out = String::new();
-    if rtype != RouteType::Unicast {
-        let _ = write!(out, "{} ", type_name(rtype));
-    }
-    let _ = write!(out, "{}", dst.to_ip());
-    if let Some(f) = from {
-        let _ = write!(out, " from {}", f.to_ip());
-    } else if v6 {
-        let _ = write!(out, " from ::");
-    }
-    if let Some(gw) = hop.and_then(|h| h.gateway) {
-        let _ = write!(out, " via {}", via_text(gw));
-    }
     // Packets to local addresses leave through the loopback device.
-    let local = matches!(rtype, RouteType::Local);
-    let out_dev = if local {
+    let out_dev = if matches!(rtype, RouteType::Local) {
         t.links
             .to_vec()
             .into_iter()
@@ -333,48 +428,39 @@ fn get<K: IpKey>(
     } else {
         hop.map(|h| h.ifindex)
     };
-    if let Some(i) = out_dev {
-        let _ = write!(out, " dev {}", dev_name(t, i, guard));
-    }
     // Without custom rules the kernel looks local and main up as one table: main.
     let table = match r.table() {
         ids::LOCAL if !fib.has_custom_rules() => ids::MAIN,
         id => id,
     };
-    if table != ids::MAIN {
-        let _ = write!(out, " table {}", table_name(table));
-    }
     // With `from`, the flow's source is that address and the kernel prints no `src`; input
     // routes (`iif`) have none either.
-    let src = if iif.is_some() || from.is_some() {
+    let prefsrc = if iif.is_some() || from.is_some() {
         None
     } else {
         prefsrc::<K>(t, r.alias, dst, hop, guard)
     };
-    if let Some(s) = src {
-        let _ = write!(out, " src {s}");
-    }
-    if iif.is_some() {
-        if let Some(name) = &sel.iif {
-            let _ = write!(out, " iif {name}");
-        }
-    }
-    let metrics = &r.alias.info.metrics;
-    if v6 {
-        let _ = write!(out, " metric {}", r.alias.info.priority);
-        if !metrics.is_empty() {
-            let _ = write!(out, " {metrics}");
-        }
-    } else if !metrics.is_empty() {
-        // `ip route get` shows an IPv4 route's metrics on the cached route's line.
-        let _ = write!(out, "\n    cache {metrics}");
-    }
-    Ok(out)
+    Ok(RouteAnswer {
+        route_type: rtype,
+        dst: dst.to_ip(),
+        from: from
+            .map(|f| f.to_ip())
+            .or(v6.then_some(IpAddr::V6(Ipv6Addr::UNSPECIFIED))),
+        gateway: hop.and_then(|h| h.gateway).map(via_text),
+        oif: out_dev,
+        dev: out_dev.map(|i| dev_name(t, i, guard)),
+        table,
+        prefsrc,
+        iif: iif.and(sel.iif.clone()),
+        mark: sel.mark,
+        metric: r.alias.info.priority,
+        metrics: r.alias.info.metrics.clone(),
+    })
 }
 
 /// A gateway as `ip` prints it after `via`: the address, with `inet6 ` before an IPv6 gateway
 /// of an IPv4 route (`via inet6 fe80::1`).
-fn via_text<K: IpKey>(g: Gateway<K>) -> String {
+pub(crate) fn via_text<K: IpKey>(g: Gateway<K>) -> String {
     match g {
         Gateway::Same(k) => k.to_ip().to_string(),
         Gateway::Inet6(a) => format!("inet6 {}", Ipv6Addr::from(a)),
@@ -640,7 +726,7 @@ pub fn protocol_name(protocol: u8) -> String {
     .into()
 }
 
-fn scope_name(s: u8) -> String {
+pub(crate) fn scope_name(s: u8) -> String {
     match s {
         0 => "global".into(),
         200 => "site".into(),
@@ -671,7 +757,10 @@ fn show_routes<K: IpKey>(
             if let Some(o) = &info.nh_object {
                 let _ = write!(out, " nhid {}", o.id());
             }
-            if let [h] = info.nexthops.as_slice() {
+            // A route through a nexthop object lists the object's next hops, as the kernel's
+            // dump does.
+            let hops = route_hops(info, guard);
+            if let [h] = hops {
                 if let Some(g) = h.gateway {
                     let _ = write!(out, " via {}", via_text(g));
                 }
@@ -712,8 +801,8 @@ fn show_routes<K: IpKey>(
                 }
             }
             out.push('\n');
-            if info.nexthops.len() > 1 {
-                for h in &info.nexthops {
+            if hops.len() > 1 {
+                for h in hops {
                     let _ = write!(out, "\tnexthop");
                     if let Some(g) = h.gateway {
                         let _ = write!(out, " via {}", via_text(g));
@@ -727,6 +816,21 @@ fn show_routes<K: IpKey>(
                 }
             }
         }
+    }
+}
+
+/// A route's next hops: its own, or those of the nexthop object it holds (none for a
+/// blackhole or unrepresentable object).
+pub(crate) fn route_hops<'g, K: IpKey>(
+    info: &'g fib_trie::RouteInfo<K>,
+    guard: &'g Guard,
+) -> &'g [NextHop<K>] {
+    match &info.nh_object {
+        Some(o) => match o.load(guard) {
+            fib_trie::NexthopGroup::Hops { nexthops, .. } => nexthops.as_slice(),
+            _ => &[],
+        },
+        None => &info.nexthops,
     }
 }
 
@@ -835,7 +939,7 @@ mod tests {
         );
         assert_eq!(
             get(&t, "10.1.0.1").unwrap(),
-            "local 10.1.0.1 dev lo src 10.1.0.1"
+            "local 10.1.0.1 dev lo src 10.1.0.1\n    cache <local>"
         );
         assert_eq!(
             get(&t, "10.1.0.7 from 10.1.0.1").unwrap(),
@@ -879,7 +983,7 @@ mod tests {
         // With custom rules, local answers come from the local table by name.
         assert_eq!(
             get(&t, "10.1.0.1").unwrap(),
-            "local 10.1.0.1 dev lo table local src 10.1.0.1"
+            "local 10.1.0.1 dev lo table local src 10.1.0.1\n    cache <local>"
         );
         let listing = show(
             &t,

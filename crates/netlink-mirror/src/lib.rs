@@ -59,6 +59,7 @@ mod control;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod json;
 pub mod kernel_routes;
 pub mod key;
 pub mod map;

@@ -378,6 +378,28 @@ fn pin(pid: u32, cpu: usize) -> anyhow::Result<()> {
         .with_context(|| format!("pinning {pid} to CPU {cpu}"))
 }
 
+/// dst0's addresses as permanent neighbours in `fwd` (dst's kernel never answers ARP or ND
+/// once the receiver's XDP program takes every frame).
+pub(crate) fn static_neighbours(fwd: &str) -> anyhow::Result<()> {
+    for (family, addr) in [("-4", DST0.ipv4.to_string()), ("-6", DST0.ipv6.to_string())] {
+        ip([
+            "-n",
+            fwd,
+            family,
+            "neigh",
+            "replace",
+            &addr,
+            "lladdr",
+            &DST0.mac_string(),
+            "dev",
+            FWD1.name,
+            "nud",
+            "permanent",
+        ])?;
+    }
+    Ok(())
+}
+
 /// The lab with its receiver running.
 pub struct Lab {
     lab: Option<LabGuard>,
@@ -405,23 +427,7 @@ impl Lab {
         let lab = xfwd_lab::Lab::new(prefix)?
             .up_scoped()
             .with_context(|| format!("bench e2e: bringing up the lab {prefix} (`cargo xtask lab --prefix {prefix} down` removes a stale one)"))?;
-        let fwd = lab.netns(Role::Fwd);
-        for (family, addr) in [("-4", DST0.ipv4.to_string()), ("-6", DST0.ipv6.to_string())] {
-            ip([
-                "-n",
-                &fwd,
-                family,
-                "neigh",
-                "replace",
-                &addr,
-                "lladdr",
-                &DST0.mac_string(),
-                "dev",
-                FWD1.name,
-                "nud",
-                "permanent",
-            ])?;
-        }
+        static_neighbours(&lab.netns(Role::Fwd))?;
         for (role, dev) in [(Role::Src, SRC0.name), (Role::Fwd, FWD1.name)] {
             in_netns(
                 &lab.netns(role),
@@ -443,11 +449,12 @@ impl Lab {
         Ok(this)
     }
 
-    fn netns(&self, role: Role) -> String {
+    pub(crate) fn netns(&self, role: Role) -> String {
         self.lab.as_ref().map(|l| l.netns(role)).unwrap_or_default()
     }
 
-    fn start_receiver(&mut self) -> anyhow::Result<()> {
+    /// (Re)starts the receiver on dst0 (after dst0 was re-created, say).
+    pub(crate) fn start_receiver(&mut self) -> anyhow::Result<()> {
         self.receiver = None;
         let since = uptime_ticks();
         let dst = self.netns(Role::Dst);
@@ -520,6 +527,26 @@ impl Lab {
         Ok((usable.len(), seconds))
     }
 
+    /// The lab itself (to re-create a link).
+    pub(crate) fn guard(&self) -> Option<&LabGuard> {
+        self.lab.as_ref()
+    }
+
+    /// The `ip -batch` file of the routes [`load_routes`](Self::load_routes) loaded.
+    pub(crate) fn routes_batch(&self) -> PathBuf {
+        self.work.join("routes.batch")
+    }
+
+    /// The destinations file the generator draws its flows from.
+    pub(crate) fn destinations(&self) -> &Path {
+        &self.destinations
+    }
+
+    /// Adds a note to the run's report.
+    pub fn note(&mut self, note: String) {
+        self.notes.push(note);
+    }
+
     /// Notes gathered so far.
     pub fn take_notes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notes)
@@ -544,6 +571,60 @@ impl Lab {
         sizes: &[u16],
         flows: &[usize],
     ) -> anyhow::Result<Vec<Point>> {
+        self.with_case(case, command, xdp_object, |lab, fwd_pids, mut forwarder| {
+            let mut points = Vec::new();
+            for &size in sizes {
+                for &n in flows {
+                    eprintln!("bench e2e: {} {size} B {n} flows", case.label());
+                    let point = lab.point(case, size, n, fwd_pids)?;
+                    still_running(case, forwarder.as_deref_mut())?;
+                    points.push(point);
+                }
+            }
+            Ok(points)
+        })
+    }
+
+    /// Runs `case` (as [`run_case`](Self::run_case) sets it up) for `trials` trials at the
+    /// offered `rate` with `size`-byte frames over `flows` flows: the forwarder's CPU time per
+    /// packet at a load every case sustains.
+    #[allow(clippy::too_many_arguments, reason = "one trial set's parameters")]
+    pub fn run_fixed(
+        &mut self,
+        case: Case,
+        command: &str,
+        xdp_object: &Path,
+        rate: f64,
+        size: u16,
+        flows: usize,
+        trials: usize,
+    ) -> anyhow::Result<Vec<Trial>> {
+        let secs = self.settings.trial_secs;
+        self.with_case(case, command, xdp_object, |lab, fwd_pids, mut forwarder| {
+            let mut out = Vec::with_capacity(trials);
+            for i in 0..trials {
+                eprintln!(
+                    "bench e2e: {} at {rate:.0} pps, {size} B {flows} flows, trial {}/{trials}",
+                    case.label(),
+                    i + 1
+                );
+                out.push(lab.trial(Some(rate), size, flows, None, fwd_pids, Some(secs))?);
+                still_running(case, forwarder.as_deref_mut())?;
+            }
+            Ok(out)
+        })
+    }
+
+    /// Sets `case` up in fwd (the kernel's GRO, the XDP program, or the forwarder's process
+    /// from `command`), waits until it forwards, pins its threads, runs `body` with the
+    /// forwarder's threads and process, and takes it down again.
+    fn with_case<T>(
+        &mut self,
+        case: Case,
+        command: &str,
+        xdp_object: &Path,
+        body: impl FnOnce(&mut Self, &[u32], Option<&mut Process>) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         self.reset_fwd()?;
         if self.receiver.is_none() {
             self.start_receiver()?;
@@ -600,20 +681,22 @@ impl Lab {
                 });
             }
         }
-        let result = self.measure_case(case, forwarder.as_mut(), since, sizes, flows);
+        let result = self
+            .start_case(case, forwarder.as_mut(), since)
+            .and_then(|fwd_pids| body(self, &fwd_pids, forwarder.as_mut()));
         drop(forwarder);
         self.reset_fwd()?;
         result
     }
 
-    fn measure_case(
+    /// Waits until the forwarder forwards, pins (and prioritises) fwd's NAPI threads; returns
+    /// the threads and process whose CPU time is the forwarder's.
+    fn start_case(
         &mut self,
         case: Case,
         mut forwarder: Option<&mut Process>,
         since: u64,
-        sizes: &[u16],
-        flows: &[usize],
-    ) -> anyhow::Result<Vec<Point>> {
+    ) -> anyhow::Result<Vec<u32>> {
         if let Some(process) = forwarder.as_deref_mut() {
             // Kernel forwarding stays on (a faithful router may read the sysctl); the probe
             // only counts when the kernel forwarded (almost) none of it.
@@ -667,20 +750,7 @@ impl Lab {
         if let Some(process) = forwarder.as_deref() {
             fwd_pids.push(process.child.id());
         }
-        let mut points = Vec::new();
-        for &size in sizes {
-            for &n in flows {
-                eprintln!("bench e2e: {} {size} B {n} flows", case.label());
-                let point = self.point(case, size, n, &fwd_pids)?;
-                if let Some(process) = forwarder.as_deref_mut()
-                    && let Ok(Some(status)) = process.child.try_wait()
-                {
-                    bail!("{} exited ({status}) during the measurement", case.label());
-                }
-                points.push(point);
-            }
-        }
-        Ok(points)
+        Ok(fwd_pids)
     }
 
     /// NDR and PDR by binary search, then latency at half NDR.
@@ -741,7 +811,7 @@ impl Lab {
 
     /// One trial: the generator in src at `rate` for the trial length (or `count` probes),
     /// then the receiver's counts and everybody's CPU time.
-    fn trial(
+    pub(crate) fn trial(
         &mut self,
         rate: Option<f64>,
         size: u16,
@@ -851,6 +921,16 @@ impl Lab {
             secs: secs_run,
         })
     }
+}
+
+/// Fails if the forwarder process of `case` has exited.
+fn still_running(case: Case, forwarder: Option<&mut Process>) -> anyhow::Result<()> {
+    if let Some(process) = forwarder
+        && let Ok(Some(status)) = process.child.try_wait()
+    {
+        bail!("{} exited ({status}) during the measurement", case.label());
+    }
+    Ok(())
 }
 
 impl Drop for Lab {

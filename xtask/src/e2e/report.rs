@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::anyhow;
 use plotters::prelude::*;
 
-use super::{Case, Point, Results, Trial};
+use super::{Case, Matched, Point, Results, Trial};
 use crate::bench::machine::Machine;
 
 /// The method, written into the report above the tables.
@@ -239,7 +239,80 @@ pub fn render(results: &Results, machine: &Machine) -> String {
             row(&mut out, p, "max", &p.max);
         }
     }
+    if let Some(m) = &results.matched {
+        out.push_str(&matched_section(m));
+    }
     out.push_str(&goals(results));
+    out
+}
+
+/// The forwarder's CPU time per packet fwd0 took in, in one trial (None: nothing came in).
+fn fwd_ns_per_packet(t: &Trial) -> Option<f64> {
+    (t.fwd_in > 0).then(|| t.cpu.fwd_ns as f64 / t.fwd_in as f64)
+}
+
+/// The median of some values (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
+}
+
+/// The median forwarder CPU time per packet of `case` in the matched-load comparison.
+fn matched_median(m: &Matched, case: Case) -> Option<f64> {
+    let (_, trials) = m.cases.iter().find(|(c, _)| *c == case)?;
+    median(trials.iter().filter_map(fwd_ns_per_packet).collect())
+}
+
+/// The matched-load section: each forwarder's CPU time per packet, trial by trial, at one
+/// offered load.
+fn matched_section(m: &Matched) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n## Forwarder CPU time per packet at the same offered load\n"
+    );
+    let _ = writeln!(
+        out,
+        "Both AF_XDP forwarders started again and offered the same load: {} kpps ({}), {} B \
+         frames, {} flows, {} trials each. fwd: fwd0/fwd1 NAPI threads + the forwarder \
+         process, per packet fwd0 took in (the share of one CPU in parentheses). A trial with \
+         loss means the load was above that forwarder's zero-loss rate in that trial.\n",
+        kpps(m.rate),
+        m.rate_from,
+        m.size,
+        flows_label(m.flows),
+        m.cases.first().map_or(0, |(_, t)| t.len())
+    );
+    let _ = writeln!(
+        out,
+        "| case | median fwd ns/packet | trials (ns/packet) | achieved kpps (median) | worst loss |"
+    );
+    let _ = writeln!(out, "|---|---:|---|---:|---:|");
+    for (case, trials) in &m.cases {
+        let each: Vec<String> = trials
+            .iter()
+            .map(|t| per_packet(t.cpu.fwd_ns, t.fwd_in, t.secs))
+            .collect();
+        let achieved = median(trials.iter().map(|t| t.tx_pps).collect()).unwrap_or(0.0);
+        let worst = trials.iter().map(|t| t.loss).fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {:.2}% |",
+            case.label(),
+            matched_median(m, *case).map_or("–".into(), |ns| format!("{ns:.0} ns")),
+            each.join(", "),
+            kpps(achieved),
+            worst * 100.0
+        );
+    }
     out
 }
 
@@ -254,6 +327,32 @@ fn goals(results: &Results) -> String {
             .map(ndr_of)
     };
     let (size, flows) = (64, 8192);
+    let matched = results.matched.as_ref().and_then(|m| {
+        Some((
+            m,
+            matched_median(m, Case::Xfwd)?,
+            matched_median(m, Case::Bare)?,
+        ))
+    });
+    match matched {
+        Some((m, x, b)) if b > 0.0 => {
+            let _ = writeln!(
+                out,
+                "- xfwd / bare AF_XDP forwarder CPU time per packet at the same offered load ({} kpps, {} B, {} flows, median of {} trials): {x:.0} ns / {b:.0} ns = {:.2} (goal ≤ 1.1)",
+                kpps(m.rate),
+                m.size,
+                flows_label(m.flows),
+                m.cases.first().map_or(0, |(_, t)| t.len()),
+                x / b
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                out,
+                "- xfwd / bare AF_XDP forwarder CPU time per packet at the same offered load (goal ≤ 1.1): not measured (needs both AF_XDP cases)"
+            );
+        }
+    }
     match (find(Case::Xfwd, size, flows), find(Case::Bare, size, flows)) {
         (Some(x), Some(b)) if b > 0.0 => {
             let _ = writeln!(
@@ -283,7 +382,7 @@ fn goals(results: &Results) -> String {
         _ => {
             let _ = writeln!(
                 out,
-                "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd case)"
+                "- xfwd NDR / kernel NDR (goal ≥ 1.5): not measured (needs the xfwd and kernel cases)"
             );
         }
     }
@@ -445,6 +544,19 @@ mod tests {
             skipped: vec![(Case::Bare, "waiting".into())],
             notes: vec![],
             points: vec![point(Case::Kernel, 200_000.0), point(Case::Xfwd, 400_000.0)],
+            matched: None,
+        }
+    }
+
+    /// A trial of the matched load in which the forwarder took `ns` per packet.
+    fn at(ns: u64) -> Trial {
+        Trial {
+            cpu: crate::e2e::harness::Cpu {
+                fwd_ns: ns * 1000,
+                ..Default::default()
+            },
+            fwd_in: 1000,
+            ..trial(100_000.0, 0.0)
         }
     }
 
@@ -458,6 +570,32 @@ mod tests {
         assert!(text.contains("- not measured: **afxdp-bare**: waiting"));
         assert!(text.contains("xfwd NDR / kernel NDR (64 B, 8k flows): 2.00 (goal ≥ 1.5)"));
         assert!(text.contains("| kernel | 64 | 8k | 100 | 20 µs |"));
+    }
+
+    #[test]
+    fn the_matched_load_reports_medians_and_their_ratio() {
+        let mut r = results();
+        r.matched = Some(Matched {
+            size: 64,
+            flows: 8192,
+            rate: 100_000.0,
+            rate_from: "80% of the lower NDR".into(),
+            cases: vec![
+                (Case::Bare, [900, 1000, 1100, 5000, 100].map(at).to_vec()),
+                (Case::Xfwd, [1200, 1050, 9000, 1100, 1150].map(at).to_vec()),
+            ],
+        });
+        let text = render(&r, &Machine::default());
+        assert!(text.contains("| afxdp-bare | 1000 ns |"), "{text}");
+        assert!(text.contains("| xfwd | 1150 ns |"), "{text}");
+        assert!(
+            text.contains("= 1.15 (goal ≤ 1.1)") && text.contains("median of 5 trials"),
+            "{text}"
+        );
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(vec![]), None);
+        let without = render(&results(), &Machine::default());
+        assert!(without.contains("same offered load (goal ≤ 1.1): not measured"));
     }
 
     #[test]

@@ -1,0 +1,914 @@
+//! `cargo xtask soak --minutes N`: xfwd for minutes on its own lab under route churn and
+//! faults, with traffic at a fixed rate throughout; writes `docs/benchmarks/soak.md` and a plot.
+//!
+//! The lab is the end-to-end benchmark's (`xfwd-soak-src`, `-fwd`, `-dst`; the AF_XDP
+//! receiver in dst, static neighbours for dst0 in fwd). bgp-full-v4 (or its first `--routes`)
+//! is loaded into fwd via dst0 and xfwd serves fwd0 and fwd1. Then, until the time is up:
+//!
+//! - traffic: back-to-back one-second generator runs at `--rate` over `--flows` destinations
+//!   drawn from the loaded table; the receiver counts what arrives, per run (an interval);
+//! - route churn, on its own thread: every second one `ip -batch` of `--churn` changes (half
+//!   deletes, half re-adds of the previous second's deletes) over loaded prefixes that no
+//!   flow's destination was drawn from (so churn never removes a flow's route);
+//! - faults, one every `--fault-every` seconds in turn: neighbour flush (dst0's entries
+//!   deleted, re-added 200 ms later), fwd1 down for a second then up, fwd1 deleted and
+//!   re-created (in both cases the kernel drops every route and neighbour through fwd1, as
+//!   it does; they are loaded again, as a routing daemon would), and once
+//!   (in the middle of the run) `kill -9` of xfwd, a check that no XDP program is left on fwd0
+//!   or fwd1, and a restart.
+//!
+//! An interval is *excused* when a fault that takes the flows' route or link away (link down,
+//! veth re-created, xfwd killed) overlaps it or the one before; loss anywhere else fails the
+//! run. Neighbour flushes are not excused: packets to an unresolved neighbour must wait in the
+//! hold buffer, not be lost. The pass criteria: xfwd never exits by itself (no panic), no loss
+//! in an unexcused interval, resident memory growth ≤ 5% from the first sample after the
+//! warm-up to the largest (within the instance started after the kill; samples only where
+//! the whole table has been loaded and quiet for three intervals, so that like is compared
+//! with like), and the running instance's routes equal
+//! to those of a fresh mirror of the namespace at the end (`xfwd show routes`).
+
+mod plot;
+mod report;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde::{Deserialize, Serialize};
+use xfwd_lab::Role;
+use xfwd_lab::topology::{DST0, FWD0, FWD1};
+
+use crate::e2e::Settings;
+use crate::e2e::harness::{self, Lab};
+use crate::exec::{describe, exec, is_root};
+
+/// Options of `cargo xtask soak`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Options {
+    /// Minutes of traffic, churn and faults (after loading).
+    #[arg(long, default_value_t = 10.0)]
+    pub minutes: f64,
+    /// Load only the first N routes of bgp-full-v4 (default: all).
+    #[arg(long)]
+    pub routes: Option<usize>,
+    /// Packets per second of the generator.
+    #[arg(long, default_value_t = 2_000.0)]
+    pub rate: f64,
+    /// Flows (destinations drawn evenly from the loaded table).
+    #[arg(long, default_value_t = 256)]
+    pub flows: usize,
+    /// Route changes per second (`ip -batch`).
+    #[arg(long, default_value_t = 1_000)]
+    pub churn: usize,
+    /// Seconds between two faults.
+    #[arg(long, default_value_t = 20)]
+    pub fault_every: u64,
+    /// Seconds after (re)start before memory is taken as the baseline.
+    #[arg(long, default_value_t = 20)]
+    pub warm_up: u64,
+    /// Name prefix of the lab's namespaces (created and removed by the run).
+    #[arg(long, default_value = "xfwd-soak")]
+    pub prefix: String,
+    /// Resident memory growth allowed after the warm-up, percent (the issue's goal: 5).
+    #[arg(long, default_value_t = 5.0)]
+    pub max_rss_growth: f64,
+    /// Write the report to docs/benchmarks/soak.md (default: only target/soak/).
+    #[arg(long)]
+    pub report: bool,
+}
+
+/// Minutes of the soak `cargo xtask test` runs.
+pub const CI_MINUTES: f64 = 2.0;
+
+impl Options {
+    /// The soak of `cargo xtask test`: two minutes on 20,000 routes, a fault every 15 s (each
+    /// kind at least twice, the kill once). Memory is held to 50% growth, not the 5% goal:
+    /// on 20,000 routes each mass delete and re-add still leaves 2-9 MiB more behind (measured
+    /// +28% and +37% over two cycles, `docs/benchmarks/soak.md`), so the bound catches a
+    /// regression beyond today's behaviour, not the goal.
+    pub fn ci() -> Self {
+        Options {
+            minutes: CI_MINUTES,
+            routes: Some(20_000),
+            rate: 2_000.0,
+            flows: 256,
+            churn: 1_000,
+            fault_every: 15,
+            warm_up: 10,
+            prefix: "xfwd-soakci".into(),
+            max_rss_growth: 50.0,
+            report: false,
+        }
+    }
+}
+
+/// A fault the soak injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// dst0's neighbour entries in fwd deleted, re-added 200 ms later.
+    NeighFlush,
+    /// fwd1 down for a second, then up.
+    LinkFlap,
+    /// fwd1 (and dst0) deleted and created again; routes reloaded.
+    VethRecreate,
+    /// xfwd killed with SIGKILL and started again.
+    Kill9,
+}
+
+impl Fault {
+    /// Whether the flows' route or link is away during this fault (loss there is excused).
+    pub fn takes_the_route(self) -> bool {
+        !matches!(self, Fault::NeighFlush)
+    }
+}
+
+/// One traffic interval.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Interval {
+    /// Seconds since the start of the soak (end of the interval).
+    pub t: f64,
+    /// Probes sent.
+    pub sent: u64,
+    /// Probes received.
+    pub received: u64,
+    /// xfwd's resident memory at the end of the interval (KiB).
+    pub rss_kib: u64,
+    /// Route changes applied so far.
+    pub churned: u64,
+    /// Faults that overlapped this interval.
+    pub faults: Vec<Fault>,
+    /// Loss here is excused (see the module documentation).
+    pub excused: bool,
+    /// The xfwd instance (0 before the kill, 1 after).
+    pub instance: u32,
+}
+
+/// A fault and how long it took.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FaultEvent {
+    /// Which.
+    pub fault: Fault,
+    /// Seconds since the start when it began.
+    pub t: f64,
+    /// Seconds it took until traffic could flow again (routes reloaded, xfwd forwarding).
+    pub secs: f64,
+    /// What was checked (XDP program gone after the kill, ...).
+    pub note: String,
+}
+
+/// Everything a soak measured; `target/soak/results.json`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Results {
+    /// Options as given.
+    pub minutes: f64,
+    /// Routes loaded.
+    pub routes: usize,
+    /// Seconds the load took.
+    pub load_secs: f64,
+    /// Generator rate.
+    pub rate: f64,
+    /// Flows.
+    pub flows: usize,
+    /// Route changes per second asked.
+    pub churn_rate: usize,
+    /// Route changes applied in all.
+    pub churned: u64,
+    /// Churn batches the kernel refused in part (during a re-creation: no fwd1).
+    pub churn_errors: u64,
+    /// Load averages at the start and the end.
+    pub load: (String, String),
+    /// The intervals.
+    pub intervals: Vec<Interval>,
+    /// The faults.
+    pub faults: Vec<FaultEvent>,
+    /// Resident memory at the end of the warm-up and at the end (KiB), last instance.
+    pub rss_baseline_kib: u64,
+    /// The last instance's largest resident memory after the warm-up (KiB).
+    pub rss_max_kib: u64,
+    /// Whether the running mirror's routes equalled a fresh mirror's at the end, with the
+    /// number of route lines compared and the first differences.
+    pub mirror_equal: bool,
+    /// Route lines compared.
+    pub mirror_lines: usize,
+    /// Up to 10 differing lines (`-` running only, `+` fresh only).
+    pub mirror_diff: Vec<String>,
+    /// xfwd exited by itself (a crash) at some point.
+    pub crashed: Option<String>,
+    /// The growth limit the run was held to (fraction).
+    pub max_rss_growth: f64,
+}
+
+impl Results {
+    /// Packets lost in intervals that are not excused.
+    pub fn unexcused_loss(&self) -> u64 {
+        self.intervals
+            .iter()
+            .filter(|i| !i.excused)
+            .map(|i| i.sent.saturating_sub(i.received))
+            .sum()
+    }
+
+    /// RSS growth after the warm-up, as a fraction.
+    pub fn rss_growth(&self) -> f64 {
+        if self.rss_baseline_kib == 0 {
+            return 0.0;
+        }
+        self.rss_max_kib as f64 / self.rss_baseline_kib as f64 - 1.0
+    }
+
+    /// Why the soak failed, one line each; empty when it passed.
+    pub fn failures(&self) -> Vec<String> {
+        let mut failed = Vec::new();
+        if let Some(crash) = &self.crashed {
+            failed.push(format!("xfwd exited by itself: {crash}"));
+        }
+        let lost = self.unexcused_loss();
+        if lost > 0 {
+            failed.push(format!(
+                "{lost} packets lost outside the fault windows that take the route away"
+            ));
+        }
+        if self.rss_growth() > self.max_rss_growth {
+            failed.push(format!(
+                "resident memory grew {:.1}% after the warm-up (limit {:.0}%)",
+                self.rss_growth() * 100.0,
+                self.max_rss_growth * 100.0
+            ));
+        }
+        if !self.mirror_equal {
+            failed.push(format!(
+                "the running mirror's routes differ from a fresh mirror's: {:?}",
+                self.mirror_diff
+            ));
+        }
+        if self.rss_baseline_kib == 0 {
+            failed.push(
+                "memory never sampled in a settled state after the warm-up (faults too close)"
+                    .into(),
+            );
+        }
+        if self.intervals.iter().filter(|i| !i.excused).count() == 0 {
+            failed.push("no interval outside a fault window: nothing was checked".into());
+        }
+        failed
+    }
+}
+
+/// The issue's limit on resident memory growth after the warm-up.
+pub const RSS_GROWTH_GOAL: f64 = 0.05;
+
+/// Runs `cargo xtask soak`.
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    if !is_root() {
+        bail!("soak: needs root (network namespaces, XDP); run `sudo cargo xtask soak`");
+    }
+    anyhow::ensure!(options.minutes > 0.0, "soak: --minutes must be positive");
+    anyhow::ensure!(
+        options.rate >= 100.0 && options.flows > 0,
+        "soak: --rate ≥ 100 and --flows ≥ 1"
+    );
+    let root = crate::bench::workspace_root();
+    let work = root.join("target/soak");
+    std::fs::create_dir_all(&work).context("soak: creating target/soak")?;
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Debug builds (as the tests use): the soak is about behaviour over time, not speed.
+    exec(Command::new(&cargo).current_dir(&root).args([
+        "build",
+        "--locked",
+        "-p",
+        "pktgen",
+        "-p",
+        "forwarder",
+    ]))
+    .context("soak: building xfwd and xfwd-gen")?;
+    let binaries = root.join("target/debug");
+    let results = soak(options, &binaries, &work)?;
+    std::fs::write(
+        work.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )
+    .context("soak: writing results.json")?;
+    let command_line = format!(
+        "cargo xtask soak --minutes {}{}",
+        options.minutes,
+        options
+            .routes
+            .map_or(String::new(), |r| format!(" --routes {r}"))
+    );
+    let machine = crate::bench::machine::Machine::probe(&command_line);
+    let out_dir = if options.report {
+        root.join("docs/benchmarks")
+    } else {
+        work.clone()
+    };
+    std::fs::create_dir_all(out_dir.join("soak")).context("soak: report directory")?;
+    plot::plot(&out_dir.join("soak/memory-loss.svg"), &results).context("soak: plotting")?;
+    let text = report::render(&results, &machine);
+    std::fs::write(out_dir.join("soak.md"), text).context("soak: writing soak.md")?;
+    let failures = results.failures();
+    println!(
+        "soak: {} intervals, {} faults, {} route changes; report {}",
+        results.intervals.len(),
+        results.faults.len(),
+        results.churned,
+        out_dir.join("soak.md").display()
+    );
+    if failures.is_empty() {
+        println!("soak: passed");
+        Ok(())
+    } else {
+        bail!("soak failed:\n  {}", failures.join("\n  "))
+    }
+}
+
+/// The xfwd process under test.
+struct Xfwd {
+    child: Child,
+    binary: PathBuf,
+    netns: String,
+    control: PathBuf,
+    log: PathBuf,
+}
+
+impl Xfwd {
+    fn start(binary: &Path, netns: &str, control: &Path, log: &Path) -> anyhow::Result<Self> {
+        let mut command = Command::new(binary);
+        command
+            .args(["run", "--netns", netns, "--iface"])
+            .arg(format!("{},{}", FWD0.name, FWD1.name))
+            .args(["--no-punt", "--control"])
+            .arg(control)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(log)?,
+            );
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting `{}`", describe(&command)))?;
+        let mut xfwd = Xfwd {
+            child,
+            binary: binary.to_owned(),
+            netns: netns.to_owned(),
+            control: control.to_owned(),
+            log: log.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while xfwd.stats().is_none() {
+            if let Some(status) = xfwd.child.try_wait()? {
+                bail!(
+                    "xfwd exited during start-up ({status}): {}",
+                    xfwd.last_log()
+                );
+            }
+            anyhow::ensure!(Instant::now() < deadline, "xfwd did not start in 300 s");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(xfwd)
+    }
+
+    fn stats(&self) -> Option<serde_json::Value> {
+        let out = Command::new(&self.binary)
+            .args(["stats", "--json", "--control"])
+            .arg(&self.control)
+            .stderr(Stdio::null())
+            .output()
+            .ok()?;
+        serde_json::from_slice(&out.stdout).ok()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+
+    fn last_log(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("(no output)")
+            .to_owned()
+    }
+
+    /// `xfwd show routes` from the running instance, and from a fresh mirror of the namespace.
+    fn routes(&self, fresh: bool) -> anyhow::Result<BTreeSet<String>> {
+        let mut command = Command::new(&self.binary);
+        command.args(["show", "routes", "--netns", &self.netns]);
+        if !fresh {
+            command.arg("--control").arg(&self.control);
+        }
+        let out = command.output().with_context(|| describe(&command))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "`{}`: {}",
+            describe(&command),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect())
+    }
+
+    fn kill9(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("SIGKILL")?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
+impl Drop for Xfwd {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether an XDP program is attached to fwd0 or fwd1.
+fn xdp_attached(fwd: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", fwd, "-d", "link", "show"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
+        .unwrap_or(false)
+}
+
+/// Runs `ip -n NETNS ARGS`, failing with its stderr.
+fn ip_in(netns: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(["-n", netns]).args(args).output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "ip -n {netns} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(())
+}
+
+/// The churn thread: every second, `per_second` changes over `prefixes` (deletes of half a
+/// batch, re-adds of the previous batch's deletes), until `stop`.
+fn churn(
+    fwd: String,
+    prefixes: Vec<String>,
+    per_second: usize,
+    stop: Arc<AtomicBool>,
+    applied: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+) {
+    let mut next = 0;
+    let mut deleted: Vec<String> = Vec::new();
+    let mut previous = Instant::now();
+    while !stop.load(Ordering::Relaxed) && !prefixes.is_empty() {
+        let started = Instant::now();
+        // A batch that took longer than a second (a loaded machine) is made up for by the
+        // next one, so that the rate holds on average.
+        let due = (per_second as f64 * started.duration_since(previous).as_secs_f64().max(1.0))
+            .round() as usize;
+        previous = started;
+        let half = (due.saturating_sub(deleted.len())).max(1);
+        let mut batch = String::with_capacity(per_second * 48);
+        for p in &deleted {
+            batch.push_str(&format!(
+                "route replace {p} via {} dev {}\n",
+                DST0.ipv4, FWD1.name
+            ));
+        }
+        let readded = deleted.len();
+        deleted.clear();
+        for _ in 0..half {
+            let p = &prefixes[next % prefixes.len()];
+            next += 1;
+            batch.push_str(&format!("route del {p}\n"));
+            deleted.push(p.clone());
+        }
+        let ok = Command::new("ip")
+            .args(["-n", &fwd, "-force", "-batch", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .map(|mut s| s.write_all(batch.as_bytes()))
+                    .transpose()?;
+                child.wait()
+            })
+            .is_ok_and(|s| s.success());
+        if !ok {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+        applied.fetch_add((readded + half) as u64, Ordering::Relaxed);
+        if let Some(rest) = Duration::from_secs(1).checked_sub(started.elapsed()) {
+            std::thread::sleep(rest);
+        }
+    }
+}
+
+/// dst0's static neighbours and every loaded route, after the kernel removed them with fwd1.
+fn restore_routes(fwd: &str, batch: &Path) -> anyhow::Result<()> {
+    harness::static_neighbours(fwd)?;
+    // -force: the churn thread may have re-added some of them meanwhile.
+    Command::new("ip")
+        .args(["-n", fwd, "-force", "-batch"])
+        .arg(batch)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .context("ip -batch (reloading the routes)")?;
+    Ok(())
+}
+
+/// Loaded prefixes (`route add P via ...` lines) that are not `destinations`.
+fn churn_prefixes(batch: &Path, destinations: &Path) -> anyhow::Result<Vec<String>> {
+    let used: BTreeSet<String> = std::fs::read_to_string(destinations)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    Ok(std::fs::read_to_string(batch)?
+        .lines()
+        .filter_map(|l| l.strip_prefix("route add ")?.split_whitespace().next())
+        .filter(|p| !used.contains(*p))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The soak itself: lab, load, xfwd, the timeline, the final checks.
+fn soak(options: &Options, binaries: &Path, work: &Path) -> anyhow::Result<Results> {
+    let load_start = crate::e2e::loadavg();
+    let settings = Settings {
+        trial_secs: 1.0,
+        precision: 0.0,
+        pdr_loss: 0.0,
+        gen_cpu: 0,
+        fwd_cpu: 1,
+        rx_cpu: 0,
+        quick: false,
+        rt: None,
+    };
+    let mut lab = Lab::up(&options.prefix, &binaries.join("xfwd-gen"), &settings, work)?;
+    let (routes, load_secs) = lab.load_routes(options.routes)?;
+    let fwd = lab.netns(Role::Fwd);
+    let control = PathBuf::from(format!("/run/xfwd/soak-{}.sock", std::process::id()));
+    let log = work.join("xfwd.log");
+    let _ = std::fs::remove_file(&log);
+    let xfwd_binary = binaries.join("xfwd");
+    eprintln!("soak: starting xfwd on {routes} routes");
+    let mut xfwd = Xfwd::start(&xfwd_binary, &fwd, &control, &log)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let churned = Arc::new(AtomicU64::new(0));
+    let churn_errors = Arc::new(AtomicU64::new(0));
+    let churner = {
+        let prefixes = churn_prefixes(&lab.routes_batch(), lab.destinations())?;
+        let (fwd, stop, applied, errors) = (
+            fwd.clone(),
+            stop.clone(),
+            churned.clone(),
+            churn_errors.clone(),
+        );
+        let per_second = options.churn;
+        std::thread::spawn(move || churn(fwd, prefixes, per_second, stop, applied, errors))
+    };
+
+    let outcome = timeline(options, &mut lab, &mut xfwd, &churned, &log, work);
+    stop.store(true, Ordering::Relaxed);
+    let _ = churner.join();
+    let (intervals, faults, crashed, baseline, max) = outcome?;
+
+    // A flap still under way is ended (link up, routes back), then the running mirror is
+    // compared with a fresh one once both have seen the same, quiet, kernel state.
+    ip_in(&fwd, &["link", "set", FWD1.name, "up"])?;
+    restore_routes(&fwd, &lab.routes_batch())?;
+    std::thread::sleep(Duration::from_secs(3));
+    let mut mirror_equal = false;
+    let mut mirror_diff = Vec::new();
+    let mut mirror_lines = 0;
+    if crashed.is_none() {
+        for _ in 0..5 {
+            let running = xfwd.routes(false)?;
+            let fresh = xfwd.routes(true)?;
+            mirror_lines = fresh.len();
+            mirror_diff = running
+                .difference(&fresh)
+                .map(|l| format!("-{l}"))
+                .chain(fresh.difference(&running).map(|l| format!("+{l}")))
+                .take(10)
+                .collect();
+            mirror_equal = mirror_diff.is_empty();
+            if mirror_equal {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    // The running instance's counters (drop reasons) for the analysis of a failed run.
+    if let Some(stats) = xfwd.stats() {
+        std::fs::write(
+            work.join("stats.json"),
+            serde_json::to_string_pretty(&stats)?,
+        )?;
+    }
+    drop(xfwd);
+    let load_end = crate::e2e::loadavg();
+    drop(lab);
+    Ok(Results {
+        minutes: options.minutes,
+        routes,
+        load_secs,
+        rate: options.rate,
+        flows: options.flows,
+        churn_rate: options.churn,
+        churned: churned.load(Ordering::Relaxed),
+        churn_errors: churn_errors.load(Ordering::Relaxed),
+        load: (load_start, load_end),
+        intervals,
+        faults,
+        rss_baseline_kib: baseline,
+        rss_max_kib: max,
+        mirror_equal,
+        mirror_lines,
+        mirror_diff,
+        crashed,
+        max_rss_growth: options.max_rss_growth / 100.0,
+    })
+}
+
+/// Intervals without a fault before a memory sample counts (the table settled, trimmed).
+const SETTLED: usize = 3;
+
+type Timeline = (Vec<Interval>, Vec<FaultEvent>, Option<String>, u64, u64);
+
+/// Traffic intervals and faults until the time is up.
+fn timeline(
+    options: &Options,
+    lab: &mut Lab,
+    xfwd: &mut Xfwd,
+    churned: &AtomicU64,
+    log: &Path,
+    work: &Path,
+) -> anyhow::Result<Timeline> {
+    let fwd = lab.netns(Role::Fwd);
+    let start = Instant::now();
+    let end = Duration::from_secs_f64(options.minutes * 60.0);
+    let cycle = [Fault::NeighFlush, Fault::LinkFlap, Fault::VethRecreate];
+    let kill_at = end / 2;
+    let mut killed = false;
+    let mut next_fault = Duration::from_secs(options.fault_every);
+    let mut fault_index = 0;
+    let mut intervals: Vec<Interval> = Vec::new();
+    let mut faults = Vec::new();
+    let mut instance = 0;
+    let mut instance_start = Instant::now();
+    let (mut baseline, mut max) = (0u64, 0u64);
+    let mut pending: Vec<Fault> = Vec::new();
+    let mut link_down_since: Option<Instant> = None;
+    while start.elapsed() < end {
+        if let Some(status) = xfwd.child.try_wait()? {
+            let crash = format!("{status}: {}", xfwd.last_log());
+            return Ok((intervals, faults, Some(crash), baseline, max));
+        }
+        if let Some(since) = link_down_since
+            && since.elapsed() >= Duration::from_secs(1)
+        {
+            ip_in(&fwd, &["link", "set", FWD1.name, "up"])?;
+            // The kernel removed every route through fwd1 and its neighbours (permanent ones
+            // too) when it went down; a routing daemon would install them again.
+            restore_routes(&fwd, &lab.routes_batch())?;
+            link_down_since = None;
+            pending.push(Fault::LinkFlap);
+        }
+        let now = start.elapsed();
+        if !killed && now >= kill_at {
+            killed = true;
+            let began = Instant::now();
+            xfwd.kill9()?;
+            let left = xdp_attached(&fwd);
+            anyhow::ensure!(
+                !left,
+                "an XDP program stayed attached in fwd after kill -9 of xfwd"
+            );
+            *xfwd = Xfwd::start(&xfwd.binary.clone(), &fwd, &xfwd.control.clone(), log)?;
+            instance += 1;
+            instance_start = Instant::now();
+            baseline = 0;
+            max = 0;
+            faults.push(FaultEvent {
+                fault: Fault::Kill9,
+                t: now.as_secs_f64(),
+                secs: began.elapsed().as_secs_f64(),
+                note: "no XDP program left on fwd0/fwd1 after SIGKILL; restarted".into(),
+            });
+            pending.push(Fault::Kill9);
+        } else if now >= next_fault {
+            next_fault = now + Duration::from_secs(options.fault_every);
+            let fault = cycle[fault_index % cycle.len()];
+            fault_index += 1;
+            let began = Instant::now();
+            let note = match fault {
+                Fault::NeighFlush => {
+                    for addr in [DST0.ipv4.to_string(), DST0.ipv6.to_string()] {
+                        ip_in(&fwd, &["neigh", "del", &addr, "dev", FWD1.name])?;
+                    }
+                    // Traffic meanwhile waits in xfwd's hold buffer.
+                    std::thread::sleep(Duration::from_millis(200));
+                    harness::static_neighbours(&fwd)?;
+                    "dst0's entries deleted for 200 ms".to_owned()
+                }
+                Fault::LinkFlap => {
+                    ip_in(&fwd, &["link", "set", FWD1.name, "down"])?;
+                    link_down_since = Some(Instant::now());
+                    "fwd1 down for 1 s, then up; routes and neighbours reloaded".to_owned()
+                }
+                Fault::VethRecreate => {
+                    ip_in(&fwd, &["link", "del", FWD1.name])?;
+                    lab.guard()
+                        .context("no lab")?
+                        .recreate_link(1)
+                        .context("re-creating fwd1-dst0")?;
+                    restore_routes(&fwd, &lab.routes_batch())?;
+                    lab.start_receiver()?;
+                    "fwd1/dst0 deleted and re-created, routes reloaded, receiver restarted"
+                        .to_owned()
+                }
+                Fault::Kill9 => unreachable!("not in the cycle"),
+            };
+            faults.push(FaultEvent {
+                fault,
+                t: now.as_secs_f64(),
+                secs: began.elapsed().as_secs_f64(),
+                note,
+            });
+            pending.push(fault);
+        }
+        let trial = lab.trial(Some(options.rate), 64, options.flows, None, &[], Some(1.0));
+        let trial = match trial {
+            Ok(t) => t,
+            Err(e) => {
+                // The generator or receiver could not run (a link being re-created): an
+                // interval with nothing sent, noted.
+                eprintln!("soak: interval skipped: {e:#}");
+                std::fs::write(work.join("last-skip.txt"), format!("{e:#}"))?;
+                harness::Trial::default()
+            }
+        };
+        let rss = xfwd.rss_kib();
+        let previous_took_route = intervals
+            .last()
+            .is_some_and(|i: &Interval| i.faults.iter().any(|f| f.takes_the_route()));
+        let faults_here = std::mem::take(&mut pending);
+        let down = link_down_since.is_some();
+        let excused =
+            previous_took_route || down || faults_here.iter().any(|f| f.takes_the_route());
+        let mut faults_here = faults_here;
+        if down && !faults_here.contains(&Fault::LinkFlap) {
+            faults_here.push(Fault::LinkFlap);
+        }
+        intervals.push(Interval {
+            t: start.elapsed().as_secs_f64(),
+            sent: trial.sent,
+            received: trial.received,
+            rss_kib: rss,
+            churned: churned.load(Ordering::Relaxed),
+            faults: faults_here,
+            excused,
+            instance,
+        });
+        // Memory is compared in like states only: the whole table loaded and settled (no
+        // fault in this interval nor in the SETTLED ones before it), after the warm-up.
+        let settled = intervals.len() > SETTLED
+            && intervals[intervals.len() - 1 - SETTLED..]
+                .iter()
+                .all(|i| i.faults.is_empty() && !i.excused && i.instance == instance);
+        if settled && instance_start.elapsed() >= Duration::from_secs(options.warm_up) {
+            if baseline == 0 {
+                baseline = rss;
+            }
+            max = max.max(rss);
+        }
+        let last = intervals.last().expect("just pushed");
+        eprintln!(
+            "soak: t={:>6.1}s sent {:>5} lost {:>5}{} rss {:>7} KiB churned {}",
+            last.t,
+            last.sent,
+            last.sent.saturating_sub(last.received),
+            if last.excused { " (excused)" } else { "" },
+            last.rss_kib,
+            last.churned
+        );
+    }
+    Ok((intervals, faults, None, baseline, max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interval(t: f64, sent: u64, received: u64, excused: bool) -> Interval {
+        Interval {
+            t,
+            sent,
+            received,
+            rss_kib: 1000,
+            churned: 0,
+            faults: Vec::new(),
+            excused,
+            instance: 0,
+        }
+    }
+
+    fn results(intervals: Vec<Interval>) -> Results {
+        Results {
+            minutes: 1.0,
+            routes: 10,
+            load_secs: 0.1,
+            rate: 2000.0,
+            flows: 1,
+            churn_rate: 1000,
+            churned: 0,
+            churn_errors: 0,
+            load: ("0".into(), "0".into()),
+            intervals,
+            faults: Vec::new(),
+            rss_baseline_kib: 1000,
+            rss_max_kib: 1040,
+            mirror_equal: true,
+            mirror_lines: 10,
+            mirror_diff: Vec::new(),
+            crashed: None,
+            max_rss_growth: RSS_GROWTH_GOAL,
+        }
+    }
+
+    #[test]
+    fn criteria() {
+        let ok = results(vec![
+            interval(1.0, 100, 100, false),
+            interval(2.0, 100, 0, true),
+        ]);
+        assert!(ok.failures().is_empty(), "{:?}", ok.failures());
+        let lossy = results(vec![interval(1.0, 100, 99, false)]);
+        assert_eq!(lossy.unexcused_loss(), 1);
+        assert_eq!(lossy.failures().len(), 1);
+        let mut grown = results(vec![interval(1.0, 1, 1, false)]);
+        grown.rss_max_kib = 1060;
+        assert!(
+            grown.failures()[0].contains("6.0%"),
+            "{:?}",
+            grown.failures()
+        );
+        grown.max_rss_growth = 0.25;
+        assert!(grown.failures().is_empty());
+        let mut broken = results(vec![interval(1.0, 1, 1, true)]);
+        broken.mirror_equal = false;
+        broken.crashed = Some("signal 6".into());
+        assert_eq!(broken.failures().len(), 3, "{:?}", broken.failures());
+        assert!(!Fault::NeighFlush.takes_the_route() && Fault::Kill9.takes_the_route());
+    }
+
+    #[test]
+    fn churn_leaves_the_flows_prefixes_alone() {
+        let dir = std::env::temp_dir().join(format!("xfwd-soak-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (batch, destinations) = (dir.join("routes.batch"), dir.join("destinations.txt"));
+        std::fs::write(
+            &batch,
+            "route add 1.0.0.0/24 via 198.18.1.2 dev fwd1\n\
+             route add 2.0.0.0/16 via 198.18.1.2 dev fwd1\n\
+             route add 3.0.0.0/8 via 198.18.1.2 dev fwd1\n",
+        )
+        .unwrap();
+        std::fs::write(&destinations, "2.0.0.0/16\n").unwrap();
+        let prefixes = churn_prefixes(&batch, &destinations).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(prefixes, ["1.0.0.0/24", "3.0.0.0/8"]);
+    }
+}
