@@ -9,6 +9,7 @@ mod netlink_mirror_common;
 
 use std::time::{Duration, Instant};
 
+use fib_trie::multipath::{HashFields, MultipathPolicy};
 use netlink_mirror::Ingress;
 use netlink_mirror::{MirrorHandle, MirrorOptions, MirroredTables};
 use netlink_mirror_common::{ip, mirror, netns, same_answer, two_links};
@@ -102,6 +103,85 @@ fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
         t.links.by_name("d2", &g).is_some()
     });
     wait_ingress(&live, "d2", false, Ingress::Forward);
+
+    // accept_local (read from sysctl, not in netconf): the device's, or `all`'s.
+    let accepts = |dev: &str| {
+        let g = crossbeam_epoch::pin();
+        t.devconf.accepts_local(ifindex(t, dev), &g)
+    };
+    let wait_accepts = |dev: &str, want: bool| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while accepts(dev) != want {
+            assert!(Instant::now() < deadline, "{dev}: accept_local not {want}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(!accepts("d0") && !accepts("d1"));
+    sysctl(&ns, "ipv4/conf/d0/accept_local", "1");
+    wait_accepts("d0", true);
+    assert!(!accepts("d1"));
+    sysctl(&ns, "ipv4/conf/d0/accept_local", "0");
+    wait_accepts("d0", false);
+    sysctl(&ns, "ipv4/conf/all/accept_local", "1");
+    wait_accepts("d1", true);
+    wait_accepts("d0", true);
+    sysctl(&ns, "ipv4/conf/all/accept_local", "0");
+    wait_accepts("d1", false);
     let s = live.stats();
     assert!(s.errors.is_empty(), "{s:?}");
+}
+
+/// Waits until the mirror's multipath policies are `want` (IPv4, IPv6).
+fn wait_multipath(live: &MirrorHandle, want: (MultipathPolicy, MultipathPolicy)) {
+    let t = live.tables();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = (t.fib4.multipath_policy(), t.fib6.multipath_policy());
+        if got == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{got:?}, want {want:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn multipath_hash_sysctls_are_followed() {
+    if !xfwd_lab::privileged("multipath_hash_sysctls_are_followed") {
+        return;
+    }
+    let ns = netns("mphash");
+    let live = mirror(&ns, MirrorOptions::default());
+    let policy = MultipathPolicy::from_sysctl;
+    // A new namespace: policy 0 for both families (IPv6's includes the flow label).
+    wait_multipath(&live, (policy(false, 0, 7, 0), policy(true, 0, 7, 0)));
+    assert_eq!(
+        live.tables().fib6.multipath_policy(),
+        MultipathPolicy::Fields(HashFields(0x400f))
+    );
+    sysctl(&ns, "ipv4/fib_multipath_hash_policy", "1");
+    sysctl(&ns, "ipv6/fib_multipath_hash_policy", "3");
+    sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x23");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x23, 0)));
+    // Inner fields: only the kernel can hash them.
+    sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x43");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x43, 0)));
+    assert!(matches!(
+        live.tables().fib6.multipath_policy(),
+        MultipathPolicy::Kernel(_)
+    ));
+    // A seed (kernels from 6.11): the kernel's deterministic choice, for both families.
+    let seed = "/proc/sys/net/ipv4/fib_multipath_hash_seed";
+    if ns.run(|| std::path::Path::new(seed).exists()).unwrap() {
+        sysctl(&ns, "ipv6/fib_multipath_hash_fields", "0x23");
+        sysctl(&ns, "ipv4/fib_multipath_hash_seed", "1234");
+        wait_multipath(
+            &live,
+            (policy(false, 1, 7, 1234), policy(true, 3, 0x23, 1234)),
+        );
+        assert!(matches!(
+            live.tables().fib4.multipath_policy(),
+            MultipathPolicy::Kernel("fib_multipath_hash_seed set")
+        ));
+    }
 }

@@ -23,12 +23,16 @@ pub const PACKAGES: &[&str] = &[
     // FRR (zebra, staticd, bgpd, vtysh) for the real control-plane lab test.
     "frr",
     "iproute2",
+    // iptables (iptables-nft and iptables-legacy) and nftables (nft): the netfilter lab test
+    // writes rulesets with the real tools.
+    "iptables",
     "libbpf-dev",
     "libelf-dev",
     "libpcap-dev",
     "llvm",
     "m4",
     "make",
+    "nftables",
     "pkg-config",
     "prometheus",
     "zlib1g-dev",

@@ -289,16 +289,17 @@ impl Queue {
             Ok(meta) => meta,
             Err(verdict) => return verdict,
         };
-        // fib_validate_source: one of our own addresses as the source is a martian.
+        // fib_validate_source: one of our own addresses as the source is a martian, unless
+        // the ingress device accepts local sources (then the kernel decides).
         if !meta.v6
             && b.tables
                 .addrs
                 .dev_find(Ipv4Addr::from(meta.src as u32), None, b.guard)
                 .is_some()
         {
-            return Verdict::Drop(DropReason::MartianSource);
+            return route::own_source(b.tables, b.guard, frame.ifindex);
         }
-        let route = self.route(b, &meta, frame.ifindex);
+        let route = self.route(b, &meta, frame.bytes(), frame.ifindex);
         self.dispatch(b, frame, &meta, route, pool)
     }
 
@@ -364,9 +365,15 @@ impl Queue {
     }
 
     /// The route cache, then (on a miss or while bypassed) the tables.
-    pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, iif: u32) -> Route {
+    /// `packet` is the frame's packet (for a multipath route's hash).
+    pub(crate) fn route(&mut self, b: &Batch<'_>, meta: &Meta, packet: &[u8], iif: u32) -> Route {
         let tos = meta.tos & route::DSCP_MASK;
-        let resolve = || route::resolve(b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif);
+        let resolve = || {
+            let keys = |fields| route::hash_keys(meta, packet, fields);
+            route::resolve(
+                b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif, keys,
+            )
+        };
         let Some(cache) = &mut self.cache else {
             return resolve();
         };

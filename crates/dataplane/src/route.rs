@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
+use fib_trie::multipath::{self, HashFields, HashKeys, MultipathPolicy};
 use fib_trie::{FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
 use neigh_table::Ingress;
 
@@ -95,8 +96,8 @@ impl From<LookupError> for Reject {
     }
 }
 
-/// A flow hash of the addresses (the kernel's default multipath policy 0 hashes L3 only) or
-/// of the 4-tuple (`ports` non-zero).
+/// A flow hash of the addresses, or of the 4-tuple (`ports` non-zero), for choosing among
+/// the sockets of a UDP endpoint (multipath routes use [`fib_trie::multipath::flow_hash`]).
 pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
     let x = (src as u64)
         ^ ((src >> 64) as u64).rotate_left(17)
@@ -113,7 +114,8 @@ pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
 /// FIB by going on with the next rule).
 ///
 /// The same three steps the vector pipeline runs as separate stages over a batch's misses:
-/// [`is_local_dst`], [`fib_lookup`], [`egress`].
+/// [`is_local_dst`], [`fib_lookup`], [`egress`]. `keys` gives what a multipath route's hash
+/// reads over the fields of the family's policy ([`hash_keys`]); called only for those.
 #[allow(
     clippy::too_many_arguments,
     reason = "the fields of one lookup, kept as scalars"
@@ -126,13 +128,25 @@ pub fn resolve(
     dst: u128,
     tos: u8,
     iif: u32,
+    keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Route {
     if is_local_dst(tables, guard, v6, dst) {
         return Route::Local;
     }
-    match fib_lookup(tables, guard, v6, src, dst, tos, iif) {
+    match fib_lookup(tables, guard, v6, src, dst, tos, iif, keys) {
         Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
+    }
+}
+
+/// The verdict for an IPv4 packet whose source is one of this namespace's own addresses,
+/// arriving on `iif` (`fib_validate_source`): a martian, unless the device's `accept_local`
+/// is on, when the kernel validates and routes it.
+pub fn own_source(tables: &Tables, guard: &Guard, iif: u32) -> crate::Verdict {
+    if tables.devconf.accepts_local(iif, guard) {
+        crate::Verdict::Punt(PuntReason::AcceptLocal)
+    } else {
+        crate::Verdict::Drop(DropReason::MartianSource)
     }
 }
 
@@ -169,17 +183,109 @@ pub fn fib_lookup(
     dst: u128,
     tos: u8,
     iif: u32,
+    keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Result<Egress, Route> {
     if v6 {
         let flow = fib_flow(src, dst, tos, iif);
         let result = tables.fib6.lookup(&flow, guard);
         let mut switches = TableSwitches { tables, guard };
-        fib_answer(&mut switches, &flow, result, src, dst, widen6)
+        let policy = tables.fib6.multipath_policy();
+        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen6)
     } else {
         let flow = fib_flow(src as u32, dst as u32, tos, iif);
         let result = tables.fib4.lookup(&flow, guard);
         let mut switches = TableSwitches { tables, guard };
-        fib_answer(&mut switches, &flow, result, src, dst, widen4)
+        let policy = tables.fib4.multipath_policy();
+        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen4)
+    }
+}
+
+/// What a multipath hash over `fields` reads of a parsed packet in `frame` (its packet
+/// bytes): the addresses, the upper-layer protocol, the ports and the IPv6 flow label; under
+/// the L3 policy ([`HashFields::ICMP_ERROR_INNER`]) an ICMP error's quoted header instead.
+/// Read only for multipath routes.
+///
+/// The ports are those of TCP, UDP, UDP-Lite, SCTP and DCCP and the SPI of ESP and AH, none
+/// for fragments or other protocols, as the kernel's flow dissector finds them
+/// (`proto_ports_offset`).
+pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
+    let l4 = meta.l2_len + meta.l4_offset;
+    if fields.contains(HashFields::ICMP_ERROR_INNER) {
+        if let Some(inner) = icmp_error_inner(meta, frame, l4) {
+            return inner;
+        }
+    }
+    let ports_at = match meta.proto {
+        _ if meta.fragment => None,
+        6 | 17 | 33 | 132 | 136 | 50 => Some(l4),
+        51 => Some(l4 + 4),
+        _ => None,
+    };
+    let (sport, dport) = ports_at
+        .and_then(|at| frame.get(at..at + 4))
+        .map_or((0, 0), |b| {
+            (
+                u16::from_be_bytes([b[0], b[1]]),
+                u16::from_be_bytes([b[2], b[3]]),
+            )
+        });
+    HashKeys {
+        src: meta.src,
+        dst: meta.dst,
+        proto: meta.proto,
+        sport,
+        dport,
+        flowlabel: if meta.v6 {
+            flowlabel(frame, meta.l3())
+        } else {
+            0
+        },
+    }
+}
+
+/// The flow label of the IPv6 header at `at`.
+fn flowlabel(frame: &[u8], at: usize) -> u32 {
+    frame.get(at..at + 4).map_or(0, |b| {
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff
+    })
+}
+
+/// The header an ICMP error quotes (ICMPv4 destination unreachable, source quench, redirect,
+/// time exceeded, parameter problem; ICMPv6 types 1 to 4 right after the fixed header), as
+/// the L3 multipath hash reads it: addresses, and for IPv6 the flow label and next header.
+fn icmp_error_inner(meta: &Meta, frame: &[u8], l4: usize) -> Option<HashKeys> {
+    let inner = l4 + 8;
+    if meta.v6 {
+        if meta.proto != 58 || meta.l4_offset != 40 || !matches!(meta.icmp_type?, 1..=4) {
+            return None;
+        }
+        let h = frame.get(inner..inner + 40)?;
+        let addr = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&h[at..at + 16]);
+            u128::from_be_bytes(a)
+        };
+        Some(HashKeys {
+            src: addr(8),
+            dst: addr(24),
+            proto: h[6],
+            flowlabel: flowlabel(h, 0),
+            ..HashKeys::default()
+        })
+    } else {
+        if meta.proto != 1 || meta.later_fragment || !matches!(meta.icmp_type?, 3 | 4 | 5 | 11 | 12)
+        {
+            return None;
+        }
+        let h = frame.get(inner..inner + 20)?;
+        let addr =
+            |at: usize| u128::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
+        Some(HashKeys {
+            src: addr(12),
+            dst: addr(16),
+            proto: meta.proto,
+            ..HashKeys::default()
+        })
     }
 }
 
@@ -218,15 +324,22 @@ pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, bool) {
 
 /// The second half of [`fib_lookup`]: the decision of the FIB's answer `result` to `flow`,
 /// for a packet from `src` to `dst` (the pipeline's `u128` form), with the ingress device's
-/// switches (`forwarding`, `rp_filter`) applied as `switches` answers them; `widen` turns a
-/// gateway into that form.
+/// switches (`forwarding`, `rp_filter`) applied as `switches` answers them; a multipath
+/// route's member chosen by the family's `policy`, over what `keys` reads of the packet (called
+/// only for multipath routes); `widen` turns a gateway into that form.
 #[inline]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
 pub(crate) fn fib_answer<K: TrieKey>(
     switches: &mut impl IngressSwitches,
     flow: &Flow<K>,
     result: Result<FibResult<'_, K>, LookupError>,
     src: u128,
     dst: u128,
+    policy: MultipathPolicy,
+    keys: impl FnOnce(HashFields) -> HashKeys,
     widen: impl Fn(Gateway<K>) -> (u128, bool),
 ) -> Result<Egress, Route> {
     let v6 = K::BITS == 128;
@@ -252,7 +365,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
             }
         }
     }
-    unicast_egress(&r, src, dst, widen, source_checked)
+    unicast_egress(&r, dst, policy, keys, widen, source_checked)
 }
 
 /// The FIB's answer for a locally originated packet (`ip_route_output_key`: the flow's `iif`
@@ -277,24 +390,41 @@ pub(crate) fn output_lookup(
             .fib6
             .lookup(&flow, guard)
             .map_err(|e| Route::Reject(e.into()))?;
-        unicast_egress(&r, src, dst, widen6, false)
+        let keys = |_| addresses_only(src, dst);
+        unicast_egress(&r, dst, tables.fib6.multipath_policy(), keys, widen6, false)
     } else {
         let flow = fib_flow(src as u32, dst as u32, tos, iif);
         let r = tables
             .fib4
             .lookup(&flow, guard)
             .map_err(|e| Route::Reject(e.into()))?;
-        unicast_egress(&r, src, dst, widen4, false)
+        let keys = |_| addresses_only(src, dst);
+        unicast_egress(&r, dst, tables.fib4.multipath_policy(), keys, widen4, false)
     }
 }
 
-/// The decision of a route `r` the FIB chose for a packet from `src` to `dst`: a unicast
-/// route's next hop (chosen by the flow hash among several), else the route type's verdict.
+/// The hash keys of a locally originated answer: its addresses (an endpoint's reply reuses
+/// the addresses of what it answers; its ports are not known here).
+fn addresses_only(src: u128, dst: u128) -> HashKeys {
+    HashKeys {
+        src,
+        dst,
+        proto: 0,
+        sport: 0,
+        dport: 0,
+        flowlabel: 0,
+    }
+}
+
+/// The decision of a route `r` the FIB chose for a packet to `dst`: a unicast route's next
+/// hop (chosen among several by the family's multipath `policy` over what `keys` reads of the
+/// packet), else the route type's verdict.
 #[inline]
 fn unicast_egress<K: TrieKey>(
     r: &FibResult<'_, K>,
-    src: u128,
     dst: u128,
+    policy: MultipathPolicy,
+    keys: impl FnOnce(HashFields) -> HashKeys,
     widen: impl Fn(Gateway<K>) -> (u128, bool),
     source_checked: bool,
 ) -> Result<Egress, Route> {
@@ -311,7 +441,14 @@ fn unicast_egress<K: TrieKey>(
     }
     let multipath = r.nexthops().len() > 1;
     // One next hop: the hash cannot change the choice.
-    let hash = if multipath { flow_hash(src, dst, 0) } else { 0 };
+    let hash = if multipath {
+        match policy {
+            MultipathPolicy::Fields(fields) => multipath::flow_hash(fields, &keys(fields)),
+            MultipathPolicy::Kernel(_) => return Err(Route::Punt(PuntReason::MultipathHash)),
+        }
+    } else {
+        0
+    };
     let Some(nh) = r.select_path(hash) else {
         return Err(Route::Reject(Reject::NoRoute));
     };

@@ -35,7 +35,7 @@ use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
-use crate::verdict::{DropReason, Verdict};
+use crate::verdict::Verdict;
 use crate::wire::ipv6;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
@@ -182,7 +182,7 @@ impl Queue {
                         && self.locals.may_be_local(false, m.src)
                         && route::is_local_dst(b.tables, b.guard, false, m.src);
                     if own {
-                        Step::Done(Verdict::Drop(DropReason::MartianSource))
+                        Step::Done(route::own_source(b.tables, b.guard, frame.ifindex))
                     } else {
                         routable[n] = i as u8;
                         n += 1;
@@ -305,7 +305,7 @@ impl Queue {
                             cache.repeat_hit();
                             route
                         }
-                        _ => self.route(b, &lanes[i].meta, frames[i].ifindex),
+                        _ => self.route(b, &lanes[i].meta, frames[i].bytes(), frames[i].ifindex),
                     };
                     lanes[i].step = Step::Routed;
                 }
@@ -451,16 +451,22 @@ fn fib_lookups_v4(
         );
     }
     let mut switches = ingress.switches(b.tables, b.guard);
+    // Read once per batch (the mirror changes it at most once a second).
+    let policy = b.tables.fib4.multipath_policy();
     b.tables
         .fib4
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let lane = &mut lanes[usize::from(indices[k])];
+            let i = usize::from(indices[k]);
+            let lane = &mut lanes[i];
+            let meta = &lane.meta;
             let answer = route::fib_answer(
                 &mut switches,
                 &flows[k],
                 result,
-                lane.meta.src,
-                lane.meta.dst,
+                meta.src,
+                meta.dst,
+                policy,
+                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen4,
             );
             lane.take_fib_answer(answer);
@@ -485,16 +491,22 @@ fn fib_lookups_v6(
         *flow = route::fib_flow(m.src, m.dst, m.tos, frames[usize::from(i)].ifindex);
     }
     let mut switches = ingress.switches(b.tables, b.guard);
+    // Read once per batch (the mirror changes it at most once a second).
+    let policy = b.tables.fib6.multipath_policy();
     b.tables
         .fib6
         .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let lane = &mut lanes[usize::from(indices[k])];
+            let i = usize::from(indices[k]);
+            let lane = &mut lanes[i];
+            let meta = &lane.meta;
             let answer = route::fib_answer(
                 &mut switches,
                 &flows[k],
                 result,
-                lane.meta.src,
-                lane.meta.dst,
+                meta.src,
+                meta.dst,
+                policy,
+                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
                 route::widen6,
             );
             lane.take_fib_answer(answer);

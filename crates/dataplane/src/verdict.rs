@@ -143,6 +143,12 @@ reasons! {
         UnservedEgress = "unserved_egress",
         /// The ingress device's forwarding switches are not known (yet): the kernel decides.
         IngressConf = "ingress_conf",
+        /// A multipath route while the namespace's multipath hash policy is one xfwd does not
+        /// follow (a hash seed, inner headers): the kernel chooses the member.
+        MultipathHash = "multipath_hash",
+        /// An IPv4 source that is one of the host's addresses, on a device with
+        /// `accept_local` on: not a martian there; the kernel validates and routes it.
+        AcceptLocal = "accept_local",
     }
 }
 

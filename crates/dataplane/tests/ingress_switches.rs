@@ -146,6 +146,37 @@ fn unknown_switches_leave_the_packet_to_the_kernel() {
     );
 }
 
+/// `accept_local`: an own source (10.0.2.1, the OUT link's address) arriving on IN is a
+/// martian by default; with the device's or `all`'s `accept_local` on, the kernel decides
+/// (vector pipeline and reference alike).
+#[test]
+fn an_own_source_is_a_martian_unless_the_device_accepts_local() {
+    use dataplane::{Frame, HeapPool};
+    let fx = common::fixture();
+    let frame = common::udp4([10, 0, 2, 1], [8, 8, 8, 8], 64, 53, 0);
+    let verdicts = |fx: &common::Fixture| {
+        let vector = common::run(fx, &frame).verdict;
+        let mut queue = Queue::new(Config::default()).unwrap();
+        let mut pool = HeapPool::new(2048, 8);
+        let mut chunk = vec![0u8; 2048];
+        chunk[256..256 + frame.len()].copy_from_slice(&frame);
+        let guard = crossbeam_epoch::pin();
+        let mut frames = [Frame::new(&mut chunk, 256, frame.len(), common::IN)];
+        queue.process_batch_reference(&fx.tables, &guard, 0, &mut frames, &mut pool);
+        assert_eq!(frames[0].verdict, vector, "reference and vector agree");
+        vector
+    };
+    assert_eq!(verdicts(&fx), Verdict::Drop(DropReason::MartianSource));
+    // Another device accepting local sources changes nothing for IN.
+    fx.tables.devconf.set_accept_local(common::OUT as i32, true);
+    assert_eq!(verdicts(&fx), Verdict::Drop(DropReason::MartianSource));
+    fx.tables.devconf.set_accept_local(common::IN as i32, true);
+    assert_eq!(verdicts(&fx), Verdict::Punt(PuntReason::AcceptLocal));
+    fx.tables.devconf.set_accept_local(common::IN as i32, false);
+    fx.tables.devconf.set_accept_local(NETCONF_ALL, true);
+    assert_eq!(verdicts(&fx), Verdict::Punt(PuntReason::AcceptLocal));
+}
+
 /// The queue remembers the switches per device and the reverse-path answers per source (see
 /// `memo.rs`): a route back that appears or goes, and a switch flipped, are noticed by the
 /// next batch; a switch change is noticed even before the control plane bumps the route

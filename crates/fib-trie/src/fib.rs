@@ -1,13 +1,14 @@
 //! Many tables and the policy rules that choose among them (`fib_rules`, `fib_lookup`).
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::guard::check_guard;
 use crate::key::TrieKey;
+use crate::multipath::MultipathPolicy;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::store::Store;
 use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
@@ -187,6 +188,8 @@ impl<K: TrieKey> Snapshot<K> {
 #[repr(C, align(128))]
 pub struct Fib<K: TrieKey> {
     snapshot: Atomic<Snapshot<K>>,
+    /// The family's multipath hash policy ([`MultipathPolicy::encode`]).
+    multipath: AtomicU32,
     /// On a cache line of its own: taking it must not evict `snapshot` from readers' caches.
     writer: WriterLock,
 }
@@ -229,8 +232,31 @@ impl<K: TrieKey> Fib<K> {
         let snapshot = Snapshot::with_rules(tables, Self::default_rules(), false, Some(merged));
         Fib {
             snapshot: Atomic::new(snapshot),
+            multipath: AtomicU32::new(MultipathPolicy::default().encode()),
             writer: WriterLock(Mutex::new(())),
         }
+    }
+
+    /// How this family's multipath routes choose their member (the namespace's
+    /// `fib_multipath_hash_policy`; see [`crate::multipath`]); IPv4's default until set.
+    ///
+    /// ```
+    /// use fib_trie::Fib;
+    /// use fib_trie::multipath::MultipathPolicy;
+    ///
+    /// let fib = Fib::<u128>::new();
+    /// let l4 = MultipathPolicy::from_sysctl(true, 1, 0, 0);
+    /// fib.set_multipath_policy(l4);
+    /// assert_eq!(fib.multipath_policy(), l4);
+    /// ```
+    #[inline]
+    pub fn multipath_policy(&self) -> MultipathPolicy {
+        MultipathPolicy::decode(self.multipath.load(Ordering::Relaxed))
+    }
+
+    /// Sets the policy [`Fib::multipath_policy`] answers (the writer, from the sysctls).
+    pub fn set_multipath_policy(&self, policy: MultipathPolicy) {
+        self.multipath.store(policy.encode(), Ordering::Relaxed);
     }
 
     fn load<'g>(&self, guard: &'g Guard) -> &'g Snapshot<K> {

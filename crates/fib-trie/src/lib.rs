@@ -79,6 +79,7 @@ mod fib;
 mod guard;
 mod key;
 mod metrics;
+pub mod multipath;
 mod nexthop;
 mod node;
 mod reference;

@@ -21,6 +21,10 @@ use crate::serve::query_stats;
 /// Exit status for a bad command line or configuration (sysexits EX_USAGE).
 pub const EX_USAGE: u8 = 64;
 
+/// Exit status when netfilter rules act on forwarded traffic and the configuration does not
+/// say `netfilter = "bypass"`, or the ruleset cannot be read (sysexits EX_CONFIG).
+pub const EX_NETFILTER: u8 = 78;
+
 /// xfwd: a user-space IPv4/IPv6 router on AF_XDP.
 #[derive(Debug, Parser)]
 #[command(name = "xfwd", version, about)]
@@ -310,6 +314,10 @@ pub struct RunArgs {
     /// No punt device: frames the pipeline punts are dropped and counted.
     #[arg(long, conflicts_with = "punt_device")]
     pub no_punt: bool,
+    /// Netfilter rules (nftables, iptables) acting on forwarded traffic: refuse to start
+    /// (default), or bypass them (frames xfwd forwards never see them).
+    #[arg(long, value_enum)]
+    pub netfilter: Option<crate::config::NetfilterMode>,
     /// RX ring entries per socket (power of two; the fill ring gets twice as many).
     #[arg(long)]
     pub rx_ring: Option<u32>,
@@ -371,6 +379,7 @@ impl RunArgs {
             file.zero_copy = Some(true);
         }
         file.xdp_mode = self.xdp_mode.or(file.xdp_mode);
+        file.netfilter = self.netfilter.or(file.netfilter);
         file.metrics = self.metrics.clone().or(file.metrics);
         file.control_socket = self.control.clone().or(file.control_socket);
         if self.no_punt {
@@ -434,6 +443,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
     };
     if let Some(netns) = &args.netns {
         enter_netns(netns)?;
+    }
+    // Fail closed: rules xfwd would bypass stop it here, before any interface is touched.
+    let bypass = config.netfilter == crate::config::NetfilterMode::Bypass;
+    match crate::netfilter::check(&config.interfaces, bypass) {
+        Ok(bypassed) => {
+            for chain in bypassed {
+                tracing::warn!(%chain, "netfilter = \"bypass\": not applied to forwarded traffic");
+            }
+        }
+        Err(error) => {
+            eprintln!("xfwd: {error}");
+            return Ok(EX_NETFILTER);
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
@@ -530,12 +552,16 @@ fn describe(config: &Config) -> String {
         )
     };
     format!(
-        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}",
+        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}; netfilter {}",
         config.interfaces.join(","),
         config.queues,
         config.control_socket.display(),
         config.punt_device.as_deref().unwrap_or("off"),
         config.metrics.map_or("off".to_owned(), |a| a.to_string()),
+        match config.netfilter {
+            crate::config::NetfilterMode::Refuse => "refuse",
+            crate::config::NetfilterMode::Bypass => "bypass",
+        },
     )
 }
 

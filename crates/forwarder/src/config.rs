@@ -13,6 +13,7 @@
 //! metrics = "127.0.0.1:9587" # Prometheus text (any address; loopback unless scraped remotely)
 //! control_socket = "/run/xfwd/xfwd.sock"
 //! punt_device = "xfwd-punt"  # "" turns the punt path off
+//! netfilter = "refuse"       # "bypass": start even if nftables/iptables rules act on forwarded traffic
 //!
 //! [rings]
 //! rx = 1024
@@ -248,6 +249,8 @@ pub struct ConfigFile {
     pub control_socket: Option<PathBuf>,
     /// Punt device ("" = none).
     pub punt_device: Option<String>,
+    /// Netfilter rules on forwarded traffic: refuse to start (default), or bypass them.
+    pub netfilter: Option<NetfilterMode>,
     /// Rings.
     #[serde(default)]
     pub rings: RingsFile,
@@ -309,6 +312,8 @@ pub struct Config {
     pub control_socket: PathBuf,
     /// Punt device.
     pub punt_device: Option<String>,
+    /// What to do about netfilter rules acting on forwarded traffic.
+    pub netfilter: NetfilterMode,
     /// Rings.
     pub rings: RingSizes,
     /// Bare mode: peer MAC per interface; None = the routing pipeline.
@@ -346,6 +351,7 @@ impl Config {
                 self.control_socket != running.control_socket,
             ),
             ("punt_device", self.punt_device != running.punt_device),
+            ("netfilter", self.netfilter != running.netfilter),
             ("rings", self.rings != running.rings),
             ("bare", self.bare != running.bare),
             ("endpoint", self.endpoints != running.endpoints),
@@ -506,12 +512,32 @@ impl ConfigFile {
             metrics,
             control_socket,
             punt_device,
+            netfilter: self.netfilter.unwrap_or_default(),
             rings,
             bare,
             pipeline,
             endpoints,
         })
     }
+}
+
+/// What `xfwd run` does when nftables or iptables rules could change forwarded traffic
+/// ([`crate::netfilter`]): frames xfwd forwards never see them.
+///
+/// ```
+/// use forwarder::config::{ConfigFile, NetfilterMode};
+/// let file = ConfigFile::parse("interfaces = [\"eth0\"]\nnetfilter = \"bypass\"", "x.toml".as_ref()).unwrap();
+/// assert_eq!(file.validate(None).unwrap().netfilter, NetfilterMode::Bypass);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum NetfilterMode {
+    /// Refuse to start, naming the chains (the default).
+    #[default]
+    Refuse,
+    /// Start anyway: the rules do not apply to the traffic xfwd forwards (they still apply to
+    /// what it punts to the kernel and to local traffic).
+    Bypass,
 }
 
 /// `/run/xfwd/xfwd.sock`, or `/run/xfwd/<netns>.sock` for an instance in a namespace.

@@ -56,6 +56,7 @@ pub mod engine;
 pub mod explain;
 pub mod locals;
 pub mod metrics;
+pub mod netfilter;
 pub mod notify;
 pub mod probe;
 pub mod punt;

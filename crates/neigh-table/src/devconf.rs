@@ -90,6 +90,9 @@ pub enum Ingress {
 /// The switches of one namespace, by (family, netconf ifindex), readable without locks.
 pub struct DevConfTable {
     map: CowMap<(bool, i32), DevConf>,
+    /// `net.ipv4.conf.{all,DEV}.accept_local` (not in netconf: read from sysctl), by netconf
+    /// ifindex; only the entries that are on.
+    accept_local: CowMap<i32, ()>,
     /// Forward everything when nothing is known (a table nobody follows).
     permissive: bool,
 }
@@ -122,6 +125,7 @@ impl DevConfTable {
     pub fn permissive() -> Self {
         DevConfTable {
             map: CowMap::new(),
+            accept_local: CowMap::new(),
             permissive: true,
         }
     }
@@ -138,6 +142,7 @@ impl DevConfTable {
     pub fn followed() -> Self {
         DevConfTable {
             map: CowMap::new(),
+            accept_local: CowMap::new(),
             permissive: false,
         }
     }
@@ -157,7 +162,48 @@ impl DevConfTable {
     /// Forgets a device (`RTM_DELNETCONF`, or the device is gone); returns whether it was
     /// known.
     pub fn remove(&self, ifindex: i32) -> bool {
+        self.accept_local.remove_where(|i, _| *i == ifindex);
         !self.map.remove_where(|(_, i), _| *i == ifindex).is_empty()
+    }
+
+    /// Sets `net.ipv4.conf.{all,DEV}.accept_local` of `ifindex` ([`NETCONF_ALL`] or a device);
+    /// returns whether it changed.
+    pub fn set_accept_local(&self, ifindex: i32, on: bool) -> bool {
+        let guard = crossbeam_epoch::pin();
+        let was = self.accept_local.get(&ifindex, &guard).is_some();
+        if was == on {
+            return false;
+        }
+        if on {
+            self.accept_local.upsert(ifindex, ());
+        } else {
+            self.accept_local.remove_where(|i, _| *i == ifindex);
+        }
+        true
+    }
+
+    /// Whether an IPv4 packet arriving on `ifindex` may carry one of the host's own addresses
+    /// as its source (`IN_DEV_ACCEPT_LOCAL`: `all` or the device's `accept_local`); the
+    /// kernel's default (off) makes it a martian.
+    ///
+    /// ```
+    /// use neigh_table::{DevConfTable, NETCONF_ALL};
+    ///
+    /// let t = DevConfTable::followed();
+    /// let guard = crossbeam_epoch::pin();
+    /// assert!(!t.accepts_local(3, &guard));
+    /// t.set_accept_local(3, true);
+    /// assert!(t.accepts_local(3, &guard) && !t.accepts_local(4, &guard));
+    /// t.set_accept_local(NETCONF_ALL, true);
+    /// assert!(t.accepts_local(4, &guard));
+    /// ```
+    #[inline]
+    pub fn accepts_local(&self, ifindex: u32, guard: &Guard) -> bool {
+        if self.accept_local.len() == 0 {
+            return false;
+        }
+        self.accept_local.get(&NETCONF_ALL, guard).is_some()
+            || i32::try_from(ifindex).is_ok_and(|i| self.accept_local.get(&i, guard).is_some())
     }
 
     /// The entry of `ifindex` for a family, as reported.

@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use addr_table::Scope as AddrScope;
 use crossbeam_epoch::Guard;
+use fib_trie::multipath::{HashFields, HashKeys, MultipathPolicy};
 use fib_trie::{
     Fib, FibAlias, FibResult, FibRule, Flow, Gateway, LookupError, NextHop, RouteType, RuleAction,
     Scope, ids,
@@ -21,7 +22,8 @@ use crate::kernel_routes::key_of;
 use crate::key::IpKey;
 use crate::tables::MirroredTables;
 
-/// `route get ADDR [from ADDR] [iif DEV] [oif DEV] [mark N] [--netns NS]`.
+/// `route get ADDR [from ADDR] [iif DEV] [oif DEV] [mark N] [tos T] [ipproto P] [sport N]
+/// [dport N] [--netns NS]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RouteGetArgs {
@@ -102,6 +104,9 @@ struct Selectors {
     oif: Option<String>,
     mark: u32,
     tos: u8,
+    ipproto: u8,
+    sport: u16,
+    dport: u16,
 }
 
 fn parse_selectors(words: &[String]) -> Result<Selectors, CliError> {
@@ -123,6 +128,20 @@ fn parse_selectors(words: &[String]) -> Result<Selectors, CliError> {
             "iif" => s.iif = Some(value.clone()),
             "oif" => s.oif = Some(value.clone()),
             "mark" => s.mark = number(value).ok_or_else(bad)?,
+            "ipproto" => {
+                s.ipproto = match value.as_str() {
+                    "tcp" => 6,
+                    "udp" => 17,
+                    "icmp" => 1,
+                    "ipv6-icmp" | "icmpv6" => 58,
+                    "sctp" => 132,
+                    v => number(v)
+                        .and_then(|p| u8::try_from(p).ok())
+                        .ok_or_else(bad)?,
+                }
+            }
+            "sport" => s.sport = value.parse().map_err(|_| bad())?,
+            "dport" => s.dport = value.parse().map_err(|_| bad())?,
             "tos" | "dsfield" => {
                 s.tos = number(value)
                     .and_then(|t| u8::try_from(t).ok())
@@ -173,13 +192,25 @@ pub fn type_name(t: RouteType) -> &'static str {
     }
 }
 
-/// A hash of the flow to pick among multipath next hops (not the kernel's hash: with ECMP,
-/// the next hop printed may differ from the one `ip route get` names).
-fn flow_hash(src: IpAddr, dst: IpAddr) -> u32 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    (src, dst).hash(&mut h);
-    h.finish() as u32
+/// The multipath hash of a `route get` query: the pipeline's
+/// ([`fib_trie::multipath::flow_hash`], over the fields of the family's policy; the addresses
+/// when the kernel chooses), so both name the same member. Not the kernel's hash: with ECMP,
+/// the next hop printed may differ from the one `ip route get` names.
+fn flow_hash(fields: Option<HashFields>, src: IpAddr, dst: IpAddr, sel: &Selectors) -> u32 {
+    let wide = |a: IpAddr| match a {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    };
+    let keys = HashKeys {
+        src: wide(src),
+        dst: wide(dst),
+        proto: sel.ipproto,
+        sport: sel.sport,
+        dport: sel.dport,
+        flowlabel: 0,
+    };
+    let fields = fields.unwrap_or(HashFields::SRC_IP.with(HashFields::DST_IP));
+    fib_trie::multipath::flow_hash(fields, &keys)
 }
 
 /// Looks `args.addr` up in the mirrored tables and prints the answer as `ip route get` does:
@@ -379,7 +410,11 @@ fn get<K: IpKey>(
     }
     let rtype = r.route_type();
     let hop: Option<&NextHop<K>> = if r.nexthops().len() > 1 {
-        r.select_path(flow_hash(flow.src.to_ip(), dst.to_ip()))
+        let fields = match fib.multipath_policy() {
+            MultipathPolicy::Fields(f) => Some(f),
+            MultipathPolicy::Kernel(_) => None,
+        };
+        r.select_path(flow_hash(fields, flow.src.to_ip(), dst.to_ip(), sel))
     } else {
         r.nexthops().get(r.nh_sel)
     };

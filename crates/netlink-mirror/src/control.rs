@@ -111,7 +111,12 @@ pub(crate) struct Control {
     pub settings: Settings,
     /// When the SPD information (hash thresholds) was last asked for.
     pub spdinfo_polled: Instant,
+    /// When the multipath hash sysctls were last read.
+    pub sysctls_polled: Instant,
 }
+
+/// How often the multipath hash sysctls are read (the kernel announces no sysctl change).
+pub(crate) const SYSCTL_POLL: Duration = Duration::from_secs(1);
 
 /// How often the hash thresholds are asked for (the kernel does not announce changes).
 pub(crate) const SPDINFO_POLL: Duration = Duration::from_secs(1);
@@ -526,8 +531,36 @@ impl Control {
         }
     }
 
+    /// Reads the multipath hash sysctls ([`SYSCTL_POLL`]; a change is seen that late) into the
+    /// FIBs.
+    fn poll_sysctls(&mut self) {
+        self.sysctls_polled = Instant::now();
+        let (v4, v6) = crate::netns::multipath_policies();
+        let t = &self.applier.tables;
+        let mut changed = false;
+        if t.fib4.multipath_policy() != v4 || t.fib6.multipath_policy() != v6 {
+            tracing::info!(ipv4 = ?v4, ipv6 = ?v6, "multipath hash policy");
+            t.fib4.set_multipath_policy(v4);
+            t.fib6.set_multipath_policy(v6);
+            changed = true;
+        }
+        // accept_local of `all` and of every device (not in netconf).
+        let all = crate::netns::accept_local("all");
+        changed |= t.devconf.set_accept_local(neigh_table::NETCONF_ALL, all);
+        for link in t.links.to_vec() {
+            if let Ok(ifindex) = i32::try_from(link.ifindex) {
+                let on = crate::netns::accept_local(&link.name);
+                changed |= t.devconf.set_accept_local(ifindex, on);
+            }
+        }
+        if changed {
+            t.generation.bump();
+        }
+    }
+
     /// Synchronises until a pass finishes without losing events.
     fn full_sync(&mut self, resync: bool) -> Result<(), SyncError> {
+        self.poll_sysctls();
         let mut again = resync;
         let mut first = true;
         while first || again {
@@ -584,6 +617,9 @@ impl Control {
         self.drain_replies()?;
         if self.xfrm.is_some() && self.spdinfo_polled.elapsed() >= SPDINFO_POLL {
             self.poll_spdinfo()?;
+        }
+        if self.sysctls_polled.elapsed() >= SYSCTL_POLL {
+            self.poll_sysctls();
         }
         if route_overrun || xfrm_overrun {
             tracing::warn!("netlink receive buffer overran; resynchronising");

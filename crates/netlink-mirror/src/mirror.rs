@@ -156,6 +156,7 @@ impl Mirror {
                             dump_timeout: options.dump_timeout,
                         },
                         spdinfo_polled: Instant::now(),
+                        sysctls_polled: Instant::now(),
                     };
                     control.run();
                 })

@@ -72,3 +72,39 @@ pub(crate) fn promote_secondaries() -> bool {
     std::fs::read_to_string("/proc/sys/net/ipv4/conf/all/promote_secondaries")
         .is_ok_and(|s| s.trim() == "1")
 }
+
+/// `net.ipv4.conf.{device}.accept_local` of the calling thread's namespace (`device` may be
+/// `all`); off when it cannot be read.
+pub(crate) fn accept_local(device: &str) -> bool {
+    !device.contains('/')
+        && std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{device}/accept_local"))
+            .is_ok_and(|s| s.trim() == "1")
+}
+
+/// The multipath hash policies (IPv4, IPv6) of the calling thread's namespace:
+/// `net.ipv{4,6}.fib_multipath_hash_policy` and `_fields`, and
+/// `net.ipv4.fib_multipath_hash_seed` (both families). A sysctl this kernel lacks reads as its
+/// default (policy 0, fields 7, no seed).
+pub(crate) fn multipath_policies() -> (
+    fib_trie::multipath::MultipathPolicy,
+    fib_trie::multipath::MultipathPolicy,
+) {
+    use fib_trie::multipath::MultipathPolicy;
+    let read = |path: &str, default: u32| {
+        std::fs::read_to_string(format!("/proc/sys/net/{path}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .unwrap_or(default)
+    };
+    let seed = read("ipv4/fib_multipath_hash_seed", 0);
+    let family = |v6: bool| {
+        let dir = if v6 { "ipv6" } else { "ipv4" };
+        MultipathPolicy::from_sysctl(
+            v6,
+            read(&format!("{dir}/fib_multipath_hash_policy"), 0),
+            read(&format!("{dir}/fib_multipath_hash_fields"), 7),
+            seed,
+        )
+    };
+    (family(false), family(true))
+}
