@@ -119,6 +119,16 @@ impl std::fmt::Debug for Socket {
     }
 }
 
+/// How long a bind to a queue another socket has just released is retried.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether socket creation failed because the queue is still bound (`EBUSY`).
+fn queue_busy(e: &xsk_rs::socket::SocketCreateError) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| io.raw_os_error() == Some(libc::EBUSY))
+}
+
 /// Opens a socket on queue `queue` of `iface` over `umem`, with `need_wakeup`, in native XDP
 /// mode. The calling thread must be in the interface's network namespace.
 ///
@@ -167,8 +177,20 @@ pub fn open_socket(
     // rings, which is refused just below, before the socket could be used; the queues drop
     // then, the same as when xsk-rs reports an error, with the program loaded by the first
     // socket still held by that socket.
-    let (tx, rx, rings) = unsafe { xsk_rs::Socket::new(config, umem, &interface, queue) }
-        .map_err(|e| socket_error(e.to_string()))?;
+    // The kernel frees a closed socket's hold on its queue in deferred work, so a socket
+    // opened right after another on the same queue can find it still taken (`EBUSY`): such a
+    // bind is retried for up to `BUSY_RETRY` before it counts as refused.
+    let deadline = std::time::Instant::now() + BUSY_RETRY;
+    let (tx, rx, rings) = loop {
+        // SAFETY: see above; a failed attempt holds nothing (xsk-rs frees what it made).
+        match unsafe { xsk_rs::Socket::new(config, umem, &interface, queue) } {
+            Ok(socket) => break socket,
+            Err(e) if queue_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) => return Err(socket_error(e.to_string())),
+        }
+    };
     if options.program == Program::Libxdp && rings.is_none() {
         return Err(socket_error(
             "already bound through this UMEM: libxdp's program needs a pair of its own".into(),

@@ -4,42 +4,13 @@
 //! route to host" as `ip route get` does), and `rp_filter` strict on fwd0 must let a valid
 //! source through and drop a spoofed one (a source routed back out of fwd1).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
-
-struct Xfwd {
-    child: Child,
-    control: String,
-}
-
-impl Xfwd {
-    fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control", &self.control])
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    }
-}
-
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{XFWD, Xfwd, pipeline, sysctl};
 
 #[derive(Debug, serde::Deserialize)]
 struct Report {
@@ -64,16 +35,6 @@ fn probe(lab: &Lab, src: &str, dst: &str, count: u64) -> Report {
 }
 
 /// A pipeline counter summed over queues.
-fn pipeline(stats: &serde_json::Value, group: &str, key: &str) -> u64 {
-    stats["pipeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|q| q[group].as_array().unwrap().iter())
-        .filter(|pair| pair[0] == key)
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
-}
 
 /// Waits until the published counters satisfy `ok`.
 fn wait_stats(xfwd: &Xfwd, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
@@ -86,13 +47,6 @@ fn wait_stats(xfwd: &Xfwd, what: &str, ok: impl Fn(&serde_json::Value) -> bool) 
         assert!(Instant::now() < deadline, "{what}: {stats:#}");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn sysctl(ns: &str, path: &str, value: &str) {
-    let path = format!("/proc/sys/net/{path}");
-    xfwd_lab::netns::run_in(ns, || std::fs::write(&path, value))
-        .unwrap()
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
 }
 
 /// The answer of `route get` (stdout, or the error text) from the kernel and from xfwd.

@@ -4,42 +4,13 @@
 //! out of `fwd2` (TTL decremented once, by the kernel).
 
 use std::net::IpAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
-
-struct Xfwd {
-    child: Child,
-    control: String,
-}
-
-impl Xfwd {
-    fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control", &self.control])
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    }
-}
-
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{XFWD, Xfwd};
 
 fn ip(ns: &str, line: &str) {
     let out = Command::new("ip")

@@ -6,42 +6,13 @@
 //! IPv6 neighbour entry yet (the frames wait in the hold buffer, xfwd asks the kernel to
 //! resolve the IPv6 neighbour, ND runs, and they leave).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
-
-struct Xfwd {
-    child: Child,
-    control: String,
-}
-
-impl Xfwd {
-    fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control", &self.control])
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    }
-}
-
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{XFWD, Xfwd, pipeline};
 
 fn ip(ns: &str, line: &str) -> String {
     let out = Command::new("ip")
@@ -100,16 +71,6 @@ fn assert_arrived(report: &Report, count: u64) {
 }
 
 /// A pipeline counter summed over queues.
-fn pipeline(stats: &serde_json::Value, group: &str, key: &str) -> u64 {
-    stats["pipeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|q| q[group].as_array().unwrap().iter())
-        .filter(|pair| pair[0] == key)
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
-}
 
 fn punts(stats: &serde_json::Value) -> u64 {
     stats["pipeline"]
