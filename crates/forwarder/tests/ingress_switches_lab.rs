@@ -34,8 +34,6 @@ fn probe(lab: &Lab, src: &str, dst: &str, count: u64) -> Report {
         .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// A pipeline counter summed over queues.
-
 /// Waits until the published counters satisfy `ok`.
 fn wait_stats(xfwd: &Xfwd, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);

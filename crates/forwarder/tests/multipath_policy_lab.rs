@@ -38,8 +38,6 @@ fn probe(lab: &Lab, count: u64) -> Report {
         .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)))
 }
 
-/// A pipeline counter summed over queues (`group` "verdicts" or "punts").
-
 /// Waits until `ok` holds for xfwd's stats.
 fn wait(xfwd: &Xfwd, what: &str, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(5);

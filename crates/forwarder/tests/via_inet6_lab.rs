@@ -70,8 +70,6 @@ fn assert_arrived(report: &Report, count: u64) {
     assert_eq!(report.ttls, [(63, count)], "decremented once, by xfwd");
 }
 
-/// A pipeline counter summed over queues.
-
 fn punts(stats: &serde_json::Value) -> u64 {
     stats["pipeline"]
         .as_array()
