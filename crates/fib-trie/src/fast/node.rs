@@ -120,42 +120,9 @@ impl Entry {
 /// twelve leaves of a childless node) are then read with one miss.
 const NODE_ALIGN: usize = 64;
 
-/// The tag bit of a pointer to a narrow compact node: one whose answers all fit 16 bits (a
-/// FIB's interned results usually do), stored as `u16` to halve its leaves.
-const NARROW: usize = 4;
-/// A narrow node's stand-in for [`NONE`](super::NONE).
-const NARROW_NONE: u32 = u16::MAX as u32;
-
-/// The layout of a compact node. A narrow node's allocation has two bytes of padding after
-/// its last answer, so that every answer can be read as a `u32` and masked.
-fn layout(children: usize, leaves: usize, narrow: bool) -> Layout {
-    let answers = if narrow { 2 * leaves + 2 } else { 4 * leaves };
-    let size = size_of::<Node>() + children * size_of::<Slot>() + answers;
+fn layout(children: usize, leaves: usize) -> Layout {
+    let size = size_of::<Node>() + children * size_of::<Slot>() + leaves * size_of::<u32>();
     Layout::from_size_align(size, NODE_ALIGN).expect("a node is at most a few hundred bytes")
-}
-
-/// Whether a compact node's pointer tags it narrow.
-#[inline(always)]
-fn is_narrow(node: NonNull<Node>) -> bool {
-    node.as_ptr().addr() & NARROW != 0
-}
-
-/// A compact node's header (its pointer without the narrow tag).
-#[inline(always)]
-fn head_ptr(node: NonNull<Node>) -> *mut Node {
-    node.as_ptr().map_addr(|a| a & !NARROW)
-}
-
-/// The layout `node` was allocated with, and its number of children.
-///
-/// # Safety
-/// `node` must be live.
-unsafe fn layout_of(node: NonNull<Node>) -> (usize, Layout) {
-    // SAFETY: the caller guarantees the header is readable.
-    let head = unsafe { head_ptr(node).read() };
-    let children = head.vector.count_ones() as usize;
-    let leaves = head.leafvec.count_ones() as usize;
-    (children, layout(children, leaves, is_narrow(node)))
 }
 
 /// Allocates a node with these vectors, child entries (one per set bit of `vector`, in
@@ -168,37 +135,23 @@ pub(crate) fn new_node(
 ) -> NonNull<Node> {
     assert_eq!(children.len(), vector.count_ones() as usize);
     assert_eq!(leaves.len(), leafvec.count_ones() as usize);
-    let narrow = leaves.iter().all(|&a| a < NARROW_NONE || a == super::NONE);
-    let layout = layout(children.len(), leaves.len(), narrow);
+    let layout = layout(children.len(), leaves.len());
     // SAFETY: the layout has a non-zero size (the header); every byte of the allocation is
     // written below before the pointer is returned: the header, `children.len()` slots right
-    // after it, `leaves.len()` answers after those (and a narrow node's two bytes of
-    // padding), which is exactly the layout's size. The allocation is 64-byte aligned, so
-    // bit 2 is free for the narrow tag (set with `map_addr`, which keeps the provenance).
+    // after it and `leaves.len()` answers after those, which is exactly the layout's size.
     unsafe {
         let raw = alloc(layout).cast::<Node>();
-        if raw.is_null() {
+        let Some(node) = NonNull::new(raw) else {
             handle_alloc_error(layout)
-        }
+        };
         raw.write(Node { vector, leafvec });
-        let node = NonNull::new_unchecked(raw.map_addr(|a| if narrow { a | NARROW } else { a }));
         let slots = children_ptr(node);
         for (i, c) in children.iter().enumerate() {
             slots.add(i).write(Slot::new(c.encode()));
         }
-        let answers = slots.add(children.len()).cast::<u8>();
+        let answers = leaves_ptr(node, children.len());
         for (i, &a) in leaves.iter().enumerate() {
-            if narrow {
-                answers
-                    .cast::<u16>()
-                    .add(i)
-                    .write(a.min(NARROW_NONE) as u16);
-            } else {
-                answers.cast::<u32>().add(i).write(a);
-            }
-        }
-        if narrow {
-            answers.cast::<u16>().add(leaves.len()).write(0);
+            answers.add(i).write(a);
         }
         node
     }
@@ -271,33 +224,14 @@ pub(crate) unsafe fn skip_next<'a>(skip: NonNull<Skip>) -> (u8, &'a Slot) {
 fn children_ptr(node: NonNull<Node>) -> *mut Slot {
     // SAFETY: the header is followed by the child slots in the same
     // allocation (`layout`), and `Slot`'s alignment divides the header's size.
-    unsafe { head_ptr(node).add(1).cast::<Slot>() }
+    unsafe { node.as_ptr().add(1).cast::<Slot>() }
 }
 
-/// Answer `k` of `node`, which has `children` child slots.
-///
-/// # Safety
-/// `node` must be live and `k` below its number of answers.
+/// The first leaf answer of `node`, which has `children` child slots.
 #[inline(always)]
-unsafe fn answer(node: NonNull<Node>, children: usize, k: usize) -> u32 {
-    // Without a branch on the node's width (nodes of both widths mix in a table whose
-    // answers exceed 16 bits): read four bytes at the answer's offset and mask.
-    let narrow = is_narrow(node);
-    let width = if narrow { 2 } else { 4 };
-    let mask = if narrow { NARROW_NONE } else { u32::MAX };
-    // SAFETY: the answers follow the child slots; answer `k` starts `k * width` bytes in, and
-    // four bytes from there stay inside the allocation (a narrow node's last answer is
-    // followed by two bytes of padding). They may be unaligned for a narrow node.
-    let value = unsafe {
-        children_ptr(node)
-            .add(children)
-            .cast::<u8>()
-            .add(k * width)
-            .cast::<u32>()
-            .read_unaligned()
-    } & mask;
-    // A narrow node's stand-in for NONE widens to NONE.
-    value | (u32::from(narrow && value == NARROW_NONE) * (u32::MAX ^ NARROW_NONE))
+fn leaves_ptr(node: NonNull<Node>, children: usize) -> *mut u32 {
+    // SAFETY: the leaves follow the `children` slots in the same allocation.
+    unsafe { children_ptr(node).add(children).cast::<u32>() }
 }
 
 /// One step of a lookup: the entry at position `index` (< 64) of `node`.
@@ -309,7 +243,7 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
     // SAFETY: the caller guarantees `node` is live, so its header is readable and its
     // allocation holds popcount(vector) slots and popcount(leafvec) answers. `index < 64`.
     unsafe {
-        let head = head_ptr(node).read();
+        let head = node.as_ptr().read();
         let bit = 1u64 << index;
         let below = bit - 1;
         if head.vector & bit != 0 {
@@ -320,7 +254,7 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
             // count is at least one.
             let k = (head.leafvec & (bit | below)).count_ones() as usize;
             let children = head.vector.count_ones() as usize;
-            Entry::Leaf(answer(node, children, k.wrapping_sub(1)))
+            Entry::Leaf(leaves_ptr(node, children).add(k.wrapping_sub(1)).read())
         }
     }
 }
@@ -344,7 +278,7 @@ pub(crate) fn prefetch_addr(addr: *const u8) {
 pub(crate) unsafe fn child_slot<'a>(node: NonNull<Node>, index: u32) -> Option<&'a Slot> {
     // SAFETY: the caller guarantees `node` is live; the slot index is below popcount(vector).
     unsafe {
-        let head = head_ptr(node).read();
+        let head = node.as_ptr().read();
         let bit = 1u64 << index;
         (head.vector & bit != 0)
             .then(|| &*children_ptr(node).add((head.vector & (bit - 1)).count_ones() as usize))
@@ -360,8 +294,11 @@ pub(crate) unsafe fn subtree_bytes(node: NonNull<Node>) -> usize {
     // SAFETY: the caller guarantees `node` is live, and so are its children (a published
     // node's children are retired only with or after it).
     unsafe {
-        let (children, layout) = layout_of(node);
-        let mut bytes = layout.pad_to_align().size();
+        let head = node.as_ptr().read();
+        let children = head.vector.count_ones() as usize;
+        let mut bytes = layout(children, head.leafvec.count_ones() as usize)
+            .pad_to_align()
+            .size();
         for i in 0..children {
             bytes += entry_bytes(Entry::load(&*children_ptr(node).add(i)));
         }
@@ -393,13 +330,17 @@ pub(crate) unsafe fn free_subtree(node: NonNull<Node>) {
     // SAFETY: by the caller's guarantee the subtree is exclusively ours; each node is freed
     // once, with the layout it was allocated with (recomputed from its vectors).
     unsafe {
-        let (children, layout) = layout_of(node);
+        let head = node.as_ptr().read();
+        let children = head.vector.count_ones() as usize;
         for i in 0..children {
             free_entry(Entry::decode(
                 (*children_ptr(node).add(i)).load(Ordering::Relaxed),
             ));
         }
-        dealloc(head_ptr(node).cast(), layout);
+        dealloc(
+            node.as_ptr().cast(),
+            layout(children, head.leafvec.count_ones() as usize),
+        );
     }
 }
 
@@ -444,8 +385,12 @@ pub(crate) unsafe fn retire_shallow(node: NonNull<Node>, guard: &Guard) {
     unsafe {
         guard.defer_unchecked(move || {
             let n = n;
-            let (_, layout) = layout_of(n.0);
-            dealloc(head_ptr(n.0).cast(), layout);
+            let head = n.0.as_ptr().read();
+            let layout = layout(
+                head.vector.count_ones() as usize,
+                head.leafvec.count_ones() as usize,
+            );
+            dealloc(n.0.as_ptr().cast(), layout);
         });
     }
 }
@@ -502,34 +447,6 @@ mod tests {
             // Two nodes, each padded to its cache line.
             assert_eq!(subtree_bytes(node), 2 * NODE_ALIGN);
             free_subtree(node);
-        }
-    }
-
-    #[test]
-    fn narrow_and_wide_answers_round_trip() {
-        use super::super::NONE;
-        // Answers that fit 16 bits (with NONE) make a narrow node; one more makes it wide.
-        for (answers, narrow) in [
-            (vec![0, 7, NONE, 65_534, 3], true),
-            (vec![0, 7, NONE, 65_535, 3], false),
-            (vec![1, u32::MAX - 1, NONE, 70_000, 9], false),
-        ] {
-            // Positions 0..=9 answer answers[0], 10..=19 answers[1], ... (runs of ten).
-            let leafvec = (0..5).fold(0u64, |v, r| v | 1 << (10 * r));
-            let node = new_node(0, leafvec, &[], &answers);
-            assert_eq!(is_narrow(node), narrow, "{answers:?}");
-            // SAFETY: the node is owned here and freed at the end.
-            unsafe {
-                for i in 0..64u32 {
-                    let want = answers[(i as usize / 10).min(4)];
-                    assert_eq!(
-                        step(node, i),
-                        Entry::Leaf(want),
-                        "position {i} of {answers:?}"
-                    );
-                }
-                free_subtree(node);
-            }
         }
     }
 
