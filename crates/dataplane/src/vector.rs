@@ -423,94 +423,79 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups_v4(b, ingress, frames, lanes, &v4[..n4]);
-    fib_lookups_v6(b, ingress, frames, lanes, &v6[..n6]);
+    let (fib4, fib6) = (&b.tables.fib4, &b.tables.fib6);
+    fib_lookups(
+        b,
+        ingress,
+        frames,
+        lanes,
+        &v4[..n4],
+        fib4,
+        |a| a as u32,
+        route::widen4,
+    );
+    fib_lookups(
+        b,
+        ingress,
+        frames,
+        lanes,
+        &v6[..n6],
+        fib6,
+        |a| a,
+        route::widen6,
+    );
 }
 
-/// The IPv4 FIB lookups of the lanes at `indices`, as one batch (`Fib::lookup_batch`: the
-/// walks overlap their cache misses).
+/// The FIB lookups of one family's lanes at `indices`, as one batch (`Fib::lookup_batch`: the
+/// walks overlap their cache misses); `key` narrows the pipeline's `u128` addresses to the
+/// family's keys and `widen` turns a gateway back.
 #[inline(always)]
-fn fib_lookups_v4(
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the stage's state and one family's FIB, kept apart"
+)]
+fn fib_lookups<K: fib_trie::TrieKey>(
     b: &Batch<'_>,
     ingress: &mut IngressMemo,
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     indices: &[u8],
+    fib: &fib_trie::Fib<K>,
+    key: impl Fn(u128) -> K,
+    widen: impl Fn(fib_trie::Gateway<K>) -> (u128, bool),
 ) {
     if indices.is_empty() {
         return;
     }
-    let mut flows = [fib_trie::Flow::to(0u32); VECTOR];
+    let mut flows = [fib_trie::Flow::to(key(0)); VECTOR];
     for (flow, &i) in flows.iter_mut().zip(indices) {
         let m = &lanes[usize::from(i)].meta;
         *flow = route::fib_flow(
-            m.src as u32,
-            m.dst as u32,
+            key(m.src),
+            key(m.dst),
             m.tos,
             frames[usize::from(i)].ifindex,
         );
     }
     let mut switches = ingress.switches(b.tables, b.guard);
     // Read once per batch (the mirror changes it at most once a second).
-    let policy = b.tables.fib4.multipath_policy();
-    b.tables
-        .fib4
-        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let i = usize::from(indices[k]);
-            let lane = &mut lanes[i];
-            let meta = &lane.meta;
-            let answer = route::fib_answer(
-                &mut switches,
-                &flows[k],
-                result,
-                meta.src,
-                meta.dst,
-                policy,
-                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
-                route::widen4,
-            );
-            lane.take_fib_answer(answer);
-        });
-}
-
-/// The IPv6 FIB lookups of the lanes at `indices`, as one batch.
-#[inline(always)]
-fn fib_lookups_v6(
-    b: &Batch<'_>,
-    ingress: &mut IngressMemo,
-    frames: &[Frame<'_>],
-    lanes: &mut [Lane],
-    indices: &[u8],
-) {
-    if indices.is_empty() {
-        return;
-    }
-    let mut flows = [fib_trie::Flow::to(0u128); VECTOR];
-    for (flow, &i) in flows.iter_mut().zip(indices) {
-        let m = &lanes[usize::from(i)].meta;
-        *flow = route::fib_flow(m.src, m.dst, m.tos, frames[usize::from(i)].ifindex);
-    }
-    let mut switches = ingress.switches(b.tables, b.guard);
-    // Read once per batch (the mirror changes it at most once a second).
-    let policy = b.tables.fib6.multipath_policy();
-    b.tables
-        .fib6
-        .lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-            let i = usize::from(indices[k]);
-            let lane = &mut lanes[i];
-            let meta = &lane.meta;
-            let answer = route::fib_answer(
-                &mut switches,
-                &flows[k],
-                result,
-                meta.src,
-                meta.dst,
-                policy,
-                |fields| route::hash_keys(meta, frames[i].bytes(), fields),
-                route::widen6,
-            );
-            lane.take_fib_answer(answer);
-        });
+    let policy = fib.multipath_policy();
+    fib.lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
+        let i = usize::from(indices[k]);
+        let lane = &mut lanes[i];
+        let meta = &lane.meta;
+        let answer = route::fib_answer(
+            &mut switches,
+            &flows[k],
+            result,
+            meta.src,
+            meta.dst,
+            policy,
+            |fields| route::hash_keys(meta, frames[i].bytes(), fields),
+            &widen,
+        );
+        lane.take_fib_answer(answer);
+    });
 }
 
 /// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
