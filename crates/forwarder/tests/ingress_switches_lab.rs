@@ -4,7 +4,7 @@
 //! route to host" as `ip route get` does), and `rp_filter` strict on fwd0 must let a valid
 //! source through and drop a spoofed one (a source routed back out of fwd1).
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
@@ -78,25 +78,7 @@ fn forwarding_off_and_rp_filter_through_xfwd_as_the_kernel() {
     }
     let lab = Lab::unique("fwdsw").unwrap().up_scoped().unwrap();
     let fwd = lab.netns(Role::Fwd);
-    let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
-    let xfwd = Xfwd {
-        child: Command::new(XFWD)
-            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
-            .args(["--control", &control])
-            .args([
-                "--punt-device",
-                &format!("w{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-        control,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while xfwd.stats().is_none() {
-        assert!(Instant::now() < deadline, "xfwd never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let xfwd = Xfwd::start(&lab, 'w');
     let (src, dst) = (
         topology::SRC0.ipv4.to_string(),
         topology::DST0.ipv4.to_string(),

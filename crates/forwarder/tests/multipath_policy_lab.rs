@@ -5,7 +5,7 @@
 //! `multipath_hash`), which forwards it (TTL 63). With the seed back to 0 (policy 0 followed),
 //! xfwd forwards them itself and punts none.
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
@@ -81,25 +81,7 @@ fn an_unfollowed_multipath_hash_leaves_ecmp_to_the_kernel() {
         ("ipv4/fib_multipath_hash_policy", "2")
     };
     sysctl(&fwd, unfollowed, value);
-    let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
-    let xfwd = Xfwd {
-        child: Command::new(XFWD)
-            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
-            .args(["--control", &control])
-            .args([
-                "--punt-device",
-                &format!("m{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-        control,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while xfwd.stats().is_none() {
-        assert!(Instant::now() < deadline, "xfwd never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let xfwd = Xfwd::start(&lab, 'm');
 
     // Unfollowed: the kernel forwards every probe.
     let report = probe(&lab, 200);

@@ -4,7 +4,7 @@
 //! out of `fwd2` (TTL decremented once, by the kernel).
 
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
@@ -81,25 +81,7 @@ fn routes_out_of_unserved_interfaces_are_forwarded_by_the_kernel() {
             "fwd never resolved dst1: {neigh}"
         );
     }
-    let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
-    let xfwd = Xfwd {
-        child: Command::new(XFWD)
-            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
-            .args(["--control", &control])
-            .args([
-                "--punt-device",
-                &format!("u{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-        control,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while xfwd.stats().is_none() {
-        assert!(Instant::now() < deadline, "xfwd never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let xfwd = Xfwd::start(&lab, 'u');
     let src = IpAddr::V4(topology::SRC0.ipv4);
     let out = Command::new(XFWD)
         .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])

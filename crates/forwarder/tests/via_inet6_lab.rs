@@ -6,7 +6,7 @@
 //! IPv6 neighbour entry yet (the frames wait in the hold buffer, xfwd asks the kernel to
 //! resolve the IPv6 neighbour, ND runs, and they leave).
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, Role, topology};
@@ -129,25 +129,7 @@ fn ipv4_via_ipv6_next_hops_through_xfwd_with_nd_resolution() {
         &fwd,
         &format!("route add 203.0.113.0/24 via inet6 {global} dev fwd1"),
     );
-    let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
-    let xfwd = Xfwd {
-        child: Command::new(XFWD)
-            .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
-            .args(["--control", &control])
-            .args([
-                "--punt-device",
-                &format!("v{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap(),
-        control,
-    };
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while xfwd.stats().is_none() {
-        assert!(Instant::now() < deadline, "xfwd never answered");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let xfwd = Xfwd::start(&lab, 'v');
 
     // `xfwd route get` equals `ip route get`: `via inet6 ADDR dev fwd1 src ...`.
     for (addr, via) in [("198.51.100.7", &ll), ("203.0.113.9", &global)] {

@@ -18,6 +18,32 @@ pub struct Xfwd {
 }
 
 impl Xfwd {
+    /// Starts `xfwd run` in `lab`'s forwarding namespace on fwd0 and fwd1, its punt device
+    /// named `punt` plus this process's id, and waits (up to 20 s) until it answers `stats`.
+    pub fn start(lab: &xfwd_lab::Lab, punt: char) -> Xfwd {
+        let fwd = lab.netns(xfwd_lab::Role::Fwd);
+        let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
+        let xfwd = Xfwd {
+            child: Command::new(XFWD)
+                .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
+                .args(["--control", &control])
+                .args([
+                    "--punt-device",
+                    &format!("{punt}{}", std::process::id() % 100_000),
+                ])
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+            control,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while xfwd.stats().is_none() {
+            assert!(Instant::now() < deadline, "xfwd never answered");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        xfwd
+    }
+
     /// `xfwd stats --json`, when it answers.
     pub fn stats(&self) -> Option<serde_json::Value> {
         let out = Command::new(XFWD)
