@@ -449,7 +449,13 @@ fn unicast_egress<K: TrieKey>(
     } else {
         0
     };
-    let Some(nh) = r.select_path(hash) else {
+    let nh = match r.nexthops() {
+        // One live next hop with a weight: every way of `select_path` (a resilient bucket,
+        // the weighted choice) picks it, so the choice is skipped.
+        [only] if only.is_alive() && only.weight > 0 => Some(only),
+        _ => r.select_path(hash),
+    };
+    let Some(nh) = nh else {
         return Err(Route::Reject(Reject::NoRoute));
     };
     let (next_hop, next_hop_v6) = nh.gateway.map_or((dst, K::BITS == 128), widen);

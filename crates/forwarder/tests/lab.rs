@@ -237,6 +237,38 @@ fn bare_forwarding_v4_v6_then_sigterm_detaches() {
     assert!(!xfwd.control.exists(), "control socket removed");
 }
 
+/// Far more frames than one UMEM holds (8,192 chunks: each port's fill ring and twice its TX
+/// ring) go through the bare engine, so every chunk is received, sent, completed and given to
+/// the kernel again several times; a chunk lost on that round (a completion not returned to a
+/// fill ring) stalls forwarding after a ring's worth of frames.
+#[test]
+fn bare_forwards_several_umems_worth_of_frames() {
+    if !xfwd_lab::privileged("bare_forwards_several_umems_worth_of_frames") {
+        return;
+    }
+    let lab = lab("fwdumem");
+    let xfwd = Xfwd::start(&lab, &[]);
+    let count = 30_000;
+    let out = probe_command(&lab, IpAddr::V4(topology::SRC0.ipv4), v4_target())
+        .args(["--count", &count.to_string(), "--rate", "5000"])
+        .output()
+        .unwrap();
+    let report: Report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let stats = xfwd.stats().unwrap();
+    assert_eq!(
+        report.unique, count,
+        "every probe arrives: {report:?}; the run loop: {:#}",
+        stats["queues"]
+    );
+    assert_forwarded(&report, count);
+    let stats = assert_counted_once(&xfwd);
+    assert!(
+        pipeline(&stats, "verdicts", "transmit") >= count,
+        "{stats:#}"
+    );
+}
+
 /// Sends one UDP datagram from src's kernel stack to `to`, received by a socket in fwd.
 fn local_datagram(lab: &Lab, to: SocketAddr) -> Result<Vec<u8>, String> {
     let listener = xfwd_lab::netns::run_in(&lab.netns(Role::Fwd), || UdpSocket::bind(to))
