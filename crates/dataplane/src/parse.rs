@@ -177,6 +177,14 @@ pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
 /// As [`parse`].
 #[inline]
 pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
+    match parse_plain_v4(frame, meta) {
+        Some(done) => done,
+        None => parse_general(frame, config, meta),
+    }
+}
+
+/// [`parse_into`] for every frame, without the shortcut of [`parse_plain_v4`].
+fn parse_general(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
     let (l2, l2_len, ethertype) = parse_l2(frame, config)?;
     let (dst_mac, src_mac, tci) = l2.fields();
     meta.l2_len = l2_len;
@@ -226,7 +234,56 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     if checksum::fold(sum) != CHECKSUM_VALID {
         return Err(Verdict::Drop(DropReason::BadChecksum));
     }
-    let head = Ipv4Packet::new_unchecked(fixed);
+    v4_fields(
+        Ipv4Packet::new_unchecked(fixed),
+        hlen,
+        ip.packet(),
+        meta,
+    )
+}
+
+/// The common frame in one step: untagged IPv4 with an option-less header (the first byte
+/// 0x45), its Ethernet and IP headers read through one fixed-size view whose bounds are
+/// checked once, the total length inside the frame and the checksum valid. Gives what
+/// [`parse_into`]'s general path would give such a frame; `None` for every other frame
+/// (tagged, IPv6, options, a bad length or checksum: the general path finds the verdict).
+#[inline]
+fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> {
+    let (l2, rest) = frame.split_first_chunk::<{ ethernet::HEADER_LEN }>()?;
+    let l3 = rest.first_chunk::<{ ipv4::HEADER_LEN }>()?;
+    let eth = EthernetFrame::new_unchecked(l2);
+    if eth.ethertype() != ethertype::IPV4 || l3[0] != PLAIN_V4_FIRST_BYTE {
+        return None;
+    }
+    let head = Ipv4Packet::new_unchecked(l3);
+    let total = usize::from(head.total_len());
+    if total < ipv4::HEADER_LEN || total > rest.len() {
+        return None;
+    }
+    if checksum::fold(checksum::sum(l3, 0)) != CHECKSUM_VALID {
+        return None;
+    }
+    meta.l2_len = ethernet::HEADER_LEN;
+    meta.tci = None;
+    meta.dst_mac = eth.dst_addr();
+    meta.src_mac = eth.src_addr();
+    meta.icmp_type = None;
+    meta.v6 = false;
+    Some(v4_fields(head, ipv4::HEADER_LEN, &rest[..total], meta))
+}
+
+/// Version 4 and a header length of 5 words: an IPv4 header without options.
+const PLAIN_V4_FIRST_BYTE: u8 = 0x45;
+
+/// The fields of a validated IPv4 header (`head`, the fixed part; `hlen` with options;
+/// `packet`, the IP packet up to its total length) into `meta`, then the martian checks.
+#[inline]
+fn v4_fields(
+    head: Ipv4Packet<&[u8; ipv4::HEADER_LEN]>,
+    hlen: usize,
+    packet: &[u8],
+    meta: &mut Meta,
+) -> Result<(), Verdict> {
     let src = u32::from_be_bytes(head.src_bytes());
     let dst = u32::from_be_bytes(head.dst_bytes());
     meta.src = u128::from(src);
@@ -259,7 +316,7 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     }
 
     if !meta.later_fragment && meta.proto == protocol::ICMP {
-        meta.icmp_type = ip.packet().get(hlen).copied();
+        meta.icmp_type = packet.get(hlen).copied();
     }
     Ok(())
 }
@@ -348,3 +405,85 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
 
 /// The link-layer header length of an untagged frame (what goes out).
 pub const L2_LEN: usize = ethernet::HEADER_LEN;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An untagged IPv4 UDP frame with a valid header checksum.
+    fn plain_v4(payload: usize) -> Vec<u8> {
+        let total = ipv4::HEADER_LEN + 8 + payload;
+        let mut frame = vec![0u8; ethernet::HEADER_LEN + total];
+        frame[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+        frame[12..14].copy_from_slice(&ethertype::IPV4.to_be_bytes());
+        let ip = &mut frame[ethernet::HEADER_LEN..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = protocol::UDP;
+        ip[12..16].copy_from_slice(&[192, 0, 2, 1]);
+        ip[16..20].copy_from_slice(&[198, 51, 100, 7]);
+        let sum = checksum::checksum(&ip[..ipv4::HEADER_LEN]);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        frame
+    }
+
+    /// Both paths on one frame: the verdict and, on success, every field.
+    fn both(frame: &[u8]) -> (Option<Result<Meta, Verdict>>, Result<Meta, Verdict>) {
+        let config = Config::default();
+        let mut fast = Meta::default();
+        let quick = parse_plain_v4(frame, &mut fast).map(|r| r.map(|()| fast));
+        let mut meta = Meta::default();
+        let general = parse_general(frame, &config, &mut meta).map(|()| meta);
+        (quick, general)
+    }
+
+    #[test]
+    fn the_shortcut_takes_the_plain_frame_and_leaves_the_rest() {
+        let frame = plain_v4(18);
+        let (quick, general) = both(&frame);
+        assert!(general.is_ok());
+        assert_eq!(quick, Some(general));
+        // Options, a tag, IPv6, a short frame, a bad checksum: the general path's.
+        let mut options = frame.clone();
+        options[ethernet::HEADER_LEN] = 0x46;
+        let mut bad_sum = frame.clone();
+        bad_sum[ethernet::HEADER_LEN + 10] ^= 1;
+        let mut long = frame.clone();
+        long[ethernet::HEADER_LEN + 2] = 0xff;
+        for other in [options, bad_sum, long, frame[..33].to_vec()] {
+            assert_eq!(both(&other).0, None);
+        }
+    }
+
+    proptest! {
+        /// Wherever the shortcut answers, it answers as the general path does (verdict and
+        /// every field), over plain frames with random bytes written into their headers.
+        #[test]
+        fn the_shortcut_agrees_with_the_general_path(
+            payload in 0usize..64,
+            edits in proptest::collection::vec((0usize..60, any::<u8>()), 0..4),
+            fix_sum in any::<bool>(),
+            cut in 0usize..8,
+        ) {
+            let mut frame = plain_v4(payload);
+            for (at, byte) in edits {
+                if let Some(b) = frame.get_mut(at) {
+                    *b = byte;
+                }
+            }
+            if fix_sum && frame.len() >= ethernet::HEADER_LEN + ipv4::HEADER_LEN {
+                let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::HEADER_LEN];
+                ip[10..12].fill(0);
+                let sum = checksum::checksum(ip);
+                ip[10..12].copy_from_slice(&sum.to_be_bytes());
+            }
+            frame.truncate(frame.len().saturating_sub(cut));
+            let (quick, general) = both(&frame);
+            if let Some(quick) = quick {
+                prop_assert_eq!(quick, general);
+            }
+        }
+    }
+}
