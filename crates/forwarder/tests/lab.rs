@@ -174,7 +174,7 @@ fn bare_forwards_several_umems_worth_of_frames() {
         return;
     }
     let lab = lab("fwdumem");
-    let xfwd = Xfwd::start(&lab, &[]);
+    let xfwd = start_bare(&lab, &[]);
     let count = 30_000;
     let out = probe_command(&lab, IpAddr::V4(topology::SRC0.ipv4), v4_target())
         .args(["--count", &count.to_string(), "--rate", "5000"])
