@@ -234,12 +234,7 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     if checksum::fold(sum) != CHECKSUM_VALID {
         return Err(Verdict::Drop(DropReason::BadChecksum));
     }
-    v4_fields(
-        Ipv4Packet::new_unchecked(fixed),
-        hlen,
-        ip.packet(),
-        meta,
-    )
+    v4_fields(Ipv4Packet::new_unchecked(fixed), hlen, ip.packet(), meta)
 }
 
 /// The common frame in one step: untagged IPv4 with an option-less header (the first byte

@@ -544,7 +544,10 @@ impl Lab {
 
     /// Adds a note to the run's report.
     pub fn note(&mut self, note: String) {
-        self.notes.push(note);
+        // A forwarder started again (the matched load) says the same thing again: once is enough.
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
     }
 
     /// Notes gathered so far.
@@ -715,7 +718,7 @@ impl Lab {
                 let probe = self.trial(Some(20_000.0), 64, 1, Some(2_000), &[], None)?;
                 let by_kernel = probe.kernel_forwarded * 100 > probe.sent;
                 if probe.received >= probe.sent * 99 / 100 && probe.sent > 0 && !by_kernel {
-                    self.notes.push(format!(
+                    self.note(format!(
                         "{} forwarded {:.0} s after its start (start-up and table loading included)",
                         case.label(),
                         start.elapsed().as_secs_f64()
