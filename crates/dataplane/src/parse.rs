@@ -177,7 +177,10 @@ pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
 /// As [`parse`].
 #[inline]
 pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
-    match parse_plain_v4(frame, meta) {
+    if let Some(done) = parse_plain_v4(frame, meta) {
+        return done;
+    }
+    match parse_plain_v6(frame, meta) {
         Some(done) => done,
         None => parse_general(frame, config, meta),
     }
@@ -340,30 +343,12 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     if bytes.is_empty() {
         return Err(Verdict::Drop(DropReason::Truncated));
     }
-    if bytes[0] >> 4 != 6 {
+    if bytes[0] >> 4 != IPV6_VERSION {
         return Err(Verdict::Drop(DropReason::BadVersion));
     }
     let ip = Ipv6Packet::new_checked(bytes).map_err(wire_drop)?;
-    let src = u128::from_be_bytes(ip.src_bytes());
-    let dst = u128::from_be_bytes(ip.dst_bytes());
-    meta.src = src;
-    meta.dst = dst;
-    meta.tos = ip.traffic_class();
-    meta.ttl = ip.hop_limit();
-    meta.ip_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
-
-    if ipv6::in_prefix(src, ipv6::MULTICAST) {
-        return Err(Verdict::Drop(DropReason::MartianSource));
-    }
-    if src == ipv6::LOOPBACK {
-        return Err(Verdict::Drop(DropReason::MartianSource));
-    }
-    if ipv6::in_prefix(dst, ipv6::MULTICAST) {
-        return Err(Verdict::Punt(PuntReason::Multicast));
-    }
-    if dst == ipv6::UNSPECIFIED || dst == ipv6::LOOPBACK {
-        return Err(Verdict::Drop(DropReason::MartianDestination));
-    }
+    v6_addresses(&ip, meta)?;
+    let (src, dst) = (meta.src, meta.dst);
 
     let upper =
         match ipv6::walk_extensions(ip.next_header(), ip.payload(), config.max_extension_headers) {
@@ -387,6 +372,40 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
             return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
         }
     }
+    v6_scope(src, dst)
+}
+
+/// The addresses, traffic class, hop limit and length of an IPv6 header into `meta`, then the
+/// martian checks that come before the extension headers.
+#[inline]
+fn v6_addresses<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> Result<(), Verdict> {
+    let src = u128::from_be_bytes(ip.src_bytes());
+    let dst = u128::from_be_bytes(ip.dst_bytes());
+    meta.src = src;
+    meta.dst = dst;
+    meta.tos = ip.traffic_class();
+    meta.ttl = ip.hop_limit();
+    meta.ip_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+
+    if ipv6::in_prefix(src, ipv6::MULTICAST) {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if src == ipv6::LOOPBACK {
+        return Err(Verdict::Drop(DropReason::MartianSource));
+    }
+    if ipv6::in_prefix(dst, ipv6::MULTICAST) {
+        return Err(Verdict::Punt(PuntReason::Multicast));
+    }
+    if dst == ipv6::UNSPECIFIED || dst == ipv6::LOOPBACK {
+        return Err(Verdict::Drop(DropReason::MartianDestination));
+    }
+    Ok(())
+}
+
+/// The checks after the extension headers: a link-local destination is the kernel's, the
+/// unspecified source is never forwarded.
+#[inline]
+fn v6_scope(src: u128, dst: u128) -> Result<(), Verdict> {
     if ipv6::in_prefix(dst, ipv6::LINK_LOCAL) {
         return Err(Verdict::Punt(PuntReason::LinkLocal));
     }
@@ -397,6 +416,44 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
     }
     Ok(())
 }
+
+/// The common IPv6 frame in one step: untagged, UDP or TCP right after the fixed header (no
+/// extension header, not ICMPv6), the payload inside the frame, read through one fixed-size
+/// view whose bounds are checked once. Gives what [`parse_into`]'s general path would give
+/// such a frame; `None` for every other frame.
+#[inline]
+fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> {
+    let (l2, rest) = frame.split_first_chunk::<{ ethernet::HEADER_LEN }>()?;
+    let l3 = rest.first_chunk::<{ ipv6::HEADER_LEN }>()?;
+    let eth = EthernetFrame::new_unchecked(l2);
+    if eth.ethertype() != ethertype::IPV6 || l3[0] >> 4 != IPV6_VERSION {
+        return None;
+    }
+    let ip = Ipv6Packet::new_unchecked(l3);
+    let proto = ip.next_header();
+    if !matches!(proto, next_header::UDP | next_header::TCP)
+        || ipv6::HEADER_LEN + usize::from(ip.payload_len()) > rest.len()
+    {
+        return None;
+    }
+    meta.l2_len = ethernet::HEADER_LEN;
+    meta.tci = None;
+    meta.dst_mac = eth.dst_addr();
+    meta.src_mac = eth.src_addr();
+    meta.icmp_type = None;
+    meta.dont_frag = false;
+    meta.v6 = true;
+    Some(v6_addresses(&ip, meta).and_then(|()| {
+        meta.proto = proto;
+        meta.l4_offset = ipv6::HEADER_LEN;
+        meta.fragment = false;
+        meta.later_fragment = false;
+        v6_scope(meta.src, meta.dst)
+    }))
+}
+
+/// The version field of IPv6.
+const IPV6_VERSION: u8 = 6;
 
 /// The link-layer header length of an untagged frame (what goes out).
 pub const L2_LEN: usize = ethernet::HEADER_LEN;
@@ -424,11 +481,29 @@ mod tests {
         frame
     }
 
+    /// An untagged IPv6 UDP frame.
+    fn plain_v6(payload: usize) -> Vec<u8> {
+        let len = 8 + payload;
+        let mut frame = vec![0u8; ethernet::HEADER_LEN + ipv6::HEADER_LEN + len];
+        frame[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+        frame[12..14].copy_from_slice(&ethertype::IPV6.to_be_bytes());
+        let ip = &mut frame[ethernet::HEADER_LEN..];
+        ip[0] = 0x60;
+        ip[4..6].copy_from_slice(&(len as u16).to_be_bytes());
+        ip[6] = next_header::UDP;
+        ip[7] = 64;
+        ip[8..24].copy_from_slice(&0x2001_0db8_0000_0000_0000_0000_0000_0001u128.to_be_bytes());
+        ip[24..40].copy_from_slice(&0x2001_0db8_0001_0000_0000_0000_0000_0007u128.to_be_bytes());
+        frame
+    }
+
     /// Both paths on one frame: the verdict and, on success, every field.
     fn both(frame: &[u8]) -> (Option<Result<Meta, Verdict>>, Result<Meta, Verdict>) {
         let config = Config::default();
         let mut fast = Meta::default();
-        let quick = parse_plain_v4(frame, &mut fast).map(|r| r.map(|()| fast));
+        let quick = parse_plain_v4(frame, &mut fast)
+            .or_else(|| parse_plain_v6(frame, &mut fast))
+            .map(|r| r.map(|()| fast));
         let mut meta = Meta::default();
         let general = parse_general(frame, &config, &mut meta).map(|()| meta);
         (quick, general)
@@ -450,6 +525,51 @@ mod tests {
         for other in [options, bad_sum, long, frame[..33].to_vec()] {
             assert_eq!(both(&other).0, None);
         }
+        let frame = plain_v6(18);
+        let (quick, general) = both(&frame);
+        assert!(general.is_ok());
+        assert_eq!(quick, Some(general));
+        // An extension header, ICMPv6, a payload beyond the frame: the general path's.
+        let mut extension = frame.clone();
+        extension[ethernet::HEADER_LEN + 6] = next_header::DEST_OPTS;
+        let mut icmp = frame.clone();
+        icmp[ethernet::HEADER_LEN + 6] = next_header::ICMPV6;
+        let mut long = frame.clone();
+        long[ethernet::HEADER_LEN + 4] = 0xff;
+        for other in [extension, icmp, long, frame[..53].to_vec()] {
+            assert_eq!(both(&other).0, None);
+        }
+    }
+
+    /// Any byte, often one that starts a special address (multicast, link-local, loopback,
+    /// zero) or a special next header.
+    fn interesting_byte() -> impl Strategy<Value = u8> {
+        prop_oneof![
+            any::<u8>(),
+            prop::sample::select(vec![
+                0u8, 1, 6, 17, 58, 60, 127, 0x45, 0x80, 0xe0, 0xfe, 0xff
+            ]),
+        ]
+    }
+
+    /// An address that is often special for either family (its low 32 bits for IPv4):
+    /// multicast, link-local, loopback, unspecified, limited broadcast, zeronet.
+    fn special_address() -> impl Strategy<Value = u128> {
+        prop_oneof![
+            any::<u128>(),
+            prop::sample::select(vec![
+                0u128,
+                1,
+                0xff02 << 112 | 1,
+                0xfe80 << 112 | 1,
+                0x2001_0db8 << 96 | 7,
+                0xe000_0001,
+                0xffff_ffff,
+                0x7f00_0001,
+                0x0000_0001,
+                0xc633_6407,
+            ]),
+        ]
     }
 
     proptest! {
@@ -457,18 +577,29 @@ mod tests {
         /// every field), over plain frames with random bytes written into their headers.
         #[test]
         fn the_shortcut_agrees_with_the_general_path(
+            v6 in any::<bool>(),
             payload in 0usize..64,
-            edits in proptest::collection::vec((0usize..60, any::<u8>()), 0..4),
+            edits in proptest::collection::vec((0usize..60, interesting_byte()), 0..4),
             fix_sum in any::<bool>(),
             cut in 0usize..8,
+            addresses in (special_address(), special_address()),
         ) {
-            let mut frame = plain_v4(payload);
+            let mut frame = if v6 { plain_v6(payload) } else { plain_v4(payload) };
+            let (src, dst) = addresses;
+            let l3 = ethernet::HEADER_LEN;
+            if v6 {
+                frame[l3 + 8..l3 + 24].copy_from_slice(&src.to_be_bytes());
+                frame[l3 + 24..l3 + 40].copy_from_slice(&dst.to_be_bytes());
+            } else {
+                frame[l3 + 12..l3 + 16].copy_from_slice(&(src as u32).to_be_bytes());
+                frame[l3 + 16..l3 + 20].copy_from_slice(&(dst as u32).to_be_bytes());
+            }
             for (at, byte) in edits {
                 if let Some(b) = frame.get_mut(at) {
                     *b = byte;
                 }
             }
-            if fix_sum && frame.len() >= ethernet::HEADER_LEN + ipv4::HEADER_LEN {
+            if fix_sum && !v6 && frame.len() >= ethernet::HEADER_LEN + ipv4::HEADER_LEN {
                 let ip = &mut frame[ethernet::HEADER_LEN..ethernet::HEADER_LEN + ipv4::HEADER_LEN];
                 ip[10..12].fill(0);
                 let sum = checksum::checksum(ip);
