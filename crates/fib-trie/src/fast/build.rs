@@ -73,30 +73,34 @@ pub(crate) fn build<K: TrieKey>(
 pub(crate) fn assemble(place: &mut Place<'_>, entries: &[Entry; 64]) -> Entry {
     // Leaf runs: a leaf position starts a new entry when its answer differs from the
     // previous leaf position's.
+    // (On the stack: an update assembles one node per change.)
     let mut vector = 0u64;
     let mut leafvec = 0u64;
-    let mut children = Vec::new();
-    let mut leaves = Vec::new();
+    let mut children = [Entry::Leaf(0); 64];
+    let mut leaves = [0u32; 64];
+    let (mut c, mut l) = (0, 0);
     let mut last = None;
     for (i, e) in entries.iter().enumerate() {
         match *e {
             Entry::Node(_) | Entry::Skip(_) => {
                 vector |= 1 << i;
-                children.push(*e);
+                children[c] = *e;
+                c += 1;
             }
             Entry::Leaf(answer) => {
                 if last != Some(answer) {
                     leafvec |= 1 << i;
-                    leaves.push(answer);
+                    leaves[l] = answer;
+                    l += 1;
                     last = Some(answer);
                 }
             }
         }
     }
-    if vector == 0 && leaves.len() == 1 {
+    if vector == 0 && l == 1 {
         return Entry::Leaf(leaves[0]);
     }
-    Entry::Node(new_node(place, vector, leafvec, &children, &leaves))
+    Entry::Node(new_node(place, vector, leafvec, &children[..c], &leaves[..l]))
 }
 
 /// Bits a skip node must save before it replaces nodes: it costs one load, as a node does,
