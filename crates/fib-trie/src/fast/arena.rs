@@ -13,11 +13,22 @@
 //! retires the old root, its arena with it). Nodes built by updates come from the global
 //! allocator as before; [`Arena::contains`] tells the two apart when a subtree is freed.
 
-use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+#[cfg(not(all(target_os = "linux", not(miri))))]
+use std::alloc::{alloc, dealloc};
+use std::alloc::{Layout, handle_alloc_error};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The size and alignment of a chunk: one x86-64 huge page.
 pub(crate) const CHUNK: usize = 2 << 20;
+
+/// The bytes of all arenas' chunks live in the process (they bypass the global allocator).
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// The bytes of all arenas' chunks live in the process.
+pub(crate) fn mapped() -> usize {
+    MAPPED.load(Ordering::Relaxed)
+}
 
 /// One chunk of an arena.
 struct Chunk {
@@ -31,11 +42,8 @@ impl Chunk {
     fn new(size: usize) -> Chunk {
         let size = size.div_ceil(CHUNK) * CHUNK;
         let layout = Layout::from_size_align(size, CHUNK).expect("a chunk is a few MiB");
-        // SAFETY: the layout's size is non-zero (at least one `CHUNK`).
-        let Some(base) = NonNull::new(unsafe { alloc(layout) }) else {
-            handle_alloc_error(layout)
-        };
-        advise_huge(base, size);
+        let base = map(layout);
+        MAPPED.fetch_add(size, Ordering::Relaxed);
         Chunk { base, layout }
     }
 
@@ -44,17 +52,67 @@ impl Chunk {
     }
 }
 
-/// Asks the kernel to back `size` bytes at `base` with transparent huge pages. Advice only:
-/// where it is refused, the memory stays in small pages.
-fn advise_huge(base: NonNull<u8>, size: usize) {
-    #[cfg(all(target_os = "linux", not(miri)))]
-    // SAFETY: `base..base + size` is one live allocation of ours, aligned to a page;
-    // `MADV_HUGEPAGE` changes how the kernel backs it, never its contents or validity.
+/// Fresh memory for `layout` (a multiple of [`CHUNK`], aligned to it). On Linux, mapped
+/// straight from the kernel, never touched before, and advised for transparent huge pages
+/// before its first write, so that its first faults can take huge pages (memory the
+/// allocator recycles is already backed by small pages, which the advice does not replace).
+/// Elsewhere (and under Miri), from the global allocator.
+#[cfg(all(target_os = "linux", not(miri)))]
+fn map(layout: Layout) -> NonNull<u8> {
+    let (size, span) = (layout.size(), layout.size() + CHUNK);
+    // SAFETY: an anonymous private mapping of `span` bytes, owned by us; the parts before
+    // and after the aligned `size` bytes are unmapped again and never used; the advice only
+    // changes how the kernel backs the memory, never its contents or validity.
     unsafe {
-        libc::madvise(base.as_ptr().cast(), size, libc::MADV_HUGEPAGE);
+        let raw = libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if raw == libc::MAP_FAILED {
+            handle_alloc_error(layout)
+        }
+        let raw = raw.cast::<u8>();
+        let head = raw.addr().next_multiple_of(CHUNK) - raw.addr();
+        if head > 0 {
+            libc::munmap(raw.cast(), head);
+        }
+        let base = raw.add(head);
+        let tail = span - head - size;
+        if tail > 0 {
+            libc::munmap(base.add(size).cast(), tail);
+        }
+        libc::madvise(base.cast(), size, libc::MADV_HUGEPAGE);
+        NonNull::new_unchecked(base)
     }
+}
+
+#[cfg(not(all(target_os = "linux", not(miri))))]
+fn map(layout: Layout) -> NonNull<u8> {
+    // SAFETY: the layout's size is non-zero (at least one `CHUNK`).
+    NonNull::new(unsafe { alloc(layout) }).unwrap_or_else(|| handle_alloc_error(layout))
+}
+
+/// Gives a chunk's memory back.
+///
+/// # Safety
+/// `base` and `layout` must come from one call of [`map`], and nothing may use the memory
+/// afterwards.
+unsafe fn unmap(base: NonNull<u8>, layout: Layout) {
+    // SAFETY: by the caller's guarantee, `base..base + size` is exactly what `map` kept
+    // mapped (or allocated with this layout), unused from now on.
+    #[cfg(all(target_os = "linux", not(miri)))]
+    unsafe {
+        libc::munmap(base.as_ptr().cast(), layout.size());
+    }
+    // SAFETY: as above.
     #[cfg(not(all(target_os = "linux", not(miri))))]
-    let _ = (base, size);
+    unsafe {
+        dealloc(base.as_ptr(), layout)
+    };
 }
 
 /// A finished arena: its chunks, freed when the last owner drops it.
@@ -91,9 +149,10 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         for c in &self.chunks {
-            // SAFETY: each chunk was allocated by `Chunk::new` with this layout and is freed
+            // SAFETY: each chunk was mapped by `Chunk::new` with this layout and is given back
             // once, here; nodes in it are no longer reachable (the arena's owner is gone).
-            unsafe { dealloc(c.base.as_ptr(), c.layout) };
+            unsafe { unmap(c.base, c.layout) };
+            MAPPED.fetch_sub(c.layout.size(), Ordering::Relaxed);
         }
     }
 }
@@ -128,6 +187,22 @@ impl ArenaBuilder {
         base
     }
 
+    /// Room for `layout` whose first cache line's worth of bytes does not straddle two cache
+    /// lines: packed after the previous allocation where it fits in the current line, else
+    /// at the start of the next line (a node's header and its first entries are then read
+    /// with one miss, as on the heap, without padding every node to a whole line).
+    pub(crate) fn alloc_unsplit(&mut self, layout: Layout) -> NonNull<u8> {
+        const LINE: usize = 64;
+        let at = self.top.next_multiple_of(layout.align());
+        let head = layout.size().min(LINE);
+        let align = if at % LINE + head > LINE {
+            LINE
+        } else {
+            layout.align()
+        };
+        self.alloc(layout.align_to(align).expect("a cache line is a valid alignment"))
+    }
+
     /// The filled arena.
     pub(crate) fn finish(self) -> Arena {
         self.arena
@@ -157,6 +232,18 @@ mod tests {
             assert!(arena.contains(p.as_ptr()));
         }
         let outside = Box::new(0u64);
+        assert!(!arena.contains(&*outside));
+        // Unsplit: a 40-byte node after 24 bytes fits in the line; the next one would
+        // straddle it and starts the next line; a large one starts on a line.
+        let mut b = ArenaBuilder::default();
+        let node = |size| Layout::from_size_align(size, 8).unwrap();
+        let first = b.alloc_unsplit(node(24)).as_ptr().addr();
+        let at = |p: NonNull<u8>| p.as_ptr().addr() - first;
+        assert_eq!(at(b.alloc_unsplit(node(40))), 24);
+        assert_eq!(at(b.alloc_unsplit(node(16))), 64);
+        assert_eq!(at(b.alloc_unsplit(node(200))), 128);
+        assert_eq!(at(b.alloc_unsplit(node(8))), 328);
+        drop(b.finish());
         assert!(!arena.contains(&*outside));
         assert!(!Arena::default().contains(a.as_ptr()));
     }

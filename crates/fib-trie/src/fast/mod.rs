@@ -365,6 +365,26 @@ impl<K: TrieKey> FastLpm<K> {
         bytes
     }
 
+    /// The bytes of the arenas of every fast structure live in the process (IPv4 and IPv6,
+    /// retired ones not yet freed included). Arenas are mapped from the kernel directly, so a
+    /// counting global allocator does not see them; add this to its count.
+    ///
+    /// ```
+    /// use fib_trie::{FastLpm, LcTrie};
+    ///
+    /// let trie = LcTrie::<u32, u32>::new();
+    /// for i in 0..2048u32 {
+    ///     trie.insert(i << 12, 20, i)?;
+    /// }
+    /// let fast = FastLpm::<u32>::new();
+    /// fast.rebuild(&mut &trie);
+    /// assert!(FastLpm::<u32>::arena_bytes_in_process() >= 2 << 20);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    pub fn arena_bytes_in_process() -> usize {
+        arena::mapped()
+    }
+
     fn lock(&self) -> MutexGuard<'_, Vec<Item<K>>> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -65,12 +65,13 @@ impl Place<'_> {
                 let raw = unsafe { alloc(layout) };
                 NonNull::new(raw).unwrap_or_else(|| handle_alloc_error(layout))
             }
-            Place::Arena(arena) => arena.alloc(layout),
+            Place::Arena(arena) => arena.alloc_unsplit(layout),
         }
     }
 
     /// The alignment of a node: a cache line on the heap (so the header and the first slots
-    /// come with one miss); eight bytes in an arena, where nodes are packed.
+    /// come with one miss); eight bytes in an arena, where nodes are packed (but never with
+    /// their first 64 bytes across two lines: `ArenaBuilder::alloc_unsplit`).
     fn node_align(&self) -> usize {
         match self {
             Place::Heap => NODE_ALIGN,
