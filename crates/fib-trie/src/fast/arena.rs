@@ -13,9 +13,9 @@
 //! retires the old root, its arena with it). Nodes built by updates come from the global
 //! allocator as before; [`Arena::contains`] tells the two apart when a subtree is freed.
 
+use std::alloc::{Layout, handle_alloc_error};
 #[cfg(not(all(target_os = "linux", not(miri))))]
 use std::alloc::{alloc, dealloc};
-use std::alloc::{Layout, handle_alloc_error};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -200,7 +200,11 @@ impl ArenaBuilder {
         } else {
             layout.align()
         };
-        self.alloc(layout.align_to(align).expect("a cache line is a valid alignment"))
+        self.alloc(
+            layout
+                .align_to(align)
+                .expect("a cache line is a valid alignment"),
+        )
     }
 
     /// The filled arena.
@@ -221,7 +225,11 @@ mod tests {
         let d = b.alloc(Layout::from_size_align(24, 8).unwrap());
         assert_eq!(a.as_ptr().addr() % CHUNK, 0, "chunks are huge-page aligned");
         assert_eq!(c.as_ptr().addr() - a.as_ptr().addr(), 64);
-        assert_eq!(d.as_ptr().addr() - c.as_ptr().addr(), 64, "no padding after a node");
+        assert_eq!(
+            d.as_ptr().addr() - c.as_ptr().addr(),
+            64,
+            "no padding after a node"
+        );
         // A request larger than what is left opens a new chunk.
         let e = b.alloc(Layout::from_size_align(CHUNK - 100, 8).unwrap());
         assert_eq!(e.as_ptr().addr() % CHUNK, 0);

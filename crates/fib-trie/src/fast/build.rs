@@ -61,8 +61,7 @@ pub(crate) fn build<K: TrieKey>(
             .take_while(|(k, _, _)| index_at(*k, depth) == index)
             .count();
         let child_key = k & K::prefix_mask(end);
-        entries[index as usize] =
-            build(place, child_key, end, answers[index as usize], &rest[..n]);
+        entries[index as usize] = build(place, child_key, end, answers[index as usize], &rest[..n]);
         rest = &rest[n..];
     }
     assemble(place, &entries)
@@ -100,7 +99,13 @@ pub(crate) fn assemble(place: &mut Place<'_>, entries: &[Entry; 64]) -> Entry {
     if vector == 0 && l == 1 {
         return Entry::Leaf(leaves[0]);
     }
-    Entry::Node(new_node(place, vector, leafvec, &children[..c], &leaves[..l]))
+    Entry::Node(new_node(
+        place,
+        vector,
+        leafvec,
+        &children[..c],
+        &leaves[..l],
+    ))
 }
 
 /// Bits a skip node must save before it replaces nodes: it costs one load, as a node does,

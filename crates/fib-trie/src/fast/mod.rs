@@ -209,9 +209,7 @@ impl<K> Drop for Root<K> {
             // unlinked and its readers unpinned (`defer_destroy`); its subtrees went with it,
             // and subtrees replaced earlier were retired on their own. Its arena is still
             // alive (dropped with the root's fields, after this).
-            unsafe {
-                node::free_entry(Entry::decode(slot.load(Ordering::Relaxed)), &self.arena)
-            };
+            unsafe { node::free_entry(Entry::decode(slot.load(Ordering::Relaxed)), &self.arena) };
         }
     }
 }
