@@ -353,7 +353,7 @@ impl<K: TrieKey> FastLpm<K> {
         let root = self.root(guard);
         let mut bytes = size_of::<Root<K>>() + root.arena.bytes();
         if root.boxed.is_some() {
-            bytes += root.slots().len() * size_of::<Slot>();
+            bytes += size_of_val(root.slots());
         }
         for slot in root.slots() {
             // SAFETY: the writer lock is held, so no subtree is replaced meanwhile, and
@@ -453,7 +453,6 @@ impl<K: TrieKey> FastLpm<K> {
             root.slots()[s].store(entry.encode(), Ordering::Relaxed);
             rest = &rest[n..];
         }
-        drop(place);
         root.arena = Arc::new(builder.finish());
         let old = self.root.swap(Owned::new(root), Ordering::AcqRel, guard);
         // SAFETY: the old root was just unlinked and is retired once; readers that loaded it
