@@ -7,7 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
-use crate::bucket::{BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload};
+use crate::bucket::{
+    BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload, key_words,
+};
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
 use crate::seed::{SeedMode, SeedSource};
@@ -281,6 +283,8 @@ where
     #[inline(always)]
     fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
         check_guard_against(guard, self.collector);
+        // The key's words, hashed and compared in every table searched.
+        let q = key_words(key);
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
             // SAFETY: `t` was loaded after `guard` was pinned, from `self.tbl` or from the
@@ -288,7 +292,7 @@ where
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
             // SAFETY: as above, the guard keeps this table and its lines alive.
-            if let Some(p) = unsafe { table.find(key) } {
+            if let Some(p) = unsafe { table.find(&q) } {
                 return Some(p);
             }
             t = table.future.load(Ordering::Acquire);
