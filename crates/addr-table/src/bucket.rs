@@ -2,28 +2,33 @@
 //! validated reads of them (the unsafe core).
 //!
 //! A bucket is one 64-byte cache line: a header word (`meta`), a link to an overflow line (null
-//! almost always) and twelve 32-bit words of slots, each slot a key and its value (or, when the
-//! key has older duplicates, a pointer to its [`DupList`]):
+//! almost always) and twelve 32-bit words of slots, held as six `AtomicU64` pairs: first every
+//! slot's key, side by side, then every slot's value part (its value or, when the key has older
+//! duplicates, a pointer to its [`DupList`]):
 //!
 //! ```text
-//!  byte 0          8              16                                                    64
-//!       +----------+--------------+------------------------------------------------------+
-//!       | meta     | overflow     | slot 0        | slot 1        | slot 2  | slot 3     |
-//!       | occ, dup,| *Line        | key | value   | key | value   | ...     |            |
-//!       | gen      |              | (u32 -> u32: 1 + 2 words per slot, 4 slots)          |
-//!       +----------+--------------+------------------------------------------------------+
+//!  byte 0          8              16               32                                   64
+//!       +----------+--------------+----------------+------------------------------------+
+//!       | meta     | overflow     | key0 key1      | value0  | value1  | value2 | value3 |
+//!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
+//!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
+//!       +----------+--------------+----------------+------------------------------------+
 //!  meta: bits 0..8 slot occupied, 8..16 slot holds a DupList pointer, 16..64 generation
 //! ```
 //!
-//! **Reads** copy the line's slots with relaxed atomic loads between two loads of `meta` (the
-//! first acquire, the second after an acquire fence) and keep the copy only when both loads
-//! agree; otherwise they read the line again. A writer never changes the words of an occupied
-//! slot: it writes a free slot and then publishes it with one store of `meta` that sets the
-//! slot's bit (and, to replace a slot, clears the old one's in the same store), bumping the
-//! generation. So a reader that copied an occupied slot while a writer reused it sees `meta`
-//! change, and a reader never waits for a writer (the kernel's seqcount readers spin while a
-//! write is in progress; here every published state is whole). A 48-bit generation cannot wrap
-//! while a reader stands on one line.
+//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
+//! one-word keys: the two pairs as one 128-bit SSE2 compare, [`lanes_equal`]; longer keys pair
+//! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
+//! after an acquire fence: the copy is kept only when both loads agree (then decoded with
+//! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
+//! line again. A writer never changes the words of an occupied slot: it writes a free slot and
+//! then publishes it with one store of `meta` that sets the slot's bit (and, to replace a slot,
+//! clears the old one's in the same store), bumping the generation. A pair shared by two slots
+//! is rewritten whole by the one writer, the other half with its own value, so a reader sees
+//! the pair before or after, each whole. So a reader that copied an occupied slot while a
+//! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
+//! seqcount readers spin while a write is in progress; here every published state is whole). A
+//! 48-bit generation cannot wrap while a reader stands on one line.
 //!
 //! **Lines** never move: a table's first lines are its array, overflow lines are linked at the
 //! end of a chain and, once empty, unlinked and freed after a grace period (a reader standing
