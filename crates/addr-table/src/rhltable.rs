@@ -196,20 +196,18 @@ pub struct RhlTable<K: Inline, V: Inline> {
     _owns: PhantomData<(K, V)>,
 }
 
-/// Panics unless `guard` pins the default collector, the one this crate retires memory into.
+/// Panics unless `guard` pins the default collector, the one this crate retires memory into
+/// (the shared check of `epoch-guard`, naming this crate).
 #[inline(always)]
 pub(crate) fn check_guard(guard: &Guard) {
-    check_guard_against(guard, epoch::default_collector());
+    epoch_guard::check_guard(guard, env!("CARGO_PKG_NAME"));
 }
 
 /// [`check_guard`] against a collector looked up once (the lookup of the default collector is
 /// a call through a `OnceLock`; readers compare with a copy of its address instead).
 #[inline(always)]
 pub(crate) fn check_guard_against(guard: &Guard, default: &'static epoch::Collector) {
-    match guard.collector() {
-        Some(c) if c == default => {}
-        _ => panic!("addr-table: pass a guard from crossbeam_epoch::pin() (the default collector)"),
-    }
+    epoch_guard::check_guard_against(guard, default, env!("CARGO_PKG_NAME"));
 }
 
 impl<K: Inline, V: Inline> RhlTable<K, V> {
