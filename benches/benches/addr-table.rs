@@ -453,7 +453,7 @@ fn empty_netns(c: &mut Criterion) {
         ("papaya", footprint(papaya::HashMap::<u32, u32>::new)),
         ("dashmap", footprint(dashmap::DashMap::<u32, u32>::new)),
     ];
-    let mut report = String::from("| table | bytes of an empty table |\n|---|---|\n");
+    let mut report = String::from("## Memory\n\n| table | bytes of an empty table |\n|---|---|\n");
     for (name, bytes) in rows {
         report.push_str(&format!("| {name} | {bytes} |\n"));
     }
