@@ -146,6 +146,49 @@ pub struct Interval {
     pub excused: bool,
     /// The xfwd instance (0 before the kill, 1 after).
     pub instance: u32,
+    /// xfwd's counters that moved during the interval: `drop:REASON`, `punt:REASON` (summed
+    /// over queues) and `mirror:NAME` (the netlink mirror's), with how much each grew; what
+    /// an interval's loss is attributed to.
+    #[serde(default)]
+    pub counters: Vec<(String, u64)>,
+}
+
+/// xfwd's counters that explain loss, by name: `drop:REASON` and `punt:REASON` summed over
+/// the pipeline's queues, `ring:dropped` (the queues' own drops) and `mirror:NAME`.
+fn loss_counters(stats: &serde_json::Value) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut add = |group: &str, pairs: Option<&serde_json::Value>| {
+        for pair in pairs.and_then(|p| p.as_array()).into_iter().flatten() {
+            if let (Some(name), Some(n)) = (
+                pair.get(0).and_then(|v| v.as_str()),
+                pair.get(1).and_then(|v| v.as_u64()),
+            ) {
+                *out.entry(format!("{group}:{name}")).or_insert(0) += n;
+            }
+        }
+    };
+    for queue in stats["pipeline"].as_array().into_iter().flatten() {
+        add("drop", queue.get("drops"));
+        add("punt", queue.get("punts"));
+    }
+    add("mirror", stats.get("mirror"));
+    out
+}
+
+/// What grew from `before` to `after` (a counter that went down, as after a restart, counts
+/// from zero).
+fn counter_growth(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> Vec<(String, u64)> {
+    after
+        .iter()
+        .filter_map(|(k, &n)| {
+            let was = before.get(k).copied().unwrap_or(0);
+            let grew = if n >= was { n - was } else { n };
+            (grew > 0).then(|| (k.clone(), grew))
+        })
+        .collect()
 }
 
 /// A fault and how long it took.
@@ -341,7 +384,9 @@ impl Xfwd {
         command
             .args(["run", "--netns", netns, "--iface"])
             .arg(format!("{},{}", FWD0.name, FWD1.name))
-            .args(["--no-punt", "--control"])
+            // With the punt device (the default): what the pipeline leaves to the kernel,
+            // which includes every route answer while the mirror lags, is forwarded by it.
+            .arg("--control")
             .arg(control)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -685,6 +730,8 @@ fn timeline(
     let mut next_fault = Duration::from_secs(options.fault_every);
     let mut fault_index = 0;
     let mut intervals: Vec<Interval> = Vec::new();
+    // The counters at the end of the last interval (reset when xfwd restarts).
+    let mut last_counters = std::collections::BTreeMap::new();
     let mut faults = Vec::new();
     let mut instance = 0;
     let mut instance_start = Instant::now();
@@ -718,6 +765,7 @@ fn timeline(
             );
             *xfwd = Xfwd::start(&xfwd.binary.clone(), &fwd, &xfwd.control.clone(), log)?;
             instance += 1;
+            last_counters.clear();
             instance_start = Instant::now();
             baseline = 0;
             max = 0;
@@ -781,6 +829,11 @@ fn timeline(
             }
         };
         let rss = xfwd.rss_kib();
+        let now_counters = xfwd.stats().map(|s| loss_counters(&s)).unwrap_or_default();
+        let counters = counter_growth(&last_counters, &now_counters);
+        if !now_counters.is_empty() {
+            last_counters = now_counters;
+        }
         let previous_took_route = intervals
             .last()
             .is_some_and(|i: &Interval| i.faults.iter().any(|f| f.takes_the_route()));
@@ -801,6 +854,7 @@ fn timeline(
             faults: faults_here,
             excused,
             instance,
+            counters,
         });
         // Memory is compared in like states only: the whole table loaded and settled (no
         // fault in this interval nor in the SETTLED ones before it), after the warm-up.
@@ -815,14 +869,28 @@ fn timeline(
             max = max.max(rss);
         }
         let last = intervals.last().expect("just pushed");
+        let lost = last.sent.saturating_sub(last.received);
+        // Route churn moves `applied` and `unchanged` every second: not news.
+        let moved: Vec<String> = last
+            .counters
+            .iter()
+            .filter(|(k, _)| k != "mirror:applied" && k != "mirror:unchanged")
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect();
+        let explain = if moved.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", moved.join(" "))
+        };
         eprintln!(
-            "soak: t={:>6.1}s sent {:>5} lost {:>5}{} rss {:>7} KiB churned {}",
+            "soak: t={:>6.1}s sent {:>5} lost {:>5}{} rss {:>7} KiB churned {}{}",
             last.t,
             last.sent,
-            last.sent.saturating_sub(last.received),
+            lost,
             if last.excused { " (excused)" } else { "" },
             last.rss_kib,
-            last.churned
+            last.churned,
+            explain
         );
     }
     Ok((intervals, faults, None, baseline, max))
@@ -842,6 +910,7 @@ mod tests {
             faults: Vec::new(),
             excused,
             instance: 0,
+            counters: Vec::new(),
         }
     }
 
