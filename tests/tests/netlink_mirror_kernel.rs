@@ -349,7 +349,10 @@ fn the_mirror_says_when_it_lags_the_kernel() {
     // Caught up after the initial synchronisation (within a round of the control loop).
     let start = Instant::now();
     while generation.is_behind() {
-        assert!(start.elapsed() < CONVERGE, "still behind after the first sync");
+        assert!(
+            start.elapsed() < CONVERGE,
+            "still behind after the first sync"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let before = live.stats().behind;
@@ -385,15 +388,23 @@ fn the_mirror_says_when_it_lags_the_kernel() {
         std::thread::sleep(Duration::from_millis(1));
     }
     stop.store(true, Ordering::Relaxed);
-    assert!(seen.join().unwrap(), "the lag during the burst was never flagged");
+    assert!(
+        seen.join().unwrap(),
+        "the lag during the burst was never flagged"
+    );
     let after_burst = live.stats().behind;
-    assert!(after_burst > before, "lag counted: {before} -> {after_burst}");
+    assert!(
+        after_burst > before,
+        "lag counted: {before} -> {after_burst}"
+    );
     assert!(in_main(live.tables()) >= BURST as usize);
 
     // A link going down: the kernel drops the routes through it without a message each; the
     // mirror is behind until its re-dump has removed them.
     ip(&ns, "link set d0 down");
-    wait_for(&live, "the routes through d0 gone", |t| in_main(t) < BURST as usize);
+    wait_for(&live, "the routes through d0 gone", |t| {
+        in_main(t) < BURST as usize
+    });
     let start = Instant::now();
     while generation.is_behind() {
         assert!(start.elapsed() < CONVERGE, "still behind after the re-dump");

@@ -147,14 +147,15 @@ pub struct Interval {
     /// The xfwd instance (0 before the kill, 1 after).
     pub instance: u32,
     /// xfwd's counters that moved during the interval: `drop:REASON`, `punt:REASON` (summed
-    /// over queues) and `mirror:NAME` (the netlink mirror's), with how much each grew; what
-    /// an interval's loss is attributed to.
+    /// over queues) and `mirror:NAME` (the netlink mirror's), with how much each grew; and
+    /// the lab's (`lab:not_at_fwd0`, `lab:fwd_ingress`, `lab:dst_ingress`, `lab:rx_socket`):
+    /// what an interval's loss is attributed to.
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
 }
 
 /// xfwd's counters that explain loss, by name: `drop:REASON` and `punt:REASON` summed over
-/// the pipeline's queues, `ring:dropped` (the queues' own drops) and `mirror:NAME`.
+/// the pipeline's queues, `loop:REASON` (the run loops' own drops) and `mirror:NAME`.
 fn loss_counters(stats: &serde_json::Value) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
     let mut add = |group: &str, pairs: Option<&serde_json::Value>| {
@@ -170,6 +171,10 @@ fn loss_counters(stats: &serde_json::Value) -> std::collections::BTreeMap<String
     for queue in stats["pipeline"].as_array().into_iter().flatten() {
         add("drop", queue.get("drops"));
         add("punt", queue.get("punts"));
+    }
+    // The run loops' own drops (TX ring full, punt failed, ...).
+    for queue in stats["queues"].as_array().into_iter().flatten() {
+        add("loop", queue.get("drops"));
     }
     add("mirror", stats.get("mirror"));
     out
@@ -830,7 +835,19 @@ fn timeline(
         };
         let rss = xfwd.rss_kib();
         let now_counters = xfwd.stats().map(|s| loss_counters(&s)).unwrap_or_default();
-        let counters = counter_growth(&last_counters, &now_counters);
+        let mut counters = counter_growth(&last_counters, &now_counters);
+        // Losses outside xfwd, as the lab sees them: probes that never reached fwd0, ring
+        // drops on the way in and out, the receiver's socket.
+        for (name, n) in [
+            ("lab:not_at_fwd0", trial.sent.saturating_sub(trial.fwd_in)),
+            ("lab:fwd_ingress", trial.drops.fwd_ingress),
+            ("lab:dst_ingress", trial.drops.dst_ingress),
+            ("lab:rx_socket", trial.drops.rx_socket),
+        ] {
+            if n > 0 && trial.sent > 0 {
+                counters.push((name.to_owned(), n));
+            }
+        }
         if !now_counters.is_empty() {
             last_counters = now_counters;
         }

@@ -247,7 +247,12 @@ mod tests {
         // Over the next 10 s, attempted every 10 ms: one per second.
         assert_eq!(sent(1000, 11_000, 10), 10);
         // Idle for a minute: the bucket refills to six, no more.
-        assert_eq!((0..20).filter(|_| p.allow_v4(7, 11, 0, 80_000 * MS)).count(), 6);
+        assert_eq!(
+            (0..20)
+                .filter(|_| p.allow_v4(7, 11, 0, 80_000 * MS))
+                .count(),
+            6
+        );
     }
 
     #[test]
@@ -294,7 +299,10 @@ mod tests {
             })
             .collect();
         let total: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-        assert!((6..=7).contains(&total), "{total} errors to one destination");
+        assert!(
+            (6..=7).contains(&total),
+            "{total} errors to one destination"
+        );
         // Meanwhile another destination was untouched.
         assert_eq!(
             (0..20).filter(|_| p.allow_v4(0xc000_0208, 3, 1, 0)).count(),

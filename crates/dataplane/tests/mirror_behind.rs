@@ -31,8 +31,14 @@ fn a_lagging_mirror_punts_route_answers_and_keeps_local_ones() {
     let local = udp4(HOST4, LOCAL4, 64, 9, 10);
     let transmit = Verdict::Transmit { ifindex: OUT };
     // Caught up: the tables answer (and the forward is cached).
-    assert_eq!(run_on(&mut queue, &fx, &forwarded, 256, 0).verdict, transmit);
-    assert_eq!(run_on(&mut queue, &fx, &forwarded6, 256, 0).verdict, transmit);
+    assert_eq!(
+        run_on(&mut queue, &fx, &forwarded, 256, 0).verdict,
+        transmit
+    );
+    assert_eq!(
+        run_on(&mut queue, &fx, &forwarded6, 256, 0).verdict,
+        transmit
+    );
     assert!(matches!(
         run_on(&mut queue, &fx, &no_route, 256, 0).verdict,
         Verdict::Reply { .. }
@@ -47,12 +53,18 @@ fn a_lagging_mirror_punts_route_answers_and_keeps_local_ones() {
         assert_eq!(run_on(&mut queue, &fx, frame, 256, 0).verdict, behind);
         assert_eq!(reference(&mut plain, &fx, frame), behind);
     }
-    assert_eq!(run_on(&mut queue, &fx, &local, 256, 0).verdict, local_verdict);
+    assert_eq!(
+        run_on(&mut queue, &fx, &local, 256, 0).verdict,
+        local_verdict
+    );
     assert_eq!(reference(&mut plain, &fx, &local), local_verdict);
     let counted = queue.counters().punts[PuntReason::MirrorBehind as usize];
     assert_eq!(counted, 3, "each punt counted under its reason");
 
     assert!(fx.tables.generation.set_behind(false));
-    assert_eq!(run_on(&mut queue, &fx, &forwarded, 256, 0).verdict, transmit);
+    assert_eq!(
+        run_on(&mut queue, &fx, &forwarded, 256, 0).verdict,
+        transmit
+    );
     assert_eq!(reference(&mut plain, &fx, &forwarded), transmit);
 }

@@ -265,7 +265,10 @@ mod icmp_limit_tests {
 
     #[test]
     fn the_kernels_bitmap_lists_parse() {
-        assert_eq!(parse_bitmap("0-1,3-127\n"), Some(dataplane::DEFAULT_V6_RATEMASK));
+        assert_eq!(
+            parse_bitmap("0-1,3-127\n"),
+            Some(dataplane::DEFAULT_V6_RATEMASK)
+        );
         assert_eq!(parse_bitmap("\n"), Some(0));
         assert_eq!(parse_bitmap("1,3"), Some(0b1010));
         assert_eq!(parse_bitmap("0-255"), Some(u128::MAX));

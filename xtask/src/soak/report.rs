@@ -139,7 +139,9 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         "Every interval with loss, or in which xfwd punted packets because its mirror lagged \
          the kernel (`punt:mirror_behind`), with the counters of xfwd that moved in it (drops and \
          punts by reason, summed over queues; the mirror's counters but `applied` and \
-         `unchanged`).\n"
+         `unchanged`; and the lab's: `lab:not_at_fwd0` probes that never reached xfwd, \
+         `lab:fwd_ingress`/`lab:dst_ingress` veth ring drops, `lab:rx_socket` the receiver's \
+         socket drops).\n"
     );
     let _ = writeln!(
         out,
