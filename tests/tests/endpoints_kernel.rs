@@ -9,15 +9,16 @@
 //! kernel has no socket, the pipeline must give the datagram to the kernel.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use dataplane::endpoint::{BindOptions, Endpoint, EndpointConfig, EndpointRx, Endpoints};
 use dataplane::{Config, Frame, HeapPool, PuntReason, Queue, Tables, Verdict};
 use neigh_table::{Link, LinkFlags, OperState};
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::SockAddr;
 use udp_socktab::{Family, NetnsConfig, SockOptions, SockTable, TableConfig};
-use xfwd_lab::netns::Netns;
+
+mod socket_kernel_common;
+use socket_kernel_common::{Gen, errno, kernel_receiver, kernel_socket, veth_netns};
 
 const PORT: u16 = 5000;
 /// The namespace's addresses (on ve0), the destinations of every datagram.
@@ -35,23 +36,6 @@ struct Spec {
     reuseport: bool,
 }
 
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
 fn random_spec(g: &mut Gen) -> Spec {
     let family = [Family::V4, Family::V6DualStack, Family::V6Only][g.below(3)];
     let addr = match family {
@@ -67,12 +51,6 @@ fn random_spec(g: &mut Gen) -> Spec {
     }
 }
 
-fn errno<T>(r: &std::io::Result<T>) -> i32 {
-    r.as_ref()
-        .err()
-        .map_or(0, |e| e.raw_os_error().unwrap_or(-1))
-}
-
 fn frame(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
     let eth = etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0xe0, 2], VE0_MAC);
     let ip = match (src.ip(), dst.ip()) {
@@ -85,33 +63,6 @@ fn frame(src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
         .write(&mut out, payload)
         .unwrap();
     out
-}
-
-/// Which kernel socket received `payload`, if any.
-fn kernel_receiver(socks: &[UdpSocket], payload: &[u8]) -> Option<usize> {
-    let mut fds: Vec<libc::pollfd> = socks
-        .iter()
-        .map(|s| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `fds` is a valid array of pollfd of the given length for the call's duration.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
-    if n <= 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut buf = [0u8; 64];
-    for (i, s) in socks.iter().enumerate() {
-        while let Ok((len, _)) = s.recv_from(&mut buf) {
-            assert_eq!(&buf[..len], payload, "a late datagram");
-            assert!(found.is_none(), "one datagram, two receivers");
-            found = Some(i);
-        }
-    }
-    found
 }
 
 /// Compares one scenario; returns the datagrams compared and how many a socket received.
@@ -157,17 +108,7 @@ fn run_scenario(specs: &[Spec], ve0: u32) -> Result<(usize, usize), String> {
     let mut kernel_socks: Vec<UdpSocket> = Vec::new();
     let mut ours: Vec<Endpoint> = Vec::new();
     for spec in specs {
-        let domain = if spec.family.is_v4() {
-            Domain::IPV4
-        } else {
-            Domain::IPV6
-        };
-        let k = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP)).unwrap();
-        if !spec.family.is_v4() {
-            k.set_only_v6(spec.family == Family::V6Only).unwrap();
-        }
-        k.set_reuse_address(spec.reuseaddr).unwrap();
-        k.set_reuse_port(spec.reuseport).unwrap();
+        let k = kernel_socket(spec.family, spec.reuseaddr, spec.reuseport);
         let addr = SocketAddr::new(spec.addr.parse().unwrap(), spec.port);
         let kernel = k.bind(&SockAddr::from(addr));
         let options = SockOptions {
@@ -207,7 +148,7 @@ fn run_scenario(specs: &[Spec], ve0: u32) -> Result<(usize, usize), String> {
         senders[usize::from(v6)]
             .send_to(payload.as_bytes(), dst)
             .unwrap();
-        let kernel = kernel_receiver(&kernel_socks, payload.as_bytes());
+        let kernel = kernel_receiver(kernel_socks.iter(), payload.as_bytes());
 
         let src = SocketAddr::new(REMOTE[usize::from(v6)].parse().unwrap(), 7000);
         let bytes = frame(src, dst, payload.as_bytes());
@@ -258,19 +199,15 @@ fn endpoints_receive_what_the_kernel_sockets_would() {
         return;
     }
     let lab = xfwd_lab::Lab::unique("epk").unwrap();
-    let ns = Netns::create(&format!("{}-k", lab.prefix())).unwrap();
-    ns.ip(["link", "add", "ve0", "type", "veth", "peer", "name", "ve1"])
-        .unwrap();
-    ns.ip(["link", "set", "ve0", "up"]).unwrap();
-    ns.ip(["link", "set", "ve1", "up"]).unwrap();
-    for (a, len) in [("10.0.0.1", 24), ("10.0.0.3", 24)] {
-        ns.ip(["addr", "add", &format!("{a}/{len}"), "dev", "ve0"])
-            .unwrap();
-    }
-    for a in ["2001:db8::1", "2001:db8::3"] {
-        ns.ip(["addr", "add", &format!("{a}/64"), "dev", "ve0", "nodad"])
-            .unwrap();
-    }
+    let ns = veth_netns(
+        lab.prefix(),
+        &[
+            ("10.0.0.1", 24),
+            ("10.0.0.3", 24),
+            ("2001:db8::1", 64),
+            ("2001:db8::3", 64),
+        ],
+    );
     let result = ns
         .run(|| {
             std::thread::sleep(Duration::from_millis(50));

@@ -7,14 +7,15 @@
 //! flow hash is the kernel's own: a member of the group udp-socktab picks from).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use socket2::SockAddr;
 use udp_socktab::{
     Family, Lookup, NetnsConfig, SockId, SockOptions, SockTable, TableConfig, Writer,
 };
-use xfwd_lab::netns::Netns;
+
+mod socket_kernel_common;
+use socket_kernel_common::{Gen, errno, kernel_receiver, kernel_socket, veth_netns};
 
 /// The port every scenario socket binds.
 const PORT: u16 = 5000;
@@ -39,24 +40,6 @@ struct Spec {
     dev: u8,
     /// Index into `SENDERS`.
     connect: Option<usize>,
-}
-
-/// xorshift64: the scenario generator (seeded, so a failure can be replayed).
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
 }
 
 fn random_spec(g: &mut Gen) -> Spec {
@@ -130,21 +113,6 @@ fn addr_any_scenarios() -> Vec<Vec<Spec>> {
     out
 }
 
-fn family_domain(f: Family) -> Domain {
-    if f.is_v4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    }
-}
-
-/// The errno of a kernel call, 0 for success.
-fn errno<T>(r: &std::io::Result<T>) -> i32 {
-    r.as_ref()
-        .err()
-        .map_or(0, |e| e.raw_os_error().unwrap_or(-1))
-}
-
 fn ours_errno<T>(r: &Result<T, udp_socktab::Error>) -> i32 {
     r.as_ref().err().map_or(0, |e| e.errno().unwrap_or(-1))
 }
@@ -175,12 +143,7 @@ fn run_scenario(specs: &[Spec], ve0: u32) -> Result<usize, String> {
     // Bind, in order, in both.
     let mut socks: Vec<(UdpSocket, SockId, &Spec)> = Vec::new();
     for spec in specs {
-        let k = Socket::new(family_domain(spec.family), Type::DGRAM, Some(Protocol::UDP)).unwrap();
-        if !spec.family.is_v4() {
-            k.set_only_v6(spec.family == Family::V6Only).unwrap();
-        }
-        k.set_reuse_address(spec.reuseaddr).unwrap();
-        k.set_reuse_port(spec.reuseport).unwrap();
+        let k = kernel_socket(spec.family, spec.reuseaddr, spec.reuseport);
         k.bind_device(dev_name(spec.dev)).unwrap();
         let addr = SocketAddr::new(spec.addr.parse().unwrap(), PORT);
         let kernel = k.bind(&SockAddr::from(addr));
@@ -240,7 +203,7 @@ fn run_scenario(specs: &[Spec], ve0: u32) -> Result<usize, String> {
             }
             let payload = format!("{si}->{d}");
             sender.send_to(payload.as_bytes(), dst).unwrap();
-            let got = receiver(&socks, payload.as_bytes());
+            let got = kernel_receiver(socks.iter().map(|(s, _, _)| s), payload.as_bytes());
             // Local delivery comes in on the device that holds the address (loopback: `lo`).
             let ifindex = if dst.ip().is_loopback() { 1 } else { ve0 };
             let key = Lookup {
@@ -296,51 +259,13 @@ fn canonical(a: SocketAddr) -> (IpAddr, u16) {
     (ip, a.port())
 }
 
-/// Which socket received `payload` (waiting a little for it), if any.
-fn receiver(socks: &[(UdpSocket, SockId, &Spec)], payload: &[u8]) -> Option<usize> {
-    let mut fds: Vec<libc::pollfd> = socks
-        .iter()
-        .map(|(s, _, _)| libc::pollfd {
-            fd: s.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    // SAFETY: `fds` is a valid array of pollfd of the given length for the call's duration.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 50) };
-    if n <= 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut buf = [0u8; 64];
-    for (i, (s, _, _)) in socks.iter().enumerate() {
-        while let Ok((len, _)) = s.recv_from(&mut buf) {
-            assert_eq!(
-                &buf[..len],
-                payload,
-                "a datagram of an earlier send arrived late"
-            );
-            assert!(found.is_none(), "one datagram, two receivers");
-            found = Some(i);
-        }
-    }
-    found
-}
-
 #[test]
 fn udp_socktab_picks_the_kernels_socket() {
     if !xfwd_lab::privileged("udp_socktab_picks_the_kernels_socket") {
         return;
     }
     let lab = xfwd_lab::Lab::unique("udp").unwrap();
-    let ns = Netns::create(&format!("{}-k", lab.prefix())).unwrap();
-    ns.ip(["link", "add", "ve0", "type", "veth", "peer", "name", "ve1"])
-        .unwrap();
-    ns.ip(["link", "set", "ve0", "up"]).unwrap();
-    ns.ip(["link", "set", "ve1", "up"]).unwrap();
-    ns.ip(["addr", "add", "10.0.0.1/24", "dev", "ve0"]).unwrap();
-    ns.ip(["addr", "add", "2001:db8::1/64", "dev", "ve0", "nodad"])
-        .unwrap();
+    let ns = veth_netns(lab.prefix(), &[("10.0.0.1", 24), ("2001:db8::1", 64)]);
     let result = ns
         .run(|| {
             pin_cpu0();

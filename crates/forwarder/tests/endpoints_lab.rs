@@ -7,92 +7,50 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use dataplane::endpoint::reflect::{self, ErrorEstimate, StampReply};
 use xfwd_lab::{Lab, LabGuard, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
+mod common;
+use common::Xfwd;
 
-/// A running `xfwd run` (routing mode) in the lab's fwd namespace, stopped when dropped.
-struct Xfwd {
-    child: Option<Child>,
-    control: PathBuf,
+/// `xfwd run` (routing mode) on fwd0 and fwd1 with `config_text` as its configuration file;
+/// returns the command, its control socket and the file (which the caller removes).
+fn command(lab: &Lab, config_text: &str) -> (Command, PathBuf, PathBuf) {
+    let config = std::env::temp_dir().join(format!("{}.toml", lab.prefix()));
+    std::fs::write(&config, config_text).unwrap();
+    let (mut command, control) = Xfwd::command(lab, "fwd0,fwd1", 'e');
+    command.arg("--config").arg(&config);
+    (command, control, config)
+}
+
+/// A running `xfwd` with its configuration file, both gone when dropped.
+struct Configured {
+    xfwd: Xfwd,
     config: PathBuf,
 }
 
-impl Xfwd {
-    fn command(lab: &Lab, config_text: &str) -> (Command, PathBuf, PathBuf) {
-        let config = std::env::temp_dir().join(format!("{}.toml", lab.prefix()));
-        std::fs::write(&config, config_text).unwrap();
-        let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
-        let mut command = Command::new(XFWD);
-        command
-            .args([
-                "run",
-                "--netns",
-                &lab.netns(Role::Fwd),
-                "--iface",
-                "fwd0,fwd1",
-            ])
-            .arg("--config")
-            .arg(&config)
-            .arg("--control")
-            .arg(&control)
-            .args([
-                "--punt-device",
-                &format!("e{}", std::process::id() % 100_000),
-            ]);
-        (command, control, config)
-    }
-
-    fn start(lab: &Lab, config_text: &str) -> Xfwd {
-        let (mut command, control, config) = Xfwd::command(lab, config_text);
-        let child = command
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting xfwd");
-        let mut xfwd = Xfwd {
-            child: Some(child),
-            control,
+impl Configured {
+    fn start(lab: &Lab, config_text: &str) -> Configured {
+        let (command, control, config) = command(lab, config_text);
+        Configured {
+            xfwd: Xfwd::spawn(command, control),
             config,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while xfwd.stats().is_none() {
-            if let Some(status) = xfwd.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("xfwd exited during start-up: {status}");
-            }
-            assert!(Instant::now() < deadline, "xfwd never answered");
-            std::thread::sleep(Duration::from_millis(100));
         }
-        xfwd
-    }
-
-    fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control"])
-            .arg(&self.control)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
     }
 }
 
-impl Drop for Xfwd {
+impl std::ops::Deref for Configured {
+    type Target = Xfwd;
+    fn deref(&self) -> &Xfwd {
+        &self.xfwd
+    }
+}
+
+impl Drop for Configured {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
         let _ = std::fs::remove_file(&self.config);
     }
 }
@@ -176,7 +134,7 @@ fn reflector_and_echo_answer_beside_kernel_sockets() {
     let fwd6 = IpAddr::V6(topology::FWD0.ipv6);
     let kernel_specific = socket_in(&lab, Role::Fwd, SocketAddr::new(fwd4, 5555));
     let kernel_wild = socket_in(&lab, Role::Fwd, "[::]:5556".parse().unwrap());
-    let xfwd = Xfwd::start(&lab, CONFIG);
+    let xfwd = Configured::start(&lab, CONFIG);
 
     // STAMP over IPv4 and IPv6 (the reflector is bound to the dual-stack wildcard).
     let mut seq = 0;
@@ -283,7 +241,7 @@ fn a_port_a_kernel_socket_holds_is_refused() {
     }
     let lab = lab("epbusy");
     let _kernel = socket_in(&lab, Role::Fwd, "0.0.0.0:7".parse().unwrap());
-    let (mut command, control, config) = Xfwd::command(&lab, CONFIG);
+    let (mut command, control, config) = command(&lab, CONFIG);
     let out = command.output().unwrap();
     let _ = std::fs::remove_file(&config);
     assert!(!out.status.success());

@@ -4,111 +4,38 @@
 //! removal).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use xfwd_lab::{Lab, LabGuard, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
+mod common;
+use common::{XFWD, Xfwd, pipeline, resolve_dst};
 
-/// A running `xfwd run` in the lab's fwd namespace, killed when dropped.
-struct Xfwd {
-    child: Option<Child>,
-    control: PathBuf,
+/// `xfwd run --bare` on fwd0 and fwd1 (frames cross between them, MACs from `--peer-mac`),
+/// with `extra` arguments.
+fn start_bare(lab: &Lab, extra: &[&str]) -> Xfwd {
+    let peers = format!(
+        "fwd0={},fwd1={}",
+        topology::SRC0.mac_string(),
+        topology::DST0.mac_string()
+    );
+    let mut args = vec!["--bare", "--peer-mac", &peers];
+    args.extend_from_slice(extra);
+    spawn(lab, &args)
 }
 
-impl Xfwd {
-    fn start(lab: &Lab, extra: &[&str]) -> Xfwd {
-        let peers = format!(
-            "fwd0={},fwd1={}",
-            topology::SRC0.mac_string(),
-            topology::DST0.mac_string()
-        );
-        let mut args = vec!["--bare", "--peer-mac", &peers];
-        args.extend_from_slice(extra);
-        Xfwd::spawn(lab, &args)
-    }
-
-    /// Routing mode (the default): the dataplane over the netlink mirror of fwd.
-    fn start_routing(lab: &Lab) -> Xfwd {
-        Xfwd::spawn(lab, &[])
-    }
-
-    fn spawn(lab: &Lab, extra: &[&str]) -> Xfwd {
-        let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
-        let child = run_in_fwd(lab, "fwd0,fwd1")
-            .arg("--control")
-            .arg(&control)
-            .args([
-                "--punt-device",
-                &format!("p{}", std::process::id() % 100_000),
-            ])
-            .args(extra)
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting xfwd");
-        let mut xfwd = Xfwd {
-            child: Some(child),
-            control,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while xfwd.stats().is_none() {
-            if let Some(status) = xfwd.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("xfwd exited during start-up: {status}");
-            }
-            assert!(Instant::now() < deadline, "xfwd never answered");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        xfwd
-    }
-
-    fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control"])
-            .arg(&self.control)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
-        serde_json::from_slice(&out.stdout).ok()
-    }
-
-    fn signal(&mut self, signal: &str) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
-        Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "xfwd did not exit after {signal}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// Routing mode (the default): the dataplane over the netlink mirror of fwd.
+fn start_routing(lab: &Lab) -> Xfwd {
+    spawn(lab, &[])
 }
 
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        // SIGTERM first, so that the control socket file goes too; SIGKILL if it hangs.
-        if let Some(child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let mut child = child;
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `xfwd run` on fwd0 and fwd1 with `extra` arguments, answering.
+fn spawn(lab: &Lab, extra: &[&str]) -> Xfwd {
+    let (mut command, control) = Xfwd::command(lab, "fwd0,fwd1", 'p');
+    command.args(extra);
+    Xfwd::spawn(command, control)
 }
 
 /// `xfwd run --netns <fwd> --iface <ifaces>`, to be completed by the caller.
@@ -211,7 +138,7 @@ fn bare_forwarding_v4_v6_then_sigterm_detaches() {
         return;
     }
     let lab = lab("fwdb");
-    let mut xfwd = Xfwd::start(&lab, &[]);
+    let mut xfwd = start_bare(&lab, &[]);
     assert!(xdp_attached(&lab));
     assert_forwarded(
         &probe(&lab, IpAddr::V4(topology::SRC0.ipv4), v4_target(), 2000),
@@ -267,7 +194,7 @@ fn kernel_keeps_arp_nd_and_local_addresses() {
         return;
     }
     let lab = lab("fwdk");
-    let xfwd = Xfwd::start(&lab, &[]);
+    let xfwd = start_bare(&lab, &[]);
     // Neighbour resolution from src (ARP, ND) and delivery to fwd's own addresses both need
     // the XDP program to pass them to the kernel.
     for addr in [
@@ -303,7 +230,7 @@ fn sigkill_leaves_nothing_and_the_next_start_works() {
         return;
     }
     let lab = lab("fwdkill");
-    let mut xfwd = Xfwd::start(&lab, &[]);
+    let mut xfwd = start_bare(&lab, &[]);
     let status = xfwd.signal("-KILL");
     assert!(!status.success());
     // The program hangs on BPF links, which die with the process.
@@ -316,7 +243,7 @@ fn sigkill_leaves_nothing_and_the_next_start_works() {
         xfwd.control.exists(),
         "the stale control socket file stays behind"
     );
-    let again = Xfwd::start(&lab, &[]);
+    let again = start_bare(&lab, &[]);
     assert_forwarded(
         &probe(&lab, IpAddr::V4(topology::SRC0.ipv4), v4_target(), 500),
         500,
@@ -346,7 +273,7 @@ fn failed_start_up_leaves_nothing() {
     assert!(!xdp_attached(&lab));
     assert!(!Path::new(&control).exists());
     // A second instance on the same interfaces fails and leaves the first one working.
-    let first = Xfwd::start(&lab, &[]);
+    let first = start_bare(&lab, &[]);
     let second = run_in_fwd(&lab, "fwd0,fwd1")
         .arg("--bare")
         .args([
@@ -397,7 +324,7 @@ fn link_down_up_and_interface_removal() {
         return;
     }
     let lab = lab("fwdlink");
-    let mut xfwd = Xfwd::start(&lab, &[]);
+    let mut xfwd = start_bare(&lab, &[]);
     let fwd = lab.netns(Role::Fwd);
     let ip = |args: &[&str]| {
         let status = Command::new("ip")
@@ -451,8 +378,8 @@ fn routing_serves_a_re_created_egress_interface() {
         return;
     }
     let lab = lab("fwdrecr");
-    let mut xfwd = Xfwd::start_routing(&lab);
-    resolve_dst(&lab);
+    let mut xfwd = start_routing(&lab);
+    resolve_dst(&lab.netns(Role::Fwd));
     let src4 = IpAddr::V4(topology::SRC0.ipv4);
     let src6 = IpAddr::V6(topology::SRC0.ipv6);
     assert_routed(&probe(&lab, src4, v4_target(), 300), 300);
@@ -462,7 +389,7 @@ fn routing_serves_a_re_created_egress_interface() {
         wait_for_up(&xfwd, 1, false);
         lab.recreate_link(1).unwrap();
         wait_for_up(&xfwd, 1, true);
-        resolve_dst(&lab);
+        resolve_dst(&lab.netns(Role::Fwd));
         assert_routed(&probe(&lab, src4, v4_target(), 300), 300);
         assert_routed(&probe(&lab, src6, v6_target(), 300), 300);
         assert!(
@@ -493,40 +420,6 @@ fn ip_in(ns: &str, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Makes fwd's kernel resolve dst0 (v4 and v6: a datagram from fwd's stack to each address
-/// makes it send ARP / ND) so that probes do not wait in the hold buffer.
-fn resolve_dst(lab: &Lab) {
-    let fwd = lab.netns(Role::Fwd);
-    for addr in [
-        IpAddr::V4(topology::DST0.ipv4),
-        IpAddr::V6(topology::DST0.ipv6),
-    ] {
-        let any: SocketAddr = if addr.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        }
-        .parse()
-        .unwrap();
-        let socket = xfwd_lab::netns::run_in(&fwd, || UdpSocket::bind(any))
-            .unwrap()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let _ = socket.send_to(b"resolve", SocketAddr::new(addr, 9));
-            std::thread::sleep(Duration::from_millis(100));
-            let neigh = ip_in(&fwd, &["neigh", "show", &addr.to_string(), "dev", "fwd1"]);
-            if neigh.contains(&topology::DST0.mac_string()) {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "fwd never resolved {addr}: {neigh}"
-            );
-        }
-    }
 }
 
 /// A raw ICMP (v4) or ICMPv6 socket in namespace `ns` that sees every ICMP message arriving
@@ -633,18 +526,6 @@ fn assert_routed(report: &Report, count: u64) {
     assert_arrived(report, count, 63);
 }
 
-/// A pipeline counter of `group` summed over queues.
-fn pipeline(stats: &serde_json::Value, group: &str, key: &str) -> u64 {
-    stats["pipeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|q| q[group].as_array().unwrap().iter())
-        .filter(|pair| pair[0] == key)
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
-}
-
 fn pipeline_group(stats: &serde_json::Value, group: &str) -> Vec<serde_json::Value> {
     stats["pipeline"]
         .as_array()
@@ -720,9 +601,9 @@ fn routing_v4_v6_ttl_checksums_macs_and_held_until_resolved() {
         return;
     }
     let lab = lab("fwdr");
-    let xfwd = Xfwd::start_routing(&lab);
+    let xfwd = start_routing(&lab);
     let fwd = lab.netns(Role::Fwd);
-    resolve_dst(&lab);
+    resolve_dst(&lab.netns(Role::Fwd));
     let src4 = IpAddr::V4(topology::SRC0.ipv4);
     let src6 = IpAddr::V6(topology::SRC0.ipv6);
     assert_routed(&probe(&lab, src4, v4_target(), 1000), 1000);
@@ -767,9 +648,9 @@ fn routing_icmp_errors_route_changes_and_malformed_frames() {
         return;
     }
     let lab = lab("fwdri");
-    let xfwd = Xfwd::start_routing(&lab);
+    let xfwd = start_routing(&lab);
     let (src, fwd) = (lab.netns(Role::Src), lab.netns(Role::Fwd));
-    resolve_dst(&lab);
+    resolve_dst(&lab.netns(Role::Fwd));
 
     let src4 = IpAddr::V4(topology::SRC0.ipv4);
     let src6 = IpAddr::V6(topology::SRC0.ipv6);
@@ -1016,8 +897,8 @@ fn routing_two_queues_two_run_loops() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let xfwd = Xfwd::spawn(&lab, &["--queues", "2", "--metrics", &metrics.to_string()]);
-    resolve_dst(&lab);
+    let xfwd = spawn(&lab, &["--queues", "2", "--metrics", &metrics.to_string()]);
+    resolve_dst(&lab.netns(Role::Fwd));
     // Flow ids are destination-major (d * 2 + source port index) and queue q sends the flows
     // with id ≡ q (mod 2): each queue carries every destination, IPv4 and IPv6.
     let dsts = [
@@ -1103,8 +984,8 @@ fn routing_four_queues_more_loops_than_cpus() {
         .unwrap()
         .up_scoped()
         .unwrap();
-    let xfwd = Xfwd::spawn(&lab, &["--queues", "4"]);
-    resolve_dst(&lab);
+    let xfwd = spawn(&lab, &["--queues", "4"]);
+    resolve_dst(&lab.netns(Role::Fwd));
     // Flow d * 4 + p goes out on queue p: each queue carries one IPv4 and one IPv6 flow.
     let flows = pktgen::FlowSet::new(
         pktgen_endpoints(),
@@ -1166,7 +1047,7 @@ fn sighup_applies_live_pipeline_settings() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("xfwd.toml");
     std::fs::write(&path, "[pipeline]\nicmp_rate = 0\n").unwrap();
-    let xfwd = Xfwd::spawn(&lab, &["--config", path.to_str().unwrap()]);
+    let xfwd = spawn(&lab, &["--config", path.to_str().unwrap()]);
     let src4 = IpAddr::V4(topology::SRC0.ipv4);
     let sent = |s: &serde_json::Value| pipeline(s, "icmp_sent", "time_exceeded");
     let hup = || {
@@ -1227,7 +1108,7 @@ fn route_get_and_show_ask_the_running_instance() {
         return;
     }
     let lab = lab("fwdask");
-    let xfwd = Xfwd::start_routing(&lab);
+    let xfwd = start_routing(&lab);
     let fwd = lab.netns(Role::Fwd);
     let control = xfwd.control.to_str().unwrap().to_owned();
     let xfwd_out = |args: &[&str]| {

@@ -6,74 +6,14 @@
 //! get), also from a fresh mirror; `xfwd show cache` lists the route cache entries traffic
 //! made.
 
-use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use xfwd_lab::{Lab, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
-
-/// `xfwd run` in the lab's fwd namespace on fwd0 and fwd1, killed when dropped.
-struct Xfwd {
-    child: Child,
-    control: PathBuf,
-}
-
-impl Xfwd {
-    fn start(lab: &Lab) -> Xfwd {
-        let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
-        let child = Command::new(XFWD)
-            .args([
-                "run",
-                "--netns",
-                &lab.netns(Role::Fwd),
-                "--iface",
-                "fwd0,fwd1",
-            ])
-            .arg("--control")
-            .arg(&control)
-            .args([
-                "--punt-device",
-                &format!("q{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting xfwd");
-        let mut xfwd = Xfwd { child, control };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = xfwd.child.try_wait().unwrap() {
-                panic!("xfwd exited during start-up: {status}");
-            }
-            let out = xfwd.ask(&["show", "links"]);
-            if out.status.success() {
-                return xfwd;
-            }
-            assert!(Instant::now() < deadline, "xfwd never answered");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// `xfwd ARGS --control SOCKET`.
-    fn ask(&self, args: &[&str]) -> Output {
-        Command::new(XFWD)
-            .args(args)
-            .arg("--control")
-            .arg(&self.control)
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod common;
+use common::{XFWD, Xfwd, resolve_dst};
 
 fn ip(ns: &str, args: &[&str]) -> Output {
     Command::new("ip")
@@ -199,39 +139,6 @@ fn eventually(what: &str, mut check: impl FnMut() -> Result<(), String>) {
     }
 }
 
-/// Makes fwd's kernel resolve dst0 (v4 and v6: a datagram from fwd's stack to each address
-/// makes it send ARP / ND) so that the neighbour is known.
-fn resolve_dst(fwd: &str) {
-    for addr in [
-        IpAddr::V4(topology::DST0.ipv4),
-        IpAddr::V6(topology::DST0.ipv6),
-    ] {
-        let any: SocketAddr = if addr.is_ipv4() {
-            "0.0.0.0:0"
-        } else {
-            "[::]:0"
-        }
-        .parse()
-        .unwrap();
-        let socket = xfwd_lab::netns::run_in(fwd, || UdpSocket::bind(any))
-            .unwrap()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let _ = socket.send_to(b"resolve", SocketAddr::new(addr, 9));
-            std::thread::sleep(Duration::from_millis(100));
-            let neigh = stdout(&ip(
-                fwd,
-                &["neigh", "show", &addr.to_string(), "dev", "fwd1"],
-            ));
-            if neigh.contains(&topology::DST0.mac_string()) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{addr} not resolved: {neigh}");
-        }
-    }
-}
-
 /// Traffic to the IPv6 target fills the route cache; `show cache` lists the entry with the
 /// egress and neighbour the pipeline uses, and no longer once a route change invalidates it.
 fn check_route_cache(lab: &Lab, xfwd: &Xfwd) {
@@ -341,7 +248,7 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
         stdout(&ip(&fwd, &args));
     }
     resolve_dst(&fwd);
-    let xfwd = Xfwd::start(&lab);
+    let xfwd = Xfwd::start(&lab, 'q');
     check_route_cache(&lab, &xfwd);
 
     // The pipeline against the kernel, for packets arriving on fwd0 from src0.

@@ -95,11 +95,11 @@ fn route_words(answer: &str) -> Vec<String> {
     words
 }
 
-/// dst0's link-local address, once DAD is done.
-fn link_local(dst: &str) -> String {
+/// The link-local address of `dev` in `ns`, once duplicate address detection is done.
+fn link_local(ns: &str, dev: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let out = ip(dst, "-6 addr show dev dst0 scope link");
+        let out = ip(ns, &format!("-6 addr show dev {dev} scope link"));
         if let Some(line) = out
             .lines()
             .find(|l| l.contains("inet6 fe80") && !l.contains("tentative"))
@@ -107,7 +107,7 @@ fn link_local(dst: &str) -> String {
             let cidr = line.split_whitespace().nth(1).unwrap();
             return cidr.split('/').next().unwrap().to_owned();
         }
-        assert!(Instant::now() < deadline, "no link-local on dst0: {out}");
+        assert!(Instant::now() < deadline, "no link-local on {dev}: {out}");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -119,7 +119,11 @@ fn ipv4_via_ipv6_next_hops_through_xfwd_with_nd_resolution() {
     }
     let lab = Lab::unique("via6").unwrap().up_scoped().unwrap();
     let (fwd, dst) = (lab.netns(Role::Fwd), lab.netns(Role::Dst));
-    let ll = link_local(&dst);
+    let ll = link_local(&dst, "dst0");
+    // The kernel sends no neighbour solicitation while the egress device's own link-local
+    // address is tentative (`ndisc_solicit` needs a usable source), so resolution would
+    // wait for DAD (about a second) and the first probes would outlast their capture.
+    link_local(&fwd, "fwd1");
     let global = topology::DST0.ipv6.to_string();
     ip(
         &fwd,

@@ -10,11 +10,10 @@
 
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use etherparse::{PacketBuilder, SlicedPacket, TransportSlice};
 use policy_tree::{
@@ -23,7 +22,8 @@ use policy_tree::{
 };
 use xfwd_lab::{Lab, LabGuard, Role, topology};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
+mod common;
+use common::Xfwd;
 /// Marks a probe's payload: the flow id follows.
 const MAGIC: &[u8; 8] = b"xfrmorcl";
 /// The template id the reference model gives policies with templates.
@@ -532,85 +532,15 @@ fn ifindex(lab: &Lab, name: &str) -> u32 {
     .unwrap()
 }
 
-/// `xfwd run` on fwd0 and fwd1, stopped (SIGTERM, then SIGKILL) when dropped.
-struct Xfwd {
-    child: Child,
-    control: PathBuf,
-}
-
-impl Xfwd {
-    fn start(lab: &Lab) -> Xfwd {
-        let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
-        let child = Command::new(XFWD)
-            .args([
-                "run",
-                "--netns",
-                &lab.netns(Role::Fwd),
-                "--iface",
-                "fwd0,fwd1",
-            ])
-            .arg("--control")
-            .arg(&control)
-            .args([
-                "--punt-device",
-                &format!("x{}", std::process::id() % 100_000),
-            ])
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting xfwd");
-        let mut xfwd = Xfwd { child, control };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let ok = Command::new(XFWD)
-                .args(["stats", "--json", "--control"])
-                .arg(&xfwd.control)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                break;
-            }
-            if let Some(status) = xfwd.child.try_wait().unwrap() {
-                panic!("xfwd exited during start-up: {status}");
-            }
-            assert!(Instant::now() < deadline, "xfwd never answered");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        xfwd
-    }
-}
-
-impl Xfwd {
-    /// Frames xfwd handed to the kernel so far (all queues).
-    fn punted(&self) -> u64 {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control"])
-            .arg(&self.control)
-            .output()
-            .unwrap();
-        let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
-        stats["queues"]
-            .as_array()
-            .expect("queues")
-            .iter()
-            .map(|q| q["punted"].as_u64().unwrap_or(0))
-            .sum()
-    }
-}
-
-impl Drop for Xfwd {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Frames `xfwd` handed to the kernel so far (all queues).
+fn punted(xfwd: &Xfwd) -> u64 {
+    let stats = xfwd.stats().expect("stats JSON");
+    stats["queues"]
+        .as_array()
+        .expect("queues")
+        .iter()
+        .map(|q| q["punted"].as_u64().unwrap_or(0))
+        .sum()
 }
 
 /// Compares one round: the kernel's fates with xfwd's and with the model's.
@@ -704,9 +634,9 @@ fn one_seed(seed: u64) {
     ip_batch(&lab, &batch);
     let round1 = probes(&mut rng, &reference, 300);
     let kernel1 = fates(&lab, &round1);
-    let xfwd = Xfwd::start(&lab);
+    let xfwd = Xfwd::start(&lab, 'x');
     let xfwd1 = fates(&lab, &round1);
-    let punted1 = xfwd.punted();
+    let punted1 = punted(&xfwd);
     let u1 = compare(
         "before start",
         &round1,
@@ -734,7 +664,7 @@ fn one_seed(seed: u64) {
     std::thread::sleep(Duration::from_millis(2500));
     let round2 = probes(&mut rng, &reference, 300);
     let xfwd2 = fates(&lab, &round2);
-    let punted2 = xfwd.punted() - punted1;
+    let punted2 = punted(&xfwd) - punted1;
     let unmatched = round2
         .iter()
         .filter(|p| {

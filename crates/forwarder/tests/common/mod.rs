@@ -3,69 +3,121 @@
 //! lab namespace. Each test file uses part of it.
 #![allow(dead_code, reason = "each test binary uses part of the helpers")]
 
-use std::process::{Child, Command, Stdio};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The `xfwd` binary under test.
 pub const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
 
-/// A running `xfwd`, stopped when dropped.
+/// A running `xfwd`, stopped when dropped (SIGTERM first, so that it detaches its XDP
+/// program and removes its control socket; SIGKILL if it hangs).
 pub struct Xfwd {
-    /// The process.
-    pub child: Child,
+    /// The process; `None` once [`Xfwd::signal`] stopped it.
+    pub child: Option<Child>,
     /// Its control socket.
-    pub control: String,
+    pub control: PathBuf,
 }
 
 impl Xfwd {
-    /// Starts `xfwd run` in `lab`'s forwarding namespace on fwd0 and fwd1, its punt device
-    /// named `punt` plus this process's id, and waits (up to 20 s) until it answers `stats`.
-    pub fn start(lab: &xfwd_lab::Lab, punt: char) -> Xfwd {
-        let fwd = lab.netns(xfwd_lab::Role::Fwd);
-        let control = format!("/run/xfwd/test-{}.sock", lab.prefix());
-        let xfwd = Xfwd {
-            child: Command::new(XFWD)
-                .args(["run", "--netns", &fwd, "--iface", "fwd0,fwd1"])
-                .args(["--control", &control])
-                .args([
-                    "--punt-device",
-                    &format!("{punt}{}", std::process::id() % 100_000),
-                ])
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
+    /// `xfwd run` in `lab`'s forwarding namespace on `ifaces`, with a control socket named
+    /// after the lab and a punt device named `punt` plus this process's id; the caller adds
+    /// what else it needs and hands the command to [`Xfwd::spawn`].
+    pub fn command(lab: &xfwd_lab::Lab, ifaces: &str, punt: char) -> (Command, PathBuf) {
+        let control = PathBuf::from(format!("/run/xfwd/test-{}.sock", lab.prefix()));
+        let mut command = Command::new(XFWD);
+        command
+            .args(["run", "--netns", &lab.netns(xfwd_lab::Role::Fwd)])
+            .args(["--iface", ifaces])
+            .arg("--control")
+            .arg(&control)
+            .args([
+                "--punt-device",
+                &format!("{punt}{}", std::process::id() % 100_000),
+            ]);
+        (command, control)
+    }
+
+    /// Spawns `command` and waits (up to 30 s) until it answers `stats` on `control`;
+    /// panics if it exits first.
+    pub fn spawn(mut command: Command, control: PathBuf) -> Xfwd {
+        let child = command
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting xfwd");
+        let mut xfwd = Xfwd {
+            child: Some(child),
             control,
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + Duration::from_secs(30);
         while xfwd.stats().is_none() {
+            if let Some(status) = xfwd.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("xfwd exited during start-up: {status}");
+            }
             assert!(Instant::now() < deadline, "xfwd never answered");
             std::thread::sleep(Duration::from_millis(100));
         }
         xfwd
     }
 
+    /// `xfwd run` (routing mode) on fwd0 and fwd1 of `lab`, answering.
+    pub fn start(lab: &xfwd_lab::Lab, punt: char) -> Xfwd {
+        let (command, control) = Xfwd::command(lab, "fwd0,fwd1", punt);
+        Xfwd::spawn(command, control)
+    }
+
     /// `xfwd stats --json`, when it answers.
     pub fn stats(&self) -> Option<serde_json::Value> {
-        let out = Command::new(XFWD)
-            .args(["stats", "--json", "--control", &self.control])
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+        let out = Some(self.ask(&["stats", "--json"])).filter(|o| o.status.success())?;
         serde_json::from_slice(&out.stdout).ok()
+    }
+
+    /// `xfwd ARGS --control SOCKET`.
+    pub fn ask(&self, args: &[&str]) -> Output {
+        Command::new(XFWD)
+            .args(args)
+            .arg("--control")
+            .arg(&self.control)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running xfwd")
+    }
+
+    /// Sends `signal` (as `kill` spells it, e.g. `-TERM`) and waits (up to 10 s) for the exit.
+    pub fn signal(&mut self, signal: &str) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "xfwd did not exit after {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
 impl Drop for Xfwd {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -87,4 +139,40 @@ pub fn sysctl(ns: &str, path: &str, value: &str) {
     xfwd_lab::netns::run_in(ns, || std::fs::write(&path, value))
         .unwrap()
         .unwrap_or_else(|e| panic!("{path}: {e}"));
+}
+
+/// Makes the kernel of namespace `fwd` resolve dst0 (IPv4 and IPv6: a datagram from fwd's
+/// stack to each address makes it send ARP / ND) and waits (up to 10 s) until fwd1 knows its
+/// MAC, so that probes do not wait in xfwd's hold buffer.
+pub fn resolve_dst(fwd: &str) {
+    use xfwd_lab::topology;
+    for addr in [
+        IpAddr::V4(topology::DST0.ipv4),
+        IpAddr::V6(topology::DST0.ipv6),
+    ] {
+        let any: SocketAddr = if addr.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
+        }
+        .parse()
+        .unwrap();
+        let socket = xfwd_lab::netns::run_in(fwd, || UdpSocket::bind(any))
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let _ = socket.send_to(b"resolve", SocketAddr::new(addr, 9));
+            std::thread::sleep(Duration::from_millis(100));
+            let out = Command::new("ip")
+                .args(["-n", fwd, "neigh", "show", &addr.to_string(), "dev", "fwd1"])
+                .output()
+                .unwrap();
+            let neigh = String::from_utf8_lossy(&out.stdout);
+            if neigh.contains(&topology::DST0.mac_string()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{addr} not resolved: {neigh}");
+        }
+    }
 }
