@@ -154,6 +154,21 @@ pub struct Interval {
     pub counters: Vec<(String, u64)>,
 }
 
+impl Interval {
+    /// Probes lost on the receiving side of the lab after xfwd transmitted them: dst0's
+    /// receive ring full (fwd1's TX drops, `lab:dst_ingress`) or the receiver's socket
+    /// (`lab:rx_socket`); at most the interval's loss.
+    pub fn receiver_loss(&self) -> u64 {
+        let counted: u64 = self
+            .counters
+            .iter()
+            .filter(|(k, _)| k == "lab:dst_ingress" || k == "lab:rx_socket")
+            .map(|(_, n)| n)
+            .sum();
+        counted.min(self.sent.saturating_sub(self.received))
+    }
+}
+
 /// xfwd's counters that explain loss, by name: `drop:REASON` and `punt:REASON` summed over
 /// the pipeline's queues, `loop:REASON` (the run loops' own drops) and `mirror:NAME`.
 fn loss_counters(stats: &serde_json::Value) -> std::collections::BTreeMap<String, u64> {
@@ -257,7 +272,18 @@ impl Results {
         self.intervals
             .iter()
             .filter(|i| !i.excused)
-            .map(|i| i.sent.saturating_sub(i.received))
+            .map(|i| i.sent.saturating_sub(i.received) - i.receiver_loss())
+            .sum()
+    }
+
+    /// Loss in unexcused intervals that the lab's receiving side caused (dst0's receive ring
+    /// full, the receiver's socket): after xfwd had transmitted, so not counted against it,
+    /// and reported on its own.
+    pub fn unexcused_receiver_loss(&self) -> u64 {
+        self.intervals
+            .iter()
+            .filter(|i| !i.excused)
+            .map(Interval::receiver_loss)
             .sum()
     }
 
@@ -978,6 +1004,23 @@ mod tests {
         broken.crashed = Some("signal 6".into());
         assert_eq!(broken.failures().len(), 3, "{:?}", broken.failures());
         assert!(!Fault::NeighFlush.takes_the_route() && Fault::Kill9.takes_the_route());
+    }
+
+    #[test]
+    fn the_receivers_drops_are_reported_apart_from_xfwds_loss() {
+        let mut at_receiver = interval(1.0, 100, 40, false);
+        at_receiver.counters = vec![
+            ("lab:dst_ingress".into(), 50),
+            ("punt:mirror_behind".into(), 7),
+        ];
+        let mut more_than_lost = interval(2.0, 100, 95, false);
+        more_than_lost.counters = vec![("lab:rx_socket".into(), 20)];
+        let r = results(vec![at_receiver, more_than_lost]);
+        // 60 lost in the first interval, 50 of them at the receiver; the second's five all
+        // at the receiver (never more than the interval lost).
+        assert_eq!(r.unexcused_loss(), 10);
+        assert_eq!(r.unexcused_receiver_loss(), 55);
+        assert_eq!(r.failures().len(), 1);
     }
 
     #[test]

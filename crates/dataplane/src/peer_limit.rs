@@ -31,7 +31,7 @@ pub const BURST_FACTOR: u64 = 6;
 pub const DEFAULT_V4_RATEMASK: u32 = 0x1818;
 /// The kernel's default IPv6 `icmp/ratemask` over the error types 0-127: all but "packet too
 /// big" (2).
-pub const DEFAULT_V6_RATEMASK: u128 = !0 & !(1 << 2);
+pub const DEFAULT_V6_RATEMASK: u128 = !(1 << 2);
 /// The kernel's default `icmp_ratelimit` and IPv6 `icmp/ratelimit`, milliseconds.
 pub const DEFAULT_INTERVAL_MS: u32 = 1000;
 

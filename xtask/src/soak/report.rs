@@ -68,8 +68,9 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         .sum();
     let _ = writeln!(
         out,
-        "| no loss outside the windows where the route or link was away | {} lost outside ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
+        "| no loss outside the windows where the route or link was away | {} lost outside, not counting {} the lab's receiving side dropped after xfwd transmitted them (dst0's receive ring full) ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
         results.unexcused_loss(),
+        results.unexcused_receiver_loss(),
         excused,
         results.intervals.len(),
         grace_loss,
