@@ -453,7 +453,7 @@ fn empty_netns(c: &mut Criterion) {
         ("papaya", footprint(papaya::HashMap::<u32, u32>::new)),
         ("dashmap", footprint(dashmap::DashMap::<u32, u32>::new)),
     ];
-    let mut report = String::from("| table | bytes of an empty table |\n|---|---|\n");
+    let mut report = String::from("## Memory\n\n| table | bytes of an empty table |\n|---|---|\n");
     for (name, bytes) in rows {
         report.push_str(&format!("| {name} | {bytes} |\n"));
     }
@@ -537,5 +537,129 @@ fn empty_netns(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, lookup, contended, empty_netns);
+/// One lookup's time (ns) per engine, group and address count, from criterion's saved
+/// estimates of this run (`CRITERION_HOME/**/new/`): the regression slope, else the mean, per
+/// iteration of `BATCH` lookups.
+fn saved_lookup_times(home: &std::path::Path) -> Vec<(String, String, usize, f64)> {
+    let mut found = Vec::new();
+    let mut pending = vec![home.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for path in entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+            if !path.ends_with("new") {
+                pending.push(path);
+                continue;
+            }
+            let read = |name: &str| -> Option<serde_json::Value> {
+                serde_json::from_str(&std::fs::read_to_string(path.join(name)).ok()?).ok()
+            };
+            let (Some(bench), Some(est)) = (read("benchmark.json"), read("estimates.json")) else {
+                continue;
+            };
+            let group = bench["group_id"].as_str().unwrap_or_default().to_owned();
+            let engine = bench["function_id"].as_str().unwrap_or_default().to_owned();
+            let n = bench["value_str"].as_str().and_then(|v| v.parse().ok());
+            let per_iter = est["slope"]["point_estimate"]
+                .as_f64()
+                .or_else(|| est["mean"]["point_estimate"].as_f64());
+            if let (Some(n), Some(per_iter)) = (n, per_iter) {
+                found.push((group, engine, n, per_iter / BATCH as f64));
+            }
+        }
+    }
+    found
+}
+
+/// Issue 23's goals against this run's lookup times, written beside criterion's data
+/// (`addr-table-goals.md` under `CRITERION_HOME`, which `cargo xtask bench addr-table`
+/// appends to the report): per address count, `addr-table` over `hashbrown` (goal at most
+/// 1.5), and the largest counts over the smallest (goal at most 1.2).
+fn goals(_: &mut Criterion) {
+    let home = std::env::var_os("CRITERION_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
+    let times = saved_lookup_times(&home);
+    if times.is_empty() {
+        // A filtered run without the lookup groups: nothing to report.
+        return;
+    }
+    let time = |group: &str, engine: &str, n: usize| {
+        times
+            .iter()
+            .find(|(g, e, m, _)| g == group && e == engine && *m == n)
+            .map(|t| t.3)
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "–".to_owned(),
+    };
+    let ns = |t: Option<f64>| t.map_or_else(|| "–".to_owned(), |t| format!("{t:.1} ns"));
+    let verdict = |a: Option<f64>, b: Option<f64>, goal: f64| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => {
+            if a / b <= goal {
+                "met"
+            } else {
+                "not met"
+            }
+        }
+        _ => "–",
+    };
+    let (hit, miss) = ("addr-table/lookup", "addr-table/lookup-miss");
+    let mut report = String::from(
+        "## Against the goals of issue 23 (this run)\n\n\
+         Per lookup, `addr-table` (`dev_find`) over `hashbrown` on the same queries (goal: at \
+         most 1.5× at every size):\n\n\
+         | addresses | hits: addr-table | hits: hashbrown | hits: ratio | misses: addr-table | \
+         misses: hashbrown | misses: ratio | goal |\n|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for &n in &COUNTS {
+        let (h, hb) = (time(hit, "addr-table", n), time(hit, "hashbrown", n));
+        let (m, mb) = (time(miss, "addr-table", n), time(miss, "hashbrown", n));
+        let met = match (verdict(h, hb, 1.5), verdict(m, mb, 1.5)) {
+            ("met", "met") => "met",
+            ("–", _) | (_, "–") => "–",
+            _ => "not met",
+        };
+        report.push_str(&format!(
+            "| {n} | {} | {} | {} | {} | {} | {} | {met} |\n",
+            ns(h),
+            ns(hb),
+            ratio(h, hb),
+            ns(m),
+            ns(mb),
+            ratio(m, mb),
+        ));
+    }
+    let smallest = COUNTS[0];
+    report.push_str(&format!(
+        "\nFlatness, `addr-table`'s time at the largest sizes over its time at {smallest} \
+         addresses (goal: at most 1.2×):\n\n\
+         | addresses | hits | goal | misses | goal |\n|---:|---:|---|---:|---|\n"
+    ));
+    for &n in &COUNTS[COUNTS.len() - 2..] {
+        let (h, h0) = (
+            time(hit, "addr-table", n),
+            time(hit, "addr-table", smallest),
+        );
+        let (m, m0) = (
+            time(miss, "addr-table", n),
+            time(miss, "addr-table", smallest),
+        );
+        report.push_str(&format!(
+            "| {n} | {} | {} | {} | {} |\n",
+            ratio(h, h0),
+            verdict(h, h0, 1.2),
+            ratio(m, m0),
+            verdict(m, m0, 1.2),
+        ));
+    }
+    println!("{report}");
+    if std::fs::create_dir_all(&home).is_ok() {
+        let _ = std::fs::write(home.join("addr-table-goals.md"), &report);
+    }
+}
+
+criterion_group!(benches, lookup, goals, contended, empty_netns);
 criterion_main!(benches);

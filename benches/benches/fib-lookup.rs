@@ -415,6 +415,22 @@ fn memory<K: Family>(table: &str, e: &Engines<K>) {
         e.trie.stats(guard).bytes,
         e.trie.stats(guard).bytes as f64 / 1048576.0,
     );
+    // Whether the kernel granted transparent huge pages (the fast structure's arena asks for
+    // them; the DPDK peers run with `--no-huge`, in 4 KiB pages).
+    let huge = std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|r| {
+            r.lines()
+                .find(|l| l.starts_with("AnonHugePages"))
+                .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    eprintln!(
+        "memory {table}: process AnonHugePages {huge} (THP {})",
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default()
+            .trim()
+    );
     #[cfg(feature = "dpdk")]
     eprintln!(
         "memory {table}: {} {} B ({:.1} MiB)",

@@ -7,6 +7,10 @@
 //! (next hop and prefix length) instead of origin ASNs. On a loaded machine, run it as
 //! `chrt -f 50 taskset -c 1 target/release/examples/lpm_probe`.
 //!
+//! `KEYS=<n>` shortens the stream and `PASSES=<n>` the passes (for `valgrind --tool=callgrind`:
+//! `KEYS=1000000 PASSES=1 ONLY='announced fast-lpm'`, then the inclusive cost of `best` over
+//! the keys is the cost per lookup); engines whose labels `ONLY` excludes are not built.
+//!
 //! `cargo build --release -p xfwd-benches --features dpdk --example lpm_probe`
 use std::collections::HashSet;
 use std::time::Instant;
@@ -17,21 +21,36 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use xfwd_benches::data::routes;
 
-const STREAM: usize = 10_000_000;
 const CHUNK: usize = 4096;
 
+/// Keys in the stream (`KEYS`, default 10 million).
+fn stream() -> usize {
+    env_usize("KEYS", 10_000_000)
+}
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Whether the engine labelled `label` runs (`ONLY`).
+fn wanted(label: &str) -> bool {
+    std::env::var("ONLY").map_or(true, |only| label.ends_with(&only))
+}
+
+#[inline(never)]
 fn best(label: &str, mut pass: impl FnMut() -> u64) {
-    if let Ok(only) = std::env::var("ONLY")
-        && !label.ends_with(&only)
-    {
+    if !wanted(label) {
         return;
     }
     let mut best = f64::MAX;
     let mut sum = 0u64;
-    for _ in 0..5 {
+    for _ in 0..env_usize("PASSES", 5) {
         let t = Instant::now();
         sum = sum.wrapping_add(pass());
-        best = best.min(t.elapsed().as_secs_f64() * 1e9 / STREAM as f64);
+        best = best.min(t.elapsed().as_secs_f64() * 1e9 / stream() as f64);
     }
     println!("{label:40} {best:6.2} ns  ({sum:x})");
 }
@@ -61,19 +80,32 @@ fn run<K: TrieKey + Send + Sync>(
     }
 
     let fib = Fib::new();
-    let routes: Vec<Route<K>> = p
-        .iter()
-        .map(|&(k, l, v)| Route::unicast(k, l, 254, vec![NextHop::new(None, 1 + v % 16)]))
-        .collect();
-    fib.insert_many(&routes).unwrap();
+    let want_fib = ["uniform", "announced"].iter().any(|kind| {
+        wanted(&format!("{name} {kind} fib")) || wanted(&format!("{name} {kind} fib-batch"))
+    });
+    if want_fib {
+        let routes: Vec<Route<K>> = p
+            .iter()
+            .map(|&(k, l, v)| Route::unicast(k, l, 254, vec![NextHop::new(None, 1 + v % 16)]))
+            .collect();
+        fib.insert_many(&routes).unwrap();
+    }
     println!("{name}: fast {} B", fast.bytes());
-    println!(
-        "{name}: fib {:?}",
-        fib.table(254, &epoch::pin()).unwrap().fast_stats()
-    );
+    // Whether the kernel backed the structure's arena with transparent huge pages.
+    if let Ok(rollup) = std::fs::read_to_string("/proc/self/smaps_rollup") {
+        for line in rollup.lines().filter(|l| l.starts_with("AnonHugePages")) {
+            println!("{name}: process {line}");
+        }
+    }
+    if want_fib {
+        println!(
+            "{name}: fib {:?}",
+            fib.table(254, &epoch::pin()).unwrap().fast_stats()
+        );
+    }
     for announced in [false, true] {
         let mut rng = StdRng::seed_from_u64(7);
-        let keys: Vec<K> = (0..STREAM)
+        let keys: Vec<K> = (0..stream())
             .map(|_| {
                 if announced {
                     let (k, l, _) = p[rng.random_range(0..p.len())];
@@ -84,12 +116,18 @@ fn run<K: TrieKey + Send + Sync>(
             })
             .collect();
         let kind = if announced { "announced" } else { "uniform" };
-        let bulk = rte(p, &keys);
+        let label = format!("{name} {kind} rte");
+        let bulk = if wanted(&label) {
+            rte(p, &keys)
+        } else {
+            Box::new(|_, _: &mut [u64]| {})
+        };
         let mut ids = vec![0u64; CHUNK];
-        best(&format!("{name} {kind} rte"), || {
+        best(&label, || {
             let mut s = 0u64;
-            for at in (0..STREAM).step_by(CHUNK) {
-                let n = CHUNK.min(STREAM - at);
+            let stream = keys.len();
+            for at in (0..stream).step_by(CHUNK) {
+                let n = CHUNK.min(stream - at);
                 bulk(at, &mut ids[..n]);
                 for &v in &ids[..n] {
                     s = s.wrapping_mul(31).wrapping_add(v);
@@ -151,9 +189,55 @@ fn run<K: TrieKey + Send + Sync>(
     }
 }
 
+/// `lpm_probe update`: `KEYS` (default 100,000) insert-plus-delete pairs of /24s absent from
+/// bgp-full-v4, next to announced prefixes, on a `Fib` holding the full table (as the
+/// `fib-lookup/update` benchmark does), timed as a whole; under callgrind, the inclusive cost
+/// of `changes` divided by twice `KEYS` is the cost of one change.
+fn update() {
+    let t = routes::BGP_FULL_V4.load().unwrap();
+    let mut seen = HashSet::new();
+    let p: Vec<(u32, u8, u32)> = t
+        .iter()
+        .map(|r| (u32::from(r.prefix.addr), r.prefix.len, r.origin_asn))
+        .filter(|&(k, l, _)| seen.insert((k, l)))
+        .collect();
+    let mut rng = StdRng::seed_from_u64(24);
+    let fresh: Vec<u32> = std::iter::from_fn(|| {
+        let (k, _, _) = p[rng.random_range(0..p.len())];
+        Some((k ^ (rng.random_range(0..4u32) << 8)) & 0xffff_ff00)
+    })
+    .filter(|&k| !seen.contains(&(k, 24)))
+    .take(4096)
+    .collect();
+    let fib = Fib::new();
+    let routes: Vec<Route<u32>> = p
+        .iter()
+        .map(|&(k, l, v)| Route::unicast(k, l, 254, vec![NextHop::new(None, 1 + v % 16)]))
+        .collect();
+    fib.insert_many(&routes).unwrap();
+    let n = env_usize("KEYS", 100_000);
+    let t = Instant::now();
+    changes(&fib, &fresh, n);
+    let per = t.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64;
+    println!("v4 update: {per:.0} ns per change (insert or delete of a /24)");
+}
+
+#[inline(never)]
+fn changes(fib: &Fib<u32>, fresh: &[u32], n: usize) {
+    let hop = vec![NextHop::new(None, 3)];
+    for i in 0..n {
+        let route = Route::unicast(fresh[i % fresh.len()], 24, 254, hop.clone());
+        fib.insert(&route, fib_trie::InsertFlags::ADD).unwrap();
+        fib.delete(&fib_trie::RouteSelector::exact(&route)).unwrap();
+    }
+}
+
 fn main() {
-    xfwd_benches::dpdk::eal_init().unwrap();
     let which = std::env::args().nth(1).unwrap_or_default();
+    if which == "update" {
+        return update();
+    }
+    xfwd_benches::dpdk::eal_init().unwrap();
     if which != "v6" {
         let t = routes::BGP_FULL_V4.load().unwrap();
         let mut seen = HashSet::new();

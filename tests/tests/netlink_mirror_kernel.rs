@@ -327,3 +327,90 @@ fn xfrm_policies_keep_kernel_identity_and_order() {
     assert_eq!(t.policies.len(), 5);
     assert!(live.stats().errors.is_empty(), "{:?}", live.stats().errors);
 }
+
+/// The mirror says when it lags the kernel (`Generation::set_behind`, which makes the run
+/// loops punt route answers): during a burst of 20,000 route adds made by `ip -batch` (faster
+/// than a mirror applies them: a backlog builds), and when a link goes down (the kernel
+/// flushes its IPv4 routes without telling; the mirror re-dumps); never once it has caught
+/// up, with every route in place.
+#[test]
+fn the_mirror_says_when_it_lags_the_kernel() {
+    if !xfwd_lab::privileged("the_mirror_says_when_it_lags_the_kernel") {
+        return;
+    }
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    let ns = netns("behind");
+    two_links(&ns);
+    let live = mirror(&ns, MirrorOptions::default());
+    let generation = Arc::clone(&live.tables().generation);
+    // Caught up after the initial synchronisation (within a round of the control loop).
+    let start = Instant::now();
+    while generation.is_behind() {
+        assert!(
+            start.elapsed() < CONVERGE,
+            "still behind after the first sync"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let before = live.stats().behind;
+    // A watcher sees the flag while the burst is applied.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = {
+        let (generation, stop) = (Arc::clone(&generation), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut seen = false;
+            while !stop.load(Ordering::Relaxed) {
+                seen |= generation.is_behind();
+                std::thread::yield_now();
+            }
+            seen
+        })
+    };
+    const BURST: u32 = 20_000;
+    netlink_mirror_common::ip_batch(
+        &ns,
+        (0..BURST).map(|i| {
+            let p = std::net::Ipv4Addr::from(0x1e00_0000 + (i << 8));
+            format!("route add {p}/24 via 10.1.0.2")
+        }),
+    );
+    let in_main = |t: &netlink_mirror::MirroredTables| {
+        let guard = crossbeam_epoch::pin();
+        t.fib4.table(254, &guard).map_or(0, |m| m.route_count())
+    };
+    wait_for(&live, "the burst applied", |t| in_main(t) >= BURST as usize);
+    let start = Instant::now();
+    while generation.is_behind() {
+        assert!(start.elapsed() < CONVERGE, "still behind after the burst");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        seen.join().unwrap(),
+        "the lag during the burst was never flagged"
+    );
+    let after_burst = live.stats().behind;
+    assert!(
+        after_burst > before,
+        "lag counted: {before} -> {after_burst}"
+    );
+    assert!(in_main(live.tables()) >= BURST as usize);
+
+    // A link going down: the kernel drops the routes through it without a message each; the
+    // mirror is behind until its re-dump has removed them.
+    ip(&ns, "link set d0 down");
+    wait_for(&live, "the routes through d0 gone", |t| {
+        in_main(t) < BURST as usize
+    });
+    let start = Instant::now();
+    while generation.is_behind() {
+        assert!(start.elapsed() < CONVERGE, "still behind after the re-dump");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let s = live.stats();
+    assert!(s.behind > after_burst && s.route_redumps > 0, "{s:?}");
+    converge(&live, &ns, CONVERGE).unwrap();
+}

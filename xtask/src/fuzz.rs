@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use crate::exec::exec;
 
 /// Every target: its crate (relative to the repository root) and name.
-pub const TARGETS: [(&str, &str); 8] = [
+pub const TARGETS: [(&str, &str); 9] = [
     ("crates/dataplane/fuzz", "pipeline"),
     ("crates/dataplane/fuzz", "ethernet"),
     ("crates/dataplane/fuzz", "ipv4"),
@@ -24,6 +24,7 @@ pub const TARGETS: [(&str, &str); 8] = [
     ("crates/dataplane/fuzz", "l4"),
     ("fuzz", "fib_ops"),
     ("fuzz", "policy_ops"),
+    ("fuzz", "addr_ops"),
     ("fuzz", "netlink"),
 ];
 /// Default run time per target.
@@ -34,7 +35,8 @@ pub const SMOKE_SECONDS: u64 = 20;
 /// Options of `cargo xtask fuzz`.
 #[derive(Debug, clap::Args)]
 pub struct Options {
-    /// The target (pipeline, ethernet, ipv4, ipv6, l4, fib_ops, policy_ops, netlink); every
+    /// The target (pipeline, ethernet, ipv4, ipv6, l4, fib_ops, policy_ops, addr_ops,
+    /// netlink); every
     /// target in turn when omitted.
     target: Option<String>,
     /// How long to fuzz each target, in seconds.

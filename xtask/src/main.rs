@@ -11,6 +11,7 @@ mod endpoints;
 mod exec;
 mod fuzz;
 mod lab;
+mod miri;
 mod mirror_oracle;
 mod package;
 mod setup;
@@ -43,6 +44,8 @@ enum Command {
     MirrorOracle(mirror_oracle::Options),
     /// Fuzz one cargo-fuzz target (or each in turn) with nightly; prints executions and coverage.
     Fuzz(fuzz::Options),
+    /// Run the unit tests of the table crates with `unsafe` under Miri (nightly).
+    Miri(miri::Options),
     /// Build xfwd's Debian package (cargo-deb) and check it: unpacked, started from its unit.
     Package(package::Options),
     /// Run xfwd for minutes on its own lab under route churn and faults (root); report.
@@ -59,6 +62,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(options) => bench::run(&options),
         Command::MirrorOracle(options) => mirror_oracle::run(&options),
         Command::Fuzz(options) => fuzz::run(&options),
+        Command::Miri(options) => miri::run(&options),
         Command::Package(options) => package::run(&options),
         Command::Soak(options) => soak::run(&options),
     };

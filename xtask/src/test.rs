@@ -137,6 +137,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             "fuzz smoke skipped: needs nightly and cargo-fuzz (`cargo xtask fuzz` installs it)"
         );
     }
+    // The unsafe code of the table crates under Miri (`cargo xtask miri`).
+    if crate::miri::available() {
+        for (krate, filters) in crate::miri::CRATES {
+            step(format!("miri {krate}"), &mut || {
+                crate::miri::run_crate(krate, filters)
+            });
+        }
+    } else {
+        eprintln!("miri skipped: needs nightly with Miri (`rustup +nightly component add miri`)");
+    }
 
     // A short soak (xfwd under churn and faults, `cargo xtask soak`), as root.
     step(

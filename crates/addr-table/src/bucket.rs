@@ -2,28 +2,33 @@
 //! validated reads of them (the unsafe core).
 //!
 //! A bucket is one 64-byte cache line: a header word (`meta`), a link to an overflow line (null
-//! almost always) and twelve 32-bit words of slots, each slot a key and its value (or, when the
-//! key has older duplicates, a pointer to its [`DupList`]):
+//! almost always) and twelve 32-bit words of slots, held as six `AtomicU64` pairs: first every
+//! slot's key, side by side, then every slot's value part (its value or, when the key has older
+//! duplicates, a pointer to its [`DupList`]):
 //!
 //! ```text
-//!  byte 0          8              16                                                    64
-//!       +----------+--------------+------------------------------------------------------+
-//!       | meta     | overflow     | slot 0        | slot 1        | slot 2  | slot 3     |
-//!       | occ, dup,| *Line        | key | value   | key | value   | ...     |            |
-//!       | gen      |              | (u32 -> u32: 1 + 2 words per slot, 4 slots)          |
-//!       +----------+--------------+------------------------------------------------------+
+//!  byte 0          8              16               32                                   64
+//!       +----------+--------------+----------------+------------------------------------+
+//!       | meta     | overflow     | key0 key1      | value0  | value1  | value2 | value3 |
+//!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
+//!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
+//!       +----------+--------------+----------------+------------------------------------+
 //!  meta: bits 0..8 slot occupied, 8..16 slot holds a DupList pointer, 16..64 generation
 //! ```
 //!
-//! **Reads** copy the line's slots with relaxed atomic loads between two loads of `meta` (the
-//! first acquire, the second after an acquire fence) and keep the copy only when both loads
-//! agree; otherwise they read the line again. A writer never changes the words of an occupied
-//! slot: it writes a free slot and then publishes it with one store of `meta` that sets the
-//! slot's bit (and, to replace a slot, clears the old one's in the same store), bumping the
-//! generation. So a reader that copied an occupied slot while a writer reused it sees `meta`
-//! change, and a reader never waits for a writer (the kernel's seqcount readers spin while a
-//! write is in progress; here every published state is whole). A 48-bit generation cannot wrap
-//! while a reader stands on one line.
+//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
+//! one-word keys: the two pairs as one 128-bit SSE2 compare, [`lanes_equal`]; longer keys pair
+//! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
+//! after an acquire fence: the copy is kept only when both loads agree (then decoded with
+//! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
+//! line again. A writer never changes the words of an occupied slot: it writes a free slot and
+//! then publishes it with one store of `meta` that sets the slot's bit (and, to replace a slot,
+//! clears the old one's in the same store), bumping the generation. A pair shared by two slots
+//! is rewritten whole by the one writer, the other half with its own value, so a reader sees
+//! the pair before or after, each whole. So a reader that copied an occupied slot while a
+//! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
+//! seqcount readers spin while a write is in progress; here every published state is whole). A
+//! 48-bit generation cannot wrap while a reader stands on one line.
 //!
 //! **Lines** never move: a table's first lines are its array, overflow lines are linked at the
 //! end of a chain and, once empty, unlinked and freed after a grace period (a reader standing
@@ -32,18 +37,18 @@
 //! old one to the new one, published in the new one first: a reader that searches the chain
 //! from its head, old table then new, finds every key that stayed in the map throughout.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
-
-use foldhash::SharedSeed;
-use foldhash::quality::FoldHasher;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, fence};
 
 use crate::inline::Inline;
 
 /// 32-bit words of slots per line.
 pub(crate) const LINE_WORDS: usize = 12;
+
+/// The slot words as 64-bit atomics (word `2j` is the low half of pair `j`).
+const LINE_PAIRS: usize = LINE_WORDS / 2;
 
 /// Most slots per line (the `meta` word has 8 bits of each kind; 6 is the most a line of 12
 /// words can hold, with a zero-word key and a two-word value).
@@ -52,8 +57,19 @@ const MAX_SLOTS: usize = 6;
 /// One generation step in `meta`.
 const GENERATION: u64 = 1 << 16;
 
-/// How a `(K, V)` pair fills a line: words per slot, slots per line, and the table's `size`
-/// units per line.
+/// A key's words, as readers and writers compare and hash them (computed once per operation).
+pub(crate) type KeyWords = [u32; LINE_WORDS];
+
+/// The words of `key` (the first `K::WORDS` of the array, the rest zero).
+#[inline(always)]
+pub(crate) fn key_words<K: Inline>(key: &K) -> KeyWords {
+    let mut q = [0; LINE_WORDS];
+    key.store(&mut q[..K::WORDS]);
+    q
+}
+
+/// How a `(K, V)` pair fills a line: words per slot, slots per line, where keys and values
+/// sit, and the table's `size` units per line.
 pub(crate) struct Geometry<K, V>(PhantomData<(K, V)>);
 
 impl<K: Inline, V: Inline> Geometry<K, V> {
@@ -75,6 +91,76 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
     /// line then holds `0.75 * SIZE_PER_LINE` keys on average (3 in 4 slots for `u32 -> u32`),
     /// half that right after a growth.
     pub(crate) const SIZE_PER_LINE: usize = 1 << (usize::BITS - 1 - Self::SLOTS.leading_zeros());
+    /// Bits of every slot, as in [`Meta::occupied_mask`].
+    pub(crate) const ALL_SLOTS: u32 = (1 << Self::SLOTS) - 1;
+    /// The keys come first, side by side; the value parts follow from this word on.
+    pub(crate) const PAYLOADS_AT: usize = Self::SLOTS * K::WORDS;
+    /// Four one-word keys in the first two pairs: compared at once ([`lanes_equal`]).
+    const FOUR_WORD_KEYS: bool = K::WORDS == 1 && Self::SLOTS == 4;
+
+    /// The first slot of a non-empty mask of slots, in a form the compiler sees is below
+    /// [`SLOTS`](Self::SLOTS) (no bounds check on the words it indexes).
+    #[inline(always)]
+    pub(crate) fn first_slot(hits: u32) -> usize {
+        let i = hits.trailing_zeros() as usize;
+        if Self::SLOTS.is_power_of_two() {
+            i & (Self::SLOTS - 1)
+        } else {
+            i.min(Self::SLOTS - 1)
+        }
+    }
+
+    /// First word of slot `i`'s key.
+    #[inline(always)]
+    pub(crate) fn key_at(i: usize) -> usize {
+        i * K::WORDS
+    }
+
+    /// First word of slot `i`'s value part.
+    #[inline(always)]
+    pub(crate) fn payload_at(i: usize) -> usize {
+        Self::PAYLOADS_AT + i * Self::PAYLOAD
+    }
+}
+
+/// Bit `i` (0..4) set when 32-bit lane `i` of `lo` (lanes 0, 1) and `hi` (lanes 2, 3) equals
+/// `key`: four key compares without a branch (which slot matches is as good as random, a
+/// branch per slot would mispredict). On x86-64 one SSE2 compare of the four lanes and a
+/// movemask (about 8 instructions against 18 for four scalar compares); elsewhere
+/// [`lanes_equal_scalar`].
+#[inline(always)]
+pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        use std::arch::x86_64::{
+            _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_movemask_ps, _mm_set_epi64x, _mm_set1_epi32,
+        };
+        // SAFETY: these intrinsics only need SSE2, which this build enables for every CPU it
+        // runs on (the `cfg` above; x86-64's baseline); they compute on values, no memory.
+        // Tested against `lanes_equal_scalar` (`lanes_equal_agrees_with_the_scalar_compare`,
+        // also under Miri).
+        unsafe {
+            let lanes = _mm_set_epi64x(hi as i64, lo as i64);
+            let equal = _mm_cmpeq_epi32(lanes, _mm_set1_epi32(key as i32));
+            _mm_movemask_ps(_mm_castsi128_ps(equal)) as u32
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        lanes_equal_scalar(lo, hi, key)
+    }
+}
+
+/// [`lanes_equal`] with four scalar compares (portable; the reference of the SIMD one).
+#[inline(always)]
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+pub(crate) fn lanes_equal_scalar(lo: u64, hi: u64, key: u32) -> u32 {
+    let lanes = [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32];
+    let mut m = 0;
+    for (i, lane) in lanes.into_iter().enumerate() {
+        m |= u32::from(lane == key) << i;
+    }
+    m
 }
 
 /// The header word of a line (see the module documentation).
@@ -135,7 +221,11 @@ pub(crate) struct Line {
     pub(crate) meta: AtomicU64,
     /// The next line of this chain, or null.
     pub(crate) overflow: AtomicPtr<Line>,
-    pub(crate) words: [AtomicU32; LINE_WORDS],
+    /// The slots' twelve 32-bit words as six 64-bit atomics: word `2j` is the low half of
+    /// `pairs[j]`, word `2j + 1` the high half. Only ever accessed as `AtomicU64`; the one
+    /// writer changes a word by rewriting its pair (the other half keeps its value, so a
+    /// reader sees either pair whole).
+    pairs: [AtomicU64; LINE_PAIRS],
 }
 
 /// What a slot holds besides its key.
@@ -171,36 +261,91 @@ impl Line {
         Line {
             meta: AtomicU64::new(0),
             overflow: AtomicPtr::new(ptr::null_mut()),
-            words: std::array::from_fn(|_| AtomicU32::new(0)),
+            pairs: std::array::from_fn(|_| AtomicU64::new(0)),
         }
     }
 
-    /// The words of slot `i`'s key.
+    /// Copies `out.len()` words from word `at` on (relaxed loads, one per pair: the caller
+    /// validates or holds the writer lock).
     #[inline(always)]
-    fn key_words<K: Inline, V: Inline>(&self, i: usize) -> &[AtomicU32] {
-        let at = i * Geometry::<K, V>::STRIDE;
-        &self.words[at..at + K::WORDS]
+    fn copy_words(&self, at: usize, out: &mut [u32]) {
+        let mut j = 0;
+        while j < out.len() {
+            let w = at + j;
+            let pair = self.pairs[w / 2].load(Ordering::Relaxed);
+            if w % 2 == 1 {
+                out[j] = (pair >> 32) as u32;
+                j += 1;
+            } else {
+                out[j] = pair as u32;
+                if j + 1 < out.len() {
+                    out[j + 1] = (pair >> 32) as u32;
+                }
+                j += 2;
+            }
+        }
     }
 
-    /// The words of slot `i`'s value part.
-    #[inline(always)]
-    fn payload_words<K: Inline, V: Inline>(&self, i: usize) -> &[AtomicU32] {
-        let at = i * Geometry::<K, V>::STRIDE + K::WORDS;
-        &self.words[at..at + Geometry::<K, V>::PAYLOAD]
+    /// Writes `src` into the words from `at` on, pair by pair (relaxed stores; the other half
+    /// of a shared pair is rewritten with its own value). Writer only.
+    fn store_words(&self, at: usize, src: &[u32]) {
+        for (j, &word) in src.iter().enumerate() {
+            let w = at + j;
+            let pair = &self.pairs[w / 2];
+            let old = pair.load(Ordering::Relaxed);
+            let new = if w % 2 == 1 {
+                (old & 0xffff_ffff) | (u64::from(word) << 32)
+            } else {
+                (old & !0xffff_ffff) | u64::from(word)
+            };
+            pair.store(new, Ordering::Relaxed);
+        }
     }
 
-    /// Slot `i`'s value part as of `meta` (relaxed loads: the caller validates or holds the
-    /// writer lock).
+    /// The slots whose key words equal `q`'s (occupied or not), as a mask: branch-free, since
+    /// which slot matches is as good as random and a branch per slot would mispredict.
     #[inline(always)]
+    fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
+        if Geometry::<K, V>::FOUR_WORD_KEYS {
+            let lo = self.pairs[0].load(Ordering::Relaxed);
+            let hi = self.pairs[1].load(Ordering::Relaxed);
+            return lanes_equal(lo, hi, q[0]);
+        }
+        let mut hits = 0;
+        for i in 0..Geometry::<K, V>::SLOTS {
+            let at = Geometry::<K, V>::key_at(i);
+            let mut eq = true;
+            if K::WORDS % 2 == 0 {
+                // Whole pairs (keys start on even words): one 64-bit compare per pair.
+                for t in 0..K::WORDS / 2 {
+                    let want = u64::from(q[2 * t]) | (u64::from(q[2 * t + 1]) << 32);
+                    eq &= self.pairs[at / 2 + t].load(Ordering::Relaxed) == want;
+                }
+            } else {
+                let mut k = [0; LINE_WORDS];
+                self.copy_words(at, &mut k[..K::WORDS]);
+                eq = k[..K::WORDS] == q[..K::WORDS];
+            }
+            hits |= u32::from(eq) << i;
+        }
+        hits
+    }
+
+    /// Slot `i`'s key (relaxed loads: the caller holds the writer lock).
+    fn key<K: Inline, V: Inline>(&self, i: usize) -> K {
+        let mut k = [0; LINE_WORDS];
+        self.copy_words(Geometry::<K, V>::key_at(i), &mut k[..K::WORDS]);
+        K::load(&k[..K::WORDS])
+    }
+
+    /// Slot `i`'s value part as of `meta` (relaxed loads: the caller holds the writer lock).
     fn payload<K: Inline, V: Inline>(&self, meta: Meta, i: usize) -> Payload<V> {
-        let w = self.payload_words::<K, V>(i);
-        if meta.dups(i) {
-            let addr = u64::from(w[0].load(Ordering::Relaxed))
-                | (u64::from(w[1].load(Ordering::Relaxed)) << 32);
-            Payload::Dups(ptr::with_exposed_provenance(addr as usize))
-        } else {
-            Payload::Value(V::load(w))
-        }
+        let mut w = [0; LINE_WORDS];
+        self.copy_words(
+            Geometry::<K, V>::payload_at(i),
+            &mut w[..Geometry::<K, V>::PAYLOAD],
+        );
+        Found::decode(meta.dups(i), &w).payload()
     }
 
     /// Writes `key` and `payload` into free slot `i` (not yet published).
@@ -208,53 +353,44 @@ impl Line {
         // Order these stores after the `meta` store that freed the slot: a reader that copies
         // them then sees that store (or a later one) when it validates.
         fence(Ordering::Release);
-        key.store(self.key_words::<K, V>(i));
-        let w = self.payload_words::<K, V>(i);
-        match payload {
-            Payload::Value(v) => v.store(w),
+        self.store_words(Geometry::<K, V>::key_at(i), &key_words(&key)[..K::WORDS]);
+        let mut w = [0; LINE_WORDS];
+        let len = match payload {
+            Payload::Value(v) => {
+                v.store(&mut w[..V::WORDS]);
+                V::WORDS
+            }
             Payload::Dups(p) => {
                 let addr = p.expose_provenance() as u64;
-                w[0].store(addr as u32, Ordering::Relaxed);
-                w[1].store((addr >> 32) as u32, Ordering::Relaxed);
+                w[0] = addr as u32;
+                w[1] = (addr >> 32) as u32;
+                2
             }
-        }
+        };
+        self.store_words(Geometry::<K, V>::payload_at(i), &w[..len]);
     }
 
-    /// Slot `i`'s value part as of `meta` (relaxed loads; the caller validates), in the
-    /// reader's form: a value, or a list pointer when the key has duplicates (rare, so the
-    /// branch is predicted).
+    /// A validated copy of the slot holding the key with words `q`, or `None` when this line
+    /// has none.
     #[inline(always)]
-    fn found<K: Inline, V: Inline>(&self, meta: Meta, i: usize) -> Found<V> {
-        let w = self.payload_words::<K, V>(i);
-        if meta.dups(i) {
-            let addr = u64::from(w[0].load(Ordering::Relaxed))
-                | (u64::from(w[1].load(Ordering::Relaxed)) << 32);
-            Found::list(ptr::with_exposed_provenance(addr as usize))
-        } else {
-            Found {
-                value: V::load(w),
-                list: ptr::null(),
-            }
-        }
-    }
-
-    /// A validated copy of the slot holding `key`, or `None` when this line has none.
-    #[inline(always)]
-    fn find<K: Inline + Eq, V: Inline>(&self, key: &K) -> Option<Found<V>> {
+    fn find<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Found<V>> {
         loop {
             let m = Meta(self.meta.load(Ordering::Acquire));
-            // Compare every slot's key without branching (the slot that matches is as good as
-            // random, a branch per slot would mispredict), then keep the occupied ones.
-            let mut hits = 0u32;
-            for i in 0..Geometry::<K, V>::SLOTS {
-                hits |= u32::from(K::load(self.key_words::<K, V>(i)) == *key) << i;
+            // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
+            let hits = self.matches::<K, V>(q) & m.occupied_mask() & Geometry::<K, V>::ALL_SLOTS;
+            let hit = hits != 0;
+            let i = Geometry::<K, V>::first_slot(hits);
+            let mut w = [0; LINE_WORDS];
+            if hit {
+                self.copy_words(
+                    Geometry::<K, V>::payload_at(i),
+                    &mut w[..Geometry::<K, V>::PAYLOAD],
+                );
             }
-            hits &= m.occupied_mask();
-            let i = hits.trailing_zeros() as usize;
-            let found = (i < Geometry::<K, V>::SLOTS).then(|| self.found::<K, V>(m, i));
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
-                return found;
+                // Validated: the words are those of one published state; decode them.
+                return hit.then(|| Found::decode(m.dups(i), &w));
             }
         }
     }
@@ -270,18 +406,24 @@ pub(crate) struct Found<V> {
 }
 
 impl<V: Inline> Found<V> {
-    /// A list pointer (the value part is then a placeholder decoded from no words).
+    /// Decodes a value part's words: a list pointer when `dups` (rare, so the branch is
+    /// predicted; the value is then a placeholder decoded from zeros), else the value.
     #[inline(always)]
-    fn list(list: *const DupList<V>) -> Self {
-        Found {
-            value: V::load(&ZERO_WORDS[..V::WORDS]),
-            list,
+    fn decode(dups: bool, w: &[u32; LINE_WORDS]) -> Self {
+        if dups {
+            let addr = u64::from(w[0]) | (u64::from(w[1]) << 32);
+            Found {
+                value: V::load(&[0; LINE_WORDS][..V::WORDS]),
+                list: ptr::with_exposed_provenance(addr as usize),
+            }
+        } else {
+            Found {
+                value: V::load(&w[..V::WORDS]),
+                list: ptr::null(),
+            }
         }
     }
 }
-
-/// Words to decode a placeholder value from.
-static ZERO_WORDS: [AtomicU32; LINE_WORDS] = [const { AtomicU32::new(0) }; LINE_WORDS];
 
 impl<V: Copy> Found<V> {
     /// What the slot holds.
@@ -346,22 +488,44 @@ impl<V> DupList<V> {
 /// One generation of buckets (the kernel's `bucket_table`), with its own hash seed and, while a
 /// rehash runs, a pointer to the table that replaces it.
 ///
-/// The hash is foldhash's `quality` variant keyed by this table's seed (both its per-hasher
-/// seed and its shared seed are derived from it, so nothing survives a reseed). Like the
-/// kernel's jhash it is fast and keyed but not a PRF; the chain-length guard is what bounds an
-/// attacker who learns a seed. foldhash's `fast` variant was rejected: its output, meant for
-/// hashbrown's probing, gives chains of 12-24 for 96 consecutive keys in 128 buckets under some
-/// seeds (test `consecutive_keys_spread_under_every_seed`); SipHash-1-3 would cost several
-/// times more per lookup for 4- and 16-byte keys.
+/// Everything a lookup reads of it (the lines' address, the mask, the three hash keys, the
+/// future table) sits in its first cache line.
+///
+/// The hash is a keyed multiply-xorshift-multiply (the shape of SplitMix64's and Murmur3's
+/// finalizers, with the table's random keys as multipliers), and the product's top bits pick
+/// the line (`(h * lines) >> 64`, Lemire's reduction: for a power of two, the top
+/// `log2(lines)` bits, as the kernel's `hash_64` keeps them). A key of one or two words is XORed
+/// with `k0`; longer keys first fold each 64-bit pair in with a full 64 × 64 → 128-bit multiply
+/// whose halves are XORed (`fold(h ^ x, k1)`, foldhash's and wyhash's mixer). One multiply and
+/// a shift (the kernel's `hash_64` with a random multiplier, Dietzfelbinger's multiply-shift)
+/// would be cheaper still, but maps consecutive keys (as addresses are numbered) along a Weyl
+/// sequence whose evenness depends on the multiplier: measured, some seeds put 1,000
+/// consecutive addresses into chains of 6 with 93 of 512 lines overflowing; the xorshift in
+/// between spreads them like random keys under every seed tried. The keys come from the
+/// table's 64-bit seed, so nothing survives a reseed. Like the kernel's jhash with its random
+/// `hash_rnd` it is fast and keyed but not a PRF; the chain-length guard
+/// ([`ELASTICITY`](crate::rhltable::ELASTICITY)) is what bounds an attacker who learns a seed.
+/// Tests: consecutive keys spread like random ones under 300 seeds, keys aimed at one bucket
+/// cost one reseed (`tests/adversarial.rs`). A `u32` key costs three multiplies (two by keys,
+/// one by the line count); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
+#[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
-    mask: usize,
-    hasher_seed: u64,
-    shared_seed: SharedSeed,
-    /// The table this one is migrating into (`future_tbl`), or null.
-    pub(crate) future: AtomicPtr<BucketTable<K, V>>,
     /// The first line of every chain.
     buckets: Box<[Line]>,
+    /// `buckets.len()`, a power of two.
+    lines: usize,
+    /// `k0`, `k1`, `k2` of the hash (`k1`, `k2` odd).
+    keys: [u64; 3],
+    /// The table this one is migrating into (`future_tbl`), or null.
+    pub(crate) future: AtomicPtr<BucketTable<K, V>>,
     _holds: PhantomData<(K, V)>,
+}
+
+/// The 64 × 64 → 128-bit multiply with its halves XORed (foldhash's and wyhash's mixer).
+#[inline(always)]
+fn fold(x: u64, k: u64) -> u64 {
+    let p = u128::from(x) * u128::from(k);
+    (p as u64) ^ ((p >> 64) as u64)
 }
 
 impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
@@ -369,14 +533,16 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     pub(crate) fn alloc(lines: usize, seed: u64) -> *mut BucketTable<K, V> {
         debug_assert!(lines.is_power_of_two());
         let buckets: Box<[Line]> = (0..lines).map(|_| Line::empty()).collect();
+        let mix = |c: u64| crate::seed::splitmix64_mix(seed ^ c);
         Box::into_raw(Box::new(BucketTable {
-            mask: lines - 1,
-            // Two independent halves: the per-table SharedSeed means no process-wide constant
-            // survives a reseed.
-            hasher_seed: crate::seed::splitmix64_mix(seed ^ 0x5851_f42d_4c95_7f2d),
-            shared_seed: SharedSeed::from_u64(seed),
-            future: AtomicPtr::new(ptr::null_mut()),
             buckets,
+            lines,
+            keys: [
+                mix(0x5851_f42d_4c95_7f2d),
+                mix(0x243f_6a88_85a3_08d3) | 1,
+                mix(0x1319_8a2e_0370_7344) | 1,
+            ],
+            future: AtomicPtr::new(ptr::null_mut()),
             _holds: PhantomData,
         }))
     }
@@ -384,7 +550,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// Number of bucket lines.
     #[inline(always)]
     pub(crate) fn lines(&self) -> usize {
-        self.mask + 1
+        self.lines
     }
 
     /// The table's size in the load factor's units.
@@ -393,12 +559,34 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.lines() * Geometry::<K, V>::SIZE_PER_LINE
     }
 
+    /// The bucket a key with words `q` goes to in this table.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, q: &KeyWords) -> usize {
+        let [k0, k1, k2] = self.keys;
+        let pair = |j: usize| {
+            let hi = if j + 1 < K::WORDS { q[j + 1] } else { 0 };
+            u64::from(q[j]) | (u64::from(hi) << 32)
+        };
+        let h = if K::WORDS <= 2 {
+            k0 ^ pair(0)
+        } else {
+            let mut h = k0;
+            let mut j = 0;
+            while j < K::WORDS {
+                h = fold(h ^ pair(j), k1);
+                j += 2;
+            }
+            h
+        };
+        let h = h.wrapping_mul(k1);
+        let h = (h ^ (h >> 32)).wrapping_mul(k2);
+        ((u128::from(h) * self.lines as u128) >> 64) as usize
+    }
+
     /// The bucket `key` goes to in this table.
     #[inline(always)]
     pub(crate) fn hash(&self, key: &K) -> usize {
-        let mut hasher = FoldHasher::with_seed(self.hasher_seed, &self.shared_seed);
-        key.hash(&mut hasher);
-        (hasher.finish() as usize) & self.mask
+        self.index_of(&key_words(key))
     }
 
     /// Iterates over bucket `index`'s chain. The caller holds the writer lock or a guard as
@@ -410,19 +598,20 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         }
     }
 
-    /// A validated copy of what the slot of `key` holds in this table, if any (the lock-free
-    /// reader walk).
+    /// A validated copy of what the slot of the key with words `q` holds in this table, if
+    /// any (the lock-free reader walk).
     ///
     /// # Safety
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
-    #[inline]
-    pub(crate) unsafe fn find(&self, key: &K) -> Option<Found<V>> {
-        let index = self.hash(key);
-        // SAFETY: `index` is masked with `mask`, and the table has `mask + 1` buckets.
+    #[inline(always)]
+    pub(crate) unsafe fn find(&self, q: &KeyWords) -> Option<Found<V>> {
+        let index = self.index_of(q);
+        // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
+        // below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
-            if let Some(p) = line.find::<K, V>(key) {
+            if let Some(p) = line.find::<K, V>(q) {
                 return Some(p);
             }
             let next = line.overflow.load(Ordering::Acquire);
@@ -437,19 +626,20 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
 
     /// Where `key` sits in bucket `index`'s chain. Caller holds the writer lock.
     pub(crate) fn position(&self, index: usize, key: &K) -> Option<Position<'_, K, V>> {
+        let q = key_words(key);
         let mut prev = None;
         for line in self.chain(index) {
             let m = Meta(line.meta.load(Ordering::Relaxed));
-            for slot in 0..Geometry::<K, V>::SLOTS {
-                if m.occupied(slot) && K::load(line.key_words::<K, V>(slot)) == *key {
-                    return Some(Position {
-                        prev,
-                        line,
-                        slot,
-                        key: *key,
-                        payload: line.payload::<K, V>(m, slot),
-                    });
-                }
+            let hits = line.matches::<K, V>(&q) & m.occupied_mask();
+            if hits != 0 {
+                let slot = hits.trailing_zeros() as usize;
+                return Some(Position {
+                    prev,
+                    line,
+                    slot,
+                    key: *key,
+                    payload: line.payload::<K, V>(m, slot),
+                });
             }
             prev = Some(line);
         }
@@ -562,7 +752,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 if !m.occupied(slot) {
                     continue;
                 }
-                let key = K::load(line.key_words::<K, V>(slot));
+                let key = line.key::<K, V>(slot);
                 // Every key lives in exactly one live table, and `new` only receives keys
                 // migrated from here or inserted after they were: `key` is not in `new`.
                 new.publish(key, line.payload::<K, V>(m, slot));
@@ -579,10 +769,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 let m = Meta(line.meta.load(Ordering::Relaxed));
                 for slot in 0..Geometry::<K, V>::SLOTS {
                     if m.occupied(slot) {
-                        f(
-                            K::load(line.key_words::<K, V>(slot)),
-                            line.payload::<K, V>(m, slot),
-                        );
+                        f(line.key::<K, V>(slot), line.payload::<K, V>(m, slot));
                     }
                 }
             }
@@ -765,8 +952,8 @@ mod tests {
         let line = Line::empty();
         line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
         line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
-        let value = |line: &Line, k| {
-            line.find::<u32, u32>(&k)
+        let value = |line: &Line, k: u32| {
+            line.find::<u32, u32>(&key_words(&k))
                 .map(|f| (f.value, f.list.is_null()))
         };
         assert_eq!(value(&line, 7), Some((70, true)));
@@ -780,5 +967,98 @@ mod tests {
         let m = Meta(line.meta.load(Ordering::Relaxed));
         line.meta.store(m.without(1).0, Ordering::Release);
         assert_eq!(value(&line, 7), None);
+    }
+
+    #[test]
+    fn lanes_equal_agrees_with_the_scalar_compare() {
+        // Edge lanes (zero, top bit, all ones, one bit off the key) and pseudo-random ones;
+        // small enough for Miri, which runs the SSE2 path on x86-64.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..200 {
+            let key = match round % 4 {
+                0 => 0,
+                1 => 0x8000_0000,
+                2 => u32::MAX,
+                _ => next() as u32,
+            };
+            let lanes: [u32; 4] = std::array::from_fn(|_| {
+                let pick = next();
+                match pick % 5 {
+                    0 => key,
+                    1 => key ^ 1,
+                    2 => key ^ 0x8000_0000,
+                    3 => key.wrapping_sub(1),
+                    _ => (pick >> 32) as u32,
+                }
+            });
+            let lo = u64::from(lanes[0]) | (u64::from(lanes[1]) << 32);
+            let hi = u64::from(lanes[2]) | (u64::from(lanes[3]) << 32);
+            let want = (0..4).fold(0, |m, i| m | (u32::from(lanes[i] == key) << i));
+            assert_eq!(lanes_equal(lo, hi, key), want, "{lanes:x?} {key:x}");
+            assert_eq!(lanes_equal_scalar(lo, hi, key), want, "{lanes:x?} {key:x}");
+        }
+    }
+
+    #[test]
+    fn words_round_trip_through_pairs_at_odd_and_even_positions() {
+        let line = Line::empty();
+        // Words 3..8 straddle pairs 1..4 starting on a high half; word 2 and 8 stay as set.
+        line.store_words(2, &[0xaaaa_aaaa]);
+        line.store_words(8, &[0xbbbb_bbbb]);
+        line.store_words(3, &[1, 2, 3, 4, 5]);
+        let mut out = [0; 7];
+        line.copy_words(2, &mut out);
+        assert_eq!(out, [0xaaaa_aaaa, 1, 2, 3, 4, 5, 0xbbbb_bbbb]);
+        let mut odd = [0; 2];
+        line.copy_words(5, &mut odd);
+        assert_eq!(odd, [3, 4]);
+        // Keys side by side, values after them: u128 keys (2 slots) and u32 keys (4 slots).
+        line.write_slot::<u128, u64>(1, u128::MAX - 7, Payload::Value(99));
+        assert_eq!(line.key::<u128, u64>(1), u128::MAX - 7);
+        let m = Meta(0).with(1, false);
+        assert!(matches!(
+            line.payload::<u128, u64>(m, 1),
+            Payload::Value(99)
+        ));
+        assert_eq!(
+            line.matches::<u128, u64>(&key_words(&(u128::MAX - 7))),
+            0b10
+        );
+        let line = Line::empty();
+        for (i, k) in [7u32, 8, 7, 9].into_iter().enumerate() {
+            line.write_slot::<u32, u32>(i, k, Payload::Value(100 + i as u32));
+        }
+        assert_eq!(line.matches::<u32, u32>(&key_words(&7u32)), 0b0101);
+        assert_eq!(line.key::<u32, u32>(3), 9);
+        assert_eq!(Geometry::<u32, u32>::payload_at(3), 10);
+    }
+
+    #[test]
+    fn index_stays_below_the_line_count_and_spreads_consecutive_keys() {
+        for lines in [1usize, 2, 8, 512] {
+            let t = BucketTable::<u32, u32>::alloc(lines, 42);
+            // SAFETY: from `alloc`, freed once below.
+            let table = unsafe { Box::from_raw(t) };
+            let mut per_line = vec![0usize; lines];
+            for k in 0..(lines as u32 * 2) {
+                let i = table.hash(&(0xc612_0000 + k));
+                per_line[i] += 1;
+            }
+            let worst = per_line.iter().copied().max().unwrap();
+            assert!(
+                worst <= 8,
+                "{lines} lines: a line got {worst} of 2 per line"
+            );
+            let t6 = BucketTable::<u128, u64>::alloc(lines, 42);
+            // SAFETY: as above.
+            let table6 = unsafe { Box::from_raw(t6) };
+            assert!(table6.hash(&(0x2001_0db8 << 96)) < lines);
+        }
     }
 }

@@ -1,18 +1,21 @@
 //! [`Inline`]: keys and values stored in the bucket lines themselves, as 32-bit words that
-//! readers load atomically and validate (see [`RhlTable`](crate::RhlTable)).
+//! readers copy out of a line and decode once the copy is validated (see
+//! [`RhlTable`](crate::RhlTable)).
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// A `Copy` type that an [`RhlTable`](crate::RhlTable) stores inline in its bucket lines, as
 /// [`WORDS`](Inline::WORDS) 32-bit words.
 ///
-/// Readers copy keys and values out of a line with relaxed atomic loads while a writer may be
-/// rewriting it, and keep the copy only if the line did not change meanwhile (a generation in
-/// the line's header, as the kernel's seqcounts do). So [`load`](Inline::load) may see words
-/// from two different values (a torn read): it must then return *some* value without
-/// panicking; the table discards it. The trait is safe: a wrong implementation gives wrong
-/// answers, never undefined behaviour.
+/// Readers copy a slot's words out of a line with relaxed atomic loads while a writer may be
+/// rewriting it, keep the copy only if the line did not change meanwhile (a generation in the
+/// line's header, as the kernel's seqcounts do), and only then call [`load`](Inline::load): it
+/// always sees words that one [`store`](Inline::store) wrote. The trait is safe: a wrong
+/// implementation gives wrong answers, never undefined behaviour.
+///
+/// **Keys are compared and hashed by their words**: for a key type, `store` must write equal
+/// words for equal keys and different words for different keys (true of the integer and
+/// address types below, and of any type that stores all its bits).
 ///
 /// A bucket line has 12 words for its slots; a slot holds the key's words and
 /// `max(V::WORDS, 2)` words for the value (two hold the pointer to a duplicate list), so
@@ -21,7 +24,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// your own.
 ///
 /// ```
-/// use std::sync::atomic::{AtomicU32, Ordering};
 /// use addr_table::Inline;
 ///
 /// #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,15 +31,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 ///
 /// impl Inline for Port {
 ///     const WORDS: usize = 2;
-///     fn store(self, words: &[AtomicU32]) {
-///         words[0].store(self.ifindex, Ordering::Relaxed);
-///         words[1].store(u32::from(self.up), Ordering::Relaxed);
+///     fn store(self, words: &mut [u32]) {
+///         words[0] = self.ifindex;
+///         words[1] = u32::from(self.up);
 ///     }
-///     fn load(words: &[AtomicU32]) -> Self {
-///         Port {
-///             ifindex: words[0].load(Ordering::Relaxed),
-///             up: words[1].load(Ordering::Relaxed) & 1 != 0,
-///         }
+///     fn load(words: &[u32]) -> Self {
+///         Port { ifindex: words[0], up: words[1] & 1 != 0 }
 ///     }
 /// }
 ///
@@ -51,73 +50,72 @@ pub trait Inline: Copy {
     /// 32-bit words the value occupies.
     const WORDS: usize;
 
-    /// Writes the value into `words` (exactly [`WORDS`](Inline::WORDS) of them) with relaxed
-    /// stores.
-    fn store(self, words: &[AtomicU32]);
+    /// Writes the value into `words` (exactly [`WORDS`](Inline::WORDS) of them).
+    fn store(self, words: &mut [u32]);
 
-    /// Reads a value from `words` (exactly [`WORDS`](Inline::WORDS) of them) with relaxed
-    /// loads. Must not panic whatever the words hold.
-    fn load(words: &[AtomicU32]) -> Self;
+    /// Reads a value back from `words` (exactly [`WORDS`](Inline::WORDS) of them, as
+    /// [`store`](Inline::store) wrote them).
+    fn load(words: &[u32]) -> Self;
 }
 
 impl Inline for () {
     const WORDS: usize = 0;
     #[inline(always)]
-    fn store(self, _: &[AtomicU32]) {}
+    fn store(self, _: &mut [u32]) {}
     #[inline(always)]
-    fn load(_: &[AtomicU32]) -> Self {}
+    fn load(_: &[u32]) -> Self {}
 }
 
 impl Inline for u32 {
     const WORDS: usize = 1;
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
-        words[0].store(self, Ordering::Relaxed);
+    fn store(self, words: &mut [u32]) {
+        words[0] = self;
     }
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
-        words[0].load(Ordering::Relaxed)
+    fn load(words: &[u32]) -> Self {
+        words[0]
     }
 }
 
 impl Inline for u64 {
     const WORDS: usize = 2;
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
-        words[0].store(self as u32, Ordering::Relaxed);
-        words[1].store((self >> 32) as u32, Ordering::Relaxed);
+    fn store(self, words: &mut [u32]) {
+        words[0] = self as u32;
+        words[1] = (self >> 32) as u32;
     }
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
-        u64::from(words[0].load(Ordering::Relaxed))
-            | (u64::from(words[1].load(Ordering::Relaxed)) << 32)
+    fn load(words: &[u32]) -> Self {
+        u64::from(words[0]) | (u64::from(words[1]) << 32)
     }
 }
 
 impl Inline for u128 {
     const WORDS: usize = 4;
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
-        for (i, w) in words[..4].iter().enumerate() {
-            w.store((self >> (32 * i)) as u32, Ordering::Relaxed);
+    fn store(self, words: &mut [u32]) {
+        for (i, w) in words[..4].iter_mut().enumerate() {
+            *w = (self >> (32 * i)) as u32;
         }
     }
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
-        words[..4].iter().enumerate().fold(0, |x, (i, w)| {
-            x | (u128::from(w.load(Ordering::Relaxed)) << (32 * i))
-        })
+    fn load(words: &[u32]) -> Self {
+        words[..4]
+            .iter()
+            .enumerate()
+            .fold(0, |x, (i, &w)| x | (u128::from(w) << (32 * i)))
     }
 }
 
 impl Inline for Ipv4Addr {
     const WORDS: usize = 1;
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
+    fn store(self, words: &mut [u32]) {
         self.to_bits().store(words);
     }
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
+    fn load(words: &[u32]) -> Self {
         Ipv4Addr::from_bits(u32::load(words))
     }
 }
@@ -125,11 +123,11 @@ impl Inline for Ipv4Addr {
 impl Inline for Ipv6Addr {
     const WORDS: usize = 4;
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
+    fn store(self, words: &mut [u32]) {
         self.to_bits().store(words);
     }
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
+    fn load(words: &[u32]) -> Self {
         Ipv6Addr::from_bits(u128::load(words))
     }
 }
@@ -139,8 +137,8 @@ mod tests {
     use super::*;
 
     fn round_trip<T: Inline + PartialEq + std::fmt::Debug>(x: T) {
-        let words: Vec<AtomicU32> = (0..T::WORDS).map(|_| AtomicU32::new(0)).collect();
-        x.store(&words);
+        let mut words = vec![0u32; T::WORDS];
+        x.store(&mut words);
         assert_eq!(T::load(&words), x);
     }
 

@@ -10,8 +10,9 @@
 //!   more keys land in it. A key with several objects (duplicates) keeps a pointer to its
 //!   list, newest first, in its slot; [`len`] counts distinct keys. A lookup reads one line
 //!   for a hit or a miss at any size (two for the rare key in an overflow line or with
-//!   duplicates) and returns a **copy** of the value. Each bucket table has its own random
-//!   seed (keyed foldhash). Sizes count in the kernel's units (4 per line of 4 slots), so its
+//!   duplicates) and returns a **copy** of the value: the keys sit side by side in the line
+//!   and are compared at once (four IPv4 keys in one SSE2 compare). Each bucket table has its
+//!   own random seed (a keyed multiply-xorshift-multiply hash). Sizes count in the kernel's units (4 per line of 4 slots), so its
 //!   thresholds hold: the table grows above 75% load (3 keys per line on average), shrinks
 //!   below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an insert
 //!   finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above 75%,

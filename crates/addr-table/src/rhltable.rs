@@ -7,7 +7,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
-use crate::bucket::{BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload};
+use crate::bucket::{
+    BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload, key_words,
+};
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
 use crate::seed::{SeedMode, SeedSource};
@@ -194,20 +196,18 @@ pub struct RhlTable<K: Inline, V: Inline> {
     _owns: PhantomData<(K, V)>,
 }
 
-/// Panics unless `guard` pins the default collector, the one this crate retires memory into.
+/// Panics unless `guard` pins the default collector, the one this crate retires memory into
+/// (the shared check of `epoch-guard`, naming this crate).
 #[inline(always)]
 pub(crate) fn check_guard(guard: &Guard) {
-    check_guard_against(guard, epoch::default_collector());
+    epoch_guard::check_guard(guard, env!("CARGO_PKG_NAME"));
 }
 
 /// [`check_guard`] against a collector looked up once (the lookup of the default collector is
 /// a call through a `OnceLock`; readers compare with a copy of its address instead).
 #[inline(always)]
 pub(crate) fn check_guard_against(guard: &Guard, default: &'static epoch::Collector) {
-    match guard.collector() {
-        Some(c) if c == default => {}
-        _ => panic!("addr-table: pass a guard from crossbeam_epoch::pin() (the default collector)"),
-    }
+    epoch_guard::check_guard_against(guard, default, env!("CARGO_PKG_NAME"));
 }
 
 impl<K: Inline, V: Inline> RhlTable<K, V> {
@@ -281,6 +281,8 @@ where
     #[inline(always)]
     fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
         check_guard_against(guard, self.collector);
+        // The key's words, hashed and compared in every table searched.
+        let q = key_words(key);
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
             // SAFETY: `t` was loaded after `guard` was pinned, from `self.tbl` or from the
@@ -288,7 +290,7 @@ where
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
             // SAFETY: as above, the guard keeps this table and its lines alive.
-            if let Some(p) = unsafe { table.find(key) } {
+            if let Some(p) = unsafe { table.find(&q) } {
                 return Some(p);
             }
             t = table.future.load(Ordering::Acquire);

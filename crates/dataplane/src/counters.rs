@@ -33,10 +33,12 @@ pub struct Counters {
     pub punts: [u64; PuntReason::COUNT],
     /// ICMP errors sent (in place or in a spare frame), by kind, indexed like [`IcmpError::ALL`].
     pub icmp_sent: [u64; IcmpError::COUNT],
-    /// ICMP errors not sent because the token bucket was empty.
+    /// ICMP errors not sent because a rate limit refused them: the queue's token bucket
+    /// (the kernel's global limit) or the destination's ([`PeerLimiter`](crate::PeerLimiter)).
     pub icmp_rate_limited: u64,
     /// ICMP errors not sent because the quoting rules forbid one (the packet is itself an ICMP
-    /// error, a non-first fragment, or too short to quote).
+    /// error, a non-first fragment, or too short to quote), or because IPv6 has no route back
+    /// to the source (the kernel then sends none either).
     pub icmp_not_allowed: u64,
     /// ICMP errors not sent because the ingress interface has no usable source address.
     pub icmp_no_source: u64,

@@ -96,6 +96,7 @@ mod hold;
 pub mod icmp;
 mod memo;
 pub mod parse;
+mod peer_limit;
 mod pool;
 mod queue;
 mod ratelimit;
@@ -122,10 +123,13 @@ pub use counters::Counters;
 pub use dst_cache::Config as DstCacheConfig;
 pub use frag::{MIN_V4_MTU, fragment_v4};
 pub use hold::{HOLD_FRAME_OVERHEAD, Resolution};
+pub use peer_limit::{
+    BURST_FACTOR, DEFAULT_INTERVAL_MS, DEFAULT_V4_RATEMASK, DEFAULT_V6_RATEMASK, PeerLimiter,
+};
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;
-pub use tables::{Served, Tables};
+pub use tables::{ICMP_PEER_SLOTS, Served, Tables};
 pub use verdict::{DropReason, IcmpError, PuntReason, Verdict};
 
 /// The README's example, compiled and run as a doctest.

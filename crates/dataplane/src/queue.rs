@@ -347,6 +347,9 @@ impl Queue {
         route: Route,
         pool: &mut P,
     ) -> Verdict {
+        if b.snapshot.behind && route.may_be_stale() {
+            return Verdict::Punt(PuntReason::MirrorBehind);
+        }
         let v6 = meta.v6;
         let kind = match route {
             Route::Forward(hop) => return self.forward(b, frame, meta, hop, pool),
@@ -558,6 +561,29 @@ impl Queue {
         }
     }
 
+    /// The destination's limit ([`Tables::icmp_peers`](crate::Tables::icmp_peers)) for an
+    /// error to the frame's source: `None` when IPv6 has no route back to it (the kernel
+    /// sends nothing then), whose prefix length scales the interval.
+    fn peer_allows(&self, b: &Batch<'_>, meta: &Meta, kind: IcmpError) -> Option<bool> {
+        let (icmp_type, code) = kind.type_code();
+        let peers = &b.tables.icmp_peers;
+        if !meta.v6 {
+            return Some(peers.allow_v4(meta.src as u32, icmp_type, code, b.now));
+        }
+        // A link-local source is reached through the ingress device's fe80::/64, which the
+        // kernel has on every IPv6 device (the mirror may not hold it).
+        let plen = if ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL) {
+            64
+        } else {
+            b.tables
+                .fib6
+                .lookup(&fib_trie::Flow::to(meta.src), b.guard)
+                .ok()?
+                .plen
+        };
+        Some(peers.allow_v6(meta.src, icmp_type, plen, b.now))
+    }
+
     /// Turns the frame into an ICMP error back to its sender (in place, or in a spare frame),
     /// if the quoting rules, the rate limit and the source address allow; else a drop under
     /// the error's reason.
@@ -575,9 +601,25 @@ impl Queue {
             self.counters.icmp_not_allowed += 1;
             return dropped;
         }
-        if kind.is_rate_limited() && !self.icmp.allow(b.now) {
-            self.counters.icmp_rate_limited += 1;
-            return dropped;
+        // As the kernel since 6.11: the global credit must be there, then the destination's
+        // limit decides, and only a message both allow takes the global credit.
+        if kind.is_rate_limited() {
+            if !self.icmp.has_token(b.now) {
+                self.counters.icmp_rate_limited += 1;
+                return dropped;
+            }
+            match self.peer_allows(b, meta, kind) {
+                Some(true) => {}
+                Some(false) => {
+                    self.counters.icmp_rate_limited += 1;
+                    return dropped;
+                }
+                None => {
+                    self.counters.icmp_not_allowed += 1;
+                    return dropped;
+                }
+            }
+            let _ = self.icmp.allow(b.now);
         }
         let src = if meta.v6 {
             b.tables

@@ -37,6 +37,22 @@ impl TokenBucket {
         }
     }
 
+    /// Whether a token is there at time `now`, without taking it (the kernel checks its global
+    /// credit first, then the destination's limit, and takes the global credit only when
+    /// both allow).
+    ///
+    /// ```
+    /// let mut bucket = dataplane::TokenBucket::new(1000, 1);
+    /// assert!(bucket.has_token(0) && bucket.has_token(0));
+    /// assert!(bucket.allow(0));
+    /// assert!(!bucket.has_token(0));
+    /// ```
+    pub fn has_token(&self, now: u64) -> bool {
+        let elapsed = now.saturating_sub(self.last);
+        let credit = self.credit.saturating_add(elapsed).min(self.cap);
+        self.cost != u64::MAX && credit >= self.cost
+    }
+
     /// Whether one message may go at time `now` (nanoseconds, monotonic); takes its token.
     pub fn allow(&mut self, now: u64) -> bool {
         let elapsed = now.saturating_sub(self.last);

@@ -72,6 +72,17 @@ pub enum Route {
     Drop(DropReason),
 }
 
+impl Route {
+    /// Whether this answer may be wrong while the tables lag the kernel's
+    /// ([`dst_cache::Snapshot::behind`]): every answer but a local destination (served by this
+    /// process's endpoints, which the kernel has no socket for) and a punt (the kernel's
+    /// already). Such answers are punted while the tables are behind.
+    #[inline]
+    pub(crate) fn may_be_stale(&self) -> bool {
+        !matches!(self, Route::Local | Route::Punt(_))
+    }
+}
+
 impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {

@@ -10,6 +10,11 @@ use neigh_table::{DevConfTable, LinkTable, NeighTable};
 use policy_tree::PolicyDb;
 use udp_socktab::SockTable;
 
+use crate::PeerLimiter;
+
+/// Buckets of [`Tables::icmp_peers`] made by [`Tables::new`] (64 KiB).
+pub const ICMP_PEER_SLOTS: usize = 8192;
+
 /// One network namespace's view: every table the pipeline reads, shared in `Arc`s between the
 /// control plane that fills them (the netlink mirror) and every run loop that reads them.
 ///
@@ -57,6 +62,9 @@ pub struct Tables {
     /// [`Tables::new`] starts permissive (a router: forward everywhere); a mirror fills a
     /// followed table.
     pub devconf: Arc<DevConfTable>,
+    /// ICMP errors per destination, shared by every queue of the namespace (the kernel's
+    /// per-peer limit); a mirror sets its intervals and masks from the namespace's sysctls.
+    pub icmp_peers: Arc<PeerLimiter>,
 }
 
 impl Tables {
@@ -75,6 +83,7 @@ impl Tables {
             sock_netns,
             served: None,
             devconf: Arc::new(DevConfTable::permissive()),
+            icmp_peers: Arc::new(PeerLimiter::new(ICMP_PEER_SLOTS)),
         }
     }
 }

@@ -35,7 +35,7 @@ use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite};
 use crate::route::{self, Egress, Route};
-use crate::verdict::Verdict;
+use crate::verdict::{PuntReason, Verdict};
 use crate::wire::ipv6;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
@@ -344,6 +344,11 @@ impl Queue {
                 continue;
             };
             let meta = &lane.meta;
+            // The tables lag the kernel's: leave every answer they may have wrong to it.
+            if b.snapshot.behind && lane.route.may_be_stale() {
+                lane.step = Step::Done(Verdict::Punt(PuntReason::MirrorBehind));
+                continue;
+            }
             lane.step = match &lane.route {
                 // The common case, decided inline: every check of `forward_checks` passes and
                 // the neighbour is known.

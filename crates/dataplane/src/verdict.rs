@@ -149,6 +149,10 @@ reasons! {
         /// An IPv4 source that is one of the host's addresses, on a device with
         /// `accept_local` on: not a martian there; the kernel validates and routes it.
         AcceptLocal = "accept_local",
+        /// The control plane knows its tables lag the kernel's (a dump, a resynchronisation
+        /// or a backlog of events in progress: [`dst_cache::Generation::set_behind`]): the
+        /// route answer may be stale or missing, so the kernel routes the packet.
+        MirrorBehind = "mirror_behind",
     }
 }
 

@@ -113,7 +113,7 @@ proptest! {
         // Twice the same batch: the second run of the cached queue mostly hits.
         let doubled: Vec<Vec<u8>> = frames.iter().chain(frames.iter()).cloned().collect();
         let a = run_batch(&mut on, &fx, &doubled, 256, 2048);
-        let b = run_batch(&mut off, &fx, &doubled, 256, 2048);
+        let b = run_batch(&mut off, &twin(&fx), &doubled, 256, 2048);
         prop_assert_eq!(a, b);
     }
 

@@ -274,7 +274,7 @@ pub struct FastStats {
 /// selected next hop.
 pub(crate) fn default_answers<K: TrieKey>(
     aliases: &[Alias<FibAlias<K>>],
-) -> impl Iterator<Item = (u8, (&FibAlias<K>, usize))> {
+) -> impl DoubleEndedIterator<Item = (u8, (&FibAlias<K>, usize))> {
     let flow = Flow::to(K::ZERO);
     aliases
         .chunk_by(|a, b| a.slen == b.slen)
@@ -313,8 +313,7 @@ impl<K: TrieKey> PrefixSource<K> for StoreSource<'_, K> {
         let (answers, missing) = (self.answers, &mut self.missing);
         self.trie
             .for_each_within(key, plen, self.guard, |leaf, aliases| {
-                let found: Vec<_> = default_answers(aliases).collect();
-                for &(slen, (alias, nh_sel)) in found.iter().rev() {
+                for (slen, (alias, nh_sel)) in default_answers(aliases).rev() {
                     let len = K::BITS - slen;
                     if len <= plen {
                         continue;

@@ -89,6 +89,7 @@ pub fn routing(
         sock_netns,
         served: Some(served.clone()),
         devconf: m.devconf.clone(),
+        icmp_peers: Arc::new(icmp_peer_limiter()),
     };
     let (endpoints, udp_ports) =
         crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoints)?;
@@ -164,6 +165,7 @@ pub fn routing(
             ("dump_restarts".into(), ms.dump_restarts),
             ("resyncs".into(), ms.resyncs),
             ("route_redumps".into(), ms.route_redumps),
+            ("behind".into(), ms.behind),
             ("overruns".into(), ms.overruns),
             ("errors".into(), ms.errors.values().sum()),
             ("resolve_requested".into(), ms.resolve_requested),
@@ -214,5 +216,62 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         query: None,
         served: None,
         udp_ports: None,
+    }
+}
+
+/// The namespace's per-destination ICMP limits, read from its sysctls at start
+/// (`net.ipv4.icmp_ratelimit`, `icmp_ratemask`, `net.ipv6.icmp.ratelimit`, `ratemask`); an
+/// unreadable one keeps the kernel's default. Later changes of these sysctls are not followed
+/// (restart xfwd).
+fn icmp_peer_limiter() -> dataplane::PeerLimiter {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let number = |path: &str| read(path).and_then(|s| s.trim().parse::<u32>().ok());
+    let peers = dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS);
+    peers.set_v4(
+        number("/proc/sys/net/ipv4/icmp_ratelimit").unwrap_or(dataplane::DEFAULT_INTERVAL_MS),
+        number("/proc/sys/net/ipv4/icmp_ratemask").unwrap_or(dataplane::DEFAULT_V4_RATEMASK),
+    );
+    peers.set_v6(
+        number("/proc/sys/net/ipv6/icmp/ratelimit").unwrap_or(dataplane::DEFAULT_INTERVAL_MS),
+        read("/proc/sys/net/ipv6/icmp/ratemask")
+            .and_then(|s| parse_bitmap(&s))
+            .unwrap_or(dataplane::DEFAULT_V6_RATEMASK),
+    );
+    peers
+}
+
+/// A kernel bitmap list (`0-1,3-127`) over bits 0-127; bits from 128 up are ignored (ICMPv6
+/// informational types are never limited). `None` when malformed.
+fn parse_bitmap(text: &str) -> Option<u128> {
+    let mut bits = 0u128;
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (from, to) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let n = part.parse::<u32>().ok()?;
+                (n, n)
+            }
+        };
+        for bit in from..=to.min(127) {
+            bits |= 1 << bit;
+        }
+    }
+    Some(bits)
+}
+
+#[cfg(test)]
+mod icmp_limit_tests {
+    use super::parse_bitmap;
+
+    #[test]
+    fn the_kernels_bitmap_lists_parse() {
+        assert_eq!(
+            parse_bitmap("0-1,3-127\n"),
+            Some(dataplane::DEFAULT_V6_RATEMASK)
+        );
+        assert_eq!(parse_bitmap("\n"), Some(0));
+        assert_eq!(parse_bitmap("1,3"), Some(0b1010));
+        assert_eq!(parse_bitmap("0-255"), Some(u128::MAX));
+        assert_eq!(parse_bitmap("x"), None);
     }
 }

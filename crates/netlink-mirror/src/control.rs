@@ -413,7 +413,7 @@ impl Control {
     /// congestion, so every loss from the first dump request on is reported. Losses before it
     /// are repaired by the dumps when `kinds` is every kind; a partial re-dump reports them.
     fn sync_route(&mut self, kinds: &[Kind]) -> Result<bool, SyncError> {
-        let before = self.drain_route(usize::MAX)?;
+        let (before, _) = self.drain_route(usize::MAX)?;
         let mut overrun = before && kinds.len() < ROUTE_KINDS.len();
         let mut pending = Vec::new();
         for &kind in kinds {
@@ -558,8 +558,29 @@ impl Control {
         }
     }
 
+    /// Says whether the tables lag the kernel's, in the generation the run loops read
+    /// ([`Generation::set_behind`](dst_cache::Generation::set_behind)): while they do, route
+    /// answers are left to the kernel. Counts each start of a lag.
+    ///
+    /// The mirror is behind from the start of a synchronisation or route re-dump (the FIBs
+    /// are being rebuilt; or a link went down and the kernel flushed routes silently) until a
+    /// later round of events found the event sockets empty; and whenever a round of events
+    /// ends without emptying a socket (a backlog: the kernel changed more than the mirror has
+    /// applied). A mirror whose control thread stops on an error stays behind for good, so
+    /// that the run loops leave everything to the kernel rather than use frozen tables.
+    fn lagging(&self, behind: bool) {
+        let was = self.applier.tables.generation.set_behind(behind);
+        if behind && !was {
+            inc(&self.applier.counters.behind);
+            tracing::debug!("mirror behind the kernel: route answers go to the kernel");
+        } else if was && !behind {
+            tracing::debug!("mirror caught up with the kernel");
+        }
+    }
+
     /// Synchronises until a pass finishes without losing events.
     fn full_sync(&mut self, resync: bool) -> Result<(), SyncError> {
+        self.lagging(true);
         self.poll_sysctls();
         let mut again = resync;
         let mut first = true;
@@ -612,8 +633,11 @@ impl Control {
         crossbeam_epoch::pin().flush();
         wait_any(&socks, self.settings.poll_interval)?;
         // Bounded so that resolver requests and stop are served during floods.
-        let route_overrun = self.drain_route(4096)?;
-        let xfrm_overrun = self.drain_xfrm(4096)?;
+        let (route_overrun, route_emptied) = self.drain_route(4096)?;
+        let (xfrm_overrun, xfrm_emptied) = self.drain_xfrm(4096)?;
+        // Caught up when both event queues were emptied and nothing calls for a re-dump; a
+        // synchronisation below leaves it to the next round to say so.
+        let mut caught_up = route_emptied && xfrm_emptied;
         self.drain_replies()?;
         if self.xfrm.is_some() && self.spdinfo_polled.elapsed() >= SPDINFO_POLL {
             self.poll_spdinfo()?;
@@ -624,24 +648,33 @@ impl Control {
         if route_overrun || xfrm_overrun {
             tracing::warn!("netlink receive buffer overran; resynchronising");
             self.full_sync(true)?;
+            caught_up = false;
         } else if self.applier.routes_need_redump {
             // A link went down or away: the kernel drops its IPv4 routes without telling.
             self.applier.routes_need_redump = false;
             inc(&self.applier.counters.route_redumps);
             // Nexthops on that device went too, and with them their routes, also silently.
+            self.lagging(true);
             if self.sync_route(&[Kind::Nexthop, Kind::Route4, Kind::Route6])? {
                 self.full_sync(true)?;
             }
+            caught_up = false;
+        }
+        if caught_up && !self.applier.routes_need_redump {
+            self.lagging(false);
         }
         self.send_requests();
         Ok(())
     }
 
     /// Reads and applies up to `limit` datagrams of route events, or until none is queued;
-    /// says whether events were lost.
-    fn drain_route(&mut self, limit: usize) -> Result<bool, SyncError> {
+    /// says whether events were lost and whether the queue was found empty. A turn that
+    /// leaves events queued (a backlog), or a link going down (routes flushed silently),
+    /// marks the tables behind at once.
+    fn drain_route(&mut self, limit: usize) -> Result<(bool, bool), SyncError> {
         let mut events = Vec::new();
         let mut overrun = false;
+        let mut emptied = false;
         let mut left = limit;
         while left > 0 {
             let turn = left.min(EVENTS_PER_TURN);
@@ -650,27 +683,34 @@ impl Control {
                 events.push((f, m));
             })?;
             overrun |= drained.overrun;
+            if !drained.empty || drained.overrun {
+                self.lagging(true);
+            }
             for (flags, msg) in events.drain(..) {
                 self.apply_route_event(&msg, flags);
             }
+            if self.applier.routes_need_redump {
+                self.lagging(true);
+            }
             if drained.empty {
+                emptied = true;
                 break;
             }
             if self.stop.load(Ordering::Relaxed) {
                 return Err(SyncError::Stopped);
             }
         }
-        Ok(overrun)
+        Ok((overrun, emptied))
     }
 
     /// [`Control::drain_route`] for the xfrm channel.
-    fn drain_xfrm(&mut self, limit: usize) -> Result<bool, SyncError> {
+    fn drain_xfrm(&mut self, limit: usize) -> Result<(bool, bool), SyncError> {
         let mut events = Vec::new();
         let mut overrun = false;
         let mut left = limit;
         while left > 0 {
             let Some(ch) = self.xfrm.as_mut() else {
-                return Ok(false);
+                return Ok((false, true));
             };
             let turn = left.min(EVENTS_PER_TURN);
             left -= turn;
@@ -678,17 +718,20 @@ impl Control {
                 events.push(m);
             })?;
             overrun |= drained.overrun;
+            if !drained.empty || drained.overrun {
+                self.lagging(true);
+            }
             for msg in events.drain(..) {
                 self.apply_policy_event(&msg);
             }
             if drained.empty {
-                break;
+                return Ok((overrun, true));
             }
             if self.stop.load(Ordering::Relaxed) {
                 return Err(SyncError::Stopped);
             }
         }
-        Ok(overrun)
+        Ok((overrun, false))
     }
 
     /// Reads what the kernel answered to neighbour requests on the route command socket

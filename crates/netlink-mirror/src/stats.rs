@@ -25,6 +25,10 @@ pub struct MirrorStats {
     pub route_redumps: u64,
     /// Overruns seen (`ENOBUFS` from a receive).
     pub overruns: u64,
+    /// Times the mirror knew it lagged the kernel (a synchronisation, a route re-dump or a
+    /// backlog of unapplied events began); the tables' generation says so meanwhile
+    /// ([`Generation::set_behind`](dst_cache::Generation::set_behind)).
+    pub behind: u64,
     /// Messages that could not be mirrored, by [`MapError::kind`](crate::MapError::kind).
     pub errors: BTreeMap<&'static str, u64>,
     /// Messages outside the mirror's scope, by [`Ignored::name`](crate::map::Ignored::name).
@@ -56,6 +60,7 @@ pub(crate) struct Counters {
     pub resyncs: AtomicU64,
     pub route_redumps: AtomicU64,
     pub overruns: AtomicU64,
+    pub behind: AtomicU64,
     pub resolve_requested: AtomicU64,
     pub resolve_queue_full: AtomicU64,
     pub resolve_rate_limited: AtomicU64,
@@ -100,6 +105,7 @@ impl Counters {
             resyncs: get(&self.resyncs),
             route_redumps: get(&self.route_redumps),
             overruns: get(&self.overruns),
+            behind: get(&self.behind),
             errors: self
                 .errors
                 .lock()

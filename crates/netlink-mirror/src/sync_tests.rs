@@ -271,3 +271,41 @@ fn a_table_emptied_by_events_and_resynchronised_in_bulk_answers_right() {
     assert_eq!(main_routes(&tables), expected(&second));
     answers_as(&tables, &second, 10);
 }
+
+/// Diagnosis (run by hand: `cargo test -p netlink-mirror --lib memory_cycles -- --ignored
+/// --nocapture`): resident memory over mass delete and re-add cycles of 100,000 routes
+/// applied as events (the heap is not trimmed: a steady level means freed memory is reused).
+#[test]
+#[ignore = "diagnosis, prints resident memory; not a check"]
+fn memory_cycles() {
+    fn rss_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4
+    }
+    fn settle() {
+        for _ in 0..2000 {
+            crossbeam_epoch::pin().flush();
+        }
+    }
+    let (mut applier, tables, _) = applier();
+    let rs = prefixes(100_000, 7);
+    settle();
+    eprintln!("empty: {} KiB", rss_kib());
+    for cycle in 0..5 {
+        for r in &rs {
+            applier.apply(new_route(r));
+        }
+        settle();
+        let full = rss_kib();
+        for r in &rs {
+            applier.apply(del_route(r));
+        }
+        settle();
+        eprintln!(
+            "cycle {cycle}: full {full} KiB, emptied {} KiB, routes {}",
+            rss_kib(),
+            main_routes(&tables).len()
+        );
+    }
+}

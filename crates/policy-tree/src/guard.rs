@@ -1,39 +1,21 @@
 //! The one rule every reader entry point enforces: the `Guard` a caller passes must pin the
-//! collector this crate retires memory into, crossbeam-epoch's default collector.
-//!
-//! Writers retire replaced memory with `Guard::defer_destroy` on guards from
-//! `crossbeam_epoch::pin()`, so only a pin of the default collector holds that memory alive.
-//! A guard of another `Collector` (or `crossbeam_epoch::unprotected()`) would let a reader
-//! dereference memory the default collector has already freed, from safe code; every public
-//! function taking a `Guard` therefore calls [`check_guard`] once, and the crate-private
-//! functions it calls trust the guard it checked.
+//! collector this crate retires memory into, crossbeam-epoch's default collector. The check
+//! (and why a guard of another `Collector` or `unprotected()` must be refused) lives in the
+//! shared `epoch-guard` crate; this module names the crate in its panic.
 
-use crossbeam_epoch::{self as epoch, Guard};
+use crossbeam_epoch::Guard;
 
-/// Panics unless `guard` pins the default collector (the guard of `crossbeam_epoch::pin()`).
-///
-/// Costs a few loads and one predictable branch: the guard's collector against the default one
-/// (two `Arc` pointers compared).
+/// Panics unless `guard` pins the default collector (the guard of `crossbeam_epoch::pin()`),
+/// with this crate's name in the message.
 #[inline(always)]
 pub(crate) fn check_guard(guard: &Guard) {
-    match guard.collector() {
-        Some(c) if c == epoch::default_collector() => {}
-        _ => foreign_guard(),
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn foreign_guard() -> ! {
-    panic!(concat!(
-        env!("CARGO_PKG_NAME"),
-        ": pass a guard from crossbeam_epoch::pin() (the default collector)"
-    ))
+    epoch_guard::check_guard(guard, env!("CARGO_PKG_NAME"));
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crossbeam_epoch as epoch;
 
     #[test]
     fn default_guard_passes() {
@@ -41,17 +23,10 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "the default collector")]
-    fn foreign_collector_is_refused() {
+    #[should_panic(expected = "policy-tree: pass a guard from crossbeam_epoch::pin()")]
+    fn foreign_collector_is_refused_in_this_crates_name() {
         let collector = epoch::Collector::new();
         let handle = collector.register();
         check_guard(&handle.pin());
-    }
-
-    #[test]
-    #[should_panic(expected = "the default collector")]
-    fn unprotected_is_refused() {
-        // SAFETY: the guard is only compared, never used to load a pointer.
-        check_guard(unsafe { epoch::unprotected() });
     }
 }

@@ -68,8 +68,9 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         .sum();
     let _ = writeln!(
         out,
-        "| no loss outside the windows where the route or link was away | {} lost outside ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
+        "| no loss outside the windows where the route or link was away | {} lost outside, not counting {} the lab's receiving side dropped after xfwd transmitted them (dst0's receive ring full) ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
         results.unexcused_loss(),
+        results.unexcused_receiver_loss(),
         excused,
         results.intervals.len(),
         grace_loss,
@@ -132,6 +133,46 @@ pub fn render(results: &Results, machine: &Machine) -> String {
             "| {:.1} | {name} | {:.2} | {window} | {} |",
             f.t, f.secs, f.note
         );
+    }
+    let _ = writeln!(out, "\n## Where packets went\n");
+    let _ = writeln!(
+        out,
+        "Every interval with loss, or in which xfwd punted packets because its mirror lagged \
+         the kernel (`punt:mirror_behind`), with the counters of xfwd that moved in it (drops and \
+         punts by reason, summed over queues; the mirror's counters but `applied` and \
+         `unchanged`; and the lab's: `lab:not_at_fwd0` probes that never reached xfwd, \
+         `lab:fwd_ingress`/`lab:dst_ingress` veth ring drops, `lab:rx_socket` the receiver's \
+         socket drops).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| t (s) | sent | lost | excused | counters that moved |\n|---|---|---|---|---|"
+    );
+    let mut listed = 0;
+    for i in &results.intervals {
+        let lost = i.sent.saturating_sub(i.received);
+        let behind = i.counters.iter().any(|(k, _)| k == "punt:mirror_behind");
+        if lost == 0 && !behind {
+            continue;
+        }
+        listed += 1;
+        let moved: Vec<String> = i
+            .counters
+            .iter()
+            .filter(|(k, _)| k != "mirror:applied" && k != "mirror:unchanged")
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {:.1} | {} | {lost} | {} | {} |",
+            i.t,
+            i.sent,
+            if i.excused { "yes" } else { "no" },
+            moved.join(", ")
+        );
+    }
+    if listed == 0 {
+        let _ = writeln!(out, "| | | | | none: no loss, no lag |");
     }
     let failures = results.failures();
     let _ = writeln!(out, "\n## Result\n");

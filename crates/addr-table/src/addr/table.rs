@@ -1,7 +1,7 @@
 //! [`AddrTable`]: one network namespace's local addresses, IPv4 and IPv6.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -68,21 +68,17 @@ impl Inline for LocalAddr {
     const WORDS: usize = 2;
 
     #[inline(always)]
-    fn store(self, words: &[AtomicU32]) {
-        words[0].store(self.ifindex, Ordering::Relaxed);
-        words[1].store(
-            u32::from(self.prefix_len) | (u32::from(self.answers) << 8),
-            Ordering::Relaxed,
-        );
+    fn store(self, words: &mut [u32]) {
+        words[0] = self.ifindex;
+        words[1] = u32::from(self.prefix_len) | (u32::from(self.answers) << 8);
     }
 
     #[inline(always)]
-    fn load(words: &[AtomicU32]) -> Self {
-        let w = words[1].load(Ordering::Relaxed);
+    fn load(words: &[u32]) -> Self {
         LocalAddr {
-            ifindex: words[0].load(Ordering::Relaxed),
-            prefix_len: w as u8,
-            answers: w & 0x100 != 0,
+            ifindex: words[0],
+            prefix_len: words[1] as u8,
+            answers: words[1] & 0x100 != 0,
         }
     }
 }

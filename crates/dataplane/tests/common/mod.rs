@@ -328,3 +328,17 @@ pub fn run(fx: &Fixture, frame: &[u8]) -> Outcome {
     let mut queue = Queue::new(Config::default()).unwrap();
     run_on(&mut queue, fx, frame, 256, 0)
 }
+
+/// The same tables with a per-destination ICMP limiter of their own (same hash key, no
+/// history): for a second pipeline compared with a first, which would otherwise share (and
+/// split) each destination's ICMP budget with it, as two queues of one namespace do.
+pub fn twin(fx: &Fixture) -> Fixture {
+    Fixture {
+        tables: dataplane::Tables {
+            icmp_peers: std::sync::Arc::new(fx.tables.icmp_peers.empty_copy()),
+            ..fx.tables.clone()
+        },
+        socket: fx.socket,
+        socket6: fx.socket6,
+    }
+}

@@ -1,6 +1,6 @@
 //! Building a subtree of the fast structure from the prefixes under it, leaf-pushed.
 
-use super::node::{Entry, new_node, new_skip};
+use super::node::{Entry, Place, new_node, new_skip};
 use super::{STRIDE, index_at};
 use crate::key::TrieKey;
 
@@ -11,12 +11,19 @@ pub(crate) type Item<K> = (K, u8, u32);
 /// item covers a key, else the item of the longest prefix covering it.
 ///
 /// `items` are the prefixes longer than `depth` inside the region, sorted by (key, length).
-pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K>]) -> Entry {
+/// New nodes go to `place`, children before their parent (depth first).
+pub(crate) fn build<K: TrieKey>(
+    place: &mut Place<'_>,
+    key: K,
+    depth: u8,
+    default: u32,
+    items: &[Item<K>],
+) -> Entry {
     if items.is_empty() {
         return Entry::Leaf(default);
     }
     debug_assert!(depth < K::BITS);
-    if let Some(skip) = skip(key, depth, default, items) {
+    if let Some(skip) = skip(place, key, depth, default, items) {
         return skip;
     }
     debug_assert!(
@@ -54,41 +61,51 @@ pub(crate) fn build<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K
             .take_while(|(k, _, _)| index_at(*k, depth) == index)
             .count();
         let child_key = k & K::prefix_mask(end);
-        entries[index as usize] = build(child_key, end, answers[index as usize], &rest[..n]);
+        entries[index as usize] = build(place, child_key, end, answers[index as usize], &rest[..n]);
         rest = &rest[n..];
     }
-    assemble(&entries)
+    assemble(place, &entries)
 }
 
 /// A node holding `entries` (one per position), or the lone answer if they are all the same
 /// answer.
-pub(crate) fn assemble(entries: &[Entry; 64]) -> Entry {
+pub(crate) fn assemble(place: &mut Place<'_>, entries: &[Entry; 64]) -> Entry {
     // Leaf runs: a leaf position starts a new entry when its answer differs from the
     // previous leaf position's.
+    // (On the stack: an update assembles one node per change.)
     let mut vector = 0u64;
     let mut leafvec = 0u64;
-    let mut children = Vec::new();
-    let mut leaves = Vec::new();
+    let mut children = [Entry::Leaf(0); 64];
+    let mut leaves = [0u32; 64];
+    let (mut c, mut l) = (0, 0);
     let mut last = None;
     for (i, e) in entries.iter().enumerate() {
         match *e {
             Entry::Node(_) | Entry::Skip(_) => {
                 vector |= 1 << i;
-                children.push(*e);
+                children[c] = *e;
+                c += 1;
             }
             Entry::Leaf(answer) => {
                 if last != Some(answer) {
                     leafvec |= 1 << i;
-                    leaves.push(answer);
+                    leaves[l] = answer;
+                    l += 1;
                     last = Some(answer);
                 }
             }
         }
     }
-    if vector == 0 && leaves.len() == 1 {
+    if vector == 0 && l == 1 {
         return Entry::Leaf(leaves[0]);
     }
-    Entry::Node(new_node(vector, leafvec, &children, &leaves))
+    Entry::Node(new_node(
+        place,
+        vector,
+        leafvec,
+        &children[..c],
+        &leaves[..l],
+    ))
 }
 
 /// Bits a skip node must save before it replaces nodes: it costs one load, as a node does,
@@ -97,7 +114,13 @@ const SKIP_AT_LEAST: u8 = 2 * STRIDE;
 
 /// A skip node for the region `key/depth` if all its `items` lie below one prefix at least
 /// [`SKIP_AT_LEAST`] bits longer than `depth`.
-fn skip<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K>]) -> Option<Entry> {
+fn skip<K: TrieKey>(
+    place: &mut Place<'_>,
+    key: K,
+    depth: u8,
+    default: u32,
+    items: &[Item<K>],
+) -> Option<Entry> {
     // Items are sorted by key: the first and the last share the prefix all of them share.
     let (first, last) = (items.first()?, items.last()?);
     let common = (first.0 ^ last.0)
@@ -113,6 +136,6 @@ fn skip<K: TrieKey>(key: K, depth: u8, default: u32, items: &[Item<K>]) -> Optio
     // the keys below the skip that no longer item covers.
     let inner = items.iter().find(|i| i.1 == len).map_or(default, |i| i.2);
     let longer: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 > len).collect();
-    let next = build(prefix, len, inner, &longer);
-    Some(Entry::Skip(new_skip(prefix, len, default, next)))
+    let next = build(place, prefix, len, inner, &longer);
+    Some(Entry::Skip(new_skip(place, prefix, len, default, next)))
 }

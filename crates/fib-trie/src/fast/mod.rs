@@ -20,6 +20,13 @@
 //! down into the leaves, so a lookup reads one first-level slot and one node per six bits
 //! below it, and never backtracks.
 //!
+//! # Memory
+//! A bulk build ([`FastLpm::rebuild`], and an update that widens the first level) places the
+//! wide first level and all its nodes in one arena of 2 MiB chunks, packed depth first,
+//! advised for transparent huge pages, so that the structure of a full table needs a few TLB
+//! entries instead of thousands; nodes made by updates come from the global allocator, and
+//! nodes they replace stay in the arena until the next bulk build.
+//!
 //! # Updates
 //! A change of one prefix rebuilds the smallest subtree whose leaves it can change (the node
 //! whose six bits hold the prefix's last bit, or the first-level slots it covers) from the
@@ -27,20 +34,23 @@
 //! reader pinned before the store has unpinned. A lookup racing a change so reads the entries
 //! of wholly before or wholly after it. A table that grows past [`WIDE_AT`] prefixes is
 //! rebuilt once with the wide first level.
+mod arena;
 mod build;
 mod node;
 mod source;
 
 use std::marker::PhantomData;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::key::TrieKey;
+use arena::{Arena, ArenaBuilder};
 use build::{Item, assemble, build};
 use node::{
-    Entry, Slot, child_slot, entries, prefetch_addr, retire, retire_shallow, skip_next,
+    Entry, Place, Slot, child_slot, entries, prefetch_addr, retire, retire_shallow, skip_next,
     skip_prefix, skip_step, step,
 };
 
@@ -88,14 +98,57 @@ pub trait PrefixSource<K: TrieKey> {
     fn prefix_count(&self) -> usize;
 }
 
-/// The first level: its width and its slots (each a leaf answer or a node).
+/// The first level: its width and its slots (each a leaf answer or a node), and the arena
+/// its bulk build placed the slots (when wide) and nodes in.
 struct Root<K> {
     bits: u8,
-    slots: Box<[Slot]>,
+    /// `1 << bits` slots, in `arena` or in `boxed`.
+    slots: NonNull<Slot>,
+    boxed: Option<Box<[Slot]>>,
+    arena: Arc<Arena>,
     _key: PhantomData<K>,
 }
 
 impl<K: TrieKey> Root<K> {
+    /// A root of `1 << bits` slots answering `NONE`; a wide one in a fresh arena (which the
+    /// build goes on filling), a narrow one on the heap.
+    fn empty(bits: u8, arena: Option<&mut ArenaBuilder>) -> Root<K> {
+        let len = 1usize << bits;
+        let none = || Slot::new(Entry::Leaf(NONE).encode());
+        let (slots, boxed) = match arena {
+            Some(builder) => {
+                let layout = std::alloc::Layout::array::<Slot>(len).expect("at most 2 MiB");
+                let slots = builder.alloc(layout).cast::<Slot>();
+                for i in 0..len {
+                    // SAFETY: `slots` is fresh room for `len` slots, written once each here.
+                    unsafe { slots.add(i).write(none()) };
+                }
+                (slots, None)
+            }
+            None => {
+                let mut boxed: Box<[Slot]> = (0..len).map(|_| none()).collect();
+                (NonNull::from(&mut boxed[0]), Some(boxed))
+            }
+        };
+        Root {
+            bits,
+            slots,
+            boxed,
+            arena: Arc::default(),
+            _key: PhantomData,
+        }
+    }
+
+    /// The first-level slots.
+    #[inline(always)]
+    fn slots(&self) -> &[Slot] {
+        // SAFETY: `slots` points to `1 << bits` initialised slots (`empty`) that live as long
+        // as the root: in its arena (kept by `arena`, or by the builder until `arena` is set)
+        // or in `boxed`, which is never moved out of (a boxed slice's heap buffer does not
+        // move when the box does).
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), 1 << self.bits) }
+    }
+
     #[inline(always)]
     fn slot_index(&self, key: K) -> usize {
         key.shr_in_width(K::BITS - self.bits).low_usize()
@@ -105,7 +158,7 @@ impl<K: TrieKey> Root<K> {
     #[inline(always)]
     fn prefetch_slot(&self, key: K) {
         prefetch_addr(
-            self.slots[self.slot_index(key)]
+            self.slots()[self.slot_index(key)]
                 .as_ptr()
                 .cast_const()
                 .cast(),
@@ -116,7 +169,7 @@ impl<K: TrieKey> Root<K> {
     /// The root must be live (read under a pinned guard, or owned).
     #[inline(always)]
     fn descend(&self, key: K) -> Option<u32> {
-        let mut entry = Entry::load(&self.slots[self.slot_index(key)]);
+        let mut entry = Entry::load(&self.slots()[self.slot_index(key)]);
         let mut depth = self.bits;
         loop {
             match entry {
@@ -141,13 +194,22 @@ impl<K: TrieKey> Root<K> {
 /// 4, 8 and 16 on bgp-full-v4 here).
 const AHEAD: usize = 8;
 
+// SAFETY: a root owns its slots (through `boxed` or `arena`); shared access is reads of
+// atomic slots and of the immutable nodes they point to.
+unsafe impl<K: Send> Send for Root<K> {}
+// SAFETY: as above.
+unsafe impl<K: Sync> Sync for Root<K> {}
+
 impl<K> Drop for Root<K> {
     fn drop(&mut self) {
-        for slot in self.slots.iter() {
+        // SAFETY: the slots are live (see `slots`); the arena is dropped after this body.
+        let slots = unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), 1 << self.bits) };
+        for slot in slots {
             // SAFETY: a root is dropped when it is owned (never published) or after it was
             // unlinked and its readers unpinned (`defer_destroy`); its subtrees went with it,
-            // and subtrees replaced earlier were retired on their own.
-            unsafe { node::free_entry(Entry::decode(slot.load(Ordering::Relaxed))) };
+            // and subtrees replaced earlier were retired on their own. Its arena is still
+            // alive (dropped with the root's fields, after this).
+            unsafe { node::free_entry(Entry::decode(slot.load(Ordering::Relaxed)), &self.arena) };
         }
     }
 }
@@ -206,18 +268,8 @@ impl<K: TrieKey> FastLpm<K> {
     /// An empty structure (no key has an answer).
     pub fn new() -> Self {
         FastLpm {
-            root: Atomic::new(Self::empty_root(NARROW_BITS)),
+            root: Atomic::new(Root::empty(NARROW_BITS, None)),
             writer: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn empty_root(bits: u8) -> Root<K> {
-        Root {
-            bits,
-            slots: (0..1usize << bits)
-                .map(|_| Slot::new(Entry::Leaf(NONE).encode()))
-                .collect(),
-            _key: PhantomData,
         }
     }
 
@@ -277,20 +329,58 @@ impl<K: TrieKey> FastLpm<K> {
         self.root(&epoch::pin()).bits
     }
 
-    /// The bytes the structure occupies (first level and nodes, without allocator overhead).
+    /// The bytes the structure occupies: the arena's chunks whole (the first level and the
+    /// nodes of the last bulk build, dead ones included, and each chunk's unused tail), plus
+    /// the nodes updates made since (padded to a cache line, without allocator overhead).
+    ///
+    /// ```
+    /// use fib_trie::{FastLpm, LcTrie};
+    ///
+    /// let trie = LcTrie::<u32, u32>::new();
+    /// for i in 0..2048u32 {
+    ///     trie.insert(i << 12, 20, i)?;
+    /// }
+    /// let fast = FastLpm::<u32>::new();
+    /// fast.rebuild(&mut &trie);
+    /// // A wide first level (2^18 slots of 8 bytes) and its nodes, in 2 MiB chunks.
+    /// assert_eq!(fast.first_level_bits(), 18);
+    /// assert!(fast.bytes() >= 2 << 20 && fast.bytes() % (2 << 20) < 4096);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
     pub fn bytes(&self) -> usize {
         let _writer = self.lock();
         let guard = &epoch::pin();
         let root = self.root(guard);
-        let mut bytes = size_of::<Root<K>>() + root.slots.len() * size_of::<Slot>();
-        for slot in root.slots.iter() {
-            if let Entry::Node(n) = Entry::load(slot) {
-                // SAFETY: the writer lock is held, so no subtree is replaced meanwhile, and
-                // `guard` keeps published nodes alive.
-                bytes += unsafe { node::subtree_bytes(n) };
-            }
+        let mut bytes = size_of::<Root<K>>() + root.arena.bytes();
+        if root.boxed.is_some() {
+            bytes += size_of_val(root.slots());
+        }
+        for slot in root.slots() {
+            // SAFETY: the writer lock is held, so no subtree is replaced meanwhile, and
+            // `guard` keeps published nodes alive.
+            bytes += unsafe { node::heap_bytes(Entry::load(slot), &root.arena) };
         }
         bytes
+    }
+
+    /// The bytes of the arenas of every fast structure live in the process (IPv4 and IPv6,
+    /// retired ones not yet freed included). Arenas are mapped from the kernel directly, so a
+    /// counting global allocator does not see them; add this to its count.
+    ///
+    /// ```
+    /// use fib_trie::{FastLpm, LcTrie};
+    ///
+    /// let trie = LcTrie::<u32, u32>::new();
+    /// for i in 0..2048u32 {
+    ///     trie.insert(i << 12, 20, i)?;
+    /// }
+    /// let fast = FastLpm::<u32>::new();
+    /// fast.rebuild(&mut &trie);
+    /// assert!(FastLpm::<u32>::arena_bytes_in_process() >= 2 << 20);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    pub fn arena_bytes_in_process() -> usize {
+        arena::mapped()
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Item<K>>> {
@@ -318,10 +408,24 @@ impl<K: TrieKey> FastLpm<K> {
         source.within(K::ZERO, 0, items);
         sort(items);
         let default = source.covering(K::ZERO, 0).unwrap_or(NONE);
-        let root = Self::empty_root(bits);
+        // A wide root and its nodes go into one arena (huge pages); a narrow one's nodes are
+        // few and each on the heap.
+        let mut builder = ArenaBuilder::default();
+        let mut place = if bits == NARROW_BITS {
+            Place::Heap
+        } else {
+            Place::Arena(&mut builder)
+        };
+        let mut root = Root::<K>::empty(
+            bits,
+            match &mut place {
+                Place::Arena(b) => Some(&mut **b),
+                Place::Heap => None,
+            },
+        );
         // First-level answers: the default, overwritten by prefixes of at most `bits`,
         // shortest first.
-        let mut answers = vec![default; root.slots.len()];
+        let mut answers = vec![default; root.slots().len()];
         let mut short: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 <= bits).collect();
         short.sort_by_key(|i| i.1);
         for (key, len, answer) in short {
@@ -330,7 +434,7 @@ impl<K: TrieKey> FastLpm<K> {
         }
         let longer: Vec<Item<K>> = items.iter().copied().filter(|i| i.1 > bits).collect();
         for (i, answer) in answers.iter().enumerate() {
-            root.slots[i].store(Entry::Leaf(*answer).encode(), Ordering::Relaxed);
+            root.slots()[i].store(Entry::Leaf(*answer).encode(), Ordering::Relaxed);
         }
         let mut rest = &longer[..];
         while let Some(&(key, _, _)) = rest.first() {
@@ -339,10 +443,17 @@ impl<K: TrieKey> FastLpm<K> {
                 .iter()
                 .take_while(|i| root.slot_index(i.0) == s)
                 .count();
-            let entry = build(key & K::prefix_mask(bits), bits, answers[s], &rest[..n]);
-            root.slots[s].store(entry.encode(), Ordering::Relaxed);
+            let entry = build(
+                &mut place,
+                key & K::prefix_mask(bits),
+                bits,
+                answers[s],
+                &rest[..n],
+            );
+            root.slots()[s].store(entry.encode(), Ordering::Relaxed);
             rest = &rest[n..];
         }
+        root.arena = Arc::new(builder.finish());
         let old = self.root.swap(Owned::new(root), Ordering::AcqRel, guard);
         // SAFETY: the old root was just unlinked and is retired once; readers that loaded it
         // are pinned, so it (with its subtrees) is freed after they unpin.
@@ -367,15 +478,15 @@ impl<K: TrieKey> FastLpm<K> {
             for s in first..first + count {
                 let region = K::from_usize(s).shl(K::BITS - root.bits);
                 let entry = region_entry(source, region, root.bits, &mut items);
-                let old = Entry::decode(root.slots[s].swap(entry.encode(), Ordering::AcqRel));
+                let old = Entry::decode(root.slots()[s].swap(entry.encode(), Ordering::AcqRel));
                 // SAFETY: the old subtree was just unlinked by the swap, and is retired once.
-                unsafe { retire(old, guard) };
+                unsafe { retire(old, &root.arena, guard) };
             }
             return;
         }
         // Find the node whose six bits hold the prefix's last bit (or the deepest node on
         // its path), remembering the slots on the way.
-        let mut path: Vec<(&Slot, u8)> = vec![(&root.slots[root.slot_index(key)], root.bits)];
+        let mut path: Vec<(&Slot, u8)> = vec![(&root.slots()[root.slot_index(key)], root.bits)];
         while let Some(&(slot, depth)) = path.last() {
             match Entry::load(slot) {
                 Entry::Node(n) if plen > depth + STRIDE => {
@@ -420,7 +531,7 @@ impl<K: TrieKey> FastLpm<K> {
                 let sub = base | K::from_usize(i).shl(K::BITS - depth - STRIDE);
                 *e = region_entry(source, sub, depth + STRIDE, &mut items);
             }
-            let patched = assemble(&new);
+            let patched = assemble(&mut Place::Heap, &new);
             // A lone answer can only go into a first-level slot (else the parent is rebuilt
             // below; `patched` then holds no node, nothing is lost).
             if matches!(patched, Entry::Node(_)) || path.len() == 1 {
@@ -429,9 +540,9 @@ impl<K: TrieKey> FastLpm<K> {
                 // node, so only the node itself is freed); the children of the patched
                 // positions were unlinked with it and are retired once each.
                 unsafe {
-                    retire_shallow(n, guard);
+                    retire_shallow(n, &root.arena, guard);
                     for e in &old[first..first + count] {
-                        retire(*e, guard);
+                        retire(*e, &root.arena, guard);
                     }
                 }
                 return;
@@ -446,7 +557,7 @@ impl<K: TrieKey> FastLpm<K> {
             }
             let old = Entry::decode(slot.swap(entry.encode(), Ordering::AcqRel));
             // SAFETY: the old subtree was just unlinked by the swap, and is retired once.
-            unsafe { retire(old, guard) };
+            unsafe { retire(old, &root.arena, guard) };
             return;
         }
     }
@@ -463,7 +574,7 @@ fn region_entry<K: TrieKey>(
     items.clear();
     source.within(key, depth, items);
     sort(items);
-    build(key, depth, default, items)
+    build(&mut Place::Heap, key, depth, default, items)
 }
 
 fn sort<K: TrieKey>(items: &mut [Item<K>]) {

@@ -196,7 +196,7 @@ fn sparse_regions_skip_and_follow_changes() {
     {
         let guard = &epoch::pin();
         let root = fast.root(guard);
-        let mut entry = Entry::load(&root.slots[root.slot_index(lone48)]);
+        let mut entry = Entry::load(&root.slots()[root.slot_index(lone48)]);
         let mut depth = root.bits;
         let mut skipped = false;
         loop {

@@ -1,0 +1,118 @@
+//! The one rule every reader entry point of an epoch-protected structure must enforce: the
+//! [`Guard`] a caller passes must pin the collector the structure retires memory into,
+//! crossbeam-epoch's default collector.
+//!
+//! Writers retire replaced memory with `Guard::defer_destroy` on guards from
+//! `crossbeam_epoch::pin()`, so only a pin of the default collector holds that memory alive.
+//! A guard of another [`Collector`] (or `crossbeam_epoch::unprotected()`) would let a reader
+//! dereference memory the default collector has already freed, from safe code; every public
+//! function taking a `Guard` therefore calls [`check_guard`] once, and the private functions
+//! it calls trust the guard it checked. The panic names the crate that refused the guard.
+//!
+//! Used by xfwd's table crates (fib-trie, neigh-table, policy-tree, udp-socktab, addr-table).
+//!
+//! ```
+//! use crossbeam_epoch::{self as epoch, Atomic, Guard};
+//! use std::sync::atomic::Ordering;
+//!
+//! /// A value readers load under a guard; the writer retires old ones into the default
+//! /// collector.
+//! struct Cell {
+//!     value: Atomic<u64>,
+//! }
+//!
+//! impl Cell {
+//!     fn get<'g>(&self, guard: &'g Guard) -> Option<&'g u64> {
+//!         epoch_guard::check_guard(guard, "my-crate");
+//!         // SAFETY: `guard` pins the default collector, which the writer retires into.
+//!         unsafe { self.value.load(Ordering::Acquire, guard).as_ref() }
+//!     }
+//! }
+//!
+//! let cell = Cell { value: Atomic::new(7) };
+//! assert_eq!(cell.get(&epoch::pin()), Some(&7));
+//!
+//! // A guard of another collector is refused.
+//! let other = epoch::Collector::new();
+//! let handle = other.register();
+//! let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+//!     cell.get(&handle.pin()).copied()
+//! }));
+//! assert!(refused.is_err());
+//! # drop(unsafe { cell.value.into_owned() });
+//! ```
+#![warn(missing_docs)]
+
+use crossbeam_epoch::{self as epoch, Collector, Guard};
+
+/// Panics unless `guard` pins the default collector (the guard of `crossbeam_epoch::pin()`);
+/// `owner` names the refusing crate in the message (`env!("CARGO_PKG_NAME")`).
+///
+/// Costs a few loads and one predictable branch: the guard's collector against the default one
+/// (two `Arc` pointers compared).
+///
+/// ```
+/// epoch_guard::check_guard(&crossbeam_epoch::pin(), "my-crate");
+/// ```
+#[inline(always)]
+pub fn check_guard(guard: &Guard, owner: &'static str) {
+    check_guard_against(guard, epoch::default_collector(), owner);
+}
+
+/// [`check_guard`] against a `default` collector looked up once and kept (the lookup of
+/// `crossbeam_epoch::default_collector()` goes through a `OnceLock`; a structure read millions
+/// of times a second keeps its address instead).
+///
+/// ```
+/// let default = crossbeam_epoch::default_collector();
+/// epoch_guard::check_guard_against(&crossbeam_epoch::pin(), default, "my-crate");
+/// ```
+#[inline(always)]
+pub fn check_guard_against(guard: &Guard, default: &'static Collector, owner: &'static str) {
+    match guard.collector() {
+        Some(c) if c == default => {}
+        _ => foreign_guard(owner),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn foreign_guard(owner: &'static str) -> ! {
+    panic!("{owner}: pass a guard from crossbeam_epoch::pin() (the default collector)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_guard_passes() {
+        check_guard(&epoch::pin(), "t");
+        check_guard_against(&epoch::pin(), epoch::default_collector(), "t");
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "owner: pass a guard from crossbeam_epoch::pin() (the default collector)"
+    )]
+    fn foreign_collector_is_refused() {
+        let collector = epoch::Collector::new();
+        let handle = collector.register();
+        check_guard(&handle.pin(), "owner");
+    }
+
+    #[test]
+    #[should_panic(expected = "the default collector")]
+    fn unprotected_is_refused() {
+        // SAFETY: the guard is only compared, never used to load a pointer.
+        check_guard(unsafe { epoch::unprotected() }, "owner");
+    }
+
+    #[test]
+    #[should_panic(expected = "the default collector")]
+    fn a_kept_collector_refuses_a_foreign_guard_too() {
+        let collector = epoch::Collector::new();
+        let handle = collector.register();
+        check_guard_against(&handle.pin(), epoch::default_collector(), "owner");
+    }
+}
