@@ -14,6 +14,8 @@ pub const PROFILING_AIDS: &[&str] = &["build_prof", "update_prof", "lookup_cost"
 pub struct LibraryCrate {
     /// The package name.
     pub name: String,
+    /// The package version.
+    pub version: String,
     /// Its `examples/` programs, profiling aids left out.
     pub examples: Vec<String>,
 }
@@ -55,6 +57,10 @@ fn parse(metadata: &[u8]) -> anyhow::Result<Vec<LibraryCrate>> {
             .as_str()
             .context("a package without a name")?
             .to_owned();
+        let version = package["version"]
+            .as_str()
+            .context("a package without a version")?
+            .to_owned();
         let examples = package["targets"]
             .as_array()
             .into_iter()
@@ -68,9 +74,50 @@ fn parse(metadata: &[u8]) -> anyhow::Result<Vec<LibraryCrate>> {
             .filter(|n| !PROFILING_AIDS.contains(n))
             .map(str::to_owned)
             .collect();
-        crates.push(LibraryCrate { name, examples });
+        crates.push(LibraryCrate {
+            name,
+            version,
+            examples,
+        });
     }
     Ok(crates)
+}
+
+/// Removes what earlier runs of `cargo package` unpacked of `libraries` in cargo's local
+/// overlay registries (`$CARGO_HOME/registry/src/-HASH/NAME-VERSION`). Cargo verifies a
+/// package by compiling it from there against its packaged siblings, and it unpacks a
+/// `NAME-VERSION` only once: as long as the version does not change, a later run would compile
+/// the sources of the first one. Only the overlay registries (directory names beginning with
+/// `-`) are touched, never a crates.io download. Returns how many copies were removed.
+pub fn forget_unpacked(libraries: &[LibraryCrate]) -> usize {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cargo")));
+    home.map_or(0, |h| {
+        forget_unpacked_in(&h.join("registry").join("src"), libraries)
+    })
+}
+
+/// [`forget_unpacked`] below the registry sources directory `src`.
+fn forget_unpacked_in(src: &std::path::Path, libraries: &[LibraryCrate]) -> usize {
+    let Ok(registries) = std::fs::read_dir(src) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for registry in registries.flatten() {
+        if !registry.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for library in libraries {
+            let unpacked = registry
+                .path()
+                .join(format!("{}-{}", library.name, library.version));
+            if unpacked.is_dir() && std::fs::remove_dir_all(&unpacked).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -80,20 +127,44 @@ mod tests {
     #[test]
     fn keeps_publishable_crates_and_their_examples() {
         let metadata = br#"{"packages":[
-            {"name":"fib-trie","publish":null,"targets":[
+            {"name":"fib-trie","version":"0.1.0","publish":null,"targets":[
                 {"name":"fib_trie","kind":["lib"]},
                 {"name":"concurrent_lookups","kind":["example"]},
                 {"name":"build_prof","kind":["example"]}]},
-            {"name":"forwarder","publish":[],"targets":[{"name":"xfwd","kind":["bin"]}]}]}"#;
+            {"name":"forwarder","version":"0.1.0","publish":[],"targets":[{"name":"xfwd","kind":["bin"]}]}]}"#;
         let crates = parse(metadata).unwrap();
         assert_eq!(
             crates,
             vec![LibraryCrate {
                 name: "fib-trie".into(),
+                version: "0.1.0".into(),
                 examples: vec!["concurrent_lookups".into()],
             }]
         );
         assert!(parse(b"{}").is_err());
+    }
+
+    #[test]
+    fn forgets_only_our_unpacked_packages_in_overlay_registries() {
+        let src = std::env::temp_dir().join(format!("xtask-forget-{}", std::process::id()));
+        let dirs = [
+            "-0123abcd/fib-trie-0.1.0",
+            "-0123abcd/fib-trie-0.2.0",
+            "-0123abcd/serde-1.0.0",
+            "index.crates.io-1949cf8c6b5b557f/fib-trie-0.1.0",
+        ];
+        for d in dirs {
+            std::fs::create_dir_all(src.join(d).join("src")).unwrap();
+        }
+        let fib = LibraryCrate {
+            name: "fib-trie".into(),
+            version: "0.1.0".into(),
+            examples: Vec::new(),
+        };
+        assert_eq!(forget_unpacked_in(&src, &[fib]), 1);
+        let left: Vec<bool> = dirs.iter().map(|d| src.join(d).is_dir()).collect();
+        std::fs::remove_dir_all(&src).unwrap();
+        assert_eq!(left, [false, true, true, true]);
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     // Then their examples run (each checks its own results and fails on a wrong one).
     match crate::crates::publishable(&cargo) {
         Ok(libraries) => {
+            crate::crates::forget_unpacked(&libraries);
             let mut c = Command::new(&cargo);
             c.args(["package", "--locked", "--offline", "--allow-dirty"]);
             for library in &libraries {

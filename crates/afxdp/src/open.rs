@@ -119,8 +119,20 @@ impl std::fmt::Debug for Socket {
     }
 }
 
-/// How long a bind to a queue another socket has just released is retried.
-const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a bind to a queue another socket has just released is retried. The kernel
+/// unregisters a closed socket's buffer pool from its queue in deferred work; on a busy
+/// machine (the lab tests, two at a time, creating and deleting namespaces) a queue was seen
+/// still taken 2-5 s later, so the window is 10 s. A queue a live socket holds still fails,
+/// with `EBUSY` in the message.
+const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// An error's message followed by its cause's (xsk-rs keeps the errno in the cause).
+fn with_cause(e: &dyn std::error::Error) -> String {
+    match e.source() {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
 
 /// Whether socket creation failed because the queue is still bound (`EBUSY`).
 fn queue_busy(e: &xsk_rs::socket::SocketCreateError) -> bool {
@@ -188,7 +200,7 @@ pub fn open_socket(
             Err(e) if queue_busy(&e) && std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            Err(e) => return Err(socket_error(e.to_string())),
+            Err(e) => return Err(socket_error(with_cause(&e))),
         }
     };
     if options.program == Program::Libxdp && rings.is_none() {

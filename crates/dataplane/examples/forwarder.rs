@@ -169,8 +169,10 @@ fn generate(ports: &mut BTreeMap<u32, Port>) -> Expected {
         wan.push_back(udp4(mac_of(remote.into()), wan_mac, remote, host, 64));
         e.transmit += 2;
         if i % 20 == 0 {
-            // TTL 1: ICMP time exceeded back out of the LAN port.
-            lan.push_back(udp4(mac_of(host.into()), lan_mac, host, remote, 1));
+            // TTL 1: ICMP time exceeded back out of the LAN port. The senders take turns:
+            // as in the kernel, errors to one destination are limited to a burst of six.
+            let sender = Ipv4Addr::new(10, 0, 1, 10 + (i / 20 % 4) as u8);
+            lan.push_back(udp4(mac_of(sender.into()), lan_mac, sender, remote, 1));
             e.reply += 1;
             // For the router itself: handed to the kernel.
             lan.push_back(udp4(
