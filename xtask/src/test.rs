@@ -67,8 +67,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     // Then their examples run (each checks its own results and fails on a wrong one).
     match crate::crates::publishable(&cargo) {
         Ok(libraries) => {
+            // Cargo takes registry crates as immutable by version: sources it unpacked and
+            // builds it verified in an earlier run would stand in for today's packages.
             crate::crates::forget_unpacked(&libraries);
+            let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+                || crate::bench::workspace_root().join("target"),
+                std::path::PathBuf::from,
+            );
+            let _ = std::fs::remove_dir_all(target.join("package"));
+            // The verification builds go to a target directory of their own, emptied first:
+            // the workspace's may hold a build of an earlier package of the same version.
+            let check = target.join("package-check");
+            let _ = std::fs::remove_dir_all(&check);
             let mut c = Command::new(&cargo);
+            c.env("CARGO_TARGET_DIR", &check);
             c.args(["package", "--locked", "--offline", "--allow-dirty"]);
             for library in &libraries {
                 c.args(["-p", &library.name]);
