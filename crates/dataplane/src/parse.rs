@@ -240,6 +240,18 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     v4_fields(Ipv4Packet::new_unchecked(fixed), hlen, ip.packet(), meta)
 }
 
+/// What the shortcuts set for an untagged frame before its IP fields: the Ethernet header's
+/// length and addresses, no VLAN tag, no ICMP type yet, the family.
+#[inline(always)]
+fn untagged<T: AsRef<[u8]>>(eth: &EthernetFrame<T>, v6: bool, meta: &mut Meta) {
+    meta.l2_len = ethernet::HEADER_LEN;
+    meta.tci = None;
+    meta.dst_mac = eth.dst_addr();
+    meta.src_mac = eth.src_addr();
+    meta.icmp_type = None;
+    meta.v6 = v6;
+}
+
 /// The common frame in one step: untagged IPv4 with an option-less header (the first byte
 /// 0x45), its Ethernet and IP headers read through one fixed-size view whose bounds are
 /// checked once, the total length inside the frame and the checksum valid. Gives what
@@ -261,12 +273,7 @@ fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     if checksum::fold(checksum::sum(l3, 0)) != CHECKSUM_VALID {
         return None;
     }
-    meta.l2_len = ethernet::HEADER_LEN;
-    meta.tci = None;
-    meta.dst_mac = eth.dst_addr();
-    meta.src_mac = eth.src_addr();
-    meta.icmp_type = None;
-    meta.v6 = false;
+    untagged(&eth, false, meta);
     Some(v4_fields(head, ipv4::HEADER_LEN, &rest[..total], meta))
 }
 
@@ -436,13 +443,8 @@ fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     {
         return None;
     }
-    meta.l2_len = ethernet::HEADER_LEN;
-    meta.tci = None;
-    meta.dst_mac = eth.dst_addr();
-    meta.src_mac = eth.src_addr();
-    meta.icmp_type = None;
+    untagged(&eth, true, meta);
     meta.dont_frag = false;
-    meta.v6 = true;
     Some(v6_addresses(&ip, meta).and_then(|()| {
         meta.proto = proto;
         meta.l4_offset = ipv6::HEADER_LEN;
