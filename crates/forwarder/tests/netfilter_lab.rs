@@ -16,7 +16,8 @@ use forwarder::netfilter::{FilterChain, forwarding_chains};
 use xfwd_lab::netns::Netns;
 use xfwd_lab::{Lab, Role};
 
-const XFWD: &str = env!("CARGO_BIN_EXE_xfwd");
+mod common;
+use common::XFWD;
 
 fn netns(tag: &str) -> Netns {
     Netns::create(&format!("xfwd-nf-{}-{tag}", std::process::id())).expect("create netns")
@@ -262,14 +263,7 @@ fn xfwd_refuses_to_bypass_a_forward_rule_unless_told() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
+    common::terminate(&mut child);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(started, "xfwd --netfilter bypass did not start: {stderr}");

@@ -108,17 +108,23 @@ impl Xfwd {
 impl Drop for Xfwd {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
+            terminate(&mut child);
             let _ = child.wait();
         }
     }
+}
+
+/// Sends `child` SIGTERM (so that xfwd detaches its XDP program and removes its control
+/// socket) and waits up to 5 s for it to exit; SIGKILL if it hangs. The caller reaps it.
+pub fn terminate(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
 }
 
 /// The sum over the run loops of the pipeline counter `key` in `group` of `xfwd stats --json`.
