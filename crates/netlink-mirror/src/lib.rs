@@ -56,6 +56,7 @@ pub mod apply;
 pub mod change;
 pub mod cli;
 mod control;
+mod pending;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
