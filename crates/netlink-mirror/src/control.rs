@@ -484,6 +484,13 @@ impl Control {
                 &self.stop,
             )?;
         }
+        if pending.len() > 0 {
+            tracing::debug!(
+                datagrams = pending.len(),
+                bytes = pending.bytes(),
+                "applying the events that arrived during the dump"
+            );
+        }
         apply_kept::<RtnlMessage>(&mut pending, &mut self.applier, |applier, flags, msg| {
             apply_route_event(applier, &msg, flags);
         });
