@@ -231,20 +231,11 @@ fn xfwd_refuses_to_bypass_a_forward_rule_unless_told() {
 
     // Refused before touching an interface: exit 78, the chain named.
     let out = xfwd(&[]).wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(
-        stderr.contains("nftables: inet guard fw (hook forward): 1 rule")
-            && stderr.contains("netfilter = \"bypass\""),
-        "{stderr}"
-    );
-    let xdp = Command::new("ip")
-        .args(["-n", &fwd, "link", "show", "fwd0"])
-        .output()
-        .unwrap();
-    assert!(
-        !String::from_utf8_lossy(&xdp.stdout).contains("xdp"),
-        "no XDP program attached"
+    common::assert_refused(
+        &out,
+        "nftables: inet guard fw (hook forward): 1 rule",
+        "netfilter",
+        &fwd,
     );
 
     // Told to bypass: it starts (answers on its control socket) and warns.
