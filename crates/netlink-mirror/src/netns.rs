@@ -81,6 +81,14 @@ pub(crate) fn accept_local(device: &str) -> bool {
             .is_ok_and(|s| s.trim() == "1")
 }
 
+/// `net.ipv6.conf.{device}.force_forwarding` of the calling thread's namespace (Linux 6.17 and
+/// later); off when it cannot be read (an older kernel has none).
+pub(crate) fn force_forwarding(device: &str) -> bool {
+    !device.contains('/')
+        && std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{device}/force_forwarding"))
+            .is_ok_and(|s| s.trim() == "1")
+}
+
 /// The multipath hash policies (IPv4, IPv6) of the calling thread's namespace:
 /// `net.ipv{4,6}.fib_multipath_hash_policy` and `_fields`, and
 /// `net.ipv4.fib_multipath_hash_seed` (both families). A sysctl this kernel lacks reads as its
