@@ -197,5 +197,21 @@ fn multipath_hash_sysctls_are_followed() {
             live.tables().fib4.multipath_policy(),
             MultipathPolicy::Kernel("fib_multipath_hash_seed set")
         ));
+        sysctl(&ns, "ipv4/fib_multipath_hash_seed", "0");
     }
+    // IPv4's neighbour check among multipath members: the kernel's choice, IPv4 only.
+    sysctl(&ns, "ipv4/fib_multipath_use_neigh", "1");
+    wait_multipath(
+        &live,
+        (
+            policy(false, 1, 7, 0).with_use_neigh(true),
+            policy(true, 3, 0x23, 0),
+        ),
+    );
+    assert_eq!(
+        live.tables().fib4.multipath_policy(),
+        MultipathPolicy::Kernel("fib_multipath_use_neigh set")
+    );
+    sysctl(&ns, "ipv4/fib_multipath_use_neigh", "0");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x23, 0)));
 }
