@@ -26,7 +26,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use dataplane::endpoint::{EndpointInfo, ErrorEstimate, KernelSockets, PortObserver, Service};
+use dataplane::endpoint::{EndpointInfo, KernelSockets, PortObserver};
 use serde::{Deserialize, Serialize};
 
 use crate::xdp::XdpProgram;
@@ -320,6 +320,7 @@ pub fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dataplane::endpoint::Service;
 
     #[test]
     fn services_parse_and_clock_settings_apply() {
