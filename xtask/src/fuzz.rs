@@ -40,7 +40,13 @@ pub const TARGETS: [(&str, &str); 11] = [
 /// the scan took about 60% of `policy_ops`' time (perf), which ran at 26 executions per
 /// second with the check and 493 without (10 s each, load 17). Leaks in these crates are
 /// Miri's to find (`cargo xtask miri` runs their unit tests with its leak check).
-pub const EPOCH_TARGETS: [&str; 5] = ["fib_ops", "policy_ops", "addr_ops", "netlink", "socktab_ops"];
+pub const EPOCH_TARGETS: [&str; 5] = [
+    "fib_ops",
+    "policy_ops",
+    "addr_ops",
+    "netlink",
+    "socktab_ops",
+];
 
 /// Default run time per target.
 const DEFAULT_SECONDS: u64 = 60;
@@ -313,7 +319,10 @@ mod tests {
             seconds: 4.0,
         };
         let table = markdown(&[o]);
-        assert!(table.contains("| config | 1000 | 4 | 250 | 5 | 6 | 7 | none |"), "{table}");
+        assert!(
+            table.contains("| config | 1000 | 4 | 250 | 5 | 6 | 7 | none |"),
+            "{table}"
+        );
         assert_eq!(table.lines().count(), 3);
     }
 }

@@ -116,4 +116,3 @@ pub fn validate(files: &[EndpointFile], problems: &mut Vec<String>) -> Vec<Endpo
     }
     specs
 }
-

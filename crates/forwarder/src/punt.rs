@@ -103,4 +103,3 @@ impl Punt {
         (&self.file).write_all(frame)
     }
 }
-

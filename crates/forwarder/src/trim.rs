@@ -138,7 +138,11 @@ mod tests {
         // its own: its chunk starts a page, 16 bytes (the chunk header) before the block.
         for round in 0..3 {
             let big = vec![1u8; 4 << 20];
-            assert_eq!(big.as_ptr() as usize % 4096, 16, "round {round}: not a mapping");
+            assert_eq!(
+                big.as_ptr() as usize % 4096,
+                16,
+                "round {round}: not a mapping"
+            );
             drop(big);
         }
     }

@@ -56,7 +56,6 @@ pub mod apply;
 pub mod change;
 pub mod cli;
 mod control;
-mod pending;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -69,6 +68,7 @@ pub mod netns;
 pub mod nexthops;
 pub mod nl_netconf;
 pub mod nl_nexthop;
+mod pending;
 mod resolver;
 mod socket;
 pub mod stats;

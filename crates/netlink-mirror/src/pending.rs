@@ -100,8 +100,10 @@ mod tests {
             link.header.index = index;
             let mut header = NetlinkHeader::default();
             header.flags = flags;
-            let mut m =
-                NetlinkMessage::new(header, NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)));
+            let mut m = NetlinkMessage::new(
+                header,
+                NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)),
+            );
             m.finalize();
             let mut bytes = vec![0; m.buffer_len()];
             m.serialize(&mut bytes);
@@ -160,6 +162,10 @@ mod tests {
         p.push_datagram(&one);
         let cap = p.bytes.capacity();
         drained(&mut p);
-        assert_eq!(p.bytes.capacity(), cap, "a small buffer is kept for the next dump");
+        assert_eq!(
+            p.bytes.capacity(),
+            cap,
+            "a small buffer is kept for the next dump"
+        );
     }
 }

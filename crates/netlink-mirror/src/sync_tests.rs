@@ -332,8 +332,8 @@ fn datagram(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
 #[test]
 #[ignore = "diagnosis, prints resident memory; not a check"]
 fn memory_redump_cycles() {
-    use crate::pending::PendingEvents;
     use crate::nl_nexthop::RtnlMessage;
+    use crate::pending::PendingEvents;
     fn rss_kib() -> u64 {
         let s = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -362,7 +362,16 @@ fn memory_redump_cycles() {
     // XFWD_PENDING=none queues none (the re-dump alone).
     let mode = std::env::var("XFWD_PENDING").unwrap_or_default();
     let (decoded, none) = (mode == "decoded", mode == "none");
-    eprintln!("pending kept {}", if decoded { "decoded" } else if none { "not at all" } else { "as bytes" });
+    eprintln!(
+        "pending kept {}",
+        if decoded {
+            "decoded"
+        } else if none {
+            "not at all"
+        } else {
+            "as bytes"
+        }
+    );
     let mut pending = PendingEvents::default();
     let mut kept: Vec<(u16, RtnlMessage)> = Vec::new();
     for cycle in 0..6 {
