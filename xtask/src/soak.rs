@@ -81,6 +81,25 @@ pub struct Options {
     pub report: bool,
 }
 
+/// The heading of the report's hand-written section, which a new report keeps.
+const FINDINGS: &str = "## Findings";
+
+/// `report` with the hand-written section of `previous` (from its [`FINDINGS`] heading to
+/// the end) appended, so that regenerating the figures keeps the analysis.
+fn keep_findings(mut report: String, previous: &str) -> String {
+    let kept = previous
+        .match_indices(FINDINGS)
+        .find(|(at, _)| *at == 0 || previous[..*at].ends_with('\n'))
+        .map(|(at, _)| &previous[at..]);
+    if let Some(kept) = kept {
+        if !report.ends_with("\n\n") {
+            report.push('\n');
+        }
+        report.push_str(kept);
+    }
+    report
+}
+
 /// Minutes of the soak `cargo xtask test` runs.
 pub const CI_MINUTES: f64 = 2.0;
 
@@ -386,7 +405,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(out_dir.join("soak")).context("soak: report directory")?;
     plot::plot(&out_dir.join("soak/memory-loss.svg"), &results).context("soak: plotting")?;
-    let text = report::render(&results, &machine);
+    let previous = std::fs::read_to_string(out_dir.join("soak.md")).unwrap_or_default();
+    let text = keep_findings(report::render(&results, &machine), &previous);
     std::fs::write(out_dir.join("soak.md"), text).context("soak: writing soak.md")?;
     let failures = results.failures();
     println!(
@@ -946,6 +966,20 @@ fn timeline(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_report_keeps_the_hand_written_findings() {
+        let old = "# Soak\n\nold figures\n\n## Findings (by hand)\n\nwhy it grows\n";
+        let new = keep_findings("# Soak\n\nnew figures\n".into(), old);
+        assert_eq!(
+            new,
+            "# Soak\n\nnew figures\n\n## Findings (by hand)\n\nwhy it grows\n"
+        );
+        assert_eq!(
+            keep_findings("# Soak\n".into(), "# Soak\nno section\n"),
+            "# Soak\n"
+        );
+    }
 
     fn interval(t: f64, sent: u64, received: u64, excused: bool) -> Interval {
         Interval {
