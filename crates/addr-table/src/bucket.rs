@@ -171,6 +171,61 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
     }
 }
 
+/// [`lanes_equal`] of the first two pairs of a line (its four one-word keys): on x86-64 one
+/// 16-byte load straight into the vector register (3 instructions for load and compare, where
+/// two 64-bit atomic loads, two moves into vector registers and an unpack took 7).
+///
+/// The load is inline assembly because Rust has no 128-bit atomic load on x86-64 without
+/// `cmpxchg16b` (a write): what it reads is what two relaxed `AtomicU64` loads of the pairs
+/// read (the fallback, also what Miri runs), since the CPU reads each aligned 8-byte half of
+/// an aligned 16-byte SSE load as one access, and a torn pair of halves is caught by the
+/// caller's validation of the header like any other copy taken while a writer ran.
+#[inline(always)]
+fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_movemask_ps, _mm_set1_epi32,
+        };
+        const { assert!(std::mem::offset_of!(Line, pairs) % 16 == 0) };
+        let lanes: __m128i;
+        // SAFETY: `pairs` is a live reference to at least 16 bytes (two `AtomicU64`s), 16-byte
+        // aligned (the line is 64-byte aligned and `pairs` starts at byte 16, checked above);
+        // the assembly only reads them into a register (`readonly`, no stack, flags kept), as
+        // two relaxed loads would (each aligned 8-byte half is one access; see above). Tested
+        // against the two-load fallback (`keys_equal_agrees_with_two_relaxed_loads`).
+        unsafe {
+            std::arch::asm!(
+                "movdqa {lanes}, xmmword ptr [{p}]",
+                p = in(reg) pairs.as_ptr(),
+                lanes = out(xmm_reg) lanes,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+        // SAFETY: SSE2 intrinsics on values (the `cfg` above), as in `lanes_equal`.
+        unsafe {
+            let equal = _mm_cmpeq_epi32(lanes, _mm_set1_epi32(key as i32));
+            _mm_movemask_ps(_mm_castsi128_ps(equal)) as u32
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
+    {
+        keys_equal_by_pairs(pairs, key)
+    }
+}
+
+/// [`keys_equal`] with two relaxed 64-bit atomic loads (the portable form and its reference).
+#[inline(always)]
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(miri)),
+    allow(dead_code)
+)]
+fn keys_equal_by_pairs(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+    let lo = pairs[0].load(Ordering::Relaxed);
+    let hi = pairs[1].load(Ordering::Relaxed);
+    lanes_equal(lo, hi, key)
+}
+
 /// [`lanes_equal`] with four scalar compares (portable; the reference of the SIMD one).
 #[inline(always)]
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
@@ -340,9 +395,7 @@ impl Line {
     #[inline(always)]
     fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
         if Geometry::<K, V>::FOUR_WORD_KEYS {
-            let lo = self.pairs[0].load(Ordering::Relaxed);
-            let hi = self.pairs[1].load(Ordering::Relaxed);
-            return lanes_equal(lo, hi, q[0]);
+            return keys_equal(&self.pairs, q[0]);
         }
         let mut hits = 0;
         for i in 0..Geometry::<K, V>::SLOTS {
@@ -411,9 +464,16 @@ impl Line {
             let m = Meta(self.meta.load(Ordering::Acquire));
             // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
             let hits = self.matches::<K, V>(q) & m.occupied_mask() & Geometry::<K, V>::ALL_SLOTS;
+            if hits == 0 {
+                // A miss copies nothing: validate the header alone (its `CHAIN` and `MOVED`
+                // bits tell the caller where to look next).
+                fence(Ordering::Acquire);
+                if self.meta.load(Ordering::Relaxed) == m.0 {
+                    return Err(m);
+                }
+                continue;
+            }
             let i = Geometry::<K, V>::first_slot(hits);
-            // Copied whether or not a slot matched (slot 0's words then, never used): no
-            // branch before the validation, whose outcome is all that is waited for.
             let mut w = [0; LINE_WORDS];
             self.copy_words(
                 Geometry::<K, V>::payload_at(i),
@@ -422,11 +482,7 @@ impl Line {
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
                 // Validated: the words are those of one published state; decode them.
-                return if hits != 0 {
-                    Ok(Found::decode(m.dups(i), &w))
-                } else {
-                    Err(m)
-                };
+                return Ok(Found::decode(m.dups(i), &w));
             }
         }
     }
@@ -1079,6 +1135,25 @@ mod tests {
             let want = (0..4).fold(0, |m, i| m | (u32::from(lanes[i] == key) << i));
             assert_eq!(lanes_equal(lo, hi, key), want, "{lanes:x?} {key:x}");
             assert_eq!(lanes_equal_scalar(lo, hi, key), want, "{lanes:x?} {key:x}");
+        }
+    }
+
+    #[test]
+    fn keys_equal_agrees_with_two_relaxed_loads() {
+        // The 16-byte load of a line's four keys (natively; Miri runs the fallback) against
+        // the two relaxed loads and the scalar compare, keys in every lane.
+        let line = Line::empty();
+        let keys = [0u32, 1, 0x8000_0000, u32::MAX, 7, 7];
+        for (round, &key) in keys.iter().enumerate() {
+            for lane in 0..4 {
+                line.store_words(lane, &[keys[(round + lane) % keys.len()]]);
+            }
+            let lo = line.pairs[0].load(Ordering::Relaxed);
+            let hi = line.pairs[1].load(Ordering::Relaxed);
+            let want = lanes_equal_scalar(lo, hi, key);
+            assert_eq!(keys_equal(&line.pairs, key), want, "{key:x}");
+            assert_eq!(keys_equal_by_pairs(&line.pairs, key), want, "{key:x}");
+            assert_eq!(line.matches::<u32, u32>(&key_words(&key)), want, "{key:x}");
         }
     }
 

@@ -17,7 +17,7 @@ use crate::seed::{SeedMode, SeedSource};
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
 /// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 7/8 full a bucket line of 4
 /// slots holds 3.5 keys on average (Poisson), so a chain of 17 (five lines) has probability
-/// 1.5e-7 per line at the threshold, once in about 25 tables of 262,144 lines (a harmless
+/// 1.9e-7 per line at the threshold, once in about 20 tables of 262,144 lines (a harmless
 /// same-size rehash), and otherwise means the keys were chosen against this table's seed.
 /// It also bounds the overflow lines of a chain (three, outside a rewrite's moves).
 pub const ELASTICITY: usize = 16;
