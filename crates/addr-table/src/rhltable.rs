@@ -905,7 +905,9 @@ mod tests {
     #[test]
     fn chain_and_moved_bits_track_links_and_migrations() {
         // 16 lines to start with: a growth migrates 4 buckets a write, so writes land while a
-        // migration is under way; keys 0..300 grow it three times, removals shrink it.
+        // migration is under way; keys 0..300 grow it three times (0..150, under Miri, twice),
+        // removals shrink it.
+        let (up, down) = if cfg!(miri) { (150, 140) } else { (300, 290) };
         let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
             min_size: 64,
             seed: SeedMode::Deterministic(11),
@@ -913,7 +915,7 @@ mod tests {
         })
         .unwrap();
         let mut migrating = 0;
-        for k in 0..300 {
+        for k in 0..up {
             t.insert(k, k).unwrap();
             check_chain_and_moved_bits(&t);
             migrating += usize::from(t.stats().migrating_from.is_some());
@@ -922,17 +924,17 @@ mod tests {
             assert_eq!(t.get(&(k / 2), &g), Some(k / 2));
             assert_eq!(t.get(&(k + 1000), &g), None);
         }
-        for k in 0..290 {
+        for k in 0..down {
             assert_eq!(t.remove_all(&k), 1);
             check_chain_and_moved_bits(&t);
             migrating += usize::from(t.stats().migrating_from.is_some());
             let g = epoch::pin();
             assert_eq!(t.get(&k, &g), None);
-            assert_eq!(t.get(&299, &g), Some(299));
+            assert_eq!(t.get(&(up - 1), &g), Some(up - 1));
         }
         assert!(migrating > 10, "writes during migrations: {migrating}");
         let r = t.stats().rehashes;
-        assert!(r.grows >= 3 && r.shrinks >= 2, "{r:?}");
+        assert!(r.grows >= 2 && r.shrinks >= 2, "{r:?}");
         // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 4 slots).
         let one: RhlTable<u32, u32> = RhlTable::with_params(Params {
             min_size: 4,
