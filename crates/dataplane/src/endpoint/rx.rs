@@ -16,7 +16,9 @@ use super::reflect;
 use super::registry::Registry;
 use crate::pool::FramePool;
 use crate::route::Egress;
+use crate::wire::Family;
 use crate::wire::ethernet::{HEADER_LEN as ETH_LEN, TAGGED_HEADER_LEN, ethertype};
+use crate::wire::ipv6;
 use crate::{DropReason, Frame, PuntReason, Queue, Tables, Verdict};
 
 /// Where a spare frame's payload starts: room for the largest headers (Ethernet, IPv6, UDP).
@@ -238,7 +240,7 @@ fn send_one<P: FramePool>(
     out: &super::mailbox::Outgoing,
 ) -> Result<(), SendError> {
     let mut a = Addrs::new(out.src, out.dst)?;
-    let (egress, src) = output::output_route(tables, guard, a.v6, a.src, a.dst, 0)?;
+    let (egress, src) = output::output_route(tables, guard, a.family, a.src, a.dst, 0)?;
     a.src = src;
     let handle = pool.alloc().ok_or(SendError::PoolEmpty)?;
     let chunk = pool.chunk(handle);
@@ -255,7 +257,7 @@ fn send_one<P: FramePool>(
             now,
             chunk,
             (start, end - start),
-            a.v6,
+            a.family.is_v6(),
             &egress,
         )?;
         Ok((verdict, start, end - start))
@@ -299,7 +301,7 @@ fn answer(
         )?;
         // A link-local sender is answered on the link it came from (its scope), as the
         // kernel's reply would take the ingress interface as the scope id.
-        let egress = if d.v6 && a.dst >> 118 == 0x3fa {
+        let egress = if d.v6 && ipv6::in_prefix(a.dst, ipv6::LINK_LOCAL) {
             Egress {
                 oif: frame.ifindex,
                 next_hop: a.dst,
@@ -309,7 +311,7 @@ fn answer(
                 source_checked: false,
             }
         } else {
-            output::output_route(tables, guard, d.v6, a.src, a.dst, 0)?.0
+            output::output_route(tables, guard, Family::from_v6(d.v6), a.src, a.dst, 0)?.0
         };
         let start = output::emit(frame.chunk, d.payload, len, &a, output::REFLECTOR_TTL)?;
         let flen = d.payload + len - start;
@@ -319,7 +321,7 @@ fn answer(
             now,
             frame.chunk,
             (start, flen),
-            a.v6,
+            a.family.is_v6(),
             &egress,
         )?;
         Ok((verdict, start, flen))
