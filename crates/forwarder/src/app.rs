@@ -377,7 +377,16 @@ pub fn run<E: Engine + 'static>(
         let mut trimmer = generation
             .as_ref()
             .map(|g| crate::trim::Trimmer::new(Instant::now(), g()));
+        let icmp_peers = engine.icmp_peers.clone();
+        let mut icmp_read = Instant::now();
         let mut on_turn = || {
+            // The ICMP rate-limit sysctls are followed as the kernel follows them.
+            if let Some(peers) = &icmp_peers
+                && icmp_read.elapsed() >= crate::engine::ICMP_SYSCTL_PERIOD
+            {
+                crate::startup::read_icmp_sysctls(peers);
+                icmp_read = Instant::now();
+            }
             if let Some(reload) = &reload {
                 if reload.requested.swap(false, Ordering::Relaxed) {
                     log_reload(&reload.apply(config, engine.live.as_deref()));

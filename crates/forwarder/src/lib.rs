@@ -67,6 +67,7 @@ pub mod runloop;
 pub mod serve;
 pub mod startup;
 pub mod stats;
+pub mod tc;
 pub mod trim;
 pub mod xdp;
 
