@@ -719,6 +719,14 @@ pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     frame.len = L2_LEN + meta.ip_len;
 }
 
+/// [`rewrite`] kept out of line, for the paths that rewrite a frame they then hold or
+/// fragment: the loop of the decide stage, which only sometimes takes them, keeps its
+/// registers for the common case.
+#[inline(never)]
+pub(crate) fn rewrite_out_of_line(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
+    rewrite(frame, meta, hop);
+}
+
 /// The rewrite of one family's headers at the start of `chunk`: the new Ethernet header and
 /// the fixed IP header as one `N`-byte view (the writes need no bounds check of their own),
 /// then `hop` (the TTL / hop-limit decrement, through the family's view) on the IP part.

@@ -33,7 +33,7 @@ use policy_tree::Direction;
 use crate::memo::{IngressMemo, LocalFilter};
 use crate::parse::Meta;
 use crate::pool::FramePool;
-use crate::queue::{Batch, Frame, Queue, rewrite};
+use crate::queue::{Batch, Frame, Queue, rewrite, rewrite_out_of_line};
 use crate::route::{self, Egress, FamilyKey, Route};
 use crate::verdict::{PuntReason, Verdict};
 use crate::wire::Family;
@@ -364,7 +364,7 @@ impl Queue {
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
                     Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
-                        rewrite(frame, meta, hop);
+                        rewrite_out_of_line(frame, meta, hop);
                         Step::Done(self.after_rewrite(b, frame, meta, hop, too_big, pool))
                     }
                     Err(verdict) => Step::Done(verdict),
