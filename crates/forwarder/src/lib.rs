@@ -46,6 +46,7 @@
 pub mod app;
 pub mod bare;
 pub mod board;
+pub mod bypass_watch;
 pub mod cache_report;
 pub mod channels;
 pub mod cli;

@@ -112,8 +112,10 @@ impl fmt::Display for TcHook {
 /// # Ok::<(), std::io::Error>(())
 /// ```
 ///
+/// A device that does not exist has nothing on it.
+///
 /// # Errors
-/// When a device does not exist or a dump fails.
+/// When a dump fails.
 pub fn served_hooks(served: &[String]) -> io::Result<(Vec<TcHook>, Vec<String>)> {
     let mut qdiscs = Vec::new();
     crate::rtnl::dump(
@@ -127,7 +129,17 @@ pub fn served_hooks(served: &[String]) -> io::Result<(Vec<TcHook>, Vec<String>)>
     let mut hooks = Vec::new();
     let mut warnings = Vec::new();
     for device in served {
-        let index = crate::rtnl::link(device)?.index;
+        let index = match crate::rtnl::link(device) {
+            Ok(link) => link.index,
+            // Gone (a veth deleted and not yet re-created): nothing on it to bypass.
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENODEV) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         for q in qdiscs.iter().filter(|q| q.header.index == index as i32) {
             let kind = kind_of(&q.attributes).unwrap_or_default();
             let parents: Vec<(String, TcHandle)> = match kind.as_str() {

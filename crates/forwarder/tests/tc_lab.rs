@@ -216,21 +216,7 @@ fn xfwd_refuses_to_bypass_tc_unless_told() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(
-        stderr.contains("tc: fwd0 ingress: 1 filter list (u32)")
-            && stderr.contains("tc = \"bypass\""),
-        "{stderr}"
-    );
-    let xdp = Command::new("ip")
-        .args(["-n", &fwd, "link", "show", "fwd0"])
-        .output()
-        .unwrap();
-    assert!(
-        !String::from_utf8_lossy(&xdp.stdout).contains("xdp"),
-        "no XDP program attached"
-    );
+    common::assert_refused(&out, "tc: fwd0 ingress: 1 filter list (u32)", "tc", &fwd);
 
     // Told to bypass: it starts and answers (Xfwd::spawn waits for its control socket).
     let (mut command, control) = Xfwd::command(&lab, "fwd0,fwd1", 't');
