@@ -3,7 +3,8 @@
 //! on and off with sysctl writes; the mirror must follow each change (`RTM_NEWNETCONF`), its
 //! answer for a packet arriving on a device must be what the kernel does (forward, or hand it
 //! to the kernel), and `route get ... iif DEV` must answer as `ip route get` does with
-//! forwarding off ("No route to host" for IPv4; IPv6 routes input as usual).
+//! forwarding off ("No route to host" for IPv4; IPv6 routes input as usual). `accept_local`
+//! and IPv6 `force_forwarding`, which netconf does not carry, are followed from sysctl.
 
 mod netlink_mirror_common;
 
@@ -127,6 +128,19 @@ fn forwarding_and_rp_filter_are_followed_as_the_kernel_applies_them() {
     wait_accepts("d0", true);
     sysctl(&ns, "ipv4/conf/all/accept_local", "0");
     wait_accepts("d1", false);
+
+    // IPv6 force_forwarding (read from sysctl, not in netconf; Linux 6.17 and later): with
+    // all's forwarding off, a device's force_forwarding forwards what arrives on it
+    // (`ip6_forward`), and no other device's.
+    if std::path::Path::new("/proc/sys/net/ipv6/conf/all/force_forwarding").exists() {
+        sysctl(&ns, "ipv6/conf/all/forwarding", "0");
+        wait_ingress(&live, "d0", true, Ingress::ForwardingOff);
+        sysctl(&ns, "ipv6/conf/d0/force_forwarding", "1");
+        wait_ingress(&live, "d0", true, Ingress::Forward);
+        wait_ingress(&live, "d1", true, Ingress::ForwardingOff);
+        sysctl(&ns, "ipv6/conf/d0/force_forwarding", "0");
+        wait_ingress(&live, "d0", true, Ingress::ForwardingOff);
+    }
     let s = live.stats();
     assert!(s.errors.is_empty(), "{s:?}");
 }
@@ -183,5 +197,21 @@ fn multipath_hash_sysctls_are_followed() {
             live.tables().fib4.multipath_policy(),
             MultipathPolicy::Kernel("fib_multipath_hash_seed set")
         ));
+        sysctl(&ns, "ipv4/fib_multipath_hash_seed", "0");
     }
+    // IPv4's neighbour check among multipath members: the kernel's choice, IPv4 only.
+    sysctl(&ns, "ipv4/fib_multipath_use_neigh", "1");
+    wait_multipath(
+        &live,
+        (
+            policy(false, 1, 7, 0).with_use_neigh(true),
+            policy(true, 3, 0x23, 0),
+        ),
+    );
+    assert_eq!(
+        live.tables().fib4.multipath_policy(),
+        MultipathPolicy::Kernel("fib_multipath_use_neigh set")
+    );
+    sysctl(&ns, "ipv4/fib_multipath_use_neigh", "0");
+    wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x23, 0)));
 }

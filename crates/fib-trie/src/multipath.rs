@@ -12,7 +12,8 @@
 //!
 //! Where the policy names what xfwd does not hash (inner headers of encapsulated packets:
 //! policy 2, or inner fields in policy 3), or a seed is set (an operator asking for the
-//! kernel's deterministic choice, e.g. for consistency across routers), the policy is
+//! kernel's deterministic choice, e.g. for consistency across routers), or IPv4's
+//! `fib_multipath_use_neigh` is on ([`MultipathPolicy::with_use_neigh`]), the policy is
 //! [`MultipathPolicy::Kernel`]: multipath routes are left to the kernel (fail closed).
 //!
 //! ```
@@ -116,6 +117,23 @@ impl MultipathPolicy {
         }
     }
 
+    /// The policy with IPv4's `net.ipv4.fib_multipath_use_neigh` (`on`): the kernel then
+    /// passes over multipath members whose neighbour is not valid (`fib_good_nh`), which xfwd
+    /// does not reproduce for legacy multipath routes, so they go to the kernel.
+    ///
+    /// ```
+    /// use fib_trie::multipath::MultipathPolicy;
+    /// let p = MultipathPolicy::from_sysctl(false, 0, 7, 0);
+    /// assert_eq!(p.with_use_neigh(false), p);
+    /// assert!(matches!(p.with_use_neigh(true), MultipathPolicy::Kernel(_)));
+    /// ```
+    pub fn with_use_neigh(self, on: bool) -> Self {
+        match self {
+            MultipathPolicy::Fields(_) if on => MultipathPolicy::Kernel(USE_NEIGH),
+            other => other,
+        }
+    }
+
     /// A word for an atomic (bit 31: [`MultipathPolicy::Kernel`]).
     pub(crate) fn encode(self) -> u32 {
         match self {
@@ -146,12 +164,16 @@ impl MultipathPolicy {
 }
 
 const KERNEL_BIT: u32 = 1 << 31;
-const KERNEL_REASONS: [&str; 4] = [
+const KERNEL_REASONS: [&str; 5] = [
     "fib_multipath_hash_seed set",
     "fib_multipath_hash_policy 2 (inner headers)",
     "fib_multipath_hash_fields with inner fields",
     "unknown fib_multipath_hash_policy",
+    USE_NEIGH,
 ];
+
+/// The reason of [`MultipathPolicy::with_use_neigh`].
+const USE_NEIGH: &str = "fib_multipath_use_neigh set";
 
 /// What a multipath hash may read of a packet (an IPv4 address in the low 32 bits); the
 /// ports are 0 for fragments and protocols without ports, as the kernel's flow dissector

@@ -13,6 +13,10 @@
 // frames, truncated ones included, so that the dataplane drops them and counts the reason.
 // A queue without a socket falls back to XDP_PASS (counted).
 //
+// While the one entry of the array `divert` is non-zero, every frame goes to the kernel
+// (XDP_PASS, counted): xfwd sets it when something it may not bypass (netfilter rules, tc on
+// a served interface) appears while it runs, so that the kernel forwards with them.
+//
 // Per-CPU counters (array `counters`, indices below) are summed by xfwd.
 
 #include <linux/bpf.h>
@@ -33,6 +37,7 @@ enum counter {
 	C_PASS_LINK_LOCAL, // IPv6 link-local destination
 	C_PASS_OTHER,      // any other EtherType (VLAN, LLDP, ...)
 	C_LOCAL_UDP,       // local UDP to an endpoint's port: to user space (also counted above)
+	C_PASS_DIVERTED,   // every frame while `divert` is set
 	C_MAX,
 };
 
@@ -82,6 +87,13 @@ struct {
 	__type(key, __u16);
 	__type(value, __u8);
 } udp_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32); // non-zero: every frame to the kernel
+} divert SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -140,7 +152,11 @@ int xfwd_xdp(struct xdp_md *ctx)
 {
 	__u8 *data = (__u8 *)(long)ctx->data;
 	__u8 *end = (__u8 *)(long)ctx->data_end;
+	__u32 zero = 0;
+	__u32 *diverted = bpf_map_lookup_elem(&divert, &zero);
 
+	if (diverted && *diverted)
+		return count(C_PASS_DIVERTED, XDP_PASS);
 	if (data + ETH_HLEN_ > end)
 		return to_user(ctx); // runt frame: the dataplane drops and counts it
 	__u16 proto = bpf_ntohs(*(__u16 *)(data + 12));

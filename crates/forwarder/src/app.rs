@@ -258,7 +258,10 @@ pub fn run<E: Engine + 'static>(
     }
 
     let port_names: Vec<String> = ports.iter().map(|p| p.name.clone()).collect();
+    // Why every frame goes to the kernel now (netfilter or tc that appeared after start).
+    let diverted: Arc<Mutex<Vec<String>>> = Arc::default();
     let snapshot: SnapshotFn = {
+        let diverted = diverted.clone();
         let xdp = xdp.clone();
         let counters = counters.clone();
         let states = states.clone();
@@ -287,6 +290,7 @@ pub fn run<E: Engine + 'static>(
                     .collect(),
                 local_addresses,
                 netlink_generation: generation.as_ref().map(|g| g()),
+                diverted: diverted.lock().unwrap_or_else(|e| e.into_inner()).clone(),
                 ..Stats::default()
             };
             report(&mut stats);
@@ -377,7 +381,40 @@ pub fn run<E: Engine + 'static>(
         let mut trimmer = generation
             .as_ref()
             .map(|g| crate::trim::Trimmer::new(Instant::now(), g()));
+        let icmp_peers = engine.icmp_peers.clone();
+        let mut icmp_read = Instant::now();
+        let mut watch = crate::bypass_watch::BypassWatch::new(
+            config.interfaces.clone(),
+            config.netfilter,
+            config.tc,
+        );
         let mut on_turn = || {
+            // Rules xfwd may not bypass, appearing after start: the kernel forwards meanwhile.
+            if let Some(divert) = watch.poll(Instant::now()) {
+                let on = matches!(divert, crate::bypass_watch::Divert::Start(_));
+                match &divert {
+                    crate::bypass_watch::Divert::Start(reasons) => tracing::error!(
+                        ?reasons,
+                        "rules xfwd may not bypass act on forwarded traffic: every frame goes \
+                         to the kernel until they are gone (or set bypass in the configuration)"
+                    ),
+                    crate::bypass_watch::Divert::Stop => {
+                        tracing::warn!("the rules are gone: xfwd forwards again")
+                    }
+                }
+                let mut program = xdp.lock().unwrap_or_else(|e| e.into_inner());
+                if let Err(error) = program.set_divert(on) {
+                    tracing::error!(%error, "setting the XDP program's divert switch");
+                }
+                *diverted.lock().unwrap_or_else(|e| e.into_inner()) = watch.diverting().to_vec();
+            }
+            // The ICMP rate-limit sysctls are followed as the kernel follows them.
+            if let Some(peers) = &icmp_peers
+                && icmp_read.elapsed() >= crate::engine::ICMP_SYSCTL_PERIOD
+            {
+                crate::startup::read_icmp_sysctls(peers);
+                icmp_read = Instant::now();
+            }
             if let Some(reload) = &reload {
                 if reload.requested.swap(false, Ordering::Relaxed) {
                     log_reload(&reload.apply(config, engine.live.as_deref()));

@@ -22,7 +22,8 @@ use crate::serve::query_stats;
 pub const EX_USAGE: u8 = 64;
 
 /// Exit status when netfilter rules act on forwarded traffic and the configuration does not
-/// say `netfilter = "bypass"`, or the ruleset cannot be read (sysexits EX_CONFIG).
+/// say `netfilter = "bypass"`, or tc acts on a served interface without `tc = "bypass"`, or
+/// either cannot be read (sysexits EX_CONFIG).
 pub const EX_NETFILTER: u8 = 78;
 
 /// xfwd: a user-space IPv4/IPv6 router on AF_XDP.
@@ -317,7 +318,11 @@ pub struct RunArgs {
     /// Netfilter rules (nftables, iptables) acting on forwarded traffic: refuse to start
     /// (default), or bypass them (frames xfwd forwards never see them).
     #[arg(long, value_enum)]
-    pub netfilter: Option<crate::config::NetfilterMode>,
+    pub netfilter: Option<crate::config::BypassMode>,
+    /// tc on the served interfaces (filters, tcx programs, shaping qdiscs): refuse to start
+    /// (default), or bypass it (frames xfwd forwards never see it).
+    #[arg(long, value_enum)]
+    pub tc: Option<crate::config::BypassMode>,
     /// RX ring entries per socket (power of two; the fill ring gets twice as many).
     #[arg(long)]
     pub rx_ring: Option<u32>,
@@ -380,6 +385,7 @@ impl RunArgs {
         }
         file.xdp_mode = self.xdp_mode.or(file.xdp_mode);
         file.netfilter = self.netfilter.or(file.netfilter);
+        file.tc = self.tc.or(file.tc);
         file.metrics = self.metrics.clone().or(file.metrics);
         file.control_socket = self.control.clone().or(file.control_socket);
         if self.no_punt {
@@ -445,11 +451,26 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
         enter_netns(netns)?;
     }
     // Fail closed: rules xfwd would bypass stop it here, before any interface is touched.
-    let bypass = config.netfilter == crate::config::NetfilterMode::Bypass;
+    let bypass = config.netfilter == crate::config::BypassMode::Bypass;
     match crate::netfilter::check(&config.interfaces, bypass) {
         Ok(bypassed) => {
             for chain in bypassed {
                 tracing::warn!(%chain, "netfilter = \"bypass\": not applied to forwarded traffic");
+            }
+        }
+        Err(error) => {
+            eprintln!("xfwd: {error}");
+            return Ok(EX_NETFILTER);
+        }
+    }
+    let bypass = config.tc == crate::config::BypassMode::Bypass;
+    match crate::tc::check(&config.interfaces, bypass) {
+        Ok((bypassed, warnings)) => {
+            for hook in bypassed {
+                tracing::warn!(%hook, "tc = \"bypass\": not applied to forwarded traffic");
+            }
+            for warning in warnings {
+                tracing::warn!("{warning}");
             }
         }
         Err(error) => {
@@ -552,15 +573,19 @@ fn describe(config: &Config) -> String {
         )
     };
     format!(
-        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}; netfilter {}",
+        "interfaces {} × {} queue(s); {mode}; control {}; punt {}; metrics {}; netfilter {}; tc {}",
         config.interfaces.join(","),
         config.queues,
         config.control_socket.display(),
         config.punt_device.as_deref().unwrap_or("off"),
         config.metrics.map_or("off".to_owned(), |a| a.to_string()),
         match config.netfilter {
-            crate::config::NetfilterMode::Refuse => "refuse",
-            crate::config::NetfilterMode::Bypass => "bypass",
+            crate::config::BypassMode::Refuse => "refuse",
+            crate::config::BypassMode::Bypass => "bypass",
+        },
+        match config.tc {
+            crate::config::BypassMode::Refuse => "refuse",
+            crate::config::BypassMode::Bypass => "bypass",
         },
     )
 }

@@ -14,6 +14,7 @@
 //! control_socket = "/run/xfwd/xfwd.sock"
 //! punt_device = "xfwd-punt"  # "" turns the punt path off
 //! netfilter = "refuse"       # "bypass": start even if nftables/iptables rules act on forwarded traffic
+//! tc = "refuse"              # "bypass": start even if tc filters, tcx programs or a shaping qdisc sit on a served interface
 //!
 //! [rings]
 //! rx = 1024
@@ -250,7 +251,9 @@ pub struct ConfigFile {
     /// Punt device ("" = none).
     pub punt_device: Option<String>,
     /// Netfilter rules on forwarded traffic: refuse to start (default), or bypass them.
-    pub netfilter: Option<NetfilterMode>,
+    pub netfilter: Option<BypassMode>,
+    /// tc on the served interfaces: refuse to start (default), or bypass it.
+    pub tc: Option<BypassMode>,
     /// Rings.
     #[serde(default)]
     pub rings: RingsFile,
@@ -313,7 +316,9 @@ pub struct Config {
     /// Punt device.
     pub punt_device: Option<String>,
     /// What to do about netfilter rules acting on forwarded traffic.
-    pub netfilter: NetfilterMode,
+    pub netfilter: BypassMode,
+    /// What to do about tc on the served interfaces (filters, tcx programs, shaping qdiscs).
+    pub tc: BypassMode,
     /// Rings.
     pub rings: RingSizes,
     /// Bare mode: peer MAC per interface; None = the routing pipeline.
@@ -352,6 +357,7 @@ impl Config {
             ),
             ("punt_device", self.punt_device != running.punt_device),
             ("netfilter", self.netfilter != running.netfilter),
+            ("tc", self.tc != running.tc),
             ("rings", self.rings != running.rings),
             ("bare", self.bare != running.bare),
             ("endpoint", self.endpoints != running.endpoints),
@@ -513,6 +519,7 @@ impl ConfigFile {
             control_socket,
             punt_device,
             netfilter: self.netfilter.unwrap_or_default(),
+            tc: self.tc.unwrap_or_default(),
             rings,
             bare,
             pipeline,
@@ -521,22 +528,25 @@ impl ConfigFile {
     }
 }
 
-/// What `xfwd run` does when nftables or iptables rules could change forwarded traffic
-/// ([`crate::netfilter`]): frames xfwd forwards never see them.
+/// What `xfwd run` does when something frames xfwd forwards would never see could change
+/// them: nftables or iptables rules (`netfilter`, [`crate::netfilter`]), or tc on a served
+/// interface (`tc`, [`crate::tc`]).
 ///
 /// ```
-/// use forwarder::config::{ConfigFile, NetfilterMode};
+/// use forwarder::config::{ConfigFile, BypassMode};
 /// let file = ConfigFile::parse("interfaces = [\"eth0\"]\nnetfilter = \"bypass\"", "x.toml".as_ref()).unwrap();
-/// assert_eq!(file.validate(None).unwrap().netfilter, NetfilterMode::Bypass);
+/// let config = file.validate(None).unwrap();
+/// assert_eq!(config.netfilter, BypassMode::Bypass);
+/// assert_eq!(config.tc, BypassMode::Refuse);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
-pub enum NetfilterMode {
-    /// Refuse to start, naming the chains (the default).
+pub enum BypassMode {
+    /// Refuse to start, naming what would be bypassed (the default).
     #[default]
     Refuse,
-    /// Start anyway: the rules do not apply to the traffic xfwd forwards (they still apply to
-    /// what it punts to the kernel and to local traffic).
+    /// Start anyway: the rules (or tc) do not apply to the traffic xfwd forwards (they still
+    /// apply to what it punts to the kernel and to local traffic).
     Bypass,
 }
 

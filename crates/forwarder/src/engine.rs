@@ -77,7 +77,15 @@ pub struct EngineSpec<E> {
     /// (kept in step with binds and closes); `None`: no endpoints (every local datagram goes
     /// to the kernel).
     pub udp_ports: Option<Arc<crate::endpoints::UdpPortFeed>>,
+    /// The per-destination ICMP limits the engines share, which the instance sets again
+    /// from the namespace's sysctls every [`ICMP_SYSCTL_PERIOD`]; `None`: the engine sends
+    /// no ICMP (bare).
+    pub icmp_peers: Option<Arc<dataplane::PeerLimiter>>,
 }
+
+/// How often a running instance reads the ICMP rate-limit sysctls again
+/// ([`crate::startup::read_icmp_sysctls`]), as the mirror polls the multipath hash sysctls.
+pub const ICMP_SYSCTL_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A pipeline configuration published to the run loops while they run: the reloading thread
 /// [`publish`](Self::publish)es, each engine [`poll`](Self::poll)s once per loop turn (one

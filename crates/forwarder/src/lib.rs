@@ -46,6 +46,7 @@
 pub mod app;
 pub mod bare;
 pub mod board;
+pub mod bypass_watch;
 pub mod cache_report;
 pub mod channels;
 pub mod cli;
@@ -67,6 +68,7 @@ pub mod runloop;
 pub mod serve;
 pub mod startup;
 pub mod stats;
+pub mod tc;
 pub mod trim;
 pub mod xdp;
 

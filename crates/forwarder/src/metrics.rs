@@ -239,6 +239,14 @@ pub fn exposition(stats: &Stats) -> String {
     )
     .with_label_values::<&str>(&[])
     .set(i64::try_from(stats.local_addresses).unwrap_or(i64::MAX));
+    f.int_gauge(
+        "xfwd_diverted_to_kernel",
+        "1 while every frame goes to the kernel because netfilter rules or tc xfwd may not \
+         bypass appeared after start (xfwd stats names them).",
+        &[],
+    )
+    .with_label_values::<&str>(&[])
+    .set(i64::from(!stats.diverted.is_empty()));
     let up = f.int_gauge(
         "xfwd_interface_up",
         "1 when the interface is up with carrier.",
@@ -458,6 +466,7 @@ mod tests {
                 rx_dropped: 0,
                 send_errors: vec![("no_route".into(), 1), ("hold_full".into(), 0)],
             }],
+            diverted: vec!["tc: fwd0 root: qdisc htb".into()],
         }
     }
 

@@ -399,12 +399,17 @@ fn legacy_chains(v6: bool) -> io::Result<Vec<FilterChain>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         // The list is root's to read (mode 0440) and probing table names would create the
         // tables: an unprivileged xfwd (the service's user with capabilities) cannot tell.
+        // Said once per process: the running instance reads the rules again every few
+        // seconds (`bypass_watch`).
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-            tracing::warn!(
-                path = names,
-                "legacy iptables not checked: its table list is readable by root only \
-                 (nftables and iptables-nft rules are checked)"
-            );
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!(
+                    path = names,
+                    "legacy iptables not checked: its table list is readable by root only \
+                     (nftables and iptables-nft rules are checked)"
+                );
+            });
             return Ok(Vec::new());
         }
         Err(e) => return Err(e),

@@ -10,7 +10,7 @@
 use std::io;
 
 use netlink_packet_core::{
-    NLM_F_ACK, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{
@@ -171,16 +171,45 @@ pub fn detach_xdp(index: u32, mode: XdpMode) -> io::Result<()> {
     request(RouteNetlinkMessage::SetLink(message), |_| {})
 }
 
+/// Sends `payload` as a dump request (`NLM_F_DUMP`) and hands each object of the answer to
+/// `each`; a part of the answer the crate cannot decode is handed over as its raw bytes
+/// (`Err`), so that the caller can still tell it was there.
+///
+/// # Errors
+/// The socket's or the kernel's error (`EINVAL` for a request the kernel does not know).
+pub fn dump(
+    payload: RouteNetlinkMessage,
+    each: impl FnMut(Result<RouteNetlinkMessage, &[u8]>),
+) -> io::Result<()> {
+    exchange(payload, NLM_F_REQUEST | NLM_F_DUMP, each)
+}
+
 /// Sends `payload` with `NLM_F_ACK` and hands each reply for it to `each` until the ack.
 fn request(
     payload: RouteNetlinkMessage,
     mut each: impl FnMut(RouteNetlinkMessage),
 ) -> io::Result<()> {
+    exchange(payload, NLM_F_REQUEST | NLM_F_ACK, |reply| {
+        // The requests of this module are answered by objects the crate decodes; anything
+        // else is not what was asked for.
+        if let Ok(inner) = reply {
+            each(inner);
+        }
+    })
+}
+
+/// Sends `payload` with `flags` and hands each reply for it to `each` until the ack or the
+/// end of the dump.
+fn exchange(
+    payload: RouteNetlinkMessage,
+    flags: u16,
+    mut each: impl FnMut(Result<RouteNetlinkMessage, &[u8]>),
+) -> io::Result<()> {
     let mut socket = Socket::new(NETLINK_ROUTE)?;
     socket.bind_auto()?;
     socket.connect(&SocketAddr::new(0, 0))?;
     let mut header = NetlinkHeader::default();
-    header.flags = NLM_F_REQUEST | NLM_F_ACK;
+    header.flags = flags;
     header.sequence_number = 1;
     let mut message = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
     message.finalize();
@@ -201,14 +230,23 @@ fn request(
                     format!("netlink message of {len} bytes with {} left", rest.len()),
                 ));
             }
-            let reply = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&rest[..len])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+            let bytes = &rest[..len];
             rest = rest.get((len + 3) & !3..).unwrap_or_default();
+            let reply = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(bytes) {
+                Ok(reply) => reply,
+                // An object netlink-packet-route cannot decode (an attribute it parses
+                // strictly): the caller sees its bytes, header and all.
+                Err(_) if is_ours_and_an_object(bytes) => {
+                    each(Err(bytes));
+                    continue;
+                }
+                Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())),
+            };
             if reply.header.sequence_number != 1 {
                 continue;
             }
             match reply.payload {
-                NetlinkPayload::InnerMessage(inner) => each(inner),
+                NetlinkPayload::InnerMessage(inner) => each(Ok(inner)),
                 NetlinkPayload::Error(error) => {
                     return match error.code {
                         None => Ok(()), // the ack
@@ -220,6 +258,16 @@ fn request(
             }
         }
     }
+}
+
+/// A message of this exchange (sequence number 1) that is neither an error nor the end of a
+/// dump: an object of the answer.
+fn is_ours_and_an_object(bytes: &[u8]) -> bool {
+    const NLMSG_ERROR: u16 = 2;
+    const NLMSG_DONE: u16 = 3;
+    let kind = u16::from_ne_bytes([bytes[4], bytes[5]]);
+    let sequence = u32::from_ne_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+    sequence == 1 && kind != NLMSG_ERROR && kind != NLMSG_DONE
 }
 
 #[cfg(test)]

@@ -91,6 +91,7 @@ pub fn routing(
         devconf: m.devconf.clone(),
         icmp_peers: Arc::new(icmp_peer_limiter()),
     };
+    let icmp_peers = tables.icmp_peers.clone();
     let (endpoints, udp_ports) =
         crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoints)?;
     let board = CounterBoard::default();
@@ -190,6 +191,7 @@ pub fn routing(
         query: Some(query),
         served: Some(served),
         udp_ports: Some(udp_ports),
+        icmp_peers: Some(icmp_peers),
     })
 }
 
@@ -216,17 +218,31 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         query: None,
         served: None,
         udp_ports: None,
+        icmp_peers: None,
     }
 }
 
-/// The namespace's per-destination ICMP limits, read from its sysctls at start
-/// (`net.ipv4.icmp_ratelimit`, `icmp_ratemask`, `net.ipv6.icmp.ratelimit`, `ratemask`); an
-/// unreadable one keeps the kernel's default. Later changes of these sysctls are not followed
-/// (restart xfwd).
+/// The namespace's per-destination ICMP limits, set from its sysctls
+/// ([`read_icmp_sysctls`]); the instance reads them again every second.
 fn icmp_peer_limiter() -> dataplane::PeerLimiter {
+    let peers = dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS);
+    read_icmp_sysctls(&peers);
+    peers
+}
+
+/// Sets `peers` from the calling thread's namespace's sysctls (`net.ipv4.icmp_ratelimit`,
+/// `icmp_ratemask`, `net.ipv6.icmp.ratelimit`, `ratemask`); an unreadable or malformed one
+/// sets the kernel's default. Four small reads of `/proc/sys`, two atomic stores each:
+/// cheap enough for the link monitor to call every second, so that a changed sysctl takes
+/// effect as in the kernel, without a restart.
+///
+/// ```
+/// let peers = dataplane::PeerLimiter::new(64);
+/// forwarder::startup::read_icmp_sysctls(&peers);
+/// ```
+pub fn read_icmp_sysctls(peers: &dataplane::PeerLimiter) {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let number = |path: &str| read(path).and_then(|s| s.trim().parse::<u32>().ok());
-    let peers = dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS);
     peers.set_v4(
         number("/proc/sys/net/ipv4/icmp_ratelimit").unwrap_or(dataplane::DEFAULT_INTERVAL_MS),
         number("/proc/sys/net/ipv4/icmp_ratemask").unwrap_or(dataplane::DEFAULT_V4_RATEMASK),
@@ -237,7 +253,6 @@ fn icmp_peer_limiter() -> dataplane::PeerLimiter {
             .and_then(|s| parse_bitmap(&s))
             .unwrap_or(dataplane::DEFAULT_V6_RATEMASK),
     );
-    peers
 }
 
 /// A kernel bitmap list (`0-1,3-127`) over bits 0-127; bits from 128 up are ignored (ICMPv6

@@ -44,6 +44,10 @@ pub struct Stats {
     /// In-dataplane UDP endpoints and their counters (routing mode).
     #[serde(default)]
     pub endpoints: Vec<crate::endpoints::EndpointSnapshot>,
+    /// Why every frame goes to the kernel now: netfilter rules or tc that xfwd may not
+    /// bypass, found after start ([`crate::bypass_watch`]); empty while xfwd forwards.
+    #[serde(default)]
+    pub diverted: Vec<String>,
 }
 
 impl Stats {
@@ -120,6 +124,15 @@ impl Stats {
             self.netlink_generation
                 .map_or(String::new(), |g| format!(", netlink generation {g}"))
         );
+        if !self.diverted.is_empty() {
+            let _ = writeln!(
+                out,
+                "DIVERTED: every frame goes to the kernel while these act on forwarded traffic:"
+            );
+            for reason in &self.diverted {
+                let _ = writeln!(out, "  {reason}");
+            }
+        }
         let _ = writeln!(
             out,
             "{:<6} {:<12} {:>4} {:>14} {:>14} {:>12} {:>12}",

@@ -34,7 +34,7 @@ pub const MAX_PORTS: u32 = 64;
 pub const QUEUES_PER_PORT: u32 = 64;
 
 /// The program's per-CPU counters, in the order of `enum counter` in `bpf/xfwd.bpf.c`.
-pub const XDP_COUNTERS: [&str; 9] = [
+pub const XDP_COUNTERS: [&str; 10] = [
     "redirect",
     "no_socket",
     "pass_arp",
@@ -44,6 +44,7 @@ pub const XDP_COUNTERS: [&str; 9] = [
     "pass_link_local",
     "pass_other",
     "local_udp",
+    "pass_diverted",
 ];
 
 /// What can go wrong with the XDP program.
@@ -102,6 +103,7 @@ pub struct XdpProgram {
     local_v4: BpfHashMap<MapData, u32, u8>,
     local_v6: BpfHashMap<MapData, [u8; 16], u8>,
     udp_ports: BpfHashMap<MapData, u16, u8>,
+    divert: aya::maps::Array<MapData, u32>,
     counters: PerCpuArray<MapData, u64>,
 }
 
@@ -145,6 +147,8 @@ impl XdpProgram {
             BpfHashMap::try_from(take(&mut ebpf, "local_v6")?).map_err(map_error("local_v6"))?;
         let udp_ports =
             BpfHashMap::try_from(take(&mut ebpf, "udp_ports")?).map_err(map_error("udp_ports"))?;
+        let divert =
+            aya::maps::Array::try_from(take(&mut ebpf, "divert")?).map_err(map_error("divert"))?;
         let counters =
             PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(map_error("counters"))?;
         Ok(XdpProgram {
@@ -155,6 +159,7 @@ impl XdpProgram {
             local_v4,
             local_v6,
             udp_ports,
+            divert,
             counters,
         })
     }
@@ -323,6 +328,18 @@ impl XdpProgram {
     /// Local UDP datagrams to `port` go to the kernel again (no-op when absent).
     pub fn remove_udp_port(&mut self, port: u16) {
         let _ = self.udp_ports.remove(&port);
+    }
+
+    /// Sends every frame to the kernel (`on`), or decides per frame again: the program's
+    /// `divert` switch ([`crate::bypass_watch`]). Frames passed meanwhile count as
+    /// `pass_diverted`.
+    ///
+    /// # Errors
+    /// [`XdpError::Map`] when the kernel refuses the update.
+    pub fn set_divert(&mut self, on: bool) -> Result<(), XdpError> {
+        self.divert
+            .set(0, u32::from(on), 0)
+            .map_err(map_error("divert"))
     }
 
     /// The UDP ports now steered to user space.

@@ -1129,6 +1129,39 @@ fn sighup_applies_live_pipeline_settings() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The per-destination ICMP limit follows `net.ipv4.icmp_ratelimit` while xfwd runs, as the
+/// kernel's does: at the default (1000 ms) a burst of time-exceeded errors to one source is
+/// cut to the kernel's six; once the sysctl is 0 (no limit), every error goes out.
+#[test]
+fn icmp_rate_limit_sysctls_are_followed_live() {
+    if !xfwd_lab::privileged("icmp_rate_limit_sysctls_are_followed_live") {
+        return;
+    }
+    let lab = lab("icmpsys");
+    let fwd = lab.netns(Role::Fwd);
+    common::sysctl(&fwd, "ipv4/icmp_ratelimit", "1000");
+    let xfwd = spawn(&lab, &[]);
+    let src4 = IpAddr::V4(topology::SRC0.ipv4);
+    let sent = |s: &serde_json::Value| pipeline(s, "icmp_sent", "time_exceeded");
+
+    probe_ttl(&lab, src4, v4_target(), 1, 20);
+    let stats = wait_stats(&xfwd, "20 TTL-1 probes handled", |s| {
+        pipeline(s, "drops", "ttl_exceeded") + sent(s) >= 20
+    });
+    let limited = sent(&stats);
+    assert!(
+        (6..=8).contains(&limited),
+        "the kernel's burst of six per destination (and one per second after it): {stats:#}"
+    );
+
+    common::sysctl(&fwd, "ipv4/icmp_ratelimit", "0");
+    // Read again within a second by the link monitor.
+    std::thread::sleep(Duration::from_millis(1500));
+    probe_ttl(&lab, src4, v4_target(), 1, 20);
+    let stats = wait_stats(&xfwd, "20 more errors sent", |s| sent(s) >= limited + 20);
+    assert_eq!(sent(&stats), limited + 20, "no limit: {stats:#}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Queries answered by the running instance.
 

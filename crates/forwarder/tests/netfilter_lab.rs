@@ -7,7 +7,8 @@
 //! legacy iptables rules, a netdev ingress chain on a served device) and none of the others
 //! (input/output chains, empty accepting chains, netdev chains on other devices). Then in the
 //! lab, `xfwd run` refuses to start with a forward rule present (exit 78, naming the chain) and
-//! starts with `--netfilter bypass`.
+//! starts with `--netfilter bypass`; and a forward rule added while xfwd runs diverts every
+//! frame to the kernel, which applies it, until it is removed.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -230,20 +231,11 @@ fn xfwd_refuses_to_bypass_a_forward_rule_unless_told() {
 
     // Refused before touching an interface: exit 78, the chain named.
     let out = xfwd(&[]).wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(78), "{stderr}");
-    assert!(
-        stderr.contains("nftables: inet guard fw (hook forward): 1 rule")
-            && stderr.contains("netfilter = \"bypass\""),
-        "{stderr}"
-    );
-    let xdp = Command::new("ip")
-        .args(["-n", &fwd, "link", "show", "fwd0"])
-        .output()
-        .unwrap();
-    assert!(
-        !String::from_utf8_lossy(&xdp.stdout).contains("xdp"),
-        "no XDP program attached"
+    common::assert_refused(
+        &out,
+        "nftables: inet guard fw (hook forward): 1 rule",
+        "netfilter",
+        &fwd,
     );
 
     // Told to bypass: it starts (answers on its control socket) and warns.
@@ -268,4 +260,118 @@ fn xfwd_refuses_to_bypass_a_forward_rule_unless_told() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(started, "xfwd --netfilter bypass did not start: {stderr}");
     assert!(stderr.contains("inet guard fw"), "warned: {stderr}");
+}
+
+/// `xfwd probe` of `count` UDP frames from src0's address to dst0's, captured on dst0.
+fn probe(lab: &Lab, count: u64) -> forwarder::probe::ProbeReport {
+    use xfwd_lab::topology::{DST0, FWD0, SRC0};
+    let out = Command::new(XFWD)
+        .args(["probe", "--json", "--from-netns", &lab.netns(Role::Src)])
+        .args(["--iface", "src0", "--to-mac", &FWD0.mac_string()])
+        .args([
+            "--src",
+            &SRC0.ipv4.to_string(),
+            "--dst",
+            &DST0.ipv4.to_string(),
+        ])
+        .args(["--to-netns", &lab.netns(Role::Dst), "--capture", "dst0"])
+        .args(["--count", &count.to_string(), "--rate", "2000"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("probe: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Frames xfwd's run loops received, and the XDP program's `pass_diverted` count.
+fn received_and_diverted(xfwd: &common::Xfwd) -> (u64, u64, Vec<String>) {
+    let stats = xfwd.stats().expect("xfwd answers");
+    let rx = stats["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|q| q["ports"].as_array().unwrap())
+        .map(|p| p["rx_packets"].as_u64().unwrap())
+        .sum();
+    let diverted = stats["xdp"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|kv| kv[0] == "pass_diverted")
+        .map_or(0, |kv| kv[1].as_u64().unwrap());
+    let reasons = stats["diverted"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_owned())
+        .collect();
+    (rx, diverted, reasons)
+}
+
+/// Waits (up to 10 s, the watch reads every 2 s) until xfwd says it diverts (`on`) or not.
+fn wait_diverting(xfwd: &common::Xfwd, on: bool) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, _, reasons) = received_and_diverted(xfwd);
+        if reasons.is_empty() != on {
+            return reasons;
+        }
+        assert!(Instant::now() < deadline, "diverting never became {on}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_forward_rule_added_while_running_diverts_to_the_kernel() {
+    if !xfwd_lab::privileged("a_forward_rule_added_while_running_diverts_to_the_kernel") {
+        return;
+    }
+    let lab = Lab::unique("nfdiv").unwrap().up_scoped().unwrap();
+    let fwd = lab.netns(Role::Fwd);
+    common::resolve_dst(&fwd);
+    let xfwd = common::Xfwd::start(&lab, 'd');
+
+    // Forwarded by xfwd.
+    let (rx0, _, _) = received_and_diverted(&xfwd);
+    let r = probe(&lab, 200);
+    assert_eq!(r.unique, 200, "{r:?}");
+    assert_eq!(r.ttls, [(63, 200)]);
+    let (rx1, diverted1, reasons) = received_and_diverted(&xfwd);
+    assert!(rx1 >= rx0 + 200, "xfwd forwarded them: {rx0} -> {rx1}");
+    assert!(reasons.is_empty());
+
+    // A firewall rule appears: the kernel forwards every frame, and applies it.
+    let src = xfwd_lab::topology::SRC0.ipv4;
+    nft(
+        &fwd,
+        &format!(
+            "table inet later {{
+               chain fw {{
+                 type filter hook forward priority 0;
+                 ip saddr {src} drop
+               }}
+             }}"
+        ),
+    );
+    let reasons = wait_diverting(&xfwd, true);
+    assert_eq!(
+        reasons,
+        ["nftables: inet later fw (hook forward): 1 rule"],
+        "named"
+    );
+    let r = probe(&lab, 200);
+    assert_eq!(r.received, 0, "the kernel's rule dropped them: {r:?}");
+    let (rx2, diverted2, _) = received_and_diverted(&xfwd);
+    assert!(
+        diverted2 >= diverted1 + 200,
+        "passed to the kernel by the XDP program: {diverted1} -> {diverted2}"
+    );
+    assert!(rx2 < rx1 + 200, "not through xfwd's loops: {rx1} -> {rx2}");
+
+    // The rule goes: xfwd forwards again.
+    run(&fwd, "nft", "delete table inet later");
+    wait_diverting(&xfwd, false);
+    let r = probe(&lab, 200);
+    assert_eq!(r.unique, 200, "{r:?}");
+    let (rx3, _, _) = received_and_diverted(&xfwd);
+    assert!(rx3 >= rx2 + 200, "xfwd forwards again: {rx2} -> {rx3}");
 }

@@ -7,8 +7,9 @@
 //! - IPv4 forwards a packet only when the ingress device's own `forwarding` is on (setting
 //!   `all` sets every device); otherwise every non-local destination answers "host
 //!   unreachable".
-//! - IPv6 forwards only when `net.ipv6.conf.all.forwarding` is on (or the device's
-//!   `force_forwarding`, which netconf does not report).
+//! - IPv6 forwards only when `net.ipv6.conf.all.forwarding` is on, or the ingress device's
+//!   `force_forwarding` (Linux 6.17 and later; netconf does not report it: the mirror reads it
+//!   from sysctl, [`DevConfTable::set_force_forwarding`]).
 //! - IPv4 validates the source of a packet when `max(all.rp_filter, DEV.rp_filter)` is 1
 //!   (strict: the reverse route must leave through the ingress device) or 2 (loose: some
 //!   route must reach the source).
@@ -93,6 +94,9 @@ pub struct DevConfTable {
     /// `net.ipv4.conf.{all,DEV}.accept_local` (not in netconf: read from sysctl), by netconf
     /// ifindex; only the entries that are on.
     accept_local: CowMap<i32, ()>,
+    /// `net.ipv6.conf.DEV.force_forwarding` (not in netconf: read from sysctl), by ifindex;
+    /// only the devices where it is on.
+    force_forwarding: CowMap<i32, ()>,
     /// Forward everything when nothing is known (a table nobody follows).
     permissive: bool,
 }
@@ -126,6 +130,7 @@ impl DevConfTable {
         DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
+            force_forwarding: CowMap::new(),
             permissive: true,
         }
     }
@@ -143,6 +148,7 @@ impl DevConfTable {
         DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
+            force_forwarding: CowMap::new(),
             permissive: false,
         }
     }
@@ -163,23 +169,35 @@ impl DevConfTable {
     /// known.
     pub fn remove(&self, ifindex: i32) -> bool {
         self.accept_local.remove_where(|i, _| *i == ifindex);
+        self.force_forwarding.remove_where(|i, _| *i == ifindex);
         !self.map.remove_where(|(_, i), _| *i == ifindex).is_empty()
     }
 
     /// Sets `net.ipv4.conf.{all,DEV}.accept_local` of `ifindex` ([`NETCONF_ALL`] or a device);
     /// returns whether it changed.
     pub fn set_accept_local(&self, ifindex: i32, on: bool) -> bool {
-        let guard = crossbeam_epoch::pin();
-        let was = self.accept_local.get(&ifindex, &guard).is_some();
-        if was == on {
-            return false;
-        }
-        if on {
-            self.accept_local.upsert(ifindex, ());
-        } else {
-            self.accept_local.remove_where(|i, _| *i == ifindex);
-        }
-        true
+        set_flag(&self.accept_local, ifindex, on)
+    }
+
+    /// Sets `net.ipv6.conf.DEV.force_forwarding` of device `ifindex`: IPv6 packets arriving
+    /// on it are forwarded even while `net.ipv6.conf.all.forwarding` is off (`ip6_forward`);
+    /// returns whether it changed.
+    ///
+    /// ```
+    /// use neigh_table::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
+    ///
+    /// let t = DevConfTable::followed();
+    /// let off = DevConf { forwarding: Some(false), rp_filter: None };
+    /// t.update(true, NETCONF_ALL, off);
+    /// t.update(true, NETCONF_DEFAULT, off);
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(t.ingress(3, true, &guard), Ingress::ForwardingOff);
+    /// t.set_force_forwarding(3, true);
+    /// assert_eq!(t.ingress(3, true, &guard), Ingress::Forward);
+    /// assert_eq!(t.ingress(4, true, &guard), Ingress::ForwardingOff);
+    /// ```
+    pub fn set_force_forwarding(&self, ifindex: i32, on: bool) -> bool {
+        set_flag(&self.force_forwarding, ifindex, on)
     }
 
     /// Whether an IPv4 packet arriving on `ifindex` may carry one of the host's own addresses
@@ -228,7 +246,15 @@ impl DevConfTable {
             return Ingress::Unknown;
         };
         let all = get(NETCONF_ALL).unwrap_or_default();
-        let forwarding = if v6 { all.forwarding } else { dev.forwarding };
+        let forwarding = if v6 {
+            // `ip6_forward`: all's switch, or the ingress device's force_forwarding.
+            let forced = self.force_forwarding.len() != 0
+                && i32::try_from(ifindex)
+                    .is_ok_and(|i| self.force_forwarding.get(&i, guard).is_some());
+            if forced { Some(true) } else { all.forwarding }
+        } else {
+            dev.forwarding
+        };
         match forwarding {
             None => return Ingress::Unknown,
             Some(false) => return Ingress::ForwardingOff,
@@ -242,6 +268,20 @@ impl DevConfTable {
         }
         Ingress::Forward
     }
+}
+
+/// Puts `ifindex` in `flags` (`on`) or takes it out; returns whether that changed anything.
+fn set_flag(flags: &CowMap<i32, ()>, ifindex: i32, on: bool) -> bool {
+    let guard = crossbeam_epoch::pin();
+    if flags.get(&ifindex, &guard).is_some() == on {
+        return false;
+    }
+    if on {
+        flags.upsert(ifindex, ());
+    } else {
+        flags.remove_where(|i, _| *i == ifindex);
+    }
+    true
 }
 
 #[cfg(test)]
@@ -280,6 +320,20 @@ mod tests {
         assert_eq!(t.ingress(5, true, &g), Ingress::Forward);
         t.update(true, NETCONF_ALL, off);
         assert_eq!(t.ingress(6, true, &g), Ingress::ForwardingOff);
+        // ... or the ingress device's force_forwarding (IPv6 only).
+        assert!(t.set_force_forwarding(6, true));
+        assert!(!t.set_force_forwarding(6, true), "no change");
+        assert_eq!(t.ingress(6, true, &g), Ingress::Forward);
+        assert_eq!(t.ingress(7, true, &g), Ingress::ForwardingOff);
+        t.update(false, NETCONF_ALL, off);
+        t.update(false, 6, off);
+        assert_eq!(
+            t.ingress(6, false, &g),
+            Ingress::ForwardingOff,
+            "IPv4 ignores it"
+        );
+        assert!(t.remove(6));
+        assert_eq!(t.ingress(6, true, &g), Ingress::ForwardingOff, "forgotten");
     }
 
     #[test]

@@ -531,8 +531,9 @@ impl Control {
         }
     }
 
-    /// Reads the multipath hash sysctls ([`SYSCTL_POLL`]; a change is seen that late) into the
-    /// FIBs.
+    /// Reads the multipath hash sysctls into the FIBs, and `accept_local` and IPv6
+    /// `force_forwarding` into the device switches ([`SYSCTL_POLL`]; a change is seen that
+    /// late).
     fn poll_sysctls(&mut self) {
         self.sysctls_polled = Instant::now();
         let (v4, v6) = crate::netns::multipath_policies();
@@ -544,13 +545,16 @@ impl Control {
             t.fib6.set_multipath_policy(v6);
             changed = true;
         }
-        // accept_local of `all` and of every device (not in netconf).
+        // accept_local of `all` and of every device, and IPv6 force_forwarding of every
+        // device (not in netconf).
         let all = crate::netns::accept_local("all");
         changed |= t.devconf.set_accept_local(neigh_table::NETCONF_ALL, all);
         for link in t.links.to_vec() {
             if let Ok(ifindex) = i32::try_from(link.ifindex) {
                 let on = crate::netns::accept_local(&link.name);
                 changed |= t.devconf.set_accept_local(ifindex, on);
+                let forced = crate::netns::force_forwarding(&link.name);
+                changed |= t.devconf.set_force_forwarding(ifindex, forced);
             }
         }
         if changed {

@@ -81,10 +81,19 @@ pub(crate) fn accept_local(device: &str) -> bool {
             .is_ok_and(|s| s.trim() == "1")
 }
 
+/// `net.ipv6.conf.{device}.force_forwarding` of the calling thread's namespace (Linux 6.17 and
+/// later); off when it cannot be read (an older kernel has none).
+pub(crate) fn force_forwarding(device: &str) -> bool {
+    !device.contains('/')
+        && std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{device}/force_forwarding"))
+            .is_ok_and(|s| s.trim() == "1")
+}
+
 /// The multipath hash policies (IPv4, IPv6) of the calling thread's namespace:
 /// `net.ipv{4,6}.fib_multipath_hash_policy` and `_fields`, and
-/// `net.ipv4.fib_multipath_hash_seed` (both families). A sysctl this kernel lacks reads as its
-/// default (policy 0, fields 7, no seed).
+/// `net.ipv4.fib_multipath_hash_seed` (both families), and `net.ipv4.fib_multipath_use_neigh`
+/// (IPv4). A sysctl this kernel lacks reads as its default (policy 0, fields 7, no seed, no
+/// neighbour check).
 pub(crate) fn multipath_policies() -> (
     fib_trie::multipath::MultipathPolicy,
     fib_trie::multipath::MultipathPolicy,
@@ -106,5 +115,6 @@ pub(crate) fn multipath_policies() -> (
             seed,
         )
     };
-    (family(false), family(true))
+    let use_neigh = read("ipv4/fib_multipath_use_neigh", 0) != 0;
+    (family(false).with_use_neigh(use_neigh), family(true))
 }

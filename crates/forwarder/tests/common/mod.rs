@@ -182,3 +182,23 @@ pub fn resolve_dst(fwd: &str) {
         }
     }
 }
+
+/// `xfwd run` refused to start before touching an interface: exit status 78, its message
+/// names `what` and the `KEY = "bypass"` override (`key`), and no XDP program is attached to
+/// fwd0 in namespace `fwd`.
+pub fn assert_refused(out: &Output, what: &str, key: &str, fwd: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(what) && stderr.contains(&format!("{key} = \"bypass\"")),
+        "{stderr}"
+    );
+    let link = Command::new("ip")
+        .args(["-n", fwd, "link", "show", "fwd0"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&link.stdout).contains("xdp"),
+        "no XDP program attached"
+    );
+}
