@@ -29,6 +29,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use dataplane::wire::Family;
 use dataplane::wire::ethernet::EthernetFrame;
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::ipv6::Ipv6Packet;
@@ -265,10 +266,13 @@ fn run_ceiling(config: &Config, frames: &mut [Frame<'_>]) {
         f.verdict = match dataplane::parse::parse(&f.chunk[start..end], config) {
             Ok(meta) => {
                 let ip = start + meta.l3();
-                if meta.v6 {
-                    Ipv6Packet::new_unchecked(&mut f.chunk[ip..ip + 40]).decrement_hop_limit();
-                } else {
-                    Ipv4Packet::new_unchecked(&mut f.chunk[ip..ip + 20]).decrement_ttl();
+                match meta.family {
+                    Family::V6 => {
+                        Ipv6Packet::new_unchecked(&mut f.chunk[ip..ip + 40]).decrement_hop_limit()
+                    }
+                    Family::V4 => {
+                        Ipv4Packet::new_unchecked(&mut f.chunk[ip..ip + 20]).decrement_ttl()
+                    }
                 }
                 let mut eth = EthernetFrame::new_unchecked(&mut f.chunk[start..ip]);
                 eth.set_dst_addr(DST_MAC);

@@ -81,19 +81,38 @@ pub struct Options {
     pub report: bool,
 }
 
+/// The heading of the report's hand-written section, which a new report keeps.
+const FINDINGS: &str = "## Findings";
+
+/// `report` with the hand-written section of `previous` (from its [`FINDINGS`] heading to
+/// the end) appended, so that regenerating the figures keeps the analysis.
+fn keep_findings(mut report: String, previous: &str) -> String {
+    let kept = previous
+        .match_indices(FINDINGS)
+        .find(|(at, _)| *at == 0 || previous[..*at].ends_with('\n'))
+        .map(|(at, _)| &previous[at..]);
+    if let Some(kept) = kept {
+        if !report.ends_with("\n\n") {
+            report.push('\n');
+        }
+        report.push_str(kept);
+    }
+    report
+}
+
 /// Minutes of the soak `cargo xtask test` runs.
 pub const CI_MINUTES: f64 = 2.0;
 
 impl Options {
     /// The soak of `cargo xtask test`: two minutes on 20,000 routes, a fault every 15 s (each
-    /// kind at least twice, the kill once). Memory is held to 50% growth, not the 5% goal:
-    /// on 20,000 routes each mass delete and re-add still leaves 2-9 MiB more behind (measured
-    /// +28% and +37% on 2026-11-24, +21% on 2026-11-25, `docs/benchmarks/soak.md`), so the
-    /// bound catches a regression beyond today's behaviour, not the goal. The tables
-    /// themselves do not grow: 100,000 routes added and deleted five times by events on one
-    /// thread keep resident memory at 36 MiB (`netlink_mirror`'s ignored test
-    /// `sync_tests::memory_cycles`); what stays is the allocator's, in a process of several
-    /// threads (see the report).
+    /// kind at least twice, the kill once). Memory is held to 20% growth, not the 5% goal:
+    /// each mass delete and re-add with a route re-dump leaves the level a few MiB higher once
+    /// (+10.3% on 2026-11-25 after the events queued during a dump were kept as bytes and the
+    /// mmap threshold fixed, 41.5 → 45.8 MiB, under load 11-14; before: +21% to +37%,
+    /// `docs/benchmarks/soak.md`), so the bound catches a regression beyond today's behaviour
+    /// with room for run-to-run spread, not the goal. What remains is the re-dump's own
+    /// upserts into a non-empty FIB (`netlink_mirror`'s ignored test
+    /// `sync_tests::memory_redump_cycles`: a level reached in two cycles, no growth after).
     pub fn ci() -> Self {
         Options {
             minutes: CI_MINUTES,
@@ -104,7 +123,7 @@ impl Options {
             fault_every: 15,
             warm_up: 10,
             prefix: "xfwd-soakci".into(),
-            max_rss_growth: 50.0,
+            max_rss_growth: 20.0,
             report: false,
         }
     }
@@ -386,7 +405,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(out_dir.join("soak")).context("soak: report directory")?;
     plot::plot(&out_dir.join("soak/memory-loss.svg"), &results).context("soak: plotting")?;
-    let text = report::render(&results, &machine);
+    let previous = std::fs::read_to_string(out_dir.join("soak.md")).unwrap_or_default();
+    let text = keep_findings(report::render(&results, &machine), &previous);
     std::fs::write(out_dir.join("soak.md"), text).context("soak: writing soak.md")?;
     let failures = results.failures();
     println!(
@@ -946,6 +966,20 @@ fn timeline(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_new_report_keeps_the_hand_written_findings() {
+        let old = "# Soak\n\nold figures\n\n## Findings (by hand)\n\nwhy it grows\n";
+        let new = keep_findings("# Soak\n\nnew figures\n".into(), old);
+        assert_eq!(
+            new,
+            "# Soak\n\nnew figures\n\n## Findings (by hand)\n\nwhy it grows\n"
+        );
+        assert_eq!(
+            keep_findings("# Soak\n".into(), "# Soak\nno section\n"),
+            "# Soak\n"
+        );
+    }
 
     fn interval(t: f64, sent: u64, received: u64, excused: bool) -> Interval {
         Interval {

@@ -135,8 +135,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             step(
                 format!("fuzz {target} ({} s)", crate::fuzz::SMOKE_SECONDS),
                 &mut || {
-                    let outcome =
-                        crate::fuzz::run_target(krate, target, crate::fuzz::SMOKE_SECONDS)?;
+                    let outcome = crate::fuzz::run_target(
+                        krate,
+                        target,
+                        crate::fuzz::Limit::Seconds(crate::fuzz::SMOKE_SECONDS),
+                    )?;
                     crate::fuzz::print(std::slice::from_ref(&outcome));
                     if outcome.crashed {
                         bail!("fuzz: {target} crashed (input in {krate}/artifacts/)");

@@ -13,7 +13,8 @@
 //!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
 //!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
 //!       +----------+--------------+----------------+------------------------------------+
-//!  meta: bits 0..8 slot occupied, 8..16 slot holds a DupList pointer, 16..64 generation
+//!  meta: bits 0..6 slot occupied, 6 CHAIN (an overflow line follows), 7 MOVED (look in the
+//!        future table too), 8..14 slot holds a DupList pointer, 16..64 generation
 //! ```
 //!
 //! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
@@ -29,6 +30,16 @@
 //! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
 //! seqcount readers spin while a write is in progress; here every published state is whole). A
 //! 48-bit generation cannot wrap while a reader stands on one line.
+//!
+//! **Where a miss ends** is in the same validated header, as the kernel's nulls-marked chains
+//! tell a reader where a chain ends without another load: `CHAIN` says an overflow line
+//! follows (set after the link is stored, cleared after it is unlinked to null), `MOVED` says
+//! keys of this bucket may be in the table's `future` (set on every line of the chain before
+//! the bucket's first key migrates, and so before any key of it is inserted into the future
+//! table, since writers migrate a key's old bucket first). A miss whose validated header has
+//! neither bit is over: one test instead of loading the overflow link and the future table.
+//! A reader that saw a slot cleared by a migration saw that line's header after `MOVED` was
+//! set on every line of its chain (release/acquire on the headers), so it follows `future`.
 //!
 //! **Lines** never move: a table's first lines are its array, overflow lines are linked at the
 //! end of a chain and, once empty, unlinked and freed after a grace period (a reader standing
@@ -56,6 +67,15 @@ const MAX_SLOTS: usize = 6;
 
 /// One generation step in `meta`.
 const GENERATION: u64 = 1 << 16;
+
+/// The occupied bits of `meta` (one per slot, [`MAX_SLOTS`] of them).
+const OCCUPIED: u64 = (1 << MAX_SLOTS) - 1;
+
+/// `meta` bit: the line's overflow link is (or was, a moment ago) not null.
+pub(crate) const CHAIN: u64 = 1 << 6;
+
+/// `meta` bit: the table has a `future` table that may hold keys of this bucket.
+pub(crate) const MOVED: u64 = 1 << 7;
 
 /// A key's words, as readers and writers compare and hash them (computed once per operation).
 pub(crate) type KeyWords = [u32; LINE_WORDS];
@@ -87,9 +107,9 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
         if n > MAX_SLOTS { MAX_SLOTS } else { n }
     };
     /// Units of the table's `size` (the kernel's bucket count, which its load factor counts)
-    /// per line: the largest power of two not above the slots. At the 75% growth threshold a
-    /// line then holds `0.75 * SIZE_PER_LINE` keys on average (3 in 4 slots for `u32 -> u32`),
-    /// half that right after a growth.
+    /// per line: the largest power of two not above the slots. At the 7/8 growth threshold a
+    /// line then holds `0.875 * SIZE_PER_LINE` keys on average (3.5 in 4 slots for
+    /// `u32 -> u32`), half that right after a growth.
     pub(crate) const SIZE_PER_LINE: usize = 1 << (usize::BITS - 1 - Self::SLOTS.leading_zeros());
     /// Bits of every slot, as in [`Meta::occupied_mask`].
     pub(crate) const ALL_SLOTS: u32 = (1 << Self::SLOTS) - 1;
@@ -151,6 +171,61 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
     }
 }
 
+/// [`lanes_equal`] of the first two pairs of a line (its four one-word keys): on x86-64 one
+/// 16-byte load straight into the vector register (3 instructions for load and compare, where
+/// two 64-bit atomic loads, two moves into vector registers and an unpack took 7).
+///
+/// The load is inline assembly because Rust has no 128-bit atomic load on x86-64 without
+/// `cmpxchg16b` (a write): what it reads is what two relaxed `AtomicU64` loads of the pairs
+/// read (the fallback, also what Miri runs), since the CPU reads each aligned 8-byte half of
+/// an aligned 16-byte SSE load as one access, and a torn pair of halves is caught by the
+/// caller's validation of the header like any other copy taken while a writer ran.
+#[inline(always)]
+fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
+    {
+        use std::arch::x86_64::{
+            __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_movemask_ps, _mm_set1_epi32,
+        };
+        const { assert!(std::mem::offset_of!(Line, pairs) % 16 == 0) };
+        let lanes: __m128i;
+        // SAFETY: `pairs` is a live reference to at least 16 bytes (two `AtomicU64`s), 16-byte
+        // aligned (the line is 64-byte aligned and `pairs` starts at byte 16, checked above);
+        // the assembly only reads them into a register (`readonly`, no stack, flags kept), as
+        // two relaxed loads would (each aligned 8-byte half is one access; see above). Tested
+        // against the two-load fallback (`keys_equal_agrees_with_two_relaxed_loads`).
+        unsafe {
+            std::arch::asm!(
+                "movdqa {lanes}, xmmword ptr [{p}]",
+                p = in(reg) pairs.as_ptr(),
+                lanes = out(xmm_reg) lanes,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+        // SAFETY: SSE2 intrinsics on values (the `cfg` above), as in `lanes_equal`.
+        unsafe {
+            let equal = _mm_cmpeq_epi32(lanes, _mm_set1_epi32(key as i32));
+            _mm_movemask_ps(_mm_castsi128_ps(equal)) as u32
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
+    {
+        keys_equal_by_pairs(pairs, key)
+    }
+}
+
+/// [`keys_equal`] with two relaxed 64-bit atomic loads (the portable form and its reference).
+#[inline(always)]
+#[cfg_attr(
+    all(target_arch = "x86_64", target_feature = "sse2", not(miri)),
+    allow(dead_code)
+)]
+fn keys_equal_by_pairs(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+    let lo = pairs[0].load(Ordering::Relaxed);
+    let hi = pairs[1].load(Ordering::Relaxed);
+    lanes_equal(lo, hi, key)
+}
+
 /// [`lanes_equal`] with four scalar compares (portable; the reference of the SIMD one).
 #[inline(always)]
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
@@ -183,7 +258,20 @@ impl Meta {
     /// Occupied slots, as a mask (bit `i` for slot `i`).
     #[inline(always)]
     pub(crate) fn occupied_mask(self) -> u32 {
-        (self.0 & 0xff) as u32
+        (self.0 & OCCUPIED) as u32
+    }
+
+    /// Whether a miss in this line must look further: an overflow line follows (`CHAIN`) or
+    /// keys of the bucket may be in the future table (`MOVED`).
+    #[inline(always)]
+    pub(crate) fn continues(self) -> bool {
+        self.0 & (CHAIN | MOVED) != 0
+    }
+
+    /// The same header with `bit` (`CHAIN` or `MOVED`) set or cleared (no new generation:
+    /// slots are unchanged, and a reader comparing the whole word still sees the change).
+    pub(crate) fn flag(self, bit: u64, on: bool) -> Meta {
+        Meta(if on { self.0 | bit } else { self.0 & !bit })
     }
 
     /// Keys in the line.
@@ -307,9 +395,7 @@ impl Line {
     #[inline(always)]
     fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
         if Geometry::<K, V>::FOUR_WORD_KEYS {
-            let lo = self.pairs[0].load(Ordering::Relaxed);
-            let hi = self.pairs[1].load(Ordering::Relaxed);
-            return lanes_equal(lo, hi, q[0]);
+            return keys_equal(&self.pairs, q[0]);
         }
         let mut hits = 0;
         for i in 0..Geometry::<K, V>::SLOTS {
@@ -370,30 +456,46 @@ impl Line {
         self.store_words(Geometry::<K, V>::payload_at(i), &w[..len]);
     }
 
-    /// A validated copy of the slot holding the key with words `q`, or `None` when this line
-    /// has none.
+    /// A validated copy of the slot holding the key with words `q` (`Err` with the validated
+    /// header when this line has none, for [`Meta::continues`]).
     #[inline(always)]
-    fn find<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Found<V>> {
+    fn find<K: Inline, V: Inline>(&self, q: &KeyWords) -> Result<Found<V>, Meta> {
         loop {
             let m = Meta(self.meta.load(Ordering::Acquire));
             // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
             let hits = self.matches::<K, V>(q) & m.occupied_mask() & Geometry::<K, V>::ALL_SLOTS;
-            let hit = hits != 0;
+            if hits == 0 {
+                // A miss copies nothing: validate the header alone (its `CHAIN` and `MOVED`
+                // bits tell the caller where to look next).
+                fence(Ordering::Acquire);
+                if self.meta.load(Ordering::Relaxed) == m.0 {
+                    return Err(m);
+                }
+                continue;
+            }
             let i = Geometry::<K, V>::first_slot(hits);
             let mut w = [0; LINE_WORDS];
-            if hit {
-                self.copy_words(
-                    Geometry::<K, V>::payload_at(i),
-                    &mut w[..Geometry::<K, V>::PAYLOAD],
-                );
-            }
+            self.copy_words(
+                Geometry::<K, V>::payload_at(i),
+                &mut w[..Geometry::<K, V>::PAYLOAD],
+            );
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
                 // Validated: the words are those of one published state; decode them.
-                return hit.then(|| Found::decode(m.dups(i), &w));
+                return Ok(Found::decode(m.dups(i), &w));
             }
         }
     }
+}
+
+/// What a reader's walk of one bucket chain found.
+pub(crate) enum Probe<V> {
+    /// The key's slot.
+    Hit(Found<V>),
+    /// Not in this table, nor in its future table.
+    Absent,
+    /// Not in this table; the bucket is migrating, so look in the `future` table.
+    Moved,
 }
 
 /// A reader's validated copy of a slot's value part.
@@ -605,22 +707,33 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     #[inline(always)]
-    pub(crate) unsafe fn find(&self, q: &KeyWords) -> Option<Found<V>> {
+    pub(crate) unsafe fn find(&self, q: &KeyWords) -> Probe<V> {
         let index = self.index_of(q);
         // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
         // below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
-            if let Some(p) = line.find::<K, V>(q) {
-                return Some(p);
+            let m = match line.find::<K, V>(q) {
+                Ok(found) => return Probe::Hit(found),
+                // The common miss: neither an overflow line nor a rehash, one test.
+                Err(m) if !m.continues() => return Probe::Absent,
+                Err(m) => m,
+            };
+            if m.0 & CHAIN != 0 {
+                let next = line.overflow.load(Ordering::Acquire);
+                if !next.is_null() {
+                    // SAFETY: an overflow line linked from this chain; retired only after
+                    // being unlinked, through the collector the caller's guard pins.
+                    line = unsafe { &*next };
+                    continue;
+                }
             }
-            let next = line.overflow.load(Ordering::Acquire);
-            if next.is_null() {
-                return None;
-            }
-            // SAFETY: an overflow line linked from this chain; retired only after being
-            // unlinked, through the collector the caller's guard pins.
-            line = unsafe { &*next };
+            // The end of the chain; `MOVED` is set on every line of a migrating chain.
+            return if m.0 & MOVED != 0 {
+                Probe::Moved
+            } else {
+                Probe::Absent
+            };
         }
     }
 
@@ -674,9 +787,14 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             if next.is_null() {
                 let fresh = Box::new(Line::empty());
                 fresh.write_slot::<K, V>(0, key, payload);
-                fresh.meta.store(Meta(0).with(0, dups).0, Ordering::Relaxed);
-                // Readers that see the link see the filled line (release).
+                // A line of a migrating chain is marked like the others.
+                let moved = m.0 & MOVED != 0;
+                let fresh_meta = Meta(0).with(0, dups).flag(MOVED, moved);
+                fresh.meta.store(fresh_meta.0, Ordering::Relaxed);
+                // Readers that see the link see the filled line (release), and readers that
+                // see `CHAIN` see the link.
                 line.overflow.store(Box::into_raw(fresh), Ordering::Release);
+                line.meta.store(m.flag(CHAIN, true).0, Ordering::Release);
                 return keys + 1;
             }
             // SAFETY: as above.
@@ -703,8 +821,14 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         line.meta.store(m.0, Ordering::Release);
         if let (0, Some(prev)) = (m.keys(), pos.prev) {
             // Readers standing on the line still follow its (unchanged) overflow link.
-            prev.overflow
-                .store(line.overflow.load(Ordering::Relaxed), Ordering::Release);
+            let next = line.overflow.load(Ordering::Relaxed);
+            prev.overflow.store(next, Ordering::Release);
+            if next.is_null() {
+                // The chain ends at `prev` now (a reader that still saw `CHAIN` finds a null
+                // link and stops there too).
+                let pm = Meta(prev.meta.load(Ordering::Relaxed));
+                prev.meta.store(pm.flag(CHAIN, false).0, Ordering::Release);
+            }
             // SAFETY: the line came from `Box::into_raw` in `publish_from` and is now
             // unreachable from the table; readers on it were pinned before this point.
             unsafe { guard.defer_destroy(crossbeam_epoch::Shared::from(line as *const Line)) };
@@ -746,6 +870,14 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// (empty) until this table is freed. Caller holds the writer lock; `new` is this table's
     /// future table.
     pub(crate) fn migrate_bucket(&self, new: &BucketTable<K, V>, index: usize) {
+        // First mark every line of the chain `MOVED`: a reader that misses in any of them
+        // from now on also searches `new` (which is set before any bucket migrates).
+        for line in self.chain(index) {
+            let m = Meta(line.meta.load(Ordering::Relaxed));
+            if m.0 & MOVED == 0 {
+                line.meta.store(m.flag(MOVED, true).0, Ordering::Release);
+            }
+        }
         for line in self.chain(index) {
             let mut m = Meta(line.meta.load(Ordering::Relaxed));
             for slot in 0..Geometry::<K, V>::SLOTS {
@@ -954,6 +1086,7 @@ mod tests {
         line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
         let value = |line: &Line, k: u32| {
             line.find::<u32, u32>(&key_words(&k))
+                .ok()
                 .map(|f| (f.value, f.list.is_null()))
         };
         assert_eq!(value(&line, 7), Some((70, true)));
@@ -1002,6 +1135,25 @@ mod tests {
             let want = (0..4).fold(0, |m, i| m | (u32::from(lanes[i] == key) << i));
             assert_eq!(lanes_equal(lo, hi, key), want, "{lanes:x?} {key:x}");
             assert_eq!(lanes_equal_scalar(lo, hi, key), want, "{lanes:x?} {key:x}");
+        }
+    }
+
+    #[test]
+    fn keys_equal_agrees_with_two_relaxed_loads() {
+        // The 16-byte load of a line's four keys (natively; Miri runs the fallback) against
+        // the two relaxed loads and the scalar compare, keys in every lane.
+        let line = Line::empty();
+        let keys = [0u32, 1, 0x8000_0000, u32::MAX, 7, 7];
+        for (round, &key) in keys.iter().enumerate() {
+            for lane in 0..4 {
+                line.store_words(lane, &[keys[(round + lane) % keys.len()]]);
+            }
+            let lo = line.pairs[0].load(Ordering::Relaxed);
+            let hi = line.pairs[1].load(Ordering::Relaxed);
+            let want = lanes_equal_scalar(lo, hi, key);
+            assert_eq!(keys_equal(&line.pairs, key), want, "{key:x}");
+            assert_eq!(keys_equal_by_pairs(&line.pairs, key), want, "{key:x}");
+            assert_eq!(line.matches::<u32, u32>(&key_words(&key)), want, "{key:x}");
         }
     }
 

@@ -12,10 +12,11 @@
 //!   for a hit or a miss at any size (two for the rare key in an overflow line or with
 //!   duplicates) and returns a **copy** of the value: the keys sit side by side in the line
 //!   and are compared at once (four IPv4 keys in one SSE2 compare). Each bucket table has its
-//!   own random seed (a keyed multiply-xorshift-multiply hash). Sizes count in the kernel's units (4 per line of 4 slots), so its
-//!   thresholds hold: the table grows above 75% load (3 keys per line on average), shrinks
+//!   own random seed (a keyed multiply-xorshift-multiply hash). Sizes count in the kernel's
+//!   units (4 per line of 4 slots): the table grows above 7/8 load (3.5 keys per line on
+//!   average; hashbrown's maximum load, where the kernel's is 3/4: [`GROW_LOAD`]), shrinks
 //!   below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an insert
-//!   finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above 75%,
+//!   finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above 7/8,
 //!   else the same size with a fresh seed (the DoS guard).
 //! - [`AddrTable`]: one namespace ([`NetnsId`]) of [`IfAddr`]s: an `RhlTable` per family for
 //!   [`dev_find`](AddrTable::dev_find) / [`is_local`](AddrTable::is_local), and per-interface
@@ -56,7 +57,7 @@
 //!
 //! Invariants (checked by the tests): every key sits in exactly one slot of the live tables
 //! (for the length of a writer's operation, two);
-//! a key never removed is found by every reader; the newest table's load stays in [30%, 75%]
+//! a key never removed is found by every reader; the newest table's load stays in [30%, 87.5%]
 //! (or the table is at `min_size`); a bucket chain of more than 16 keys exists only until the
 //! next insert into it starts a reseed.
 //!
@@ -84,6 +85,7 @@
 //!
 //! [`len`]: RhlTable::len
 //! [`ELASTICITY`]: rhltable::ELASTICITY
+//! [`GROW_LOAD`]: rhltable::GROW_LOAD
 //! [`MIGRATE_WRITES`]: rhltable::MIGRATE_WRITES
 #![warn(missing_docs)]
 

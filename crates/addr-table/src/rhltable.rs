@@ -8,17 +8,27 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
 use crate::bucket::{
-    BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload, key_words,
+    BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload, Probe, key_words,
 };
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
-/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 75% full a bucket line of 4
-/// slots holds 3 keys on average, so a chain of 17 (five lines) is all but impossible by chance
-/// and means the keys were chosen against this table's seed.
+/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 7/8 full a bucket line of 4
+/// slots holds 3.5 keys on average (Poisson), so a chain of 17 (five lines) has probability
+/// 1.9e-7 per line at the threshold, once in about 20 tables of 262,144 lines (a harmless
+/// same-size rehash), and otherwise means the keys were chosen against this table's seed.
+/// It also bounds the overflow lines of a chain (three, outside a rewrite's moves).
 pub const ELASTICITY: usize = 16;
+
+/// The table grows when its keys exceed `GROW_LOAD.0 / GROW_LOAD.1` of its size: 7/8, the
+/// maximum load of hashbrown (and of Swiss tables), not the kernel's 3/4. The kernel counts
+/// chains of one-entry buckets; here a bucket is a line of 4 slots, and filling lines to 7/8
+/// (3.5 keys a line at the threshold, 1.75 right after a growth) halves the bytes per key of
+/// the 3/4 rule at sizes just above a threshold (100,000 IPv4 keys: 2 MiB of lines instead of
+/// 4 MiB) for about one key in nine in an overflow line there.
+pub const GROW_LOAD: (usize, usize) = (7, 8);
 
 /// A rewrite of a slot (a key's second object arriving or its last duplicate leaving, an
 /// [`RhlTable::update`]) goes to a free slot of the same line, or, when the line is full,
@@ -48,11 +58,12 @@ pub const MAX_SIZE_CEILING: usize = 1 << 30;
 /// Sizing and seeding of an [`RhlTable`] (the tunable part of the kernel's `rhashtable_params`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 ///
-/// Sizes are in the kernel's units, the ones its load factor counts in, so the thresholds
-/// (grow above `0.75 * size` keys, shrink below `0.3 * size`) are the kernel's. A bucket line
+/// Sizes are in the kernel's units, the ones its load factor counts in: the table grows above
+/// [`GROW_LOAD`] (`7/8 * size` keys, hashbrown's maximum load; the kernel's is 3/4) and shrinks
+/// below `0.3 * size` (the kernel's). A bucket line
 /// counts as the largest power of two of kernel buckets not above its slots
 /// ([`TableStats::slots_per_bucket`]): 4 for `u32` keys with values of up to 8 bytes (4 slots;
-/// a line then holds 3 keys on average at the growth threshold, 1.5 after it), 2 for `u128`
+/// a line then holds 3.5 keys on average at the growth threshold, 1.75 after it), 2 for `u128`
 /// keys (2 slots). [`TableStats::buckets`] is `size` divided by that.
 pub struct Params {
     /// Size of a new table and the floor of any shrink; a power of two, at least 4 (one bucket
@@ -100,7 +111,7 @@ impl Params {
 /// Counts of the rehashes a table has started, by cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RehashCounts {
-    /// Doublings because the table went above 75% load.
+    /// Doublings because the table went above 7/8 load ([`GROW_LOAD`]).
     pub grows: u64,
     /// Shrinks because the table went below 30% load.
     pub shrinks: u64,
@@ -164,7 +175,7 @@ struct WriterState {
 ///   internal mutex that readers never touch, and free through the epoch.
 /// - Objects with equal keys form a list, newest first (the slot then points to a list of
 ///   nodes, the kernel's `rhlist_head` chain); [`len`](Self::len) counts distinct keys.
-/// - The table grows above 75% load, shrinks below 30% (not below `min_size`), and rehashes with
+/// - The table grows above 7/8 load ([`GROW_LOAD`]), shrinks below 30% (not below `min_size`), and rehashes with
 ///   a fresh seed when a chain exceeds [`ELASTICITY`]. Buckets migrate a few per write; a
 ///   migration completes before the next rehash starts.
 ///
@@ -290,10 +301,12 @@ where
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
             // SAFETY: as above, the guard keeps this table and its lines alive.
-            if let Some(p) = unsafe { table.find(&q) } {
-                return Some(p);
+            match unsafe { table.find(&q) } {
+                Probe::Hit(found) => return Some(found),
+                Probe::Absent => return None,
+                // `MOVED` is set after `future` (release), so this load sees it.
+                Probe::Moved => t = table.future.load(Ordering::Acquire),
             }
-            t = table.future.load(Ordering::Acquire);
             if t.is_null() {
                 return None;
             }
@@ -742,11 +755,12 @@ where
         tables[tables.len() - 1].size()
     }
 
-    /// Grow above 75%, or rehash with a fresh seed after a chain of more than [`ELASTICITY`].
+    /// Grow above [`GROW_LOAD`], or rehash with a fresh seed after a chain of more than
+    /// [`ELASTICITY`].
     fn after_insert(&self, w: &mut WriterState, guard: &Guard, chain: usize) {
         let size = self.newest_size();
         let n = self.len();
-        if n * 4 > size * 3 && size < self.params.max_size {
+        if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size < self.params.max_size {
             self.start_rehash(w, guard, size * 2, Cause::Grow);
         } else if chain > ELASTICITY {
             self.start_rehash(w, guard, size, Cause::Reseed);
@@ -850,6 +864,96 @@ impl<K: Inline, V: Inline> std::fmt::Debug for RhlTable<K, V> {
 mod tests {
     //! Small cases that exercise every unsafe path; sized to run under Miri.
     use super::*;
+
+    /// The header bits readers end a miss by agree with the links and the migration: `CHAIN`
+    /// set exactly on lines with an overflow link; no `MOVED` without a future table; and
+    /// every key in the future table has `MOVED` on every line of its old bucket's chain.
+    fn check_chain_and_moved_bits(t: &RhlTable<u32, u32>) {
+        use crate::bucket::{CHAIN, MOVED};
+        let _w = t.lock();
+        // SAFETY: under the writer lock, the live tables stay allocated.
+        let cur = unsafe { &*t.tbl.load(Ordering::Relaxed) };
+        let fut = cur.future.load(Ordering::Relaxed);
+        // SAFETY: as above.
+        let mut tables = vec![cur];
+        if !fut.is_null() {
+            // SAFETY: as above.
+            tables.push(unsafe { &*fut });
+        }
+        for (n, table) in tables.iter().enumerate() {
+            for index in 0..table.lines() {
+                for line in table.chain(index) {
+                    let m = line.meta.load(Ordering::Relaxed);
+                    let linked = !line.overflow.load(Ordering::Relaxed).is_null();
+                    assert_eq!(m & CHAIN != 0, linked, "table {n} bucket {index}");
+                    if fut.is_null() || n == 1 {
+                        assert_eq!(m & MOVED, 0, "table {n} bucket {index}");
+                    }
+                }
+            }
+        }
+        if let [old, new] = tables[..] {
+            new.for_each_slot(|k, _| {
+                for line in old.chain(old.hash(&k)) {
+                    let m = line.meta.load(Ordering::Relaxed);
+                    assert_ne!(m & MOVED, 0, "{k} is in the future table");
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn chain_and_moved_bits_track_links_and_migrations() {
+        // 16 lines to start with: a growth migrates 4 buckets a write, so writes land while a
+        // migration is under way; keys 0..300 grow it three times (0..150, under Miri, twice),
+        // removals shrink it.
+        let (up, down) = if cfg!(miri) { (150, 140) } else { (300, 290) };
+        let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
+            min_size: 64,
+            seed: SeedMode::Deterministic(11),
+            ..Params::default()
+        })
+        .unwrap();
+        let mut migrating = 0;
+        for k in 0..up {
+            t.insert(k, k).unwrap();
+            check_chain_and_moved_bits(&t);
+            migrating += usize::from(t.stats().migrating_from.is_some());
+            let g = epoch::pin();
+            assert_eq!(t.get(&k, &g), Some(k));
+            assert_eq!(t.get(&(k / 2), &g), Some(k / 2));
+            assert_eq!(t.get(&(k + 1000), &g), None);
+        }
+        for k in 0..down {
+            assert_eq!(t.remove_all(&k), 1);
+            check_chain_and_moved_bits(&t);
+            migrating += usize::from(t.stats().migrating_from.is_some());
+            let g = epoch::pin();
+            assert_eq!(t.get(&k, &g), None);
+            assert_eq!(t.get(&(up - 1), &g), Some(up - 1));
+        }
+        assert!(migrating > 10, "writes during migrations: {migrating}");
+        let r = t.stats().rehashes;
+        assert!(r.grows >= 2 && r.shrinks >= 2, "{r:?}");
+        // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 4 slots).
+        let one: RhlTable<u32, u32> = RhlTable::with_params(Params {
+            min_size: 4,
+            max_size: 4,
+            automatic_shrinking: false,
+            seed: SeedMode::Deterministic(5),
+        })
+        .unwrap();
+        for k in 0..6 {
+            one.insert(k, k).unwrap();
+            check_chain_and_moved_bits(&one);
+        }
+        assert_eq!(one.stats().overflow_lines, 1);
+        for k in 0..6 {
+            assert_eq!(one.remove_all(&k), 1);
+            check_chain_and_moved_bits(&one);
+        }
+        assert_eq!(one.stats().overflow_lines, 0);
+    }
 
     fn small() -> RhlTable<u32, u32> {
         RhlTable::with_params(Params {

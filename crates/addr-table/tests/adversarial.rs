@@ -4,9 +4,10 @@
 use addr_table::rhltable::ELASTICITY;
 use addr_table::{FixedTable, Params, RhlTable, SeedMode};
 
-/// The longest bucket chain random keys leave in these tests' tables: two bucket lines. A line
-/// holds 3 keys on average at the 75% growth threshold (Poisson), and a chain of 13 or more
-/// keys has probability 1.3e-5 per line, so 12 bounds the worst of the ~10k lines below; a
+/// The longest bucket chain random keys leave in these tests' tables: three bucket lines. A
+/// line holds 3.5 keys on average at the 7/8 growth threshold (Poisson), and a chain of 13 or
+/// more keys has probability 7.6e-5 per line there (1.2e-7 at the 1.95 keys a line of the
+/// 1,000 keys in 512 lines below), so 12 bounds the worst of the lines below; a
 /// chain the attacker built stays above it until a reseed spreads it out.
 const MAX_RANDOM_CHAIN: usize = 12;
 

@@ -13,6 +13,7 @@ use crate::parse::L2_LEN;
 use crate::pool::FramePool;
 use crate::route::{Hop, ip_of, neighbour_mac};
 use crate::verdict::DropReason;
+use crate::wire::Family;
 use crate::wire::ethernet::EthernetFrame;
 use crate::wire::ipv4::Ipv4Packet;
 
@@ -129,7 +130,7 @@ impl HoldBuffer {
         if self.resolutions.len() < self.resolution_cap {
             self.resolutions.push_back(Resolution {
                 ifindex: w.oif,
-                addr: ip_of(w.next_hop_v6, w.next_hop),
+                addr: ip_of(Family::from_v6(w.next_hop_v6), w.next_hop),
             });
             counters.resolutions += 1;
         } else {
@@ -321,8 +322,12 @@ impl HoldBuffer {
         pool: &mut P,
         counters: &mut Counters,
     ) -> Outcome {
-        let Some(dst_mac) = neighbour_mac(tables, guard, h.oif, ip_of(h.next_hop_v6, h.next_hop))
-        else {
+        let Some(dst_mac) = neighbour_mac(
+            tables,
+            guard,
+            h.oif,
+            ip_of(Family::from_v6(h.next_hop_v6), h.next_hop),
+        ) else {
             return Outcome::Waiting;
         };
         let Some(link) = tables.links.get(h.oif, guard) else {

@@ -4,12 +4,12 @@
 
 use crate::parse::Meta;
 use crate::verdict::IcmpError;
-use crate::wire::checksum;
-use crate::wire::ethernet::{self, EthernetFrame, ethertype};
+use crate::wire::ethernet::{self, EthernetFrame};
 use crate::wire::icmp::{IcmpPacket, v4_type, v6_type};
 use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
-use crate::wire::ipv6::{self, Ipv6Packet, Ipv6Repr};
+use crate::wire::ipv6::{Ipv6Packet, Ipv6Repr};
 use crate::wire::l4::protocol;
+use crate::wire::{Family, checksum};
 
 /// The largest ICMPv4 error: 576 bytes of IP (RFC 1812 4.3.2.3), as the kernel sends.
 pub const MAX_V4_ERROR: usize = 576;
@@ -28,7 +28,7 @@ pub const ERROR_TTL: u8 = 64;
 /// 4.5 lets a first fragment lack it). Multicast, broadcast and martian sources and
 /// destinations never get this far.
 pub fn may_send(meta: &Meta) -> bool {
-    if meta.v6 {
+    if meta.family.is_v6() {
         if meta.proto != protocol::ICMPV6 {
             return true;
         }
@@ -63,11 +63,11 @@ pub fn may_send(meta: &Meta) -> bool {
 /// How many bytes of the original IP packet an error quotes: as much as fits in 576 bytes
 /// (IPv4) or 1280 bytes (IPv6) with the new IP and ICMP headers.
 pub fn quote_len(meta: &Meta) -> usize {
-    let room = if meta.v6 {
-        MAX_V6_ERROR - ipv6::HEADER_LEN - ICMP_HEADER_LEN
-    } else {
-        MAX_V4_ERROR - ipv4::HEADER_LEN - ICMP_HEADER_LEN
-    };
+    let room = match meta.family {
+        Family::V6 => MAX_V6_ERROR,
+        Family::V4 => MAX_V4_ERROR,
+    } - meta.family.header_len()
+        - ICMP_HEADER_LEN;
     meta.ip_len.min(room)
 }
 
@@ -96,8 +96,8 @@ impl ReplyL2 {
 /// The addresses and fields of the error's IP header.
 #[derive(Clone, Copy, Debug)]
 pub struct ErrorIp {
-    /// IPv6 rather than IPv4.
-    pub v6: bool,
+    /// The error's IP version (the original's).
+    pub family: Family,
     /// Our address on the ingress interface.
     pub src: u128,
     /// The original's source.
@@ -110,14 +110,8 @@ pub struct ErrorIp {
 }
 
 /// The length of the error's headers (link layer, IP, ICMP) before the quote.
-pub fn headers_len(l2: &ReplyL2, v6: bool) -> usize {
-    l2.header_len()
-        + if v6 {
-            ipv6::HEADER_LEN
-        } else {
-            ipv4::HEADER_LEN
-        }
-        + ICMP_HEADER_LEN
+pub fn headers_len(l2: &ReplyL2, family: Family) -> usize {
+    l2.header_len() + family.header_len() + ICMP_HEADER_LEN
 }
 
 /// Writes the headers of an error into `out[..headers_len]`, the quote being already at
@@ -129,11 +123,7 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
         let mut eth = EthernetFrame::new_unchecked(&mut out[..l2_len]);
         eth.set_dst_addr(l2.dst);
         eth.set_src_addr(l2.src);
-        let inner = if ip.v6 {
-            ethertype::IPV6
-        } else {
-            ethertype::IPV4
-        };
+        let inner = ip.family.ethertype();
         match l2.tci {
             Some(tci) => eth.set_vlan_tag(tci, inner),
             None => eth.set_ethertype(inner),
@@ -150,17 +140,12 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
         _ => [0; 4],
     };
     let packet = &mut out[l2_len..];
-    let ip_header_len = if ip.v6 {
-        ipv6::HEADER_LEN
-    } else {
-        ipv4::HEADER_LEN
-    };
-    let (header, icmp) = packet.split_at_mut(ip_header_len);
+    let (header, icmp) = packet.split_at_mut(ip.family.header_len());
     let icmp_len = icmp.len() as u32;
     let mut message = IcmpPacket::new_unchecked(&mut icmp[..]);
     message.set_type_code(ty, code);
     message.set_rest(rest);
-    if ip.v6 {
+    if ip.family.is_v6() {
         Ipv6Repr {
             src: ip.src.into(),
             dst: ip.dst.into(),
@@ -184,6 +169,8 @@ pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, 
             ttl: ERROR_TTL,
             tos: (ip.tos & ipv4::TOS_BITS) | ipv4::PREC_INTERNETWORK_CONTROL,
             ident: ip.ident,
+            // ICMP sockets do not set DF (`IP_PMTUDISC_DONT`), nor do the kernel's errors.
+            dont_frag: false,
             payload_len: icmp_len as usize,
         }
         .emit(&mut Ipv4Packet::new_unchecked(&mut header[..]));
@@ -221,7 +208,7 @@ mod tests {
             tci: None,
             dst_mac: [0; 6],
             src_mac: [0; 6],
-            v6,
+            family: Family::from_v6(v6),
             src: 0,
             dst: 0,
             tos: 0,

@@ -19,6 +19,7 @@ use crossbeam_epoch::Guard;
 use crate::Tables;
 use crate::route::{self, Egress, IngressCheck, IngressSwitches, LinkAnswer, Route};
 use crate::verdict::DropReason;
+use crate::wire::Family;
 
 /// Buckets of the egress memo (a power of two), each of [`EGRESS_WAYS`] slots.
 const EGRESS_BUCKETS: usize = 256;
@@ -73,13 +74,13 @@ impl LocalFilter {
         let mut count = 0usize;
         for (_, addrs) in tables.addrs.interfaces::<Ipv4Addr>(guard) {
             for a in addrs {
-                self.insert(false, u128::from(u32::from(a.addr)));
+                self.insert(Family::V4, u128::from(u32::from(a.addr)));
                 count += 1;
             }
         }
         for (_, addrs) in tables.addrs.interfaces::<Ipv6Addr>(guard) {
             for a in addrs {
-                self.insert(true, u128::from(a.addr));
+                self.insert(Family::V6, u128::from(a.addr));
                 count += 1;
             }
         }
@@ -88,16 +89,17 @@ impl LocalFilter {
 
     /// The filter's two bit positions of an address.
     #[inline]
-    fn bits(v6: bool, addr: u128) -> (usize, usize) {
-        let folded = (addr as u64) ^ ((addr >> 64) as u64).rotate_left(29) ^ u64::from(v6);
+    fn bits(family: Family, addr: u128) -> (usize, usize) {
+        let folded =
+            (addr as u64) ^ ((addr >> 64) as u64).rotate_left(29) ^ u64::from(family.is_v6());
         let h = folded.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let a = (h >> 52) as usize & (FILTER_BITS - 1);
         let b = (h >> 40) as usize & (FILTER_BITS - 1);
         (a, b)
     }
 
-    fn insert(&mut self, v6: bool, addr: u128) {
-        let (a, b) = Self::bits(v6, addr);
+    fn insert(&mut self, family: Family, addr: u128) {
+        let (a, b) = Self::bits(family, addr);
         self.words[a / 64] |= 1 << (a % 64);
         self.words[b / 64] |= 1 << (b % 64);
     }
@@ -105,11 +107,11 @@ impl LocalFilter {
     /// Whether `addr` may be a local address (false: it certainly is not one, under the
     /// generation of the last [`refresh`](Self::refresh)).
     #[inline]
-    pub(crate) fn may_be_local(&self, v6: bool, addr: u128) -> bool {
+    pub(crate) fn may_be_local(&self, family: Family, addr: u128) -> bool {
         if !self.usable {
             return true;
         }
-        let (a, b) = Self::bits(v6, addr);
+        let (a, b) = Self::bits(family, addr);
         (self.words[a / 64] >> (a % 64)) & (self.words[b / 64] >> (b % 64)) & 1 != 0
     }
 }
@@ -409,7 +411,7 @@ mod tests {
         let a = u128::from(u32::from(Ipv4Addr::new(10, 0, 0, 1)));
         let b: u128 = "2001:db8::1".parse::<Ipv6Addr>().unwrap().into();
         filter.refresh(&tables, &guard, 0);
-        assert!(!filter.may_be_local(false, a));
+        assert!(!filter.may_be_local(Family::V4, a));
         tables
             .addrs
             .add(IfAddr::new(Ipv4Addr::from(a as u32), 24, 1))
@@ -420,14 +422,14 @@ mod tests {
             .unwrap();
         // Same generation: the old filter (the writer has not bumped yet).
         filter.refresh(&tables, &guard, 0);
-        assert!(!filter.may_be_local(false, a));
+        assert!(!filter.may_be_local(Family::V4, a));
         // The bump: rebuilt.
         filter.refresh(&tables, &guard, 1);
-        assert!(filter.may_be_local(false, a));
-        assert!(filter.may_be_local(true, b));
+        assert!(filter.may_be_local(Family::V4, a));
+        assert!(filter.may_be_local(Family::V6, b));
         // The same bits under the other family are another key.
         let misses = (0..1000u128)
-            .filter(|i| filter.may_be_local(false, a + 1 + i))
+            .filter(|i| filter.may_be_local(Family::V4, a + 1 + i))
             .count();
         assert!(misses < 10, "{misses} false positives in 1000");
     }
@@ -546,6 +548,6 @@ mod tests {
         }
         let mut filter = LocalFilter::new();
         filter.refresh(&tables, &guard, 0);
-        assert!(filter.may_be_local(false, 1));
+        assert!(filter.may_be_local(Family::V4, 1));
     }
 }

@@ -9,7 +9,7 @@ use crate::wire::icmp::v6_type;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet, next_header};
 use crate::wire::l4::{self, protocol};
-use crate::wire::{WireError, checksum};
+use crate::wire::{Family, WireError, checksum};
 
 /// Where a frame's headers are and what they say.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -22,8 +22,8 @@ pub struct Meta {
     pub dst_mac: [u8; 6],
     /// The source MAC address.
     pub src_mac: [u8; 6],
-    /// IPv6 rather than IPv4.
-    pub v6: bool,
+    /// The IP version: which header the addresses, TTL and lengths were read from.
+    pub family: Family,
     /// The source address (an IPv4 address in the low 32 bits).
     pub src: u128,
     /// The destination address (an IPv4 address in the low 32 bits).
@@ -54,6 +54,44 @@ impl Meta {
     /// The offset of the IP header from the frame's start.
     pub fn l3(&self) -> usize {
         self.l2_len
+    }
+
+    /// The source of an IPv4 packet as its 32 bits (the low bits of [`src`](Self::src)).
+    ///
+    /// ```
+    /// use dataplane::parse::Meta;
+    /// let meta = Meta { src: 0xc000_0201, ..Meta::default() };
+    /// assert_eq!(std::net::Ipv4Addr::from(meta.src4()).to_string(), "192.0.2.1");
+    /// ```
+    #[inline]
+    pub fn src4(&self) -> u32 {
+        self.src as u32
+    }
+
+    /// The destination of an IPv4 packet as its 32 bits (the low bits of [`dst`](Self::dst)).
+    ///
+    /// ```
+    /// use dataplane::parse::Meta;
+    /// let meta = Meta { dst: 0xc633_6407, ..Meta::default() };
+    /// assert_eq!(std::net::Ipv4Addr::from(meta.dst4()).to_string(), "198.51.100.7");
+    /// ```
+    #[inline]
+    pub fn dst4(&self) -> u32 {
+        self.dst as u32
+    }
+
+    /// Whether this is an IPv6 packet from a link-local source (fe80::/10), which is never
+    /// forwarded off its link (RFC 4291 2.5.6).
+    ///
+    /// ```
+    /// use dataplane::{parse::Meta, wire::Family};
+    /// let meta = Meta { family: Family::V6, src: 0xfe80 << 112 | 1, ..Meta::default() };
+    /// assert!(meta.src_is_v6_link_local());
+    /// assert!(!Meta { family: Family::V4, ..meta }.src_is_v6_link_local());
+    /// ```
+    #[inline]
+    pub fn src_is_v6_link_local(&self) -> bool {
+        self.family.is_v6() && ipv6::in_prefix(self.src, ipv6::LINK_LOCAL)
     }
 
     /// The ports (or ICMP type and code) for policy lookups, read from the frame this `Meta`
@@ -199,10 +237,10 @@ fn parse_general(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), V
     meta.dont_frag = false;
     let ip = &frame[l2_len..];
     if ethertype == ethertype::IPV6 {
-        meta.v6 = true;
+        meta.family = Family::V6;
         parse_v6(ip, config, meta)
     } else {
-        meta.v6 = false;
+        meta.family = Family::V4;
         parse_v4(ip, meta)
     }
 }
@@ -243,13 +281,13 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
 /// What the shortcuts set for an untagged frame before its IP fields: the Ethernet header's
 /// length and addresses, no VLAN tag, no ICMP type yet, the family.
 #[inline(always)]
-fn untagged<T: AsRef<[u8]>>(eth: &EthernetFrame<T>, v6: bool, meta: &mut Meta) {
+fn untagged<T: AsRef<[u8]>>(eth: &EthernetFrame<T>, family: Family, meta: &mut Meta) {
     meta.l2_len = ethernet::HEADER_LEN;
     meta.tci = None;
     meta.dst_mac = eth.dst_addr();
     meta.src_mac = eth.src_addr();
     meta.icmp_type = None;
-    meta.v6 = v6;
+    meta.family = family;
 }
 
 /// The common frame in one step: untagged IPv4 with an option-less header (the first byte
@@ -273,7 +311,7 @@ fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     if checksum::fold(checksum::sum(l3, 0)) != CHECKSUM_VALID {
         return None;
     }
-    untagged(&eth, false, meta);
+    untagged(&eth, Family::V4, meta);
     Some(v4_fields(head, ipv4::HEADER_LEN, &rest[..total], meta))
 }
 
@@ -443,7 +481,7 @@ fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     {
         return None;
     }
-    untagged(&eth, true, meta);
+    untagged(&eth, Family::V6, meta);
     meta.dont_frag = false;
     Some(v6_addresses(&ip, meta).and_then(|()| {
         meta.proto = proto;

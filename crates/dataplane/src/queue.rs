@@ -17,7 +17,8 @@ use crate::ratelimit::TokenBucket;
 use crate::route::{self, Hop, Reject, Route, flow_hash, ip_of};
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
-use crate::wire::ethernet::{EthernetFrame, ethertype};
+use crate::wire::Family;
+use crate::wire::ethernet::EthernetFrame;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
@@ -291,10 +292,10 @@ impl Queue {
         };
         // fib_validate_source: one of our own addresses as the source is a martian, unless
         // the ingress device accepts local sources (then the kernel decides).
-        if !meta.v6
+        if meta.family == Family::V4
             && b.tables
                 .addrs
-                .dev_find(Ipv4Addr::from(meta.src as u32), None, b.guard)
+                .dev_find(Ipv4Addr::from(meta.src4()), None, b.guard)
                 .is_some()
         {
             return route::own_source(b.tables, b.guard, frame.ifindex);
@@ -350,7 +351,7 @@ impl Queue {
         if b.snapshot.behind && route.may_be_stale() {
             return Verdict::Punt(PuntReason::MirrorBehind);
         }
-        let v6 = meta.v6;
+        let v6 = meta.family.is_v6();
         let kind = match route {
             Route::Forward(hop) => return self.forward(b, frame, meta, hop, pool),
             Route::Local => return self.local(b, frame, meta),
@@ -374,7 +375,14 @@ impl Queue {
         let resolve = || {
             let keys = |fields| route::hash_keys(meta, packet, fields);
             route::resolve(
-                b.tables, b.guard, meta.v6, meta.src, meta.dst, tos, iif, keys,
+                b.tables,
+                b.guard,
+                meta.family,
+                meta.src,
+                meta.dst,
+                tos,
+                iif,
+                keys,
             )
         };
         let Some(cache) = &mut self.cache else {
@@ -408,8 +416,8 @@ impl Queue {
         let (sport, dport) = (udp.src_port(), udp.dst_port());
         let lookup = udp_socktab::Lookup {
             netns: b.tables.sock_netns,
-            src: SocketAddr::new(ip_of(meta.v6, meta.src), sport),
-            dst: SocketAddr::new(ip_of(meta.v6, meta.dst), dport),
+            src: SocketAddr::new(ip_of(meta.family, meta.src), sport),
+            dst: SocketAddr::new(ip_of(meta.family, meta.dst), dport),
             ifindex: frame.ifindex,
             hash: flow_hash(
                 meta.src,
@@ -465,10 +473,9 @@ impl Queue {
         pool: &mut P,
     ) -> Result<bool, Verdict> {
         if meta.ttl <= 1 {
-            let kind = if meta.v6 {
-                IcmpError::V6TimeExceeded
-            } else {
-                IcmpError::TimeExceeded
+            let kind = match meta.family {
+                Family::V6 => IcmpError::V6TimeExceeded,
+                Family::V4 => IcmpError::TimeExceeded,
             };
             return Err(self.icmp_error(b, frame, meta, kind, 0, pool));
         }
@@ -478,15 +485,14 @@ impl Queue {
                 return Err(verdict);
             }
         }
-        if meta.v6 && ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL) {
+        if meta.src_is_v6_link_local() {
             return Err(self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool));
         }
         let too_big = meta.ip_len > hop.mtu as usize;
-        if too_big && (meta.v6 || meta.dont_frag) {
-            let kind = if meta.v6 {
-                IcmpError::V6PacketTooBig
-            } else {
-                IcmpError::FragNeeded
+        if too_big && (meta.family.is_v6() || meta.dont_frag) {
+            let kind = match meta.family {
+                Family::V6 => IcmpError::V6PacketTooBig,
+                Family::V4 => IcmpError::FragNeeded,
             };
             return Err(self.icmp_error(b, frame, meta, kind, hop.mtu, pool));
         }
@@ -507,7 +513,7 @@ impl Queue {
         match hop.dst_mac {
             None => match self
                 .hold
-                .hold(bytes, hop, meta.v6, b.now, &mut self.counters)
+                .hold(bytes, hop, meta.family.is_v6(), b.now, &mut self.counters)
             {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
@@ -536,10 +542,9 @@ impl Queue {
         oif: u32,
         dir: Direction,
     ) -> Option<Verdict> {
-        let flow = if meta.v6 {
-            policy_tree::Flow::v6(meta.src.into(), meta.dst.into())
-        } else {
-            policy_tree::Flow::v4((meta.src as u32).into(), (meta.dst as u32).into())
+        let flow = match meta.family {
+            Family::V6 => policy_tree::Flow::v6(meta.src.into(), meta.dst.into()),
+            Family::V4 => policy_tree::Flow::v4(meta.src4().into(), meta.dst4().into()),
         }
         .proto(meta.proto)
         .ifindex(oif)
@@ -567,13 +572,13 @@ impl Queue {
     fn peer_allows(&self, b: &Batch<'_>, meta: &Meta, kind: IcmpError) -> Option<bool> {
         let (icmp_type, code) = kind.type_code();
         let peers = &b.tables.icmp_peers;
-        if !meta.v6 {
-            return Some(peers.allow_v4(meta.src as u32, icmp_type, code, b.now));
+        if meta.family == Family::V4 {
+            return Some(peers.allow_v4(meta.src4(), icmp_type, code, b.now));
         }
         // A link-local source is reached through the ingress device's fe80::/64, which the
         // kernel has on every IPv6 device (the mirror may not hold it).
-        let plen = if ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL) {
-            64
+        let plen = if meta.src_is_v6_link_local() {
+            ipv6::LINK_LOCAL_ROUTE_PLEN
         } else {
             b.tables
                 .fib6
@@ -621,21 +626,22 @@ impl Queue {
             }
             let _ = self.icmp.allow(b.now);
         }
-        let src = if meta.v6 {
-            b.tables
+        let src = match meta.family {
+            Family::V6 => b
+                .tables
                 .addrs
                 .select_src_v6(frame.ifindex, meta.src.into(), b.guard)
-                .map(u128::from)
-        } else {
-            b.tables
+                .map(u128::from),
+            Family::V4 => b
+                .tables
                 .addrs
                 .select_src_v4(
                     frame.ifindex,
-                    Some((meta.src as u32).into()),
+                    Some(meta.src4().into()),
                     addr_table::Scope::UNIVERSE,
                     b.guard,
                 )
-                .map(|a| u128::from(u32::from(a)))
+                .map(|a| u128::from(u32::from(a))),
         };
         let Some(src) = src else {
             self.counters.icmp_no_source += 1;
@@ -648,14 +654,14 @@ impl Queue {
             tci: meta.tci,
         };
         let ip = ErrorIp {
-            v6: meta.v6,
+            family: meta.family,
             src,
             dst: meta.src,
             tos: meta.tos,
             ident: self.ident,
         };
         let quote = icmp::quote_len(meta);
-        let headers = icmp::headers_len(&l2, meta.v6);
+        let headers = icmp::headers_len(&l2, meta.family);
         let ip_start = frame.offset + meta.l2_len;
         if let Some(start) = icmp::room_in_place(frame.chunk, ip_start, quote, headers) {
             let total = headers + quote;
@@ -692,32 +698,52 @@ pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l2_len;
     let l2_start = ip_start - L2_LEN;
     let dst_mac = hop.dst_mac.unwrap_or([0; 6]);
-    // The new Ethernet header and the IP header as one fixed-size array: the writes below
-    // need no bounds check of their own.
-    if meta.v6 {
-        let head = &mut frame.chunk[l2_start..ip_start + ipv6::HEADER_LEN];
-        if let Some(head) = head.first_chunk_mut::<{ L2_LEN + ipv6::HEADER_LEN }>() {
-            let (eth, ip) = head.split_at_mut(L2_LEN);
-            write_l2(eth, hop.src_mac, dst_mac, ethertype::IPV6);
-            Ipv6Packet::new_unchecked(ip).decrement_hop_limit();
-        }
-    } else {
-        let head = &mut frame.chunk[l2_start..ip_start + ipv4::HEADER_LEN];
-        if let Some(head) = head.first_chunk_mut::<{ L2_LEN + ipv4::HEADER_LEN }>() {
-            let (eth, ip) = head.split_at_mut(L2_LEN);
-            write_l2(eth, hop.src_mac, dst_mac, ethertype::IPV4);
-            Ipv4Packet::new_unchecked(ip).decrement_ttl();
-        }
+    let chunk = &mut frame.chunk[l2_start..];
+    match meta.family {
+        Family::V6 => rewrite_head::<{ L2_LEN + ipv6::HEADER_LEN }>(
+            chunk,
+            hop.src_mac,
+            dst_mac,
+            Family::V6,
+            |ip| Ipv6Packet::new_unchecked(ip).decrement_hop_limit(),
+        ),
+        Family::V4 => rewrite_head::<{ L2_LEN + ipv4::HEADER_LEN }>(
+            chunk,
+            hop.src_mac,
+            dst_mac,
+            Family::V4,
+            |ip| Ipv4Packet::new_unchecked(ip).decrement_ttl(),
+        ),
     }
     frame.offset = l2_start;
     frame.len = L2_LEN + meta.ip_len;
 }
 
-/// Writes an untagged Ethernet header.
+/// [`rewrite`] kept out of line, for the paths that rewrite a frame they then hold or
+/// fragment: the loop of the decide stage, which only sometimes takes them, keeps its
+/// registers for the common case.
+#[inline(never)]
+pub(crate) fn rewrite_out_of_line(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
+    rewrite(frame, meta, hop);
+}
+
+/// The rewrite of one family's headers at the start of `chunk`: the new Ethernet header and
+/// the fixed IP header as one `N`-byte view (the writes need no bounds check of their own),
+/// then `hop` (the TTL / hop-limit decrement, through the family's view) on the IP part.
 #[inline(always)]
-fn write_l2(eth: &mut [u8], src: [u8; 6], dst: [u8; 6], ethertype: u16) {
-    let mut eth = EthernetFrame::new_unchecked(eth);
-    eth.set_dst_addr(dst);
-    eth.set_src_addr(src);
-    eth.set_ethertype(ethertype);
+fn rewrite_head<const N: usize>(
+    chunk: &mut [u8],
+    src: [u8; 6],
+    dst: [u8; 6],
+    family: Family,
+    hop: impl FnOnce(&mut [u8]),
+) {
+    if let Some(head) = chunk.first_chunk_mut::<N>() {
+        let (eth, ip) = head.split_at_mut(L2_LEN);
+        let mut eth = EthernetFrame::new_unchecked(eth);
+        eth.set_dst_addr(dst);
+        eth.set_src_addr(src);
+        eth.set_ethertype(family.ethertype());
+        hop(ip);
+    }
 }

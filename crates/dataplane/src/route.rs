@@ -6,12 +6,17 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use crossbeam_epoch::Guard;
 use dst_cache::{Cacheable, FlowKey};
 use fib_trie::multipath::{self, HashFields, HashKeys, MultipathPolicy};
-use fib_trie::{FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
+use fib_trie::{Fib, FibResult, Flow, Gateway, LookupError, RouteType, Scope, TrieKey};
 use neigh_table::Ingress;
 
 use crate::Tables;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
+use crate::wire::Family;
+use crate::wire::icmp::{self, v4_type, v6_type};
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6::{self, Ipv6Packet};
+use crate::wire::l4::protocol;
 
 /// The DSCP bits of the IPv4 TOS byte or the IPv6 traffic class (the two ECN bits cleared):
 /// what the FIB's `tos` selector and the route cache's key compare.
@@ -134,17 +139,17 @@ pub fn flow_hash(src: u128, dst: u128, ports: u32) -> u32 {
 pub fn resolve(
     tables: &Tables,
     guard: &Guard,
-    v6: bool,
+    family: Family,
     src: u128,
     dst: u128,
     tos: u8,
     iif: u32,
     keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Route {
-    if is_local_dst(tables, guard, v6, dst) {
+    if is_local_dst(tables, guard, family, dst) {
         return Route::Local;
     }
-    match fib_lookup(tables, guard, v6, src, dst, tos, iif, keys) {
+    match fib_lookup(tables, guard, family, src, dst, tos, iif, keys) {
         Ok(hop) => egress(tables, guard, &hop),
         Err(route) => route,
     }
@@ -162,17 +167,16 @@ pub fn own_source(tables: &Tables, guard: &Guard, iif: u32) -> crate::Verdict {
 }
 
 /// Whether `dst` is one of this namespace's own addresses (the address table's `dev_find`).
-pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool {
-    if v6 {
-        tables
+pub fn is_local_dst(tables: &Tables, guard: &Guard, family: Family, dst: u128) -> bool {
+    match family {
+        Family::V6 => tables
             .addrs
             .dev_find(Ipv6Addr::from(dst), None, guard)
-            .is_some()
-    } else {
-        tables
+            .is_some(),
+        Family::V4 => tables
             .addrs
             .dev_find(Ipv4Addr::from(dst as u32), None, guard)
-            .is_some()
+            .is_some(),
     }
 }
 
@@ -189,25 +193,93 @@ pub fn is_local_dst(tables: &Tables, guard: &Guard, v6: bool, dst: u128) -> bool
 pub fn fib_lookup(
     tables: &Tables,
     guard: &Guard,
-    v6: bool,
+    family: Family,
     src: u128,
     dst: u128,
     tos: u8,
     iif: u32,
     keys: impl FnOnce(HashFields) -> HashKeys,
 ) -> Result<Egress, Route> {
-    if v6 {
-        let flow = fib_flow(src, dst, tos, iif);
-        let result = tables.fib6.lookup(&flow, guard);
-        let mut switches = TableSwitches { tables, guard };
-        let policy = tables.fib6.multipath_policy();
-        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen6)
-    } else {
-        let flow = fib_flow(src as u32, dst as u32, tos, iif);
-        let result = tables.fib4.lookup(&flow, guard);
-        let mut switches = TableSwitches { tables, guard };
-        let policy = tables.fib4.multipath_policy();
-        fib_answer(&mut switches, &flow, result, src, dst, policy, keys, widen4)
+    match family {
+        Family::V6 => fib_lookup_in::<u128>(tables, guard, src, dst, tos, iif, keys),
+        Family::V4 => fib_lookup_in::<u32>(tables, guard, src, dst, tos, iif, keys),
+    }
+}
+
+/// [`fib_lookup`] in the FIB of the family whose key is `K`.
+#[inline]
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the fields of one lookup, kept as scalars"
+)]
+fn fib_lookup_in<K: FamilyKey>(
+    tables: &Tables,
+    guard: &Guard,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+    keys: impl FnOnce(HashFields) -> HashKeys,
+) -> Result<Egress, Route> {
+    let fib = K::fib(tables);
+    let flow = fib_flow(K::narrow(src), K::narrow(dst), tos, iif);
+    let result = fib.lookup(&flow, guard);
+    let mut switches = TableSwitches { tables, guard };
+    let policy = fib.multipath_policy();
+    fib_answer(
+        &mut switches,
+        &flow,
+        result,
+        src,
+        dst,
+        policy,
+        keys,
+        K::widen,
+    )
+}
+
+/// A family's FIB key (`u32` for IPv4, `u128` for IPv6), over which `Fib<K>` is generic: what
+/// differs between the families in a route lookup, so that the lookup is written once.
+pub(crate) trait FamilyKey: TrieKey {
+    /// The key of an address in the pipeline's `u128` form (IPv4 in the low 32 bits).
+    fn narrow(addr: u128) -> Self;
+    /// A route's gateway in the pipeline's `u128` form, and whether it is an IPv6 address.
+    fn widen(gateway: Gateway<Self>) -> (u128, bool);
+    /// The family's FIB.
+    fn fib(tables: &Tables) -> &Fib<Self>;
+}
+
+impl FamilyKey for u32 {
+    #[inline(always)]
+    fn narrow(addr: u128) -> u32 {
+        addr as u32
+    }
+
+    #[inline(always)]
+    fn widen(gateway: Gateway<u32>) -> (u128, bool) {
+        widen4(gateway)
+    }
+
+    #[inline(always)]
+    fn fib(tables: &Tables) -> &Fib<u32> {
+        &tables.fib4
+    }
+}
+
+impl FamilyKey for u128 {
+    #[inline(always)]
+    fn narrow(addr: u128) -> u128 {
+        addr
+    }
+
+    #[inline(always)]
+    fn widen(gateway: Gateway<u128>) -> (u128, bool) {
+        widen6(gateway)
+    }
+
+    #[inline(always)]
+    fn fib(tables: &Tables) -> &Fib<u128> {
+        &tables.fib6
     }
 }
 
@@ -246,57 +318,68 @@ pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
         proto: meta.proto,
         sport,
         dport,
-        flowlabel: if meta.v6 {
-            flowlabel(frame, meta.l3())
-        } else {
-            0
+        flowlabel: match meta.family {
+            Family::V6 => flowlabel(frame, meta.l3()),
+            Family::V4 => 0,
         },
     }
 }
 
 /// The flow label of the IPv6 header at `at`.
 fn flowlabel(frame: &[u8], at: usize) -> u32 {
-    frame.get(at..at + 4).map_or(0, |b| {
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0xf_ffff
-    })
+    frame
+        .get(at..)
+        .and_then(|b| b.first_chunk::<{ ipv6::HEADER_LEN }>())
+        .map_or(0, |h| Ipv6Packet::new_unchecked(h).flow_label())
 }
 
 /// The header an ICMP error quotes (ICMPv4 destination unreachable, source quench, redirect,
 /// time exceeded, parameter problem; ICMPv6 types 1 to 4 right after the fixed header), as
 /// the L3 multipath hash reads it: addresses, and for IPv6 the flow label and next header.
 fn icmp_error_inner(meta: &Meta, frame: &[u8], l4: usize) -> Option<HashKeys> {
-    let inner = l4 + 8;
-    if meta.v6 {
-        if meta.proto != 58 || meta.l4_offset != 40 || !matches!(meta.icmp_type?, 1..=4) {
-            return None;
+    let inner = frame.get(l4 + icmp::HEADER_LEN..)?;
+    match meta.family {
+        Family::V6 => {
+            if meta.proto != protocol::ICMPV6
+                || meta.l4_offset != ipv6::HEADER_LEN
+                || !matches!(
+                    meta.icmp_type?,
+                    v6_type::DEST_UNREACHABLE..=v6_type::PARAMETER_PROBLEM
+                )
+            {
+                return None;
+            }
+            let ip = Ipv6Packet::new_unchecked(inner.first_chunk::<{ ipv6::HEADER_LEN }>()?);
+            Some(HashKeys {
+                src: u128::from_be_bytes(ip.src_bytes()),
+                dst: u128::from_be_bytes(ip.dst_bytes()),
+                proto: ip.next_header(),
+                flowlabel: ip.flow_label(),
+                ..HashKeys::default()
+            })
         }
-        let h = frame.get(inner..inner + 40)?;
-        let addr = |at: usize| {
-            let mut a = [0u8; 16];
-            a.copy_from_slice(&h[at..at + 16]);
-            u128::from_be_bytes(a)
-        };
-        Some(HashKeys {
-            src: addr(8),
-            dst: addr(24),
-            proto: h[6],
-            flowlabel: flowlabel(h, 0),
-            ..HashKeys::default()
-        })
-    } else {
-        if meta.proto != 1 || meta.later_fragment || !matches!(meta.icmp_type?, 3 | 4 | 5 | 11 | 12)
-        {
-            return None;
+        Family::V4 => {
+            if meta.proto != protocol::ICMP
+                || meta.later_fragment
+                || !matches!(
+                    meta.icmp_type?,
+                    v4_type::DEST_UNREACHABLE
+                        | v4_type::SOURCE_QUENCH
+                        | v4_type::REDIRECT
+                        | v4_type::TIME_EXCEEDED
+                        | v4_type::PARAMETER_PROBLEM
+                )
+            {
+                return None;
+            }
+            let ip = Ipv4Packet::new_unchecked(inner.first_chunk::<{ ipv4::HEADER_LEN }>()?);
+            Some(HashKeys {
+                src: u128::from(u32::from_be_bytes(ip.src_bytes())),
+                dst: u128::from(u32::from_be_bytes(ip.dst_bytes())),
+                proto: meta.proto,
+                ..HashKeys::default()
+            })
         }
-        let h = frame.get(inner..inner + 20)?;
-        let addr =
-            |at: usize| u128::from(u32::from_be_bytes([h[at], h[at + 1], h[at + 2], h[at + 3]]));
-        Some(HashKeys {
-            src: addr(12),
-            dst: addr(16),
-            proto: meta.proto,
-            ..HashKeys::default()
-        })
     }
 }
 
@@ -389,29 +472,34 @@ pub(crate) fn fib_answer<K: TrieKey>(
 pub(crate) fn output_lookup(
     tables: &Tables,
     guard: &Guard,
-    v6: bool,
+    family: Family,
     src: u128,
     dst: u128,
     tos: u8,
     iif: u32,
 ) -> Result<Egress, Route> {
-    if v6 {
-        let flow = fib_flow(src, dst, tos, iif);
-        let r = tables
-            .fib6
-            .lookup(&flow, guard)
-            .map_err(|e| Route::Reject(e.into()))?;
-        let keys = |_| addresses_only(src, dst);
-        unicast_egress(&r, dst, tables.fib6.multipath_policy(), keys, widen6, false)
-    } else {
-        let flow = fib_flow(src as u32, dst as u32, tos, iif);
-        let r = tables
-            .fib4
-            .lookup(&flow, guard)
-            .map_err(|e| Route::Reject(e.into()))?;
-        let keys = |_| addresses_only(src, dst);
-        unicast_egress(&r, dst, tables.fib4.multipath_policy(), keys, widen4, false)
+    match family {
+        Family::V6 => output_lookup_in::<u128>(tables, guard, src, dst, tos, iif),
+        Family::V4 => output_lookup_in::<u32>(tables, guard, src, dst, tos, iif),
     }
+}
+
+/// [`output_lookup`] in the FIB of the family whose key is `K`.
+fn output_lookup_in<K: FamilyKey>(
+    tables: &Tables,
+    guard: &Guard,
+    src: u128,
+    dst: u128,
+    tos: u8,
+    iif: u32,
+) -> Result<Egress, Route> {
+    let fib = K::fib(tables);
+    let flow = fib_flow(K::narrow(src), K::narrow(dst), tos, iif);
+    let r = fib
+        .lookup(&flow, guard)
+        .map_err(|e| Route::Reject(e.into()))?;
+    let keys = |_| addresses_only(src, dst);
+    unicast_egress(&r, dst, fib.multipath_policy(), keys, K::widen, false)
 }
 
 /// The hash keys of a locally originated answer: its addresses (an endpoint's reply reuses
@@ -669,7 +757,7 @@ pub fn link_answer(
     let Some(src_mac) = link.mac else {
         return Err(DropReason::EgressNotEthernet);
     };
-    let dst_mac = neighbour_mac(tables, guard, oif, ip_of(v6, next_hop));
+    let dst_mac = neighbour_mac(tables, guard, oif, ip_of(Family::from_v6(v6), next_hop));
     Ok(LinkAnswer {
         src_mac,
         dst_mac,
@@ -707,18 +795,22 @@ pub fn neighbour_mac(tables: &Tables, guard: &Guard, oif: u32, addr: IpAddr) -> 
 /// TOS byte / traffic class, ingress interface.
 pub fn flow_key(meta: &Meta, iif: u32) -> FlowKey {
     let tos = meta.tos & DSCP_MASK;
-    if meta.v6 {
-        FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif)
-    } else {
-        FlowKey::v4(Ipv4Addr::from(meta.dst as u32), tos, iif)
+    match meta.family {
+        Family::V6 => FlowKey::v6(Ipv6Addr::from(meta.dst), tos, iif),
+        Family::V4 => FlowKey::v4(Ipv4Addr::from(meta.dst as u32), tos, iif),
     }
 }
 
-/// An address of the pipeline's form as an `IpAddr`.
-pub fn ip_of(v6: bool, addr: u128) -> IpAddr {
-    if v6 {
-        IpAddr::V6(Ipv6Addr::from(addr))
-    } else {
-        IpAddr::V4(Ipv4Addr::from(addr as u32))
+/// An address of the pipeline's form as an `IpAddr` of `family`.
+///
+/// ```
+/// use dataplane::{route::ip_of, wire::Family};
+/// assert_eq!(ip_of(Family::V4, 0xc000_0201).to_string(), "192.0.2.1");
+/// assert_eq!(ip_of(Family::V6, 1).to_string(), "::1");
+/// ```
+pub fn ip_of(family: Family, addr: u128) -> IpAddr {
+    match family {
+        Family::V6 => IpAddr::V6(Ipv6Addr::from(addr)),
+        Family::V4 => IpAddr::V4(Ipv4Addr::from(addr as u32)),
     }
 }

@@ -33,10 +33,10 @@ use policy_tree::Direction;
 use crate::memo::{IngressMemo, LocalFilter};
 use crate::parse::Meta;
 use crate::pool::FramePool;
-use crate::queue::{Batch, Frame, Queue, rewrite};
-use crate::route::{self, Egress, Route};
+use crate::queue::{Batch, Frame, Queue, rewrite, rewrite_out_of_line};
+use crate::route::{self, Egress, FamilyKey, Route};
 use crate::verdict::{PuntReason, Verdict};
-use crate::wire::ipv6;
+use crate::wire::Family;
 
 /// Frames per vector: a batch is processed in vectors of this many frames.
 pub(crate) const VECTOR: usize = 64;
@@ -178,9 +178,9 @@ impl Queue {
             lane.step = match self.admit_into(b, frame, &mut lane.meta) {
                 Ok(()) => {
                     let m = &lane.meta;
-                    let own = !m.v6
-                        && self.locals.may_be_local(false, m.src)
-                        && route::is_local_dst(b.tables, b.guard, false, m.src);
+                    let own = m.family == Family::V4
+                        && self.locals.may_be_local(Family::V4, m.src)
+                        && route::is_local_dst(b.tables, b.guard, Family::V4, m.src);
                     if own {
                         Step::Done(route::own_source(b.tables, b.guard, frame.ifindex))
                     } else {
@@ -357,14 +357,14 @@ impl Queue {
                         && !b.out_policies
                         && meta.ip_len <= hop.mtu as usize
                         && hop.dst_mac.is_some()
-                        && !(meta.v6 && ipv6::in_prefix(meta.src, ipv6::LINK_LOCAL)) =>
+                        && !meta.src_is_v6_link_local() =>
                 {
                     Step::Rewrite
                 }
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
                     Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
-                        rewrite(frame, meta, hop);
+                        rewrite_out_of_line(frame, meta, hop);
                         Step::Done(self.after_rewrite(b, frame, meta, hop, too_big, pool))
                     }
                     Err(verdict) => Step::Done(verdict),
@@ -414,64 +414,44 @@ fn stage_fib(
         let lane = &mut lanes[usize::from(i)];
         if let Step::Miss = lane.step {
             let m = &lane.meta;
-            if locals.may_be_local(m.v6, m.dst)
-                && route::is_local_dst(b.tables, b.guard, m.v6, m.dst)
+            if locals.may_be_local(m.family, m.dst)
+                && route::is_local_dst(b.tables, b.guard, m.family, m.dst)
             {
                 lane.route = Route::Local;
                 lane.step = lane.resolved();
-            } else if m.v6 {
-                v6[n6] = i;
-                n6 += 1;
             } else {
-                v4[n4] = i;
-                n4 += 1;
+                match m.family {
+                    Family::V6 => {
+                        v6[n6] = i;
+                        n6 += 1;
+                    }
+                    Family::V4 => {
+                        v4[n4] = i;
+                        n4 += 1;
+                    }
+                }
             }
         }
     }
-    let (fib4, fib6) = (&b.tables.fib4, &b.tables.fib6);
-    fib_lookups(
-        b,
-        ingress,
-        frames,
-        lanes,
-        &v4[..n4],
-        fib4,
-        |a| a as u32,
-        route::widen4,
-    );
-    fib_lookups(
-        b,
-        ingress,
-        frames,
-        lanes,
-        &v6[..n6],
-        fib6,
-        |a| a,
-        route::widen6,
-    );
+    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4]);
+    fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6]);
 }
 
-/// The FIB lookups of one family's lanes at `indices`, as one batch (`Fib::lookup_batch`: the
-/// walks overlap their cache misses); `key` narrows the pipeline's `u128` addresses to the
-/// family's keys and `widen` turns a gateway back.
+/// The FIB lookups of the lanes at `indices`, all of the family whose key is `K`, as one
+/// batch (`Fib::lookup_batch`: the walks overlap their cache misses).
 #[inline(always)]
-#[allow(
-    clippy::too_many_arguments,
-    reason = "the stage's state and one family's FIB, kept apart"
-)]
-fn fib_lookups<K: fib_trie::TrieKey>(
+fn fib_lookups<K: FamilyKey>(
     b: &Batch<'_>,
     ingress: &mut IngressMemo,
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     indices: &[u8],
-    fib: &fib_trie::Fib<K>,
-    key: impl Fn(u128) -> K,
-    widen: impl Fn(fib_trie::Gateway<K>) -> (u128, bool),
 ) {
     if indices.is_empty() {
         return;
     }
+    let fib = K::fib(b.tables);
+    let key = K::narrow;
     let mut flows = [fib_trie::Flow::to(key(0)); VECTOR];
     for (flow, &i) in flows.iter_mut().zip(indices) {
         let m = &lanes[usize::from(i)].meta;
@@ -497,7 +477,7 @@ fn fib_lookups<K: fib_trie::TrieKey>(
             meta.dst,
             policy,
             |fields| route::hash_keys(meta, frames[i].bytes(), fields),
-            &widen,
+            K::widen,
         );
         lane.take_fib_answer(answer);
     });

@@ -2,6 +2,8 @@
 
 use udp_socktab::SockId;
 
+use crate::wire::icmp::{v4_code, v4_type, v6_code, v6_type};
+
 /// Defines a reason enum with a stable snake_case name per variant (for metrics labels) and
 /// the list of all variants (for counters indexed by reason).
 macro_rules! reasons {
@@ -186,16 +188,16 @@ impl IcmpError {
     /// The ICMP type and code.
     pub const fn type_code(self) -> (u8, u8) {
         match self {
-            IcmpError::NetUnreachable => (3, 0),
-            IcmpError::HostUnreachable => (3, 1),
-            IcmpError::AdminProhibited => (3, 13),
-            IcmpError::FragNeeded => (3, 4),
-            IcmpError::TimeExceeded => (11, 0),
-            IcmpError::V6NoRoute => (1, 0),
-            IcmpError::V6AdminProhibited => (1, 1),
-            IcmpError::V6BeyondScope => (1, 2),
-            IcmpError::V6PacketTooBig => (2, 0),
-            IcmpError::V6TimeExceeded => (3, 0),
+            IcmpError::NetUnreachable => (v4_type::DEST_UNREACHABLE, v4_code::NET_UNREACHABLE),
+            IcmpError::HostUnreachable => (v4_type::DEST_UNREACHABLE, v4_code::HOST_UNREACHABLE),
+            IcmpError::AdminProhibited => (v4_type::DEST_UNREACHABLE, v4_code::ADMIN_PROHIBITED),
+            IcmpError::FragNeeded => (v4_type::DEST_UNREACHABLE, v4_code::FRAG_NEEDED),
+            IcmpError::TimeExceeded => (v4_type::TIME_EXCEEDED, v4_code::TTL_EXCEEDED),
+            IcmpError::V6NoRoute => (v6_type::DEST_UNREACHABLE, v6_code::NO_ROUTE),
+            IcmpError::V6AdminProhibited => (v6_type::DEST_UNREACHABLE, v6_code::ADMIN_PROHIBITED),
+            IcmpError::V6BeyondScope => (v6_type::DEST_UNREACHABLE, v6_code::BEYOND_SCOPE),
+            IcmpError::V6PacketTooBig => (v6_type::PACKET_TOO_BIG, 0),
+            IcmpError::V6TimeExceeded => (v6_type::TIME_EXCEEDED, v6_code::HOP_LIMIT_EXCEEDED),
         }
     }
 

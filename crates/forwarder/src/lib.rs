@@ -50,7 +50,7 @@ pub mod bypass_watch;
 pub mod cache_report;
 pub mod channels;
 pub mod cli;
-pub mod config;
+pub use xfwd_config as config;
 pub mod counters;
 pub mod endpoints;
 pub mod engine;

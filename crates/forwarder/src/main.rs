@@ -6,6 +6,8 @@ use clap::Parser;
 use forwarder::cli::{Cli, Command, LogFormat, check_config, probe, route, run, show, stats};
 
 fn main() -> ExitCode {
+    // Before any thread: large temporary buffers mapped on their own (see `trim`).
+    forwarder::trim::fix_mmap_threshold();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| {

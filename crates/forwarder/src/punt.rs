@@ -25,8 +25,7 @@ use anyhow::{Context, bail};
 
 use crate::rtnl;
 
-/// Default name of the punt device.
-pub const DEFAULT_PUNT_DEVICE: &str = "xfwd-punt";
+pub use xfwd_config::{DEFAULT_PUNT_DEVICE, parse_mac};
 
 /// An open TAP device.
 #[derive(Debug)]
@@ -103,23 +102,4 @@ impl Punt {
         frame[..6].copy_from_slice(&self.mac);
         (&self.file).write_all(frame)
     }
-}
-
-/// Parses `aa:bb:cc:dd:ee:ff`.
-///
-/// ```
-/// assert_eq!(forwarder::punt::parse_mac("02:58:46:00:00:0a"), Some([2, 0x58, 0x46, 0, 0, 10]));
-/// assert_eq!(forwarder::punt::parse_mac("02:58:46:00:00"), None);
-/// ```
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let mut mac = [0; 6];
-    let mut parts = text.split(':');
-    for byte in &mut mac {
-        let part = parts.next()?;
-        if part.len() != 2 {
-            return None;
-        }
-        *byte = u8::from_str_radix(part, 16).ok()?;
-    }
-    parts.next().is_none().then_some(mac)
 }

@@ -78,26 +78,7 @@ impl Default for PortState {
     }
 }
 
-/// Ring and frame sizes of a run loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingSizes {
-    /// RX ring entries per socket (power of two).
-    pub rx: u32,
-    /// TX ring entries per socket (power of two).
-    pub tx: u32,
-    /// UMEM chunk size: 2048 or 4096.
-    pub frame_size: u32,
-}
-
-impl Default for RingSizes {
-    fn default() -> Self {
-        RingSizes {
-            rx: 1024,
-            tx: 1024,
-            frame_size: 2048,
-        }
-    }
-}
+pub use xfwd_config::RingSizes;
 
 /// How a loop opens its sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -28,10 +28,7 @@ static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xf
 /// The program's name in the object file and in the kernel (`bpftool prog`, `ip link`).
 pub const PROGRAM_NAME: &str = "xfwd_xdp";
 
-/// Interfaces one program can serve (`MAX_PORTS` in the C source).
-pub const MAX_PORTS: u32 = 64;
-/// Receive queues per interface that can have a socket (`QUEUES_PER_PORT` in the C source).
-pub const QUEUES_PER_PORT: u32 = 64;
+pub use xfwd_config::{MAX_PORTS, QUEUES_PER_PORT};
 
 /// The program's per-CPU counters, in the order of `enum counter` in `bpf/xfwd.bpf.c`.
 pub const XDP_COUNTERS: [&str; 10] = [

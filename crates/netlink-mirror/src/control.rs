@@ -29,6 +29,7 @@ use crate::error::MapError;
 use crate::map::{Mapped, map_route_socket, map_xfrm};
 use crate::nl_netconf::NetconfMessage;
 use crate::nl_nexthop::{NexthopMessage, RtnlMessage};
+use crate::pending::PendingEvents;
 use crate::resolver::RateLimiter;
 use crate::socket::{NlSocket, Recv, wait_any};
 use crate::stats::inc;
@@ -242,13 +243,70 @@ fn read_events<I: NetlinkDeserializable>(
     Ok(out)
 }
 
+/// Reads up to `limit` datagrams of event socket `sock` into `pending`, undecoded (see
+/// [`PendingEvents`]).
+fn keep_events(
+    sock: &mut NlSocket,
+    applier: &Applier,
+    limit: usize,
+    pending: &mut PendingEvents,
+) -> io::Result<Drained> {
+    let mut out = Drained::default();
+    for _ in 0..limit {
+        match sock.recv()? {
+            Recv::Empty => {
+                out.empty = true;
+                break;
+            }
+            Recv::Overrun => {
+                inc(&applier.counters.overruns);
+                out.overrun = true;
+            }
+            Recv::Data => pending.push_datagram(sock.datagram()),
+        }
+    }
+    Ok(out)
+}
+
+/// Hands the events kept in `pending` to `each`, in order; undecodable ones are counted.
+pub(crate) fn apply_kept<I: NetlinkDeserializable>(
+    pending: &mut PendingEvents,
+    applier: &mut Applier,
+    mut each: impl FnMut(&mut Applier, u16, I),
+) {
+    let mut bad = Vec::new();
+    let mut events = Vec::new();
+    // Decoded in slices, so that at most one slice of decoded events is alive at a time.
+    let mut slice = PendingEvents::default();
+    std::mem::swap(&mut slice, pending);
+    slice.drain::<I>(
+        |flags, msg| {
+            events.push((flags, msg));
+            if events.len() >= EVENTS_PER_TURN {
+                for (flags, msg) in events.drain(..) {
+                    each(applier, flags, msg);
+                }
+            }
+        },
+        |kind, e| bad.push(format!("type {kind}: {e}")),
+    );
+    for (flags, msg) in events {
+        each(applier, flags, msg);
+    }
+    for b in bad {
+        applier.map_failed(&MapError::Decode(b));
+    }
+    // The (emptied) buffer back, for the next dump.
+    std::mem::swap(&mut slice, pending);
+}
+
 /// Datagrams of an event socket read per turn while a dump runs.
 const EVENTS_PER_TURN: usize = 64;
 /// A dump that times out is retried on a fresh command socket this many times.
 const DUMP_TIMEOUTS: u32 = 3;
 
 /// Dumps one kind on `ch.cmd`: requests, applies each entry as an upsert, keeps events that
-/// arrive on `ch.events` meanwhile in `pending`, restarts on `NLM_F_DUMP_INTR`, then sweeps
+/// arrive on `ch.events` meanwhile in `pending` (undecoded), restarts on `NLM_F_DUMP_INTR`, then sweeps
 /// what the dump did not hold. Returns whether events were lost meanwhile.
 ///
 /// The event socket is read until empty after the dump's last part, so that a loss during
@@ -260,7 +318,7 @@ fn dump_kind<I>(
     kind: Kind,
     request: impl Fn() -> I,
     map: &impl Fn(&I, u16, bool) -> Result<Mapped, MapError>,
-    pending: &mut Vec<(u16, I)>,
+    pending: &mut PendingEvents,
     settings: &Settings,
     stop: &AtomicBool,
 ) -> Result<bool, SyncError>
@@ -283,9 +341,7 @@ where
             if stop.load(Ordering::Relaxed) {
                 return Err(SyncError::Stopped);
             }
-            let drained = read_events(&mut ch.events, applier, EVENTS_PER_TURN, |f, m| {
-                pending.push((f, m));
-            })?;
+            let drained = keep_events(&mut ch.events, applier, EVENTS_PER_TURN, pending)?;
             overrun |= drained.overrun;
             if done {
                 if drained.empty {
@@ -415,7 +471,7 @@ impl Control {
     fn sync_route(&mut self, kinds: &[Kind]) -> Result<bool, SyncError> {
         let (before, _) = self.drain_route(usize::MAX)?;
         let mut overrun = before && kinds.len() < ROUTE_KINDS.len();
-        let mut pending = Vec::new();
+        let mut pending = PendingEvents::default();
         for &kind in kinds {
             overrun |= dump_kind(
                 &mut self.route,
@@ -428,9 +484,16 @@ impl Control {
                 &self.stop,
             )?;
         }
-        for (flags, msg) in pending {
-            self.apply_route_event(&msg, flags);
+        if pending.len() > 0 {
+            tracing::debug!(
+                datagrams = pending.len(),
+                bytes = pending.bytes(),
+                "applying the events that arrived during the dump"
+            );
         }
+        apply_kept::<RtnlMessage>(&mut pending, &mut self.applier, |applier, flags, msg| {
+            apply_route_event(applier, &msg, flags);
+        });
         Ok(overrun)
     }
 
@@ -449,7 +512,7 @@ impl Control {
         let Some(ch) = self.xfrm.as_mut() else {
             return Ok(false);
         };
-        let mut pending = Vec::new();
+        let mut pending = PendingEvents::default();
         let overrun = dump_kind(
             ch,
             &mut self.applier,
@@ -462,9 +525,9 @@ impl Control {
         )?;
         // What the kernel numbered before this dump (`pos`) is not in it.
         self.applier.tables.policies.forget_history();
-        for (_, msg) in pending {
-            self.apply_policy_event(&msg);
-        }
+        apply_kept::<XfrmMessage>(&mut pending, &mut self.applier, |applier, _, msg| {
+            apply_policy_event(applier, &msg);
+        });
         Ok(overrun)
     }
 
@@ -518,17 +581,11 @@ impl Control {
     }
 
     fn apply_route_event(&mut self, msg: &RtnlMessage, flags: u16) {
-        match map_route_socket(msg, flags, false) {
-            Ok(m) => self.applier.apply(m),
-            Err(e) => self.applier.map_failed(&e),
-        }
+        apply_route_event(&mut self.applier, msg, flags);
     }
 
     fn apply_policy_event(&mut self, msg: &XfrmMessage) {
-        match map_xfrm(msg) {
-            Ok(m) => self.applier.apply(m),
-            Err(e) => self.applier.map_failed(&e),
-        }
+        apply_policy_event(&mut self.applier, msg);
     }
 
     /// Reads the multipath hash sysctls into the FIBs, and `accept_local` and IPv6
@@ -787,6 +844,22 @@ impl Control {
                 }
             }
         }
+    }
+}
+
+/// Maps and applies one route socket event.
+pub(crate) fn apply_route_event(applier: &mut Applier, msg: &RtnlMessage, flags: u16) {
+    match map_route_socket(msg, flags, false) {
+        Ok(m) => applier.apply(m),
+        Err(e) => applier.map_failed(&e),
+    }
+}
+
+/// Maps and applies one xfrm event.
+fn apply_policy_event(applier: &mut Applier, msg: &XfrmMessage) {
+    match map_xfrm(msg) {
+        Ok(m) => applier.apply(m),
+        Err(e) => applier.map_failed(&e),
     }
 }
 

@@ -68,6 +68,7 @@ pub mod netns;
 pub mod nexthops;
 pub mod nl_netconf;
 pub mod nl_nexthop;
+mod pending;
 mod resolver;
 mod socket;
 pub mod stats;

@@ -136,30 +136,45 @@ impl NlSocket {
     /// `bad` with their message type.
     pub fn messages<I: NetlinkDeserializable>(
         &self,
-        mut each: impl FnMut(Message<I>),
-        mut bad: impl FnMut(u16, String),
+        each: impl FnMut(Message<I>),
+        bad: impl FnMut(u16, String),
     ) {
-        let mut rest = &self.buf[..];
-        while rest.len() >= 16 {
-            let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-            let kind = u16::from_ne_bytes([rest[4], rest[5]]);
-            if len < 16 || len > rest.len() {
-                bad(
-                    kind,
-                    format!("message length {len} with {} bytes left", rest.len()),
-                );
-                return;
-            }
-            match NetlinkMessage::<I>::deserialize(&rest[..len]) {
-                Ok(m) => {
-                    let (header, payload) = m.into_parts();
-                    each(Message { header, payload });
-                }
-                Err(e) => bad(kind, e.to_string()),
-            }
-            let aligned = (len + 3) & !3;
-            rest = rest.get(aligned..).unwrap_or_default();
+        decode(&self.buf, each, bad);
+    }
+
+    /// The bytes of the last datagram read.
+    pub fn datagram(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+/// Decodes the messages of one datagram `buf`; undecodable ones are reported through `bad`
+/// with their message type. A length that overruns the datagram ends it.
+pub(crate) fn decode<I: NetlinkDeserializable>(
+    buf: &[u8],
+    mut each: impl FnMut(Message<I>),
+    mut bad: impl FnMut(u16, String),
+) {
+    let mut rest = buf;
+    while rest.len() >= 16 {
+        let len = u32::from_ne_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let kind = u16::from_ne_bytes([rest[4], rest[5]]);
+        if len < 16 || len > rest.len() {
+            bad(
+                kind,
+                format!("message length {len} with {} bytes left", rest.len()),
+            );
+            return;
         }
+        match NetlinkMessage::<I>::deserialize(&rest[..len]) {
+            Ok(m) => {
+                let (header, payload) = m.into_parts();
+                each(Message { header, payload });
+            }
+            Err(e) => bad(kind, e.to_string()),
+        }
+        let aligned = (len + 3) & !3;
+        rest = rest.get(aligned..).unwrap_or_default();
     }
 }
 

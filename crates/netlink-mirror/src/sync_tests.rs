@@ -309,3 +309,113 @@ fn memory_cycles() {
         );
     }
 }
+
+/// `msg` as the bytes of one netlink datagram.
+fn datagram(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    let mut out = NetlinkMessage::new(
+        header,
+        NetlinkPayload::InnerMessage(crate::nl_nexthop::RtnlMessage::Route(msg)),
+    );
+    out.finalize();
+    let mut bytes = vec![0; out.buffer_len()];
+    out.serialize(&mut bytes);
+    bytes
+}
+
+/// Diagnosis (run by hand: `cargo test -p netlink-mirror --lib memory_redump -- --ignored
+/// --nocapture`): resident memory over cycles of the soak's worst
+/// case: 100,000 routes deleted by events, then re-added while a route re-dump runs, so that
+/// the re-add's events queue up during the dump (as the control thread's `pending`) between
+/// the allocations of the dump's own routes.
+#[test]
+#[ignore = "diagnosis, prints resident memory; not a check"]
+fn memory_redump_cycles() {
+    use crate::nl_nexthop::RtnlMessage;
+    use crate::pending::PendingEvents;
+    fn rss_kib() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+        pages * 4
+    }
+    fn settle() {
+        for _ in 0..2000 {
+            crossbeam_epoch::pin().flush();
+        }
+    }
+    let (mut applier, tables, _) = applier();
+    let rs = prefixes(100_000, 7);
+    resync(&mut applier, &rs);
+    settle();
+    eprintln!("loaded: {} KiB", rss_kib());
+    let adds: Vec<Vec<u8>> = rs
+        .iter()
+        .map(|r| {
+            datagram(
+                RouteNetlinkMessage::NewRoute(route(r.0, r.1, r.2)),
+                NLM_F_CREATE | NLM_F_EXCL,
+            )
+        })
+        .collect();
+    // XFWD_PENDING=decoded keeps the events decoded, as the control thread did before;
+    // XFWD_PENDING=none queues none (the re-dump alone).
+    let mode = std::env::var("XFWD_PENDING").unwrap_or_default();
+    let (decoded, none) = (mode == "decoded", mode == "none");
+    eprintln!(
+        "pending kept {}",
+        if decoded {
+            "decoded"
+        } else if none {
+            "not at all"
+        } else {
+            "as bytes"
+        }
+    );
+    let mut pending = PendingEvents::default();
+    let mut kept: Vec<(u16, RtnlMessage)> = Vec::new();
+    for cycle in 0..6 {
+        for r in &rs {
+            applier.apply(del_route(r));
+        }
+        // The re-dump begins with the FIB not empty (as in the soak, where other routes
+        // remain), so that its routes are inserted one by one.
+        applier.apply(new_route(&rs[0]));
+        let mut seen = Seen::default();
+        applier.begin_dump(Kind::Route4);
+        for (r, add) in rs.iter().zip(&adds) {
+            applier.apply_dumped(dumped(r), &mut seen);
+            if none {
+                continue;
+            } else if decoded {
+                crate::socket::decode::<RtnlMessage>(
+                    add,
+                    |m| {
+                        if let NetlinkPayload::InnerMessage(msg) = m.payload {
+                            kept.push((m.header.flags, msg));
+                        }
+                    },
+                    |_, e| panic!("{e}"),
+                );
+            } else {
+                pending.push_datagram(add);
+            }
+        }
+        applier.end_dump(Kind::Route4);
+        applier.sweep(Kind::Route4, &seen);
+        let queued = if decoded { kept.len() } else { pending.len() };
+        for (flags, msg) in kept.drain(..) {
+            crate::control::apply_route_event(&mut applier, &msg, flags);
+        }
+        kept = Vec::new();
+        crate::control::apply_kept::<RtnlMessage>(&mut pending, &mut applier, |a, flags, msg| {
+            crate::control::apply_route_event(a, &msg, flags);
+        });
+        settle();
+        eprintln!(
+            "cycle {cycle}: queued {queued}; {} KiB; routes {}",
+            rss_kib(),
+            main_routes(&tables).len()
+        );
+    }
+}

@@ -53,6 +53,10 @@ pub trait Family: Copy + Eq + Ord + Debug + Send + Sync + 'static + sealed::Seal
 
     /// Whether an address with `flags` answers `dev_find` / `is_local`.
     fn answers(flags: IfaFlags) -> bool;
+
+    /// Whether every address of the family answers, whatever its flags (IPv4: no DAD), so a
+    /// lookup need not test the stored answer.
+    const ALWAYS_ANSWERS: bool;
 }
 
 fn mask32(prefix_len: u8) -> u32 {
@@ -148,6 +152,8 @@ impl Family for Ipv4Addr {
     fn answers(_flags: IfaFlags) -> bool {
         true
     }
+
+    const ALWAYS_ANSWERS: bool = true;
 }
 
 /// The scope of an IPv6 address as a source (RFC 4291, the kernel's
@@ -212,6 +218,8 @@ impl Family for Ipv6Addr {
         !flags.contains(IfaFlags::DADFAILED)
             && (!flags.contains(IfaFlags::TENTATIVE) || flags.contains(IfaFlags::OPTIMISTIC))
     }
+
+    const ALWAYS_ANSWERS: bool = false;
 }
 
 #[cfg(test)]

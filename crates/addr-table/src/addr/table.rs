@@ -332,11 +332,16 @@ impl<A: Family> FamilyTable<A> {
 
     #[inline]
     fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
-        self.local
-            .find(&addr.key(), guard, |l| {
-                l.answers && ifindex.is_none_or(|i| i == l.ifindex)
-            })
-            .map(|l| l.ifindex)
+        // IPv4 addresses always answer: no test of the stored flag (a constant per family).
+        let answers = |l: &LocalAddr| A::ALWAYS_ANSWERS || l.answers;
+        match ifindex {
+            // The common case (`is_local`, `__ip_dev_find` without a device) on its own path.
+            None => self.local.find(&addr.key(), guard, answers),
+            Some(i) => self
+                .local
+                .find(&addr.key(), guard, |l| answers(l) && l.ifindex == i),
+        }
+        .map(|l| l.ifindex)
     }
 }
 

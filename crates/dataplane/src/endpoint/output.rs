@@ -11,8 +11,11 @@ use fib_trie::{Flow, Scope};
 
 use crate::route::{self, Egress, Hop, Route};
 use crate::verdict::DropReason;
-use crate::wire::checksum;
-use crate::wire::ethernet::{HEADER_LEN as ETH_LEN, ethertype};
+use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_LEN};
+use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Packet, Ipv6Repr};
+use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
+use crate::wire::{Family, checksum};
 use crate::{Queue, Tables, Verdict};
 
 /// The loopback interface's index, the input interface of output route lookups (as the
@@ -24,12 +27,7 @@ pub const DEFAULT_TTL: u8 = 64;
 /// The TTL / hop limit of the reflector's answers (RFC 5357 §4.2: 255).
 pub const REFLECTOR_TTL: u8 = 255;
 /// Bytes in front of the payload the headers need at most: Ethernet, IPv6, UDP.
-pub const MAX_HEADERS: usize = ETH_LEN + IPV6_LEN + UDP_LEN;
-
-const IPV4_LEN: usize = 20;
-const IPV6_LEN: usize = 40;
-const UDP_LEN: usize = 8;
-const UDP: u8 = 17;
+pub const MAX_HEADERS: usize = ETH_LEN + ipv6::HEADER_LEN + UDP_HEADER_LEN;
 
 /// Why a datagram from an endpoint was not sent; counted per endpoint.
 macro_rules! send_errors {
@@ -106,7 +104,7 @@ impl SendError {
 /// address is IPv4), the source possibly unspecified.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Addrs {
-    pub(crate) v6: bool,
+    pub(crate) family: Family,
     pub(crate) src: u128,
     pub(crate) sport: u16,
     pub(crate) dst: u128,
@@ -116,16 +114,16 @@ pub(crate) struct Addrs {
 impl Addrs {
     /// From socket addresses: the destination decides the family.
     pub(crate) fn new(src: SocketAddr, dst: SocketAddr) -> Result<Addrs, SendError> {
-        let (v6, d) = family_bits(dst.ip());
-        let (sv6, s) = family_bits(src.ip());
-        let s = match (v6, sv6) {
+        let (family, d) = family_bits(dst.ip());
+        let (src_family, s) = family_bits(src.ip());
+        let s = match (family, src_family) {
             (a, b) if a == b => s,
             // An unspecified source of the other family (a dual-stack endpoint bound to `::`).
             _ if src.ip().is_unspecified() => 0,
             _ => return Err(SendError::Family),
         };
         Ok(Addrs {
-            v6,
+            family,
             src: s,
             sport: src.port(),
             dst: d,
@@ -134,13 +132,13 @@ impl Addrs {
     }
 }
 
-/// `(is IPv6, bits)`: IPv4 and v4-mapped addresses as IPv4.
-fn family_bits(ip: IpAddr) -> (bool, u128) {
+/// `(family, bits)`: IPv4 and v4-mapped addresses as IPv4.
+fn family_bits(ip: IpAddr) -> (Family, u128) {
     match ip {
-        IpAddr::V4(a) => (false, u128::from(u32::from(a))),
+        IpAddr::V4(a) => (Family::V4, u128::from(u32::from(a))),
         IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => (false, u128::from(u32::from(v4))),
-            None => (true, u128::from(a)),
+            Some(v4) => (Family::V4, u128::from(u32::from(v4))),
+            None => (Family::V6, u128::from(a)),
         },
     }
 }
@@ -155,15 +153,16 @@ fn family_bits(ip: IpAddr) -> (bool, u128) {
 pub(crate) fn output_route(
     tables: &Tables,
     guard: &Guard,
-    v6: bool,
+    family: Family,
     src: u128,
     dst: u128,
     tos: u8,
 ) -> Result<(Egress, u128), SendError> {
-    if route::is_local_dst(tables, guard, v6, dst) {
+    if route::is_local_dst(tables, guard, family, dst) {
         return Err(SendError::LocalDestination);
     }
-    let egress = match route::output_lookup(tables, guard, v6, src, dst, tos, LOOPBACK_IFINDEX) {
+    let egress = match route::output_lookup(tables, guard, family, src, dst, tos, LOOPBACK_IFINDEX)
+    {
         Ok(e) => e,
         Err(Route::Local) => return Err(SendError::LocalDestination),
         Err(Route::Reject(_)) => return Err(SendError::NoRoute),
@@ -173,7 +172,7 @@ pub(crate) fn output_route(
     if src != 0 {
         return Ok((egress, src));
     }
-    let chosen = if v6 {
+    let chosen = if family.is_v6() {
         let prefsrc = tables
             .fib6
             .lookup(&out_flow(src, dst, tos), guard)
@@ -238,67 +237,66 @@ pub(crate) fn emit(
     a: &Addrs,
     ttl: u8,
 ) -> Result<usize, SendError> {
-    let ip_len = if a.v6 { IPV6_LEN } else { IPV4_LEN };
-    let udp_len = u16::try_from(UDP_LEN + len).map_err(|_| SendError::TooBig)?;
+    let ip_len = a.family.header_len();
+    let udp_len = u16::try_from(UDP_HEADER_LEN + len).map_err(|_| SendError::TooBig)?;
     let start = payload
-        .checked_sub(ETH_LEN + ip_len + UDP_LEN)
+        .checked_sub(ETH_LEN + ip_len + UDP_HEADER_LEN)
         .ok_or(SendError::TooBig)?;
-    if payload + len > chunk.len() || (!a.v6 && usize::from(udp_len) + IPV4_LEN > 65535) {
+    if payload + len > chunk.len()
+        || (a.family == Family::V4
+            && usize::from(udp_len) + ipv4::HEADER_LEN > usize::from(u16::MAX))
+    {
         return Err(SendError::TooBig);
     }
-    let l3 = start + ETH_LEN;
-    let l4 = l3 + ip_len;
-    chunk[start..start + 12].fill(0);
-    let et = if a.v6 {
-        ethertype::IPV6
-    } else {
-        ethertype::IPV4
+    let (eth, rest) = chunk[start..payload + len].split_at_mut(ETH_LEN);
+    let mut eth = EthernetFrame::new_unchecked(eth);
+    eth.set_dst_addr([0; 6]);
+    eth.set_src_addr([0; 6]);
+    eth.set_ethertype(a.family.ethertype());
+    let (ip, datagram) = rest.split_at_mut(ip_len);
+    let pseudo = match a.family {
+        Family::V6 => {
+            let (src, dst) = (a.src.to_be_bytes(), a.dst.to_be_bytes());
+            Ipv6Repr {
+                src: src.into(),
+                dst: dst.into(),
+                next_header: protocol::UDP,
+                hop_limit: ttl,
+                traffic_class: 0,
+                payload_len: usize::from(udp_len),
+            }
+            .emit(&mut Ipv6Packet::new_unchecked(ip));
+            checksum::pseudo_v6(src, dst, protocol::UDP, u32::from(udp_len))
+        }
+        Family::V4 => {
+            let (src, dst) = ((a.src as u32).to_be_bytes(), (a.dst as u32).to_be_bytes());
+            // ID 0 with DF: what the kernel sends for an unconnected UDP socket under the
+            // default path-MTU discovery (`IP_PMTUDISC_WANT`).
+            Ipv4Repr {
+                src: src.into(),
+                dst: dst.into(),
+                protocol: protocol::UDP,
+                ttl,
+                tos: 0,
+                ident: 0,
+                dont_frag: true,
+                payload_len: usize::from(udp_len),
+            }
+            .emit(&mut Ipv4Packet::new_unchecked(ip));
+            checksum::pseudo_v4(src, dst, protocol::UDP, u32::from(udp_len))
+        }
     };
-    chunk[start + 12..l3].copy_from_slice(&et.to_be_bytes());
-    let pseudo = if a.v6 {
-        let ip = &mut chunk[l3..l4];
-        ip[..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
-        ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-        ip[6] = UDP;
-        ip[7] = ttl;
-        ip[8..24].copy_from_slice(&a.src.to_be_bytes());
-        ip[24..40].copy_from_slice(&a.dst.to_be_bytes());
-        checksum::pseudo_v6(
-            a.src.to_be_bytes(),
-            a.dst.to_be_bytes(),
-            UDP,
-            u32::from(udp_len),
-        )
-    } else {
-        let (s, d) = ((a.src as u32).to_be_bytes(), (a.dst as u32).to_be_bytes());
-        let ip = &mut chunk[l3..l4];
-        ip[0] = 0x45;
-        ip[1] = 0;
-        ip[2..4].copy_from_slice(&(udp_len + IPV4_LEN as u16).to_be_bytes());
-        // ID 0 with DF: what the kernel sends for an unconnected UDP socket under the default
-        // path-MTU discovery (`IP_PMTUDISC_WANT`).
-        ip[4..6].fill(0);
-        ip[6..8].copy_from_slice(&crate::wire::ipv4::DF.to_be_bytes());
-        ip[8] = ttl;
-        ip[9] = UDP;
-        ip[10..12].fill(0);
-        ip[12..16].copy_from_slice(&s);
-        ip[16..20].copy_from_slice(&d);
-        let c = checksum::checksum(ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        checksum::pseudo_v4(s, d, UDP, u32::from(udp_len))
-    };
-    let udp = &mut chunk[l4..l4 + UDP_LEN];
-    udp[0..2].copy_from_slice(&a.sport.to_be_bytes());
-    udp[2..4].copy_from_slice(&a.dport.to_be_bytes());
-    udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    udp[6..8].fill(0);
-    let sum = checksum::sum(&chunk[l4..payload + len], pseudo);
-    let c = match !checksum::fold(sum) {
+    let mut udp = UdpPacket::new_unchecked(&mut datagram[..]);
+    udp.set_src_port(a.sport);
+    udp.set_dst_port(a.dport);
+    udp.set_len(udp_len);
+    udp.set_checksum(0);
+    // RFC 768: a computed checksum of zero is sent as all ones (zero means "none").
+    let sum = match !checksum::fold(checksum::sum(datagram, pseudo)) {
         0 => 0xffff,
         c => c,
     };
-    chunk[l4 + 6..l4 + 8].copy_from_slice(&c.to_be_bytes());
+    UdpPacket::new_unchecked(datagram).set_checksum(sum);
     Ok(start)
 }
 
@@ -427,7 +425,7 @@ mod tests {
             "[::ffff:192.0.2.9]:7".parse().unwrap(),
         )
         .unwrap();
-        assert!(!a.v6);
+        assert_eq!(a.family, Family::V4);
         assert_eq!(
             (a.src, a.dst as u32),
             (0, u32::from(Ipv4Addr::new(192, 0, 2, 9)))

@@ -487,9 +487,9 @@ impl Endpoints {
         let a = output::Addrs::new(local, peer).map_err(EndpointError::Route)?;
         let source = {
             let guard = crossbeam_epoch::pin();
-            let (_, src) = output::output_route(&self.tables, &guard, a.v6, a.src, a.dst, 0)
+            let (_, src) = output::output_route(&self.tables, &guard, a.family, a.src, a.dst, 0)
                 .map_err(EndpointError::Route)?;
-            crate::route::ip_of(a.v6, src)
+            crate::route::ip_of(a.family, src)
         };
         let old_port = local.port();
         let bound = self.writer.connect(endpoint.id, peer, source)?;

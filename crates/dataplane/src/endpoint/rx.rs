@@ -2,7 +2,7 @@
 //! answered in place by a service, and the endpoints' queued datagrams sent.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -16,7 +16,12 @@ use super::reflect;
 use super::registry::Registry;
 use crate::pool::FramePool;
 use crate::route::Egress;
-use crate::wire::ethernet::{HEADER_LEN as ETH_LEN, TAGGED_HEADER_LEN, ethertype};
+use crate::wire::Family;
+use crate::wire::ethernet::EthernetFrame;
+use crate::wire::ipv4::{self, Ipv4Packet};
+use crate::wire::ipv6;
+use crate::wire::ipv6::Ipv6Packet;
+use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket};
 use crate::{DropReason, Frame, PuntReason, Queue, Tables, Verdict};
 
 /// Where a spare frame's payload starts: room for the largest headers (Ethernet, IPv6, UDP).
@@ -24,7 +29,7 @@ const TX_HEADROOM: usize = 128;
 
 /// A received datagram's addresses and TTL, read from a frame the pipeline delivered.
 struct Datagram {
-    v6: bool,
+    family: Family,
     src: IpAddr,
     dst: IpAddr,
     sport: u16,
@@ -35,50 +40,49 @@ struct Datagram {
     len: usize,
 }
 
-/// Reads what the pipeline validated: the IP version and addresses at the network header
-/// after the Ethernet header (and tag), the UDP header before the payload.
+/// Reads what the pipeline validated, through the headers' views: the IP version and
+/// addresses at the network header after the Ethernet header (and tag), the UDP header before
+/// the payload.
 fn datagram(frame: &Frame<'_>, payload: u16) -> Option<Datagram> {
     let bytes = frame.bytes();
-    let et = u16::from_be_bytes(bytes.get(12..14)?.try_into().ok()?);
-    let l3 = if et == ethertype::VLAN || et == ethertype::QINQ {
-        TAGGED_HEADER_LEN
-    } else {
-        ETH_LEN
-    };
-    let ip = bytes.get(l3..)?;
+    let eth = EthernetFrame::new_checked(bytes).ok()?;
+    let ip = bytes.get(eth.header_len()..)?;
     let p = usize::from(payload);
-    let udp = bytes.get(p.checked_sub(8)?..p)?;
-    let udp_len = usize::from(u16::from_be_bytes([udp[4], udp[5]]));
-    let len = udp_len.checked_sub(8)?;
+    let udp = UdpPacket::new_unchecked(
+        bytes
+            .get(p.checked_sub(UDP_HEADER_LEN)?..p)?
+            .first_chunk::<UDP_HEADER_LEN>()?,
+    );
+    let len = usize::from(udp.len()).checked_sub(UDP_HEADER_LEN)?;
     bytes.get(p..p + len)?;
-    let (v6, src, dst, ttl) = match ip.first()? >> 4 {
-        4 => {
-            let a = |o: usize| -> Option<IpAddr> {
-                let b: [u8; 4] = ip.get(o..o + 4)?.try_into().ok()?;
-                Some(IpAddr::V4(Ipv4Addr::from(b)))
-            };
-            (false, a(12)?, a(16)?, *ip.get(8)?)
+    let (family, src, dst, ttl) = match ip.first()? >> 4 {
+        IPV4_VERSION => {
+            let h = Ipv4Packet::new_unchecked(ip.first_chunk::<{ ipv4::HEADER_LEN }>()?);
+            let (src, dst) = (h.src_addr(), h.dst_addr());
+            (Family::V4, IpAddr::V4(src), IpAddr::V4(dst), h.ttl())
         }
-        6 => {
-            let a = |o: usize| -> Option<IpAddr> {
-                let b: [u8; 16] = ip.get(o..o + 16)?.try_into().ok()?;
-                Some(IpAddr::V6(Ipv6Addr::from(b)))
-            };
-            (true, a(8)?, a(24)?, *ip.get(7)?)
+        IPV6_VERSION => {
+            let h = Ipv6Packet::new_unchecked(ip.first_chunk::<{ ipv6::HEADER_LEN }>()?);
+            let (src, dst) = (h.src_addr(), h.dst_addr());
+            (Family::V6, IpAddr::V6(src), IpAddr::V6(dst), h.hop_limit())
         }
         _ => return None,
     };
     Some(Datagram {
-        v6,
+        family,
         src,
         dst,
-        sport: u16::from_be_bytes([udp[0], udp[1]]),
-        dport: u16::from_be_bytes([udp[2], udp[3]]),
+        sport: udp.src_port(),
+        dport: udp.dst_port(),
         ttl,
         payload: frame.offset + p,
         len,
     })
 }
+
+/// The version fields of IPv4 and IPv6.
+const IPV4_VERSION: u8 = 4;
+const IPV6_VERSION: u8 = 6;
 
 /// One run loop's view of the endpoints (from [`Endpoints::rx`](super::Endpoints::rx)).
 pub struct EndpointRx {
@@ -238,7 +242,7 @@ fn send_one<P: FramePool>(
     out: &super::mailbox::Outgoing,
 ) -> Result<(), SendError> {
     let mut a = Addrs::new(out.src, out.dst)?;
-    let (egress, src) = output::output_route(tables, guard, a.v6, a.src, a.dst, 0)?;
+    let (egress, src) = output::output_route(tables, guard, a.family, a.src, a.dst, 0)?;
     a.src = src;
     let handle = pool.alloc().ok_or(SendError::PoolEmpty)?;
     let chunk = pool.chunk(handle);
@@ -255,7 +259,7 @@ fn send_one<P: FramePool>(
             now,
             chunk,
             (start, end - start),
-            a.v6,
+            a.family.is_v6(),
             &egress,
         )?;
         Ok((verdict, start, end - start))
@@ -299,7 +303,7 @@ fn answer(
         )?;
         // A link-local sender is answered on the link it came from (its scope), as the
         // kernel's reply would take the ingress interface as the scope id.
-        let egress = if d.v6 && a.dst >> 118 == 0x3fa {
+        let egress = if d.family.is_v6() && ipv6::in_prefix(a.dst, ipv6::LINK_LOCAL) {
             Egress {
                 oif: frame.ifindex,
                 next_hop: a.dst,
@@ -309,7 +313,7 @@ fn answer(
                 source_checked: false,
             }
         } else {
-            output::output_route(tables, guard, d.v6, a.src, a.dst, 0)?.0
+            output::output_route(tables, guard, d.family, a.src, a.dst, 0)?.0
         };
         let start = output::emit(frame.chunk, d.payload, len, &a, output::REFLECTOR_TTL)?;
         let flen = d.payload + len - start;
@@ -319,7 +323,7 @@ fn answer(
             now,
             frame.chunk,
             (start, flen),
-            a.v6,
+            a.family.is_v6(),
             &egress,
         )?;
         Ok((verdict, start, flen))

@@ -30,8 +30,42 @@ pub mod v4_type {
     pub const LAST_KNOWN: u8 = 18;
 }
 
+/// The codes of the ICMP (IPv4) errors the pipeline sends (RFC 792, RFC 1812 5.2.7.1).
+pub mod v4_code {
+    /// Destination unreachable: net unreachable.
+    pub const NET_UNREACHABLE: u8 = 0;
+    /// Destination unreachable: host unreachable.
+    pub const HOST_UNREACHABLE: u8 = 1;
+    /// Destination unreachable: fragmentation needed and DF set.
+    pub const FRAG_NEEDED: u8 = 4;
+    /// Destination unreachable: communication administratively prohibited.
+    pub const ADMIN_PROHIBITED: u8 = 13;
+    /// Time exceeded: TTL exceeded in transit.
+    pub const TTL_EXCEEDED: u8 = 0;
+}
+
+/// The codes of the ICMPv6 errors the pipeline sends (RFC 4443 3.1, 3.3).
+pub mod v6_code {
+    /// Destination unreachable: no route to destination.
+    pub const NO_ROUTE: u8 = 0;
+    /// Destination unreachable: communication administratively prohibited.
+    pub const ADMIN_PROHIBITED: u8 = 1;
+    /// Destination unreachable: beyond the scope of the source address.
+    pub const BEYOND_SCOPE: u8 = 2;
+    /// Time exceeded: hop limit exceeded in transit.
+    pub const HOP_LIMIT_EXCEEDED: u8 = 0;
+}
+
 /// ICMPv6 message types the pipeline tells apart (RFC 4443, RFC 4861).
 pub mod v6_type {
+    /// Destination unreachable (an error).
+    pub const DEST_UNREACHABLE: u8 = 1;
+    /// Packet too big (an error).
+    pub const PACKET_TOO_BIG: u8 = 2;
+    /// Time exceeded (an error).
+    pub const TIME_EXCEEDED: u8 = 3;
+    /// Parameter problem, the last of the errors an IPv6 multipath hash looks into.
+    pub const PARAMETER_PROBLEM: u8 = 4;
     /// The first informational type: types below it are errors (RFC 4443 2.1).
     pub const FIRST_INFORMATIONAL: u8 = 128;
     /// Router solicitation, the first of neighbour discovery's types.

@@ -343,6 +343,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 ///     ttl: 64,
 ///     tos: 0xc0,
 ///     ident: 7,
+///     dont_frag: true,
 ///     payload_len: 8,
 /// };
 /// let mut bytes = [0u8; HEADER_LEN + 8];
@@ -366,6 +367,8 @@ pub struct Ipv4Repr {
     pub tos: u8,
     /// The identification.
     pub ident: u16,
+    /// DF ("don't fragment"); a `Repr` never describes a fragment.
+    pub dont_frag: bool,
     /// The payload's length (the total length minus the header's).
     pub payload_len: usize,
 }
@@ -385,6 +388,7 @@ impl Ipv4Repr {
             ttl: packet.ttl(),
             tos: packet.tos(),
             ident: packet.ident(),
+            dont_frag: packet.dont_frag(),
             payload_len: usize::from(packet.total_len()) - packet.header_len(),
         })
     }
@@ -404,7 +408,7 @@ impl Ipv4Repr {
         let total = u16::try_from(HEADER_LEN + self.payload_len).expect("an IPv4 total length");
         packet.set_total_len(total);
         packet.set_ident(self.ident);
-        packet.set_flags_offset(0);
+        packet.set_flags_offset(if self.dont_frag { DF } else { 0 });
         packet.set_ttl(self.ttl);
         packet.set_protocol(self.protocol);
         packet.set_src_addr(self.src);
@@ -491,12 +495,13 @@ mod tests {
                 ttl: 9,
                 tos: 0x10,
                 ident: 0x1234,
+                dont_frag: false,
                 payload_len: 0,
             }
         );
         let mut out = [0xffu8; 20];
         repr.emit(&mut Ipv4Packet::new_unchecked(&mut out[..]));
-        // The options and the fragment word are not part of the repr.
+        // The options, MF and the fragment offset are not part of the repr.
         let mut expected = [
             0x45, 0x10, 0, 20, 0x12, 0x34, 0, 0, 9, 6, 0, 0, 10, 1, 2, 3, 10, 4, 5, 6,
         ];

@@ -19,6 +19,10 @@ pub const HEADER_LEN: usize = field::DST.end;
 
 /// The link-local unicast prefix fe80::/10 (RFC 4291 2.5.6), as (value, length).
 pub const LINK_LOCAL: (u128, u32) = (0xfe80 << 112, 10);
+/// The prefix length of the link-local route every IPv6 device has (fe80::/64).
+pub const LINK_LOCAL_ROUTE_PLEN: u8 = 64;
+/// The flow label's bits in the first word of the header.
+pub const FLOW_LABEL_MASK: u32 = 0xf_ffff;
 /// The multicast prefix ff00::/8 (RFC 4291 2.7), as (value, length).
 pub const MULTICAST: (u128, u32) = (0xff << 120, 8);
 /// The loopback address ::1.
@@ -140,6 +144,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
             field::VER_TC_FLOW.start..field::VER_TC_FLOW.start + 2,
         );
         (w >> 4) as u8
+    }
+
+    /// The flow label (the low 20 bits of the first word).
+    #[inline]
+    pub fn flow_label(&self) -> u32 {
+        let b = &self.buf()[field::VER_TC_FLOW];
+        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & FLOW_LABEL_MASK
     }
 
     /// The payload length (extension headers included).

@@ -126,3 +126,41 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
         get16(self.buffer.as_ref(), field::CHECKSUM)
     }
 }
+
+/// The setters of a UDP header; the length can break [`UdpPacket::new_checked`]'s check.
+///
+/// ```
+/// use dataplane::wire::l4::UdpPacket;
+/// let mut bytes = [0u8; 9];
+/// let mut udp = UdpPacket::new_unchecked(&mut bytes[..]);
+/// udp.set_src_port(5000);
+/// udp.set_dst_port(53);
+/// udp.set_len(9);
+/// udp.set_checksum(0xffff);
+/// assert_eq!(bytes, [0x13, 0x88, 0, 53, 0, 9, 0xff, 0xff, 0]);
+/// ```
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
+    /// Writes the source port.
+    #[inline]
+    pub fn set_src_port(&mut self, port: u16) {
+        self.buffer.as_mut()[field::SRC_PORT].copy_from_slice(&port.to_be_bytes());
+    }
+
+    /// Writes the destination port.
+    #[inline]
+    pub fn set_dst_port(&mut self, port: u16) {
+        self.buffer.as_mut()[field::DST_PORT].copy_from_slice(&port.to_be_bytes());
+    }
+
+    /// Writes the length field (header and payload).
+    #[inline]
+    pub fn set_len(&mut self, len: u16) {
+        self.buffer.as_mut()[field::LENGTH].copy_from_slice(&len.to_be_bytes());
+    }
+
+    /// Writes the checksum field.
+    #[inline]
+    pub fn set_checksum(&mut self, value: u16) {
+        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
+    }
+}

@@ -32,3 +32,65 @@ pub enum WireError {
     #[error("too many extension headers")]
     TooManyExtensions,
 }
+
+/// The IP version of a packet: which fixed header, EtherType and address width it has. The
+/// pipeline's address fields hold either family in a `u128` (IPv4 in the low 32 bits); this
+/// says which.
+///
+/// ```
+/// use dataplane::wire::Family;
+/// use dataplane::wire::ethernet::ethertype;
+/// assert_eq!(Family::of_ethertype(ethertype::IPV6), Some(Family::V6));
+/// assert_eq!((Family::V4.header_len(), Family::V6.header_len()), (20, 40));
+/// assert_eq!(Family::V6.ethertype(), ethertype::IPV6);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// IPv4 (RFC 791).
+    #[default]
+    V4,
+    /// IPv6 (RFC 8200).
+    V6,
+}
+
+impl Family {
+    /// The family an EtherType carries, if it is an IP one.
+    #[inline]
+    pub const fn of_ethertype(value: u16) -> Option<Family> {
+        match value {
+            ethernet::ethertype::IPV4 => Some(Family::V4),
+            ethernet::ethertype::IPV6 => Some(Family::V6),
+            _ => None,
+        }
+    }
+
+    /// The EtherType of the family's packets.
+    #[inline]
+    pub const fn ethertype(self) -> u16 {
+        match self {
+            Family::V4 => ethernet::ethertype::IPV4,
+            Family::V6 => ethernet::ethertype::IPV6,
+        }
+    }
+
+    /// The length of the family's fixed header (IPv4 without options).
+    #[inline]
+    pub const fn header_len(self) -> usize {
+        match self {
+            Family::V4 => ipv4::HEADER_LEN,
+            Family::V6 => ipv6::HEADER_LEN,
+        }
+    }
+
+    /// Whether this is IPv6.
+    #[inline]
+    pub const fn is_v6(self) -> bool {
+        matches!(self, Family::V6)
+    }
+
+    /// The family from an "is IPv6" flag (the tables' interfaces take one).
+    #[inline]
+    pub const fn from_v6(v6: bool) -> Family {
+        if v6 { Family::V6 } else { Family::V4 }
+    }
+}

@@ -46,9 +46,60 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::punt::{DEFAULT_PUNT_DEVICE, parse_mac};
-use crate::runloop::RingSizes;
-use crate::xdp::{MAX_PORTS, QUEUES_PER_PORT};
+pub mod endpoint;
+
+/// Interfaces one XDP program can serve (`MAX_PORTS` in the XDP program's C source).
+pub const MAX_PORTS: u32 = 64;
+/// Receive queues per interface that can have a socket (`QUEUES_PER_PORT` in the C source).
+pub const QUEUES_PER_PORT: u32 = 64;
+
+/// Default name of the punt device.
+pub const DEFAULT_PUNT_DEVICE: &str = "xfwd-punt";
+
+/// Ring and frame sizes of a run loop.
+///
+/// ```
+/// let sizes = xfwd_config::RingSizes::default();
+/// assert_eq!((sizes.rx, sizes.tx, sizes.frame_size), (1024, 1024, 2048));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingSizes {
+    /// RX ring entries per socket (power of two).
+    pub rx: u32,
+    /// TX ring entries per socket (power of two).
+    pub tx: u32,
+    /// UMEM chunk size: 2048 or 4096.
+    pub frame_size: u32,
+}
+
+impl Default for RingSizes {
+    fn default() -> Self {
+        RingSizes {
+            rx: 1024,
+            tx: 1024,
+            frame_size: 2048,
+        }
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+///
+/// ```
+/// assert_eq!(xfwd_config::parse_mac("02:58:46:00:00:0a"), Some([2, 0x58, 0x46, 0, 0, 10]));
+/// assert_eq!(xfwd_config::parse_mac("02:58:46:00:00"), None);
+/// ```
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let mut mac = [0; 6];
+    let mut parts = text.split(':');
+    for byte in &mut mac {
+        let part = parts.next()?;
+        if part.len() != 2 {
+            return None;
+        }
+        *byte = u8::from_str_radix(part, 16).ok()?;
+    }
+    parts.next().is_none().then_some(mac)
+}
 
 /// Where the control socket lives by default (`/run/xfwd/<netns>.sock` with `--netns`).
 pub const DEFAULT_CONTROL_DIR: &str = "/run/xfwd";
@@ -265,7 +316,7 @@ pub struct ConfigFile {
     pub bare: BareFile,
     /// In-dataplane UDP endpoints (`[[endpoint]]`: a STAMP reflector, an echo).
     #[serde(default)]
-    pub endpoint: Vec<crate::endpoints::EndpointFile>,
+    pub endpoint: Vec<crate::endpoint::EndpointFile>,
 }
 
 impl ConfigFile {
@@ -301,7 +352,7 @@ pub struct Config {
     /// Run loops.
     pub queues: u32,
     /// CPU per queue (None: loop q on the q-th CPU of the process's affinity mask, round
-    /// robin; see [`crate::app::default_cpu`]).
+    /// robin; see `forwarder::app::default_cpu`).
     pub cpus: Option<Vec<usize>>,
     /// Busy polling.
     pub busy_poll: bool,
@@ -326,7 +377,7 @@ pub struct Config {
     /// The routing pipeline's configuration (`queue_id` 0: each run loop sets its own).
     pub pipeline: dataplane::Config,
     /// In-dataplane UDP endpoints (`[[endpoint]]`, routing mode).
-    pub endpoints: Vec<crate::endpoints::EndpointSpec>,
+    pub endpoints: Vec<crate::endpoint::EndpointSpec>,
 }
 
 impl Config {
@@ -336,7 +387,7 @@ impl Config {
     /// mark) a running instance takes on SIGHUP.
     ///
     /// ```
-    /// use forwarder::config::ConfigFile;
+    /// use xfwd_config::ConfigFile;
     /// let file = |text: &str| ConfigFile::parse(text, "x.toml".as_ref()).unwrap().validate(None).unwrap();
     /// let running = file("interfaces = [\"eth0\"]");
     /// let new = file("interfaces = [\"eth0\"]\nqueues = 2\n[pipeline]\nicmp_rate = 5\nhold_frames = 8");
@@ -501,7 +552,7 @@ impl ConfigFile {
                 None
             }
         };
-        let endpoints = crate::endpoints::validate(&self.endpoint, &mut problems);
+        let endpoints = crate::endpoint::validate(&self.endpoint, &mut problems);
         if bare.is_some() && !endpoints.is_empty() {
             problems.push("endpoints need the routing pipeline, not bare mode".to_owned());
         }
@@ -529,11 +580,11 @@ impl ConfigFile {
 }
 
 /// What `xfwd run` does when something frames xfwd forwards would never see could change
-/// them: nftables or iptables rules (`netfilter`, [`crate::netfilter`]), or tc on a served
-/// interface (`tc`, [`crate::tc`]).
+/// them: nftables or iptables rules (`netfilter`, `forwarder::netfilter`), or tc on a served
+/// interface (`tc`, `forwarder::tc`).
 ///
 /// ```
-/// use forwarder::config::{ConfigFile, BypassMode};
+/// use xfwd_config::{ConfigFile, BypassMode};
 /// let file = ConfigFile::parse("interfaces = [\"eth0\"]\nnetfilter = \"bypass\"", "x.toml".as_ref()).unwrap();
 /// let config = file.validate(None).unwrap();
 /// assert_eq!(config.netfilter, BypassMode::Bypass);
