@@ -50,8 +50,8 @@ use crate::key::TrieKey;
 use arena::{Arena, ArenaBuilder};
 use build::{Item, assemble, build};
 use node::{
-    Entry, Place, Slot, child_slot, entries, prefetch_addr, retire, retire_shallow, skip_next,
-    skip_prefix, skip_step, step,
+    Entry, NODE_TAG, Place, SKIP_TAG, Slot, TAG_BITS, child_slot, entries, prefetch_addr,
+    raw_answer, raw_skip, retire, retire_shallow, skip_next, skip_prefix, skip_step_raw, step_raw,
 };
 
 /// The answer slots hold where no prefix covers a key.
@@ -157,9 +157,11 @@ impl<K: TrieKey> Root<K> {
     /// Hints the CPU to load `key`'s first-level slot.
     #[inline(always)]
     fn prefetch_slot(&self, key: K) {
+        // A prefetch never faults: no bounds check needed (and the index is in bounds).
         prefetch_addr(
-            self.slots()[self.slot_index(key)]
+            self.slots
                 .as_ptr()
+                .wrapping_add(self.slot_index(key))
                 .cast_const()
                 .cast(),
         );
@@ -167,24 +169,69 @@ impl<K: TrieKey> Root<K> {
 
     /// The answer for `key`: its first-level slot, then one node per six bits until a leaf.
     /// The root must be live (read under a pinned guard, or owned).
+    ///
+    /// The hot loop works on the slots' raw tagged pointers (a node is told by its two low
+    /// bits being clear, an answer by bit 0, with no decoding into an [`Entry`] and no null
+    /// test), reads the first-level slot without a bounds check, and keeps the key shifted
+    /// so that the next node's six bits are its top bits: one constant shift per step, where
+    /// [`index_at`] takes a variable shift and a range test (several instructions on `u128`).
     #[inline(always)]
     fn descend(&self, key: K) -> Option<u32> {
-        let mut entry = Entry::load(&self.slots()[self.slot_index(key)]);
-        let mut depth = self.bits;
+        // SAFETY: `slot_index` is the key's top `bits` bits, below the `1 << bits` slots,
+        // which live as long as the root (see `slots`).
+        let mut p =
+            unsafe { (*self.slots.as_ptr().add(self.slot_index(key))).load(Ordering::Acquire) };
+        // The key's bits from the next node's depth on, at the top (zeros shifted in past
+        // the key's end: `index_at`'s padding).
+        let mut rest = key.shl(self.bits);
+        // The first step reads the slot's node, or the static empty node when the slot
+        // holds an answer or a skip node, picked without a branch: a branch on the slot's
+        // kind would be mispredicted often (the key lands on an answer or on a node almost
+        // at random) and only found so once the slot's load returned, discarding the work
+        // of the keys after it. Only descending further (a child, a skip node) branches.
+        let is_node = p.addr() & TAG_BITS == NODE_TAG;
+        let node = std::hint::select_unpredictable(is_node, p, node::empty_node());
+        let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
+        // SAFETY: `node` is a node pointer read from a slot of this root, which is live (the
+        // caller's guard keeps published nodes from being freed), or the static empty node.
+        match unsafe { step_raw(node, index) } {
+            Ok(next) => {
+                p = next;
+                rest = rest.shl(STRIDE);
+            }
+            Err(answer) if p.addr() & TAG_BITS != SKIP_TAG => {
+                let answer = std::hint::select_unpredictable(is_node, answer, raw_answer(p));
+                return (answer != NONE).then_some(answer);
+            }
+            Err(_) => {}
+        }
         loop {
-            match entry {
-                Entry::Leaf(answer) => return (answer != NONE).then_some(answer),
-                Entry::Node(n) => {
-                    // SAFETY: `n` was read from a slot of this root, which is live (the
-                    // caller's guard keeps published nodes from being freed).
-                    entry = unsafe { step(n, index_at(key, depth)) };
-                    depth += STRIDE;
+            match p.addr() & TAG_BITS {
+                NODE_TAG => {
+                    let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
+                    // SAFETY: `p` is a node pointer (tag clear) read from a slot of this
+                    // root, which is live: the caller's guard keeps published nodes from
+                    // being freed.
+                    match unsafe { step_raw(p, index) } {
+                        Ok(next) => {
+                            p = next;
+                            rest = rest.shl(STRIDE);
+                        }
+                        Err(answer) => return (answer != NONE).then_some(answer),
+                    }
                 }
                 // SAFETY: as above; skip nodes of a `FastLpm<K>` hold keys of type `K`.
-                Entry::Skip(s) => match unsafe { skip_step(s, key) } {
-                    Ok((next, len)) => (entry, depth) = (next, len),
+                SKIP_TAG => match unsafe { skip_step_raw(raw_skip(p), key) } {
+                    Ok((next, len)) => {
+                        p = next;
+                        rest = key.shl(len);
+                    }
                     Err(miss) => return (miss != NONE).then_some(miss),
                 },
+                _ => {
+                    let answer = raw_answer(p);
+                    return (answer != NONE).then_some(answer);
+                }
             }
         }
     }
@@ -316,10 +363,16 @@ impl<K: TrieKey> FastLpm<K> {
     pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>], guard: &Guard) {
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
-        for (i, (&key, o)) in keys.iter().zip(out.iter_mut()).enumerate() {
-            if let Some(&ahead) = keys.get(i + AHEAD) {
-                root.prefetch_slot(ahead);
-            }
+        let out = &mut out[..keys.len()];
+        // Keys with a key `AHEAD` places further, then the last `AHEAD` (no bounds checks:
+        // the iterators end together).
+        let split = keys.len().saturating_sub(AHEAD);
+        let (head, tail) = out.split_at_mut(split);
+        for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
+            root.prefetch_slot(ahead);
+            *o = root.descend(key);
+        }
+        for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
             *o = root.descend(key);
         }
     }

@@ -235,7 +235,7 @@ pub(crate) fn new_skip<K: TrieKey>(
 ///
 /// # Safety
 /// `skip` must be live and built for keys of type `K`.
-#[inline(always)]
+#[cfg(test)]
 pub(crate) unsafe fn skip_step<K: TrieKey>(
     skip: NonNull<Skip>,
     key: K,
@@ -312,6 +312,103 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
             Entry::Leaf(leaves_ptr(node, children).add(k.wrapping_sub(1)).read())
         }
     }
+}
+
+/// The low two bits of a slot's tagged pointer: [`NODE_TAG`], [`SKIP_TAG`], or an answer
+/// (bit 0 set).
+pub(crate) const TAG_BITS: usize = 3;
+/// The tag of a node pointer (nodes are at least 8-byte aligned).
+pub(crate) const NODE_TAG: usize = 0;
+/// The tag of a skip-node pointer.
+pub(crate) const SKIP_TAG: usize = SKIP;
+
+/// The answer a tagged pointer with bit 0 set stands for.
+#[inline(always)]
+pub(crate) fn raw_answer(p: *mut Node) -> u32 {
+    (p.addr() >> 1) as u32
+}
+
+/// One step of a lookup on a slot's raw tagged pointer `p` (tag [`NODE_TAG`]): `Ok` with the
+/// raw entry of the child at position `index` (< 64), or `Err` with the answer of a leaf
+/// position. The hot loop's form of [`step`]: no decoding of the tags, no null test (a node
+/// pointer is never null: slots are written only by [`Entry::encode`]).
+///
+/// # Safety
+/// `p` must carry [`NODE_TAG`] and point to a live node (published and kept alive by a
+/// pinned guard, or owned).
+#[inline(always)]
+pub(crate) unsafe fn step_raw(p: *mut Node, index: u32) -> Result<*mut Node, u32> {
+    // SAFETY: the caller guarantees `p` is a live node's (non-null) pointer, so its header is
+    // readable and its allocation holds popcount(vector) slots and popcount(leafvec) answers;
+    // `index < 64`, so the counted positions stay within those.
+    unsafe {
+        let node = NonNull::new_unchecked(p);
+        let head = p.read();
+        let bit = 1u64 << index;
+        let below = bit - 1;
+        if head.vector & bit != 0 {
+            let k = (head.vector & below).count_ones() as usize;
+            Ok((*children_ptr(node).add(k)).load(Ordering::Acquire))
+        } else {
+            // A leaf position: some leaf position at or before it started a run, so the
+            // count is at least one.
+            let k = (head.leafvec & (bit | below)).count_ones() as usize;
+            let children = head.vector.count_ones() as usize;
+            Err(leaves_ptr(node, children).add(k.wrapping_sub(1)).read())
+        }
+    }
+}
+
+/// A node without children whose every position answers [`NONE`](super::NONE): the node a
+/// lookup's first step reads in place of a slot that holds no node, so that the step needs
+/// no branch on the slot's kind (see `Root::descend`).
+#[repr(C)]
+struct EmptyNode {
+    head: Node,
+    leaf: u32,
+}
+
+static EMPTY_NODE: EmptyNode = EmptyNode {
+    head: Node {
+        vector: 0,
+        leafvec: 1,
+    },
+    leaf: super::NONE,
+};
+
+/// The raw pointer of the static empty node (tag [`NODE_TAG`]; only ever read).
+#[inline(always)]
+pub(crate) fn empty_node() -> *mut Node {
+    ptr::addr_of!(EMPTY_NODE).cast::<Node>().cast_mut()
+}
+
+/// One step through a skip node on its raw (untagged) pointer: as [`skip_step`], with the
+/// next entry raw.
+///
+/// # Safety
+/// As for [`skip_step`]: `skip` must point to a live skip node built for keys of type `K`.
+#[inline(always)]
+pub(crate) unsafe fn skip_step_raw<K: TrieKey>(
+    skip: *mut Skip,
+    key: K,
+) -> Result<(*mut Node, u8), u32> {
+    // SAFETY: the caller guarantees the node is live and holds a `K` in `key`'s first bytes
+    // (`new_skip`).
+    unsafe {
+        let s = &*skip;
+        let prefix = ptr::addr_of!(s.key).cast::<K>().read();
+        if (key ^ prefix) & K::prefix_mask(s.len) == K::ZERO {
+            Ok((s.next.load(Ordering::Acquire), s.len))
+        } else {
+            Err(s.miss)
+        }
+    }
+}
+
+/// The skip node a tagged pointer with [`SKIP_TAG`] points to.
+#[inline(always)]
+pub(crate) fn raw_skip(p: *mut Node) -> *mut Skip {
+    p.map_addr(|a| a & !SKIP).cast()
 }
 
 /// Hints the CPU to load the cache line at `addr`.
@@ -510,6 +607,18 @@ mod tests {
             assert_eq!(step(child, 63), Entry::Leaf(42));
             assert_eq!(step(node, 11), Entry::Leaf(9));
             assert_eq!(step(node, 63), Entry::Leaf(9));
+            // The hot loop's raw form: a child's tagged pointer, or a leaf's answer.
+            let raw = Entry::Node(node).encode();
+            assert_eq!(raw.addr() & TAG_BITS, NODE_TAG);
+            assert_eq!(step_raw(raw, 9), Err(7));
+            assert_eq!(step_raw(raw, 10), Ok(Entry::Node(child).encode()));
+            assert_eq!(step_raw(raw, 63), Err(9));
+            assert_eq!(step_raw(child.as_ptr(), 0), Err(42));
+            assert_eq!(raw_answer(Entry::Leaf(77).encode()), 77);
+            // The static empty node answers NONE everywhere and has no child.
+            for i in [0, 17, 63] {
+                assert_eq!(step_raw(empty_node(), i), Err(crate::fast::NONE));
+            }
             assert!(child_slot(node, 10).is_some());
             assert!(child_slot(node, 11).is_none());
             // Two nodes, each padded to its cache line.
@@ -530,6 +639,13 @@ mod tests {
         unsafe {
             assert_eq!(skip_step(skip, 0x0a01_02ffu32), Ok((Entry::Node(next), 24)));
             assert_eq!(skip_step(skip, 0x0a01_0300u32), Err(9));
+            let raw = entry.encode();
+            assert_eq!(raw.addr() & TAG_BITS, SKIP_TAG);
+            assert_eq!(
+                skip_step_raw(raw_skip(raw), 0x0a01_02ffu32),
+                Ok((Entry::Node(next).encode(), 24))
+            );
+            assert_eq!(skip_step_raw(raw_skip(raw), 0x0a01_0300u32), Err(9));
             assert_eq!(skip_prefix::<u32>(skip), 0x0a01_0200);
             assert_eq!(heap_bytes(entry, &Arena::default()), 64 + NODE_ALIGN);
             free_entry(entry, &Arena::default());

@@ -3,6 +3,7 @@
 use crossbeam_epoch as epoch;
 use proptest::prelude::*;
 
+use super::node::step;
 use super::*;
 use crate::trie::LcTrie;
 
