@@ -213,34 +213,20 @@ fn read_events<I: NetlinkDeserializable>(
     limit: usize,
     mut each: impl FnMut(u16, I),
 ) -> io::Result<Drained> {
-    let mut out = Drained::default();
-    for _ in 0..limit {
-        match sock.recv()? {
-            Recv::Empty => {
-                out.empty = true;
-                break;
-            }
-            Recv::Overrun => {
-                inc(&applier.counters.overruns);
-                out.overrun = true;
-            }
-            Recv::Data => {
-                let mut bad = Vec::new();
-                sock.messages::<I>(
-                    |m| {
-                        if let NetlinkPayload::InnerMessage(msg) = m.payload {
-                            each(m.header.flags, msg);
-                        }
-                    },
-                    |kind, e| bad.push(format!("type {kind}: {e}")),
-                );
-                for b in bad {
-                    applier.map_failed(&MapError::Decode(b));
+    drain(sock, applier, limit, |sock| {
+        let mut bad = Vec::new();
+        sock.messages::<I>(
+            |m| {
+                if let NetlinkPayload::InnerMessage(msg) = m.payload {
+                    each(m.header.flags, msg);
                 }
-            }
+            },
+            |kind, e| bad.push(format!("type {kind}: {e}")),
+        );
+        for b in bad {
+            applier.map_failed(&MapError::Decode(b));
         }
-    }
-    Ok(out)
+    })
 }
 
 /// Reads up to `limit` datagrams of event socket `sock` into `pending`, undecoded (see
@@ -250,6 +236,19 @@ fn keep_events(
     applier: &Applier,
     limit: usize,
     pending: &mut PendingEvents,
+) -> io::Result<Drained> {
+    drain(sock, applier, limit, |sock| {
+        pending.push_datagram(sock.datagram())
+    })
+}
+
+/// Receives up to `limit` datagrams of `sock`, handing each to `data` (which reads it from
+/// the socket's buffer); counts overruns, and stops early when the socket is empty.
+fn drain(
+    sock: &mut NlSocket,
+    applier: &Applier,
+    limit: usize,
+    mut data: impl FnMut(&mut NlSocket),
 ) -> io::Result<Drained> {
     let mut out = Drained::default();
     for _ in 0..limit {
@@ -262,7 +261,7 @@ fn keep_events(
                 inc(&applier.counters.overruns);
                 out.overrun = true;
             }
-            Recv::Data => pending.push_datagram(sock.datagram()),
+            Recv::Data => data(sock),
         }
     }
     Ok(out)
