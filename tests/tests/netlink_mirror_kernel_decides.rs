@@ -165,3 +165,143 @@ fn unrepresentable_routes_hand_their_prefix_to_the_kernel() {
     let s = live.stats();
     assert!(s.kernel_decides.is_empty(), "{s:?}");
 }
+
+/// What a lookup of `dst` from `src` arriving on `iif` answers in the IPv4 FIB, with the flow's
+/// ports and protocol unknown (the FIB does not model them): the type and prefix length.
+fn decide4_from(t: &MirroredTables, src: &str, dst: &str, iif: &str) -> (RouteType, u8) {
+    let g = crossbeam_epoch::pin();
+    let ifindex = t.links.by_name(iif, &g).expect("link").ifindex;
+    let src: std::net::Ipv4Addr = src.parse().unwrap();
+    let dst: std::net::Ipv4Addr = dst.parse().unwrap();
+    let flow = Flow {
+        src: u32::from(src),
+        iif: ifindex,
+        ..Flow::to(u32::from(dst))
+    };
+    let r = t.fib4.lookup(&flow, &g).expect("a route");
+    (r.route_type(), r.plen)
+}
+
+fn rules(t: &MirroredTables) -> String {
+    show(
+        t,
+        &ShowArgs {
+            what: ShowWhat::Rules,
+            netns: None,
+        },
+    )
+}
+
+/// Rules with selectors or actions the FIB does not model (ports, an IP protocol, a uid
+/// range, `suppress_prefixlength`, `l3mdev`) fail closed: each becomes a "kernel decides"
+/// rule over the selectors the FIB does model, so that every flow it could match goes to the
+/// kernel, not to the table a later rule names; two kernel rules behind one stand-in keep it
+/// until the last goes; a `not` rule's stand-in covers every flow.
+#[test]
+fn unrepresentable_rules_hand_what_they_could_match_to_the_kernel() {
+    if !xfwd_lab::privileged("unrepresentable_rules_hand_what_they_could_match_to_the_kernel") {
+        return;
+    }
+    let ns = netns("krule");
+    two_links(&ns);
+    ip(&ns, "link set lo up");
+    ip(&ns, "route add default via 10.2.0.2");
+    ip(&ns, "route add 10.60.0.0/16 via 10.1.0.2 table 100");
+    // Present before the mirror starts: from the initial dump.
+    ip(
+        &ns,
+        "rule add pref 100 from 10.9.0.0/16 dport 80 lookup 100",
+    );
+    let live = mirror(&ns, MirrorOptions::default());
+    let steps = [
+        // The same stand-in (pref 100 from 10.9.0.0/16) for another kernel rule.
+        "rule add pref 100 from 10.9.0.0/16 dport 443 lookup 100",
+        "rule add pref 110 iif d1 ipproto udp lookup 100",
+        "rule add pref 120 from 10.8.0.0/16 uidrange 0-0 lookup 100",
+        "rule add pref 130 from 10.7.0.0/16 lookup main suppress_prefixlength 0",
+        // An ordinary rule after them still applies to what they cannot match.
+        "rule add pref 200 from 10.9.0.0/16 lookup 100",
+    ];
+    for step in steps {
+        ip(&ns, step);
+        converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after `ip {step}`: {e}"));
+    }
+    let t = live.tables();
+    let kernel = (RouteType::Kernel, 0);
+    // dport 80/443 from 10.9/16: the kernel decides (the port is not known to the FIB).
+    assert_eq!(decide4_from(t, "10.9.1.1", "10.60.1.1", "d0"), kernel);
+    // ipproto udp on d1 only.
+    assert_eq!(decide4_from(t, "10.6.1.1", "10.60.1.1", "d1"), kernel);
+    assert_eq!(
+        decide4_from(t, "10.6.1.1", "10.60.1.1", "d0"),
+        (RouteType::Unicast, 0),
+        "not on d1: main's default route"
+    );
+    assert_eq!(decide4_from(t, "10.8.1.1", "10.60.1.1", "d0"), kernel);
+    assert_eq!(decide4_from(t, "10.7.1.1", "10.60.1.1", "d0"), kernel);
+    let text = rules(t);
+    for line in [
+        "100:\tfrom 10.9.0.0/16 kernel-decides rule",
+        "110:\tfrom all iif d1 kernel-decides rule",
+        "200:\tfrom 10.9.0.0/16 lookup 100",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+    }
+    let s = live.stats();
+    assert_eq!(s.kernel_decides.get("rule-dport"), Some(&2), "{s:?}");
+    assert_eq!(s.kernel_decides.get("rule-ipproto"), Some(&1), "{s:?}");
+    assert_eq!(s.kernel_decides.get("rule-uidrange"), Some(&1), "{s:?}");
+    assert_eq!(
+        s.kernel_decides.get("rule-suppress-prefixlength"),
+        Some(&1),
+        "{s:?}"
+    );
+    assert!(s.errors.is_empty(), "{s:?}");
+
+    // The shared stand-in stays until its last kernel rule goes; then rule 200 applies.
+    ip(
+        &ns,
+        "rule del pref 100 from 10.9.0.0/16 dport 80 lookup 100",
+    );
+    converge(&live, &ns, CONVERGE).unwrap();
+    assert_eq!(decide4_from(t, "10.9.1.1", "10.60.1.1", "d0"), kernel);
+    ip(
+        &ns,
+        "rule del pref 100 from 10.9.0.0/16 dport 443 lookup 100",
+    );
+    converge(&live, &ns, CONVERGE).unwrap();
+    assert_eq!(
+        decide4_from(t, "10.9.1.1", "10.60.1.1", "d0"),
+        (RouteType::Unicast, 16),
+        "rule 200: table 100"
+    );
+
+    // `not` with a selector the FIB does not model: the stand-in covers every flow.
+    ip(
+        &ns,
+        "rule add pref 50 not from 10.5.0.0/16 dport 22 lookup 100",
+    );
+    converge(&live, &ns, CONVERGE).unwrap();
+    assert_eq!(decide4_from(t, "10.5.1.1", "10.60.1.1", "d0"), kernel);
+    assert_eq!(decide4_from(t, "10.4.1.1", "10.60.1.1", "d0"), kernel);
+    for step in [
+        "rule del pref 50 not from 10.5.0.0/16 dport 22 lookup 100",
+        "rule del pref 110 iif d1 ipproto udp lookup 100",
+        "rule del pref 120 from 10.8.0.0/16 uidrange 0-0 lookup 100",
+        "rule del pref 130 from 10.7.0.0/16 lookup main suppress_prefixlength 0",
+    ] {
+        ip(&ns, step);
+        converge(&live, &ns, CONVERGE).unwrap_or_else(|e| panic!("after `ip {step}`: {e}"));
+    }
+    assert_eq!(
+        decide4_from(t, "10.6.1.1", "10.60.1.1", "d1"),
+        (RouteType::Unicast, 0)
+    );
+    assert_eq!(
+        decide4_from(t, "10.8.1.1", "10.60.1.1", "d0"),
+        (RouteType::Unicast, 0)
+    );
+    let s = live.stats();
+    assert!(s.kernel_decides.is_empty(), "{s:?}");
+    assert!(s.errors.is_empty(), "{s:?}");
+}

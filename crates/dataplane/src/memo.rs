@@ -250,7 +250,7 @@ struct SourceSlot {
     src: u32,
     dscp: u8,
     strict: bool,
-    valid: bool,
+    valid: Option<bool>,
     iif: u32,
     /// The memo's epoch the answer was taken in (0: empty).
     epoch: u32,
@@ -362,7 +362,14 @@ impl IngressSwitches for MemoSwitches<'_> {
     }
 
     #[inline]
-    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool {
+    fn source_valid(
+        &mut self,
+        src: u128,
+        dst: u128,
+        dscp: u8,
+        iif: u32,
+        strict: bool,
+    ) -> Option<bool> {
         if !self.memo.sources_usable {
             return route::source_valid(self.tables, self.guard, src, dst, dscp, iif, strict);
         }

@@ -452,8 +452,11 @@ pub(crate) fn fib_answer<K: TrieKey>(
             IngressCheck::Pass => {}
             IngressCheck::Refused(route) => return Err(route),
             IngressCheck::ValidateSource { strict } => {
-                if !switches.source_valid(src, dst, flow.tos, flow.iif, strict) {
-                    return Err(Route::Drop(DropReason::RpFilter));
+                match switches.source_valid(src, dst, flow.tos, flow.iif, strict) {
+                    Some(true) => {}
+                    Some(false) => return Err(Route::Drop(DropReason::RpFilter)),
+                    // The route back is the kernel's to find.
+                    None => return Err(Route::Punt(PuntReason::KernelRoute)),
                 }
                 source_checked = true;
             }
@@ -591,7 +594,14 @@ pub(crate) trait IngressSwitches {
     /// [`ingress_check`] for a packet of family `v6` arriving on `iif`.
     fn check(&mut self, v6: bool, iif: u32) -> IngressCheck;
     /// [`source_valid`] for an IPv4 packet from `src` to `dst`.
-    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool;
+    fn source_valid(
+        &mut self,
+        src: u128,
+        dst: u128,
+        dscp: u8,
+        iif: u32,
+        strict: bool,
+    ) -> Option<bool>;
 }
 
 /// The switches asked from the tables for every packet.
@@ -607,7 +617,14 @@ impl IngressSwitches for TableSwitches<'_> {
     }
 
     #[inline]
-    fn source_valid(&mut self, src: u128, dst: u128, dscp: u8, iif: u32, strict: bool) -> bool {
+    fn source_valid(
+        &mut self,
+        src: u128,
+        dst: u128,
+        dscp: u8,
+        iif: u32,
+        strict: bool,
+    ) -> Option<bool> {
         source_valid(self.tables, self.guard, src, dst, dscp, iif, strict)
     }
 }
@@ -640,12 +657,13 @@ fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route
 
 /// Reverse-path filtering of an IPv4 source (`fib_validate_source`): the route back to `src`
 /// (a lookup of `src` from `dst`) must be unicast and, when `strict`, use the ingress device
-/// `iif` among its next hops.
+/// `iif` among its next hops. `None` when a "kernel decides" route or rule answers the route
+/// back: what the kernel's own lookup finds there is not known, so the kernel must decide.
 ///
 /// ```
 /// use dataplane::route::source_valid;
 /// use dataplane::Tables;
-/// use fib_trie::{InsertFlags, NextHop, Route};
+/// use fib_trie::{InsertFlags, NextHop, Route, RouteType};
 /// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 ///
 /// let (sockets, mut w) = SockTable::new(TableConfig::default())?;
@@ -653,10 +671,12 @@ fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route
 /// let t = Tables::new(addr_table::NetnsId(1), sockets, ns);
 /// t.fib4.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(None, 1)]), InsertFlags::ADD)?;
 /// let g = crossbeam_epoch::pin();
-/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 1, true));
-/// assert!(!source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), "strict: via 1");
-/// assert!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, false), "loose");
-/// assert!(!source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), "no route back");
+/// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 1, true), Some(true));
+/// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), Some(false), "strict: via 1");
+/// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, false), Some(true), "loose");
+/// assert_eq!(source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), Some(false), "no route back");
+/// t.fib4.insert(&Route::reject(0x0b00_0000, 8, 254, RouteType::Kernel), InsertFlags::ADD)?;
+/// assert_eq!(source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), None, "kernel decides");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn source_valid(
@@ -667,7 +687,7 @@ pub fn source_valid(
     dscp: u8,
     iif: u32,
     strict: bool,
-) -> bool {
+) -> Option<bool> {
     let flow = Flow {
         dst: src as u32,
         src: dst as u32,
@@ -679,9 +699,10 @@ pub fn source_valid(
     };
     match tables.fib4.lookup(&flow, guard) {
         Ok(r) if r.route_type() == RouteType::Unicast => {
-            !strict || r.nexthops().iter().any(|h| h.ifindex == iif)
+            Some(!strict || r.nexthops().iter().any(|h| h.ifindex == iif))
         }
-        _ => false,
+        Ok(r) if r.route_type() == RouteType::Kernel => None,
+        _ => Some(false),
     }
 }
 

@@ -136,9 +136,10 @@ reasons! {
         /// An xfrm policy whose decision the policy database leaves to the kernel (one the
         /// mirror cannot evaluate, or a priority tie only the kernel's history breaks).
         PolicyKernel = "policy_kernel",
-        /// A "kernel decides" route: the mirror could not represent the kernel's route for
-        /// this destination (an encapsulation, a source-specific route, ...), so the kernel
-        /// routes the packet.
+        /// A "kernel decides" route or rule: the mirror could not represent the kernel's
+        /// route for this destination (an encapsulation, a source-specific route, ...) or a
+        /// policy rule that could match the packet (ports, an IP protocol, a uid range,
+        /// `suppress_prefixlength`, ...), so the kernel routes the packet.
         KernelRoute = "kernel_route",
         /// The route leaves through an interface the pipeline does not transmit on (not in
         /// the forwarder's `--iface`): the kernel forwards the packet.

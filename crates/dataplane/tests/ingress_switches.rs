@@ -132,6 +132,43 @@ fn rp_filter_validates_every_source_strict_and_loose() {
     assert_eq!(queue.counters().drops_of(DropReason::RpFilter), 4);
 }
 
+/// A route back the mirror could not represent ("kernel decides": an encapsulation, a
+/// source-specific route, a policy rule on ports, ...) leaves reverse-path filtering to the
+/// kernel: the packet is punted, neither dropped nor forwarded, in both modes and also when
+/// the answer is remembered.
+#[test]
+fn a_kernel_decides_route_back_leaves_the_source_check_to_the_kernel() {
+    let (fx, t) = followed();
+    fx.tables
+        .fib4
+        .insert(
+            &fib_trie::Route::reject(0xc612_0000, 16, 254, fib_trie::RouteType::Kernel),
+            fib_trie::InsertFlags::ADD,
+        )
+        .unwrap();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let frame = udp4([198, 18, 7, 7], [8, 8, 8, 8], 64, 53, 10);
+    for rp_filter in [1, 2] {
+        t.update(false, IN as i32, conf(true, rp_filter));
+        fx.tables.generation.bump();
+        for now in [0, 1] {
+            assert_eq!(
+                run_on(&mut queue, &fx, &frame, 256, now).verdict,
+                Verdict::Punt(PuntReason::KernelRoute),
+                "rp_filter {rp_filter}"
+            );
+        }
+    }
+    assert_eq!(queue.counters().drops_of(DropReason::RpFilter), 0);
+    // rp_filter off: no route back is looked up; the route forward decides.
+    t.update(false, IN as i32, conf(true, 0));
+    fx.tables.generation.bump();
+    assert_eq!(
+        run_on(&mut queue, &fx, &frame, 256, 2).verdict,
+        Verdict::Transmit { ifindex: OUT }
+    );
+}
+
 #[test]
 fn unknown_switches_leave_the_packet_to_the_kernel() {
     let mut fx = fixture();

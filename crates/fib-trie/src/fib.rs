@@ -28,6 +28,13 @@ pub enum RuleAction {
     Unreachable,
     /// Fail with [`LookupError::Prohibit`].
     Prohibit,
+    /// Kernel decides: the stand-in of a kernel rule the FIB cannot represent (a selector it
+    /// does not model, such as ports, an IP protocol or a uid range, or an unknown action),
+    /// over what of it the FIB can match. A lookup that reaches it ends with a
+    /// [`RouteType::Kernel`](crate::RouteType::Kernel) result of prefix length 0 (no
+    /// table, no next hops): whoever forwards hands the packet to the kernel, which applies
+    /// the real rule.
+    Kernel,
 }
 
 /// A policy routing rule (`fib_rule`): selectors, all of which must match, and an action.
@@ -125,6 +132,8 @@ struct Snapshot<K: TrieKey> {
     merged: Option<Arc<Store<K>>>,
     /// The default table, consulted after the merged trie.
     default: Option<Arc<FibTable<K>>>,
+    /// What a [`RuleAction::Kernel`] rule answers: a "kernel decides" route of no table.
+    kernel: FibAlias<K>,
 }
 
 impl<K: TrieKey> Snapshot<K> {
@@ -150,6 +159,12 @@ impl<K: TrieKey> Snapshot<K> {
             custom_rules,
             merged,
             default,
+            kernel: FibAlias {
+                table: 0,
+                tos: 0,
+                route_type: crate::RouteType::Kernel,
+                info: Arc::default(),
+            },
         }
     }
 }
@@ -647,6 +662,15 @@ impl<K: TrieKey> Fib<K> {
                 RuleAction::Blackhole => return Err(LookupError::Blackhole),
                 RuleAction::Unreachable => return Err(LookupError::NoRoute),
                 RuleAction::Prohibit => return Err(LookupError::Prohibit),
+                RuleAction::Kernel => {
+                    return Ok(FibResult {
+                        prefix: K::ZERO,
+                        plen: 0,
+                        alias: &snap.kernel,
+                        nh_sel: 0,
+                        path: snap.kernel.resolve_pinned(guard),
+                    });
+                }
                 RuleAction::Lookup(id) => snap
                     .tables
                     .get(&id)

@@ -432,6 +432,53 @@ fn rules_select_goto_throw_and_reject() {
     assert_eq!(fib.delete_rule(&marked), Err(RuleError::NotFound));
 }
 
+/// A "kernel decides" rule (the stand-in of a kernel rule the FIB cannot represent) answers a
+/// kernel route of prefix length 0 for the flows its selectors match, ahead of the rules after
+/// it, and leaves the others to them.
+#[test]
+fn kernel_rule_answers_kernel_decides_for_what_it_matches() {
+    let fib = Fib::<u32>::new();
+    fib.insert(
+        &Route::unicast(NET, 8, ids::MAIN, via(0xc0a8_0001, 2)),
+        InsertFlags::ADD,
+    )
+    .unwrap();
+    let mut rule = FibRule::new(100, RuleAction::Kernel);
+    rule.src = Some((0xc0a8_0000, 16));
+    fib.add_rule(rule.clone()).unwrap();
+    let g = &epoch::pin();
+    let from = |src: u32| Flow {
+        src,
+        ..Flow::to(NET | 1)
+    };
+    let r = fib.lookup(&from(0xc0a8_0101), g).unwrap();
+    assert_eq!((r.route_type(), r.plen), (RouteType::Kernel, 0));
+    assert!(r.nexthops().is_empty());
+    let r = fib.lookup(&from(0x0b00_0001), g).unwrap();
+    assert_eq!(
+        (r.route_type(), r.plen, r.table()),
+        (RouteType::Unicast, 8, ids::MAIN)
+    );
+    // Ahead of a route of any length, even where no table has a route.
+    assert_eq!(
+        fib.lookup(
+            &Flow {
+                src: 0xc0a8_0101,
+                ..Flow::to(0x0808_0808)
+            },
+            g
+        )
+        .map(|r| r.route_type()),
+        Ok(RouteType::Kernel)
+    );
+    fib.delete_rule(&rule).unwrap();
+    let g = &epoch::pin();
+    assert_eq!(
+        fib.lookup(&from(0xc0a8_0101), g).map(|r| r.route_type()),
+        Ok(RouteType::Unicast)
+    );
+}
+
 use fib_trie::RuleError;
 
 /// A route as the linear-scan oracle keeps it.

@@ -546,16 +546,34 @@ impl Applier {
                 .remove(ifindex, addr)
                 .map(|n| Change::Neigh(Removed, n)),
             Mapped::Rule4(r) => {
-                add_rule(&t.fib4, &mut self.rules4, &t, r)?.map(|r| Change::Rule4(Added, r))
+                let kernel = self.kernel_rule(r.kernel.as_ref(), r.rule.priority);
+                let changed = add_rule(&t.fib4, &mut self.rules4, &t, r);
+                if kernel {
+                    self.count_kernel_routes();
+                }
+                changed?.map(|r| Change::Rule4(Added, r))
             }
             Mapped::Rule6(r) => {
-                add_rule(&t.fib6, &mut self.rules6, &t, r)?.map(|r| Change::Rule6(Added, r))
+                let kernel = self.kernel_rule(r.kernel.as_ref(), r.rule.priority);
+                let changed = add_rule(&t.fib6, &mut self.rules6, &t, r);
+                if kernel {
+                    self.count_kernel_routes();
+                }
+                changed?.map(|r| Change::Rule6(Added, r))
             }
             Mapped::Rule4Gone(r) => {
-                del_rule(&t.fib4, &mut self.rules4, &r)?.map(|r| Change::Rule4(Removed, r))
+                let changed = del_rule(&t.fib4, &mut self.rules4, &r);
+                if r.kernel.is_some() {
+                    self.count_kernel_routes();
+                }
+                changed?.map(|r| Change::Rule4(Removed, r))
             }
             Mapped::Rule6Gone(r) => {
-                del_rule(&t.fib6, &mut self.rules6, &r)?.map(|r| Change::Rule6(Removed, r))
+                let changed = del_rule(&t.fib6, &mut self.rules6, &r);
+                if r.kernel.is_some() {
+                    self.count_kernel_routes();
+                }
+                changed?.map(|r| Change::Rule6(Removed, r))
             }
             Mapped::Policy(spec) => self.upsert_policy(spec)?,
             Mapped::PolicyGone(k) => {
@@ -613,6 +631,24 @@ impl Applier {
         })
     }
 
+    /// Logs the first kernel rule of each kind the FIB cannot represent (whether `kernel`
+    /// is one: then true).
+    fn kernel_rule(&mut self, kernel: Option<&crate::map::KernelRule>, priority: u32) -> bool {
+        let Some(k) = kernel else {
+            return false;
+        };
+        if self.logged_kinds.insert(k.reason) {
+            tracing::warn!(
+                kind = k.reason,
+                priority,
+                "a kernel rule the FIB cannot represent: the kernel decides for every flow it \
+                 could match (further rules of this kind are counted in the stats as \
+                 kernel_decides, not logged)"
+            );
+        }
+        true
+    }
+
     /// Adds (`upsert` is `Some`) or removes a kernel route the FIB cannot represent: its
     /// stand-in is inserted with the first kernel route behind it (before the routes of the
     /// same key: "kernel decides" wins a tie) and deleted with the last.
@@ -656,13 +692,27 @@ impl Applier {
 
     /// Publishes how many kernel routes stand behind stand-ins, by kind.
     /// Nexthop objects the FIB cannot represent are counted too (by their reason,
-    /// `nexthop-encap`, `nexthop-group-type`): the routes through them are handed to the kernel.
+    /// `nexthop-encap`, `nexthop-group-type`): the routes through them are handed to the kernel;
+    /// and so are rules (`rule-dport`, `rule-uidrange`, ...): the flows they could match are.
     fn count_kernel_routes(&self) {
         let mut counts = self.tables.kernel_routes.counts();
         for (_, e) in self.tables.nexthops.lock().iter() {
             if let crate::map::NexthopSpec::Unrepresentable(why) = e.spec {
                 *counts.entry(why).or_default() += 1;
             }
+        }
+        let rules4 = self
+            .rules4
+            .installed
+            .keys()
+            .filter_map(|e| e.kernel.as_ref());
+        let rules6 = self
+            .rules6
+            .installed
+            .keys()
+            .filter_map(|e| e.kernel.as_ref());
+        for k in rules4.chain(rules6) {
+            *counts.entry(k.reason).or_default() += 1;
         }
         *self
             .counters
@@ -845,6 +895,7 @@ impl Applier {
                         self.changed(&Change::Rule4(ChangeOp::Removed, r));
                     }
                 }
+                self.count_kernel_routes();
             }
             Kind::Rule6 => {
                 let stale = stale_rules(&t.fib6, &mut self.rules6, &seen.rules6);
@@ -854,6 +905,7 @@ impl Applier {
                         self.changed(&Change::Rule6(ChangeOp::Removed, r));
                     }
                 }
+                self.count_kernel_routes();
             }
             Kind::Nexthop => {
                 let ids: Vec<u32> = t.nexthops.lock().iter().map(|(id, _)| id).collect();
@@ -1095,6 +1147,10 @@ fn del_rule<K: IpKey>(
         plain.iif = 0;
         return Ok(fib.delete_rule(&plain).ok().map(|()| plain));
     };
+    if book.installed.values().any(|r| *r == rule) {
+        // Another kernel rule stands behind the same "kernel decides" stand-in.
+        return Ok(None);
+    }
     match fib.delete_rule(&rule) {
         Ok(()) => Ok(Some(rule)),
         Err(RuleError::NotFound) => Ok(None),
@@ -1108,19 +1164,26 @@ fn relink<K: IpKey>(
     t: &MirroredTables,
 ) -> Vec<(ChangeOp, FibRule<K>)> {
     let mut changes = Vec::new();
-    for (e, installed) in book.installed.iter_mut() {
-        if e.iifname.is_none() && e.oifname.is_none() {
+    let moved: Vec<(RuleEntry<K>, FibRule<K>)> = book
+        .installed
+        .iter()
+        .filter(|(e, _)| e.iifname.is_some() || e.oifname.is_some())
+        .filter_map(|(e, installed)| {
+            let now = resolved(t, e);
+            (now != *installed).then(|| (e.clone(), now))
+        })
+        .collect();
+    for (e, now) in moved {
+        let Some(installed) = book.installed.insert(e, now.clone()) else {
             continue;
+        };
+        // A "kernel decides" stand-in other kernel rules still stand behind stays.
+        if !book.installed.values().any(|r| *r == installed) && fib.delete_rule(&installed).is_ok()
+        {
+            changes.push((ChangeOp::Removed, installed));
         }
-        let now = resolved(t, e);
-        if now != *installed {
-            if fib.delete_rule(installed).is_ok() {
-                changes.push((ChangeOp::Removed, installed.clone()));
-            }
-            if fib.add_rule(now.clone()).is_ok() {
-                changes.push((ChangeOp::Added, now.clone()));
-            }
-            *installed = now;
+        if fib.add_rule(now.clone()).is_ok() {
+            changes.push((ChangeOp::Added, now));
         }
     }
     changes

@@ -871,6 +871,8 @@ fn rule_text<K: IpKey>(t: &MirroredTables, r: &FibRule<K>, guard: &Guard) -> Str
         RuleAction::Blackhole => s.push_str(" blackhole"),
         RuleAction::Unreachable => s.push_str(" unreachable"),
         RuleAction::Prohibit => s.push_str(" prohibit"),
+        // The stand-in of a kernel rule the FIB cannot represent (xfwd's own word).
+        RuleAction::Kernel => s.push_str(" kernel-decides rule"),
     }
     s
 }

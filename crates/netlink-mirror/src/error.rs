@@ -80,9 +80,6 @@ pub enum MapError {
     /// A rule the FIB refused (bad prefix, backward goto).
     #[error("rule refused by the FIB: {0}")]
     Rule(#[from] fib_trie::RuleError),
-    /// A rule selector or action the FIB does not model (uid range, ports, suppress_prefixlength, ...).
-    #[error("rule uses {0}, which cannot be mirrored")]
-    RuleFeature(&'static str),
     /// An address the address table refused.
     #[error("address refused by the table: {0}")]
     Addr(#[from] addr_table::AddrError),
@@ -123,7 +120,6 @@ impl MapError {
             MapError::GatewayFamily(_) => "gateway-family",
             MapError::Route(_) => "route-refused",
             MapError::Rule(_) => "rule-refused",
-            MapError::RuleFeature(_) => "rule-feature",
             MapError::Addr(_) => "addr-refused",
             MapError::Policy(_) => "policy-refused",
             MapError::PolicyFeature(_) => "policy-feature",

@@ -504,6 +504,9 @@ fn rule<K: IpKey>(t: &MirroredTables, r: &FibRule<K>, guard: &Guard) -> Value {
         RuleAction::Prohibit => {
             o.insert("action".into(), "prohibit".into());
         }
+        RuleAction::Kernel => {
+            o.insert("kernel_decides".into(), "rule".into());
+        }
     }
     Value::Object(o)
 }

@@ -103,6 +103,21 @@ pub struct RuleEntry<K> {
     pub iifname: Option<String>,
     /// `FRA_OIFNAME`.
     pub oifname: Option<String>,
+    /// For a rule the FIB cannot represent, whose `rule` is then its "kernel decides"
+    /// stand-in ([`fib_trie::RuleAction::Kernel`]): why, and the kernel rule itself.
+    pub kernel: Option<KernelRule>,
+}
+
+/// A kernel rule the FIB cannot represent, behind a "kernel decides" stand-in.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct KernelRule {
+    /// The first thing the FIB does not model, as the kind the stats count it by
+    /// (`rule-dport`, `rule-uidrange`, `rule-l3mdev`, `rule-suppress-prefixlength`,
+    /// `rule-action`, ...).
+    pub reason: &'static str,
+    /// The whole message as decoded (header and attributes): the kernel rule's identity, so
+    /// that two rules sharing a stand-in are kept (and deleted) apart.
+    pub message: String,
 }
 
 /// The identity of an xfrm policy: what the kernel compares on update and delete.

@@ -5,7 +5,7 @@ use fib_trie::{FibRule, RuleAction};
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::rule::{RuleAction as NlAction, RuleAttribute, RuleFlags, RuleMessage};
 
-use super::{Ignored, Mapped, RuleEntry, key_of};
+use super::{Ignored, KernelRule, Mapped, RuleEntry, key_of};
 use crate::error::MapError;
 use crate::key::IpKey;
 
@@ -13,10 +13,17 @@ const MESSAGE: &str = "rule";
 
 /// Maps a rule message (`new`: `RTM_NEWRULE`, else `RTM_DELRULE`).
 ///
+/// A rule with a selector the FIB does not model (uid range, IP protocol, ports, tunnel id,
+/// realms, `l3mdev`), a `suppress_prefixlength`/`suppress_ifgroup` or an unknown action fails
+/// closed: it becomes a "kernel decides" stand-in ([`RuleAction::Kernel`]) at its priority
+/// over the selectors the FIB does model (over everything for a `not` rule), so every flow
+/// the kernel rule could match is handed to the kernel, which applies it. The entry keeps the
+/// whole message in [`RuleEntry::kernel`], so that distinct kernel rules sharing a stand-in
+/// stay distinct.
+///
 /// # Errors
-/// Selectors the FIB does not model (uid range, IP protocol, ports, tunnel id, realms,
-/// `suppress_prefixlength`, `suppress_ifgroup`, `l3mdev`) and unknown actions are
-/// [`MapError::RuleFeature`]; mismatched addresses [`MapError::Family`].
+/// Mismatched addresses [`MapError::Family`]; a goto without its target
+/// [`MapError::Missing`]; a prefix that is not canonical [`MapError::Rule`].
 pub fn map_rule(msg: &RuleMessage, new: bool) -> Result<Mapped, MapError> {
     match msg.header.family {
         AddressFamily::Inet => {
@@ -45,6 +52,8 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
         (None, None, u32::from(h.table), None, 0);
     let (mut fwmark, mut fwmask) = (None, None);
     let (mut iifname, mut oifname) = (None, None);
+    // The first thing the FIB cannot model, if any: the rule is then a stand-in.
+    let mut unmodelled: Option<&'static str> = None;
     for a in &msg.attributes {
         match a {
             RuleAttribute::Source(ip) => src = Some((key_of::<K>(*ip, MESSAGE)?, h.src_len)),
@@ -59,24 +68,25 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
             RuleAttribute::Protocol(_) | RuleAttribute::Other(_) => {}
             // Values that mean "not set" are accepted; anything else the FIB cannot match on.
             RuleAttribute::SuppressPrefixLen(u32::MAX)
-            | RuleAttribute::SuppressIfGroup(u32::MAX) => {}
-            RuleAttribute::SuppressPrefixLen(_) => {
-                return Err(MapError::RuleFeature("suppress_prefixlength"));
-            }
-            RuleAttribute::SuppressIfGroup(_) => {
-                return Err(MapError::RuleFeature("suppress_ifgroup"));
-            }
-            RuleAttribute::L3MDev(false) | RuleAttribute::TunId(0) => {}
-            RuleAttribute::L3MDev(true) => return Err(MapError::RuleFeature("l3mdev")),
-            RuleAttribute::TunId(_) => return Err(MapError::RuleFeature("tun_id")),
-            RuleAttribute::Realm(_) => return Err(MapError::RuleFeature("realms")),
+            | RuleAttribute::SuppressIfGroup(u32::MAX)
+            | RuleAttribute::L3MDev(false)
+            | RuleAttribute::TunId(0) => {}
             RuleAttribute::UidRange(r) if r.start == 0 && r.end == u32::MAX => {}
-            RuleAttribute::UidRange(_) => return Err(MapError::RuleFeature("uidrange")),
             RuleAttribute::IpProtocol(p) if u8::from(*p) == 0 => {}
-            RuleAttribute::IpProtocol(_) => return Err(MapError::RuleFeature("ipproto")),
-            RuleAttribute::SourcePortRange(_) => return Err(MapError::RuleFeature("sport")),
-            RuleAttribute::DestinationPortRange(_) => return Err(MapError::RuleFeature("dport")),
-            _ => return Err(MapError::RuleFeature("an unknown attribute")),
+            a => {
+                unmodelled.get_or_insert(match a {
+                    RuleAttribute::SuppressPrefixLen(_) => "rule-suppress-prefixlength",
+                    RuleAttribute::SuppressIfGroup(_) => "rule-suppress-ifgroup",
+                    RuleAttribute::L3MDev(_) => "rule-l3mdev",
+                    RuleAttribute::TunId(_) => "rule-tun-id",
+                    RuleAttribute::Realm(_) => "rule-realms",
+                    RuleAttribute::UidRange(_) => "rule-uidrange",
+                    RuleAttribute::IpProtocol(_) => "rule-ipproto",
+                    RuleAttribute::SourcePortRange(_) => "rule-sport",
+                    RuleAttribute::DestinationPortRange(_) => "rule-dport",
+                    _ => "rule-attribute",
+                });
+            }
         }
     }
     let action = match h.action {
@@ -89,7 +99,10 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
         NlAction::Blackhole => RuleAction::Blackhole,
         NlAction::Unreachable => RuleAction::Unreachable,
         NlAction::Prohibit => RuleAction::Prohibit,
-        _ => return Err(MapError::RuleFeature("an unknown action")),
+        _ => {
+            unmodelled.get_or_insert("rule-action");
+            RuleAction::Kernel
+        }
     };
     for (k, l) in [src, dst].into_iter().flatten() {
         fib_trie::check_prefix(k, l).map_err(fib_trie::RuleError::from)?;
@@ -102,10 +115,30 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
     rule.fwmark = fwmark.unwrap_or(0);
     rule.fwmask = fwmask.unwrap_or(if fwmark.is_some() { u32::MAX } else { 0 });
     rule.invert = h.flags.contains(RuleFlags::Invert);
+    let Some(reason) = unmodelled else {
+        return Ok(RuleEntry {
+            rule,
+            iifname,
+            oifname,
+            kernel: None,
+        });
+    };
+    // The stand-in matches a superset of what the kernel rule matches: the conjunction of the
+    // selectors the FIB models. For a `not` rule, whose match is the negation of all of them,
+    // no subset of the selectors gives a superset: the stand-in matches every flow.
+    rule.action = RuleAction::Kernel;
+    if rule.invert {
+        rule = FibRule::new(priority, RuleAction::Kernel);
+        (iifname, oifname) = (None, None);
+    }
     Ok(RuleEntry {
         rule,
         iifname,
         oifname,
+        kernel: Some(KernelRule {
+            reason,
+            message: format!("{h:?} {:?}", msg.attributes),
+        }),
     })
 }
 
@@ -145,25 +178,68 @@ mod tests {
         assert_eq!(e.iifname.as_deref(), Some("veth0"));
     }
 
+    fn entry(m: &RuleMessage) -> RuleEntry<u32> {
+        match map_rule(m, true) {
+            Ok(Mapped::Rule4(e)) => e,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
-    fn unmodelled_selectors_are_typed_errors() {
+    fn unmodelled_selectors_and_actions_become_kernel_stand_ins() {
         let mut m = message();
         m.attributes
             .push(RuleAttribute::SourcePortRange(RulePortRange {
                 start: 1,
                 end: 2,
             }));
-        assert_eq!(map_rule(&m, true), Err(MapError::RuleFeature("sport")));
+        let e = entry(&m);
+        // Over the selectors the FIB models, at the rule's priority.
+        assert_eq!(e.rule.action, RuleAction::Kernel);
+        assert_eq!(e.rule.priority, 100);
+        assert_eq!(e.rule.src, Some((0x0a00_0000, 8)));
+        assert_eq!((e.rule.fwmark, e.rule.fwmask), (7, u32::MAX));
+        assert_eq!(e.iifname.as_deref(), Some("veth0"));
+        assert_eq!(e.kernel.as_ref().map(|k| k.reason), Some("rule-sport"));
+        // Another port range: the same stand-in, another kernel rule.
+        let mut other = message();
+        other
+            .attributes
+            .push(RuleAttribute::SourcePortRange(RulePortRange {
+                start: 3,
+                end: 4,
+            }));
+        let o = entry(&other);
+        assert_eq!(o.rule, e.rule);
+        assert_ne!(o, e);
         let mut s = message();
         s.attributes.push(RuleAttribute::SuppressPrefixLen(0));
         assert_eq!(
-            map_rule(&s, true),
-            Err(MapError::RuleFeature("suppress_prefixlength"))
+            entry(&s).kernel.map(|k| k.reason),
+            Some("rule-suppress-prefixlength")
         );
         let mut ok = message();
         ok.attributes
             .push(RuleAttribute::SuppressPrefixLen(u32::MAX));
-        assert!(map_rule(&ok, true).is_ok());
+        let ok = entry(&ok);
+        assert_eq!(
+            (ok.rule.action, ok.kernel),
+            (RuleAction::Lookup(1000), None)
+        );
+        // `not` with an unmodelled selector: no subset of its selectors covers its match.
+        let mut not = m.clone();
+        not.header.flags = RuleFlags::Invert;
+        let n = entry(&not);
+        assert_eq!(n.rule, FibRule::new(100, RuleAction::Kernel));
+        assert_eq!(n.iifname, None);
+        // An action the FIB does not know.
+        let mut nat = message();
+        nat.header.action = NlAction::Other(42);
+        let a = entry(&nat);
+        assert_eq!(
+            (a.rule.action, a.kernel.map(|k| k.reason)),
+            (RuleAction::Kernel, Some("rule-action"))
+        );
         let mut goto = message();
         goto.header.action = NlAction::Goto;
         assert!(matches!(
