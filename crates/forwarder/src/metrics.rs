@@ -364,7 +364,7 @@ fn mirror(f: &Families, stats: &Stats) {
     }
     let kinds = f.int_gauge(
         "xfwd_netlink_mirror_kernel_decides",
-        "Kernel routes the mirror cannot represent, handed to the kernel, by kind.",
+        "Kernel routes, nexthop objects and rules the mirror cannot represent, handed to the kernel, by kind.",
         &["kind"],
     );
     for (kind, n) in &stats.kernel_decides {

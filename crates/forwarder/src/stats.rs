@@ -211,7 +211,7 @@ impl Stats {
         if !self.kernel_decides.is_empty() {
             let _ = writeln!(
                 out,
-                "kernel decides (routes not mirrored): {}",
+                "kernel decides (routes and rules not mirrored): {}",
                 join(&self.kernel_decides, false)
             );
         }

@@ -35,7 +35,8 @@ pub struct MirrorStats {
     pub ignored: BTreeMap<&'static str, u64>,
     /// Kernel routes the FIBs cannot represent, now standing behind "kernel decides" routes
     /// (packets matching them go to the kernel), by reason: `encap`, `source-specific`,
-    /// `route-type`, `route-attribute`, `gateway-family`.
+    /// `route-type`, `route-attribute`, `gateway-family`; nexthop objects (`nexthop-encap`,
+    /// `nexthop-group-type`) and policy rules (`rule-dport`, `rule-uidrange`, ...) the same way.
     pub kernel_decides: BTreeMap<&'static str, u64>,
     /// Neighbour resolution requests accepted by [`NeighResolver::request`](crate::NeighResolver::request).
     pub resolve_requested: u64,

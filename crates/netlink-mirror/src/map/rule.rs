@@ -14,7 +14,7 @@ const MESSAGE: &str = "rule";
 /// Maps a rule message (`new`: `RTM_NEWRULE`, else `RTM_DELRULE`).
 ///
 /// A rule with a selector the FIB does not model (uid range, IP protocol, ports, tunnel id,
-/// realms, `l3mdev`), a `suppress_prefixlength`/`suppress_ifgroup` or an unknown action fails
+/// realms, `l3mdev`, an attribute this crate does not decode), a `suppress_prefixlength`/`suppress_ifgroup` or an unknown action fails
 /// closed: it becomes a "kernel decides" stand-in ([`RuleAction::Kernel`]) at its priority
 /// over the selectors the FIB does model (over everything for a `not` rule), so every flow
 /// the kernel rule could match is handed to the kernel, which applies it. The entry keeps the
@@ -65,7 +65,8 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
             RuleAttribute::FwMark(m) => fwmark = Some(*m),
             RuleAttribute::FwMask(m) => fwmask = Some(*m),
             RuleAttribute::Table(t) => table = *t,
-            RuleAttribute::Protocol(_) | RuleAttribute::Other(_) => {}
+            // Who added the rule; it selects nothing.
+            RuleAttribute::Protocol(_) => {}
             // Values that mean "not set" are accepted; anything else the FIB cannot match on.
             RuleAttribute::SuppressPrefixLen(u32::MAX)
             | RuleAttribute::SuppressIfGroup(u32::MAX)
@@ -84,6 +85,9 @@ fn rule_of<K: IpKey>(msg: &RuleMessage) -> Result<RuleEntry<K>, MapError> {
                     RuleAttribute::IpProtocol(_) => "rule-ipproto",
                     RuleAttribute::SourcePortRange(_) => "rule-sport",
                     RuleAttribute::DestinationPortRange(_) => "rule-dport",
+                    // Attributes this crate does not decode are selectors it cannot
+                    // evaluate (the kernel sends them only when set: `dscp`, `flowlabel`,
+                    // port masks, ...).
                     _ => "rule-attribute",
                 });
             }
@@ -232,6 +236,17 @@ mod tests {
         let n = entry(&not);
         assert_eq!(n.rule, FibRule::new(100, RuleAction::Kernel));
         assert_eq!(n.iifname, None);
+        // An attribute this crate does not decode (FRA_DSCP, 23).
+        let mut dscp = message();
+        dscp.attributes
+            .push(RuleAttribute::Other(netlink_packet_core::DefaultNla::new(
+                23,
+                vec![0x2e],
+            )));
+        assert_eq!(
+            entry(&dscp).kernel.map(|k| k.reason),
+            Some("rule-attribute")
+        );
         // An action the FIB does not know.
         let mut nat = message();
         nat.header.action = NlAction::Other(42);
