@@ -41,6 +41,15 @@
 //! A reader that saw a slot cleared by a migration saw that line's header after `MOVED` was
 //! set on every line of its chain (release/acquire on the headers), so it follows `future`.
 //!
+//! **Tags**: beside its lines a table keeps one 32-bit word per bucket, a Bloom filter of one
+//! bit per key of the chain ([`BucketTable::tag_bit`]), all bits set while the chain goes on
+//! (`CHAIN`) or migrates (`MOVED`). A lookup reads it before the line and stops there when its
+//! key's bit is clear: most misses then read 4 bytes of a dense array (128 KiB of tags for
+//! 100,000 keys, where the lines take 2 MiB) and no line, and need no validation (one atomic
+//! word). The writer sets a key's bit before it publishes the key and recomputes the tag after
+//! a key left, so a clear bit proves the key absent; a set bit (the key, or another of the
+//! 32 bits' worth of keys) sends the lookup to the line, validated as above.
+//!
 //! **Lines** never move: a table's first lines are its array, overflow lines are linked at the
 //! end of a chain and, once empty, unlinked and freed after a grace period (a reader standing
 //! on one still follows its unchanged link). A key moves only forwards within a chain (to a
@@ -51,8 +60,9 @@
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 
+use crate::array::{Zeroable, ZeroedArray};
 use crate::inline::Inline;
 
 /// 32-bit words of slots per line.
@@ -76,6 +86,9 @@ pub(crate) const CHAIN: u64 = 1 << 6;
 
 /// `meta` bit: the table has a `future` table that may hold keys of this bucket.
 pub(crate) const MOVED: u64 = 1 << 7;
+
+/// A bucket tag with every bit set: the chain goes on or is migrating, read the line.
+pub(crate) const TAG_ALL: u32 = u32::MAX;
 
 /// A key's words, as readers and writers compare and hash them (computed once per operation).
 pub(crate) type KeyWords = [u32; LINE_WORDS];
@@ -255,6 +268,12 @@ impl Meta {
         self.0 & (1 << (8 + i)) != 0
     }
 
+    /// Whether some slot's value part is a `DupList` pointer.
+    #[inline(always)]
+    pub(crate) fn any_dups(self) -> bool {
+        self.0 & (OCCUPIED << 8) != 0
+    }
+
     /// Occupied slots, as a mask (bit `i` for slot `i`).
     #[inline(always)]
     pub(crate) fn occupied_mask(self) -> u32 {
@@ -303,6 +322,9 @@ impl Meta {
     }
 }
 
+// SAFETY: a `Line` of zero bytes is an empty line: `meta` 0, a null `overflow`, zero words.
+unsafe impl Zeroable for Line {}
+
 /// One cache line of a bucket chain.
 #[repr(C, align(64))]
 pub(crate) struct Line {
@@ -336,6 +358,9 @@ impl<V: Copy> Copy for Payload<V> {}
 
 /// Where a key sits in a table, found under the writer lock.
 pub(crate) struct Position<'t, K, V> {
+    /// The table and the bucket whose chain holds the key.
+    pub(crate) table: &'t BucketTable<K, V>,
+    pub(crate) index: usize,
     /// The line before `line` in its chain (`None` when `line` is the first).
     pub(crate) prev: Option<&'t Line>,
     pub(crate) line: &'t Line,
@@ -481,8 +506,13 @@ impl Line {
             );
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
-                // Validated: the words are those of one published state; decode them.
-                return Ok(Found::decode(m.dups(i), &w));
+                // Validated: the words are those of one published state; decode them. (Whether
+                // any slot of the line holds a list, first: one test of the header, no shift
+                // by the slot, on the common path of a line without duplicates.)
+                if m.any_dups() && Found::<V>::dups_cold(m, i) {
+                    return Ok(Found::decode(true, &w));
+                }
+                return Ok(Found::decode(false, &w));
             }
         }
     }
@@ -524,6 +554,16 @@ impl<V: Inline> Found<V> {
                 list: ptr::null(),
             }
         }
+    }
+}
+
+impl<V> Found<V> {
+    /// [`Meta::dups`] off the hot path: asked only of a line that holds a duplicate list, so
+    /// that a line without one pays one test of its header and no shift by the slot.
+    #[cold]
+    #[inline(never)]
+    fn dups_cold(m: Meta, i: usize) -> bool {
+        m.dups(i)
     }
 }
 
@@ -613,8 +653,10 @@ impl<V> DupList<V> {
 #[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
     /// The first line of every chain.
-    buckets: Box<[Line]>,
-    /// `buckets.len()`, a power of two.
+    buckets: ZeroedArray<Line>,
+    /// One [`tag`](Self::tag_bit) word per bucket: what a miss reads instead of the line.
+    tags: ZeroedArray<AtomicU32>,
+    /// Bucket lines (the length of both arrays), a power of two.
     lines: usize,
     /// `k0`, `k1`, `k2` of the hash (`k1`, `k2` odd).
     keys: [u64; 3],
@@ -634,10 +676,10 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// A table of `lines` empty buckets (a power of two) hashing with `seed`, on the heap.
     pub(crate) fn alloc(lines: usize, seed: u64) -> *mut BucketTable<K, V> {
         debug_assert!(lines.is_power_of_two());
-        let buckets: Box<[Line]> = (0..lines).map(|_| Line::empty()).collect();
         let mix = |c: u64| crate::seed::splitmix64_mix(seed ^ c);
         Box::into_raw(Box::new(BucketTable {
-            buckets,
+            buckets: ZeroedArray::new(lines),
+            tags: ZeroedArray::new(lines),
             lines,
             keys: [
                 mix(0x5851_f42d_4c95_7f2d),
@@ -661,9 +703,11 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.lines() * Geometry::<K, V>::SIZE_PER_LINE
     }
 
-    /// The bucket a key with words `q` goes to in this table.
+    /// The 64-bit hash of a key with words `q` in this table: its top bits pick the bucket
+    /// ([`bucket_of_hash`](Self::bucket_of_hash)), bits 32..37 its bit of the bucket's tag
+    /// ([`tag_bit`](Self::tag_bit)).
     #[inline(always)]
-    pub(crate) fn index_of(&self, q: &KeyWords) -> usize {
+    pub(crate) fn hash_of(&self, q: &KeyWords) -> u64 {
         let [k0, k1, k2] = self.keys;
         let pair = |j: usize| {
             let hi = if j + 1 < K::WORDS { q[j + 1] } else { 0 };
@@ -681,8 +725,19 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             h
         };
         let h = h.wrapping_mul(k1);
-        let h = (h ^ (h >> 32)).wrapping_mul(k2);
+        (h ^ (h >> 32)).wrapping_mul(k2)
+    }
+
+    /// The bucket of a key whose hash is `h`: the top `log2(lines)` bits (Lemire's reduction).
+    #[inline(always)]
+    pub(crate) fn bucket_of_hash(&self, h: u64) -> usize {
         ((u128::from(h) * self.lines as u128) >> 64) as usize
+    }
+
+    /// The bucket a key with words `q` goes to in this table.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, q: &KeyWords) -> usize {
+        self.bucket_of_hash(self.hash_of(q))
     }
 
     /// The bucket `key` goes to in this table.
@@ -691,11 +746,92 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.index_of(&key_words(key))
     }
 
+    /// The bit a key whose hash is `h` sets in its bucket's tag: one of 32, picked by bits
+    /// 32..37 of the hash (below the bucket's bits for every table of up to 2^27 lines).
+    ///
+    /// A bucket's tag is a one-word Bloom filter of the keys of its chain, which a lookup reads
+    /// before the bucket line: a key's bit clear means the key is in neither this bucket nor,
+    /// through it, the future table, and the lookup ends without touching the line (a miss
+    /// reads 4 bytes of a dense array, 128 KiB at 100,000 keys, instead of a line of 2 MiB).
+    /// The writer keeps every key's bit set while the key is in the chain (set before it is
+    /// published, cleared after it left), and the whole tag set ([`TAG_ALL`]) while the first
+    /// line has `CHAIN` or `MOVED`, so that keys in overflow lines and in the future table are
+    /// never filtered out: a clear bit is proof of absence, a set one sends the lookup to the
+    /// line and its validated read as before.
+    #[inline(always)]
+    pub(crate) fn tag_bit(h: u64) -> u32 {
+        1 << ((h >> 32) as u32 & 31)
+    }
+
+    /// The tag a bucket's first line implies (writer side: every key's bit, or [`TAG_ALL`]
+    /// when the chain goes on or is migrating). Caller holds the writer lock.
+    fn tag_of_bucket(&self, index: usize) -> u32 {
+        let first = &self.buckets.as_slice()[index];
+        let m = Meta(first.meta.load(Ordering::Relaxed));
+        if m.continues() {
+            return TAG_ALL;
+        }
+        let mut tag = 0;
+        for slot in 0..Geometry::<K, V>::SLOTS {
+            if m.occupied(slot) {
+                let k = first.key::<K, V>(slot);
+                tag |= Self::tag_bit(self.hash_of(&key_words(&k)));
+            }
+        }
+        tag
+    }
+
+    /// Adds `bits` to bucket `index`'s tag (before a key is published there). Caller holds the
+    /// writer lock.
+    fn tag_add(&self, index: usize, bits: u32) {
+        let tag = &self.tags.as_slice()[index];
+        let old = tag.load(Ordering::Relaxed);
+        if old & bits != bits {
+            // Release: a reader that sees the bit also sees what the writer did before.
+            tag.store(old | bits, Ordering::Release);
+        }
+    }
+
+    /// Recomputes bucket `index`'s tag from its first line (after a key left the chain, or an
+    /// overflow line was unlinked). Caller holds the writer lock.
+    fn tag_refresh(&self, index: usize) {
+        let tag = &self.tags.as_slice()[index];
+        let want = self.tag_of_bucket(index);
+        if tag.load(Ordering::Relaxed) != want {
+            tag.store(want, Ordering::Release);
+        }
+    }
+
+    /// Calls `f` on every key of bucket `index`'s chain (tests).
+    #[cfg(test)]
+    pub(crate) fn for_each_slot_of(&self, index: usize, mut f: impl FnMut(K)) {
+        for line in self.chain(index) {
+            let m = Meta(line.meta.load(Ordering::Relaxed));
+            for slot in 0..Geometry::<K, V>::SLOTS {
+                if m.occupied(slot) {
+                    f(line.key::<K, V>(slot));
+                }
+            }
+        }
+    }
+
+    /// Bucket `index`'s tag (tests).
+    #[cfg(test)]
+    pub(crate) fn tag(&self, index: usize) -> u32 {
+        self.tags.as_slice()[index].load(Ordering::Relaxed)
+    }
+
+    /// The tag bit of `key` in this table (tests).
+    #[cfg(test)]
+    pub(crate) fn key_tag_bit(&self, key: &K) -> u32 {
+        Self::tag_bit(self.hash_of(&key_words(key)))
+    }
+
     /// Iterates over bucket `index`'s chain. The caller holds the writer lock or a guard as
     /// for [`BucketTable::find`].
     pub(crate) fn chain(&self, index: usize) -> Chain<'_> {
         Chain {
-            next: &self.buckets[index],
+            next: &self.buckets.as_slice()[index],
             _table: PhantomData,
         }
     }
@@ -708,9 +844,17 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     #[inline(always)]
     pub(crate) unsafe fn find(&self, q: &KeyWords) -> Probe<V> {
-        let index = self.index_of(q);
+        let h = self.hash_of(q);
+        let index = self.bucket_of_hash(h);
         // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
-        // below `lines`, the length of `buckets`.
+        // below `lines`, the length of `tags`.
+        let tag = unsafe { self.tags.get_unchecked(index) }.load(Ordering::Acquire);
+        if tag & Self::tag_bit(h) == 0 {
+            // The key's bit is clear: not in this bucket's chain, and the chain is not
+            // migrating (that sets every bit). The line is not read.
+            return Probe::Absent;
+        }
+        // SAFETY: as above, `index` is below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
             let m = match line.find::<K, V>(q) {
@@ -747,6 +891,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             if hits != 0 {
                 let slot = hits.trailing_zeros() as usize;
                 return Some(Position {
+                    table: self,
+                    index,
                     prev,
                     line,
                     slot,
@@ -759,18 +905,33 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         None
     }
 
-    /// Publishes `key` with `payload` in the first free slot of the chain from `from` on (a
-    /// new overflow line at its end when there is none). Returns the keys in the lines it
-    /// walked, the new one included. Caller holds the writer lock; `key` is in no slot of
-    /// those lines (or only in the one the caller clears next).
-    pub(crate) fn publish_from(&self, from: &Line, key: K, payload: Payload<V>) -> usize {
+    /// Publishes `key` with `payload` in the first free slot of bucket `index`'s chain from
+    /// `from` on (a new overflow line at its end when there is none), its tag bit set first.
+    /// Returns the keys in the lines it walked, the new one included. Caller holds the writer
+    /// lock; `key` is in no slot of those lines (or only in the one the caller clears next).
+    pub(crate) fn publish_from(
+        &self,
+        index: usize,
+        from: &Line,
+        key: K,
+        payload: Payload<V>,
+    ) -> usize {
         let dups = matches!(payload, Payload::Dups(_));
+        let first: *const Line = &self.buckets.as_slice()[index];
         let mut keys = 0;
         let mut line = from;
         loop {
             let m = Meta(line.meta.load(Ordering::Relaxed));
             keys += m.keys();
             if let Some(i) = m.first_free(Geometry::<K, V>::SLOTS) {
+                // The key's bit before the key (in an overflow line, the first line has
+                // `CHAIN` and the tag is whole already).
+                let bit = if ptr::eq(line, first) {
+                    Self::tag_bit(self.hash_of(&key_words(&key)))
+                } else {
+                    TAG_ALL
+                };
+                self.tag_add(index, bit);
                 line.write_slot::<K, V>(i, key, payload);
                 line.meta.store(m.with(i, dups).0, Ordering::Release);
                 // Count the rest of the chain too (the elasticity check needs all of it).
@@ -791,6 +952,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 let moved = m.0 & MOVED != 0;
                 let fresh_meta = Meta(0).with(0, dups).flag(MOVED, moved);
                 fresh.meta.store(fresh_meta.0, Ordering::Relaxed);
+                // The whole tag before the chain goes on: no key of it is filtered out.
+                self.tag_add(index, TAG_ALL);
                 // Readers that see the link see the filled line (release), and readers that
                 // see `CHAIN` see the link.
                 line.overflow.store(Box::into_raw(fresh), Ordering::Release);
@@ -806,7 +969,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// in the chain, the new one included. Caller holds the writer lock.
     pub(crate) fn publish(&self, key: K, payload: Payload<V>) -> usize {
         let index = self.hash(&key);
-        self.publish_from(&self.buckets[index], key, payload)
+        self.publish_from(index, &self.buckets.as_slice()[index], key, payload)
     }
 
     /// Clears the slot of `pos` (one `meta` store) and unlinks its line when it is an overflow
@@ -833,6 +996,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             // unreachable from the table; readers on it were pinned before this point.
             unsafe { guard.defer_destroy(crossbeam_epoch::Shared::from(line as *const Line)) };
         }
+        // The key is gone (and maybe the chain's end): its bit may go, after it.
+        pos.table.tag_refresh(pos.index);
     }
 
     /// Replaces the payload of `pos`'s slot: in a free slot of the same line with one `meta`
@@ -858,7 +1023,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             return false;
         }
         // The line is full: the first free slot from here on is further down the chain.
-        self.publish_from(line, pos.key, payload);
+        self.publish_from(pos.index, line, pos.key, payload);
         // SAFETY: forwarded from the caller; `publish_from` did not touch this line's `meta`.
         unsafe { Self::unpublish(pos, guard) };
         true
@@ -871,7 +1036,9 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// future table.
     pub(crate) fn migrate_bucket(&self, new: &BucketTable<K, V>, index: usize) {
         // First mark every line of the chain `MOVED`: a reader that misses in any of them
-        // from now on also searches `new` (which is set before any bucket migrates).
+        // from now on also searches `new` (which is set before any bucket migrates). Before
+        // that, the whole tag, so that no reader stops at it any more.
+        self.tag_add(index, TAG_ALL);
         for line in self.chain(index) {
             let m = Meta(line.meta.load(Ordering::Relaxed));
             if m.0 & MOVED == 0 {
@@ -913,7 +1080,7 @@ impl<K: Inline, V: Inline> BucketTable<K, V> {
     /// Calls `f` on every duplicate list of the table. Caller holds the writer lock or owns
     /// the table.
     pub(crate) fn for_each_list(&self, mut f: impl FnMut(*mut DupList<V>)) {
-        for first in self.buckets.iter() {
+        for first in self.buckets.as_slice() {
             let mut line: *const Line = first;
             while !line.is_null() {
                 // SAFETY: the table's own line or an overflow line linked from its chain,
@@ -961,7 +1128,7 @@ impl<K, V> Drop for BucketTable<K, V> {
     /// Frees the overflow lines (not the duplicate lists: a retired table is empty, and the
     /// map's own drop frees those of the live tables first).
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
+        for b in self.buckets.as_slice() {
             let mut o = b.overflow.load(Ordering::Relaxed);
             while !o.is_null() {
                 // SAFETY: overflow lines come from `Box::into_raw` in `publish_from` or

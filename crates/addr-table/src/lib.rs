@@ -90,6 +90,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+mod array;
 mod bucket;
 pub mod error;
 pub mod fixed;
