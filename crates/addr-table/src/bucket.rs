@@ -42,8 +42,8 @@
 //! set on every line of its chain (release/acquire on the headers), so it follows `future`.
 //!
 //! **Tags**: beside its lines a table keeps one 32-bit word per bucket, a Bloom filter of one
-//! bit per key of the chain ([`BucketTable::tag_bit`]), all bits set while the chain goes on
-//! (`CHAIN`) or migrates (`MOVED`). A lookup reads it before the line and stops there when its
+//! bit per key of the chain, overflow lines included ([`BucketTable::tag_bit`]), all bits set
+//! once the chain migrates (`MOVED`). A lookup reads it before the line and stops there when its
 //! key's bit is clear: most misses then read 4 bytes of a dense array (128 KiB of tags for
 //! 100,000 keys, where the lines take 2 MiB) and no line, and need no validation (one atomic
 //! word). The writer sets a key's bit before it publishes the key and recomputes the tag after
@@ -753,29 +753,30 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// before the bucket line: a key's bit clear means the key is in neither this bucket nor,
     /// through it, the future table, and the lookup ends without touching the line (a miss
     /// reads 4 bytes of a dense array, 128 KiB at 100,000 keys, instead of a line of 2 MiB).
-    /// The writer keeps every key's bit set while the key is in the chain (set before it is
-    /// published, cleared after it left), and the whole tag set ([`TAG_ALL`]) while the first
-    /// line has `CHAIN` or `MOVED`, so that keys in overflow lines and in the future table are
-    /// never filtered out: a clear bit is proof of absence, a set one sends the lookup to the
-    /// line and its validated read as before.
+    /// The writer keeps every key's bit set while the key is in the chain, overflow lines
+    /// included (set before it is published, cleared after it left), and the whole tag set
+    /// ([`TAG_ALL`]) once the chain migrates (`MOVED`), so that keys in the future table are
+    /// never filtered out either: a clear bit is proof of absence, a set one sends the lookup
+    /// to the line and its validated read as before.
     #[inline(always)]
     pub(crate) fn tag_bit(h: u64) -> u32 {
         1 << ((h >> 32) as u32 & 31)
     }
 
-    /// The tag a bucket's first line implies (writer side: every key's bit, or [`TAG_ALL`]
-    /// when the chain goes on or is migrating). Caller holds the writer lock.
+    /// The tag a bucket's chain implies (writer side: every key's bit, or [`TAG_ALL`] when
+    /// the chain is migrating). Caller holds the writer lock.
     fn tag_of_bucket(&self, index: usize) -> u32 {
-        let first = &self.buckets.as_slice()[index];
-        let m = Meta(first.meta.load(Ordering::Relaxed));
-        if m.continues() {
-            return TAG_ALL;
-        }
         let mut tag = 0;
-        for slot in 0..Geometry::<K, V>::SLOTS {
-            if m.occupied(slot) {
-                let k = first.key::<K, V>(slot);
-                tag |= Self::tag_bit(self.hash_of(&key_words(&k)));
+        for line in self.chain(index) {
+            let m = Meta(line.meta.load(Ordering::Relaxed));
+            if m.0 & MOVED != 0 {
+                return TAG_ALL;
+            }
+            for slot in 0..Geometry::<K, V>::SLOTS {
+                if m.occupied(slot) {
+                    let k = line.key::<K, V>(slot);
+                    tag |= Self::tag_bit(self.hash_of(&key_words(&k)));
+                }
             }
         }
         tag
@@ -917,21 +918,14 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         payload: Payload<V>,
     ) -> usize {
         let dups = matches!(payload, Payload::Dups(_));
-        let first: *const Line = &self.buckets.as_slice()[index];
+        // The key's bit before the key, wherever in the chain it lands.
+        self.tag_add(index, Self::tag_bit(self.hash_of(&key_words(&key))));
         let mut keys = 0;
         let mut line = from;
         loop {
             let m = Meta(line.meta.load(Ordering::Relaxed));
             keys += m.keys();
             if let Some(i) = m.first_free(Geometry::<K, V>::SLOTS) {
-                // The key's bit before the key (in an overflow line, the first line has
-                // `CHAIN` and the tag is whole already).
-                let bit = if ptr::eq(line, first) {
-                    Self::tag_bit(self.hash_of(&key_words(&key)))
-                } else {
-                    TAG_ALL
-                };
-                self.tag_add(index, bit);
                 line.write_slot::<K, V>(i, key, payload);
                 line.meta.store(m.with(i, dups).0, Ordering::Release);
                 // Count the rest of the chain too (the elasticity check needs all of it).
@@ -952,8 +946,6 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 let moved = m.0 & MOVED != 0;
                 let fresh_meta = Meta(0).with(0, dups).flag(MOVED, moved);
                 fresh.meta.store(fresh_meta.0, Ordering::Relaxed);
-                // The whole tag before the chain goes on: no key of it is filtered out.
-                self.tag_add(index, TAG_ALL);
                 // Readers that see the link see the filled line (release), and readers that
                 // see `CHAIN` see the link.
                 line.overflow.store(Box::into_raw(fresh), Ordering::Release);
