@@ -704,8 +704,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     }
 
     /// The 64-bit hash of a key with words `q` in this table: its top bits pick the bucket
-    /// ([`bucket_of_hash`](Self::bucket_of_hash)), bits 32..37 its bit of the bucket's tag
-    /// ([`tag_bit`](Self::tag_bit)).
+    /// ([`bucket_of_hash`](Self::bucket_of_hash)), its low five bits the key's bit of the
+    /// bucket's tag ([`tag_bit`](Self::tag_bit)).
     #[inline(always)]
     pub(crate) fn hash_of(&self, q: &KeyWords) -> u64 {
         let [k0, k1, k2] = self.keys;
@@ -746,8 +746,11 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.index_of(&key_words(key))
     }
 
-    /// The bit a key whose hash is `h` sets in its bucket's tag: one of 32, picked by bits
-    /// 32..37 of the hash (below the bucket's bits for every table of up to 2^27 lines).
+    /// The bit a key whose hash is `h` sets in its bucket's tag: one of 32, picked by the low
+    /// five bits of the hash (the bucket takes the top ones; the low bits of the last product
+    /// are a bijection of the low bits of `h1 ^ (h1 >> 32)`, so they carry bits 32..37 of the
+    /// first product, which every bit of a one- or two-word key reaches). On x86-64 the test
+    /// is one `bt` of the tag by the hash's register, which takes the offset modulo 32.
     ///
     /// A bucket's tag is a one-word Bloom filter of the keys of its chain, which a lookup reads
     /// before the bucket line: a key's bit clear means the key is in neither this bucket nor,
@@ -760,7 +763,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// to the line and its validated read as before.
     #[inline(always)]
     pub(crate) fn tag_bit(h: u64) -> u32 {
-        1 << ((h >> 32) as u32 & 31)
+        1 << (h as u32 & 31)
     }
 
     /// The tag a bucket's chain implies (writer side: every key's bit, or [`TAG_ALL`] when
