@@ -72,6 +72,12 @@ impl<T: Zeroable> ZeroedArray<T> {
         }
     }
 
+    /// Number of elements.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
     /// Element `i`, unchecked.
     ///
     /// # Safety

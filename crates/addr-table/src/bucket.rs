@@ -652,12 +652,12 @@ impl<V> DupList<V> {
 /// one by the line count); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
 #[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
+    // 64 bytes: the lines' address and count, the tags' address (and count), the three hash
+    // keys and `future`.
     /// The first line of every chain.
     buckets: ZeroedArray<Line>,
     /// One [`tag`](Self::tag_bit) word per bucket: what a miss reads instead of the line.
     tags: ZeroedArray<AtomicU32>,
-    /// Bucket lines (the length of both arrays), a power of two.
-    lines: usize,
     /// `k0`, `k1`, `k2` of the hash (`k1`, `k2` odd).
     keys: [u64; 3],
     /// The table this one is migrating into (`future_tbl`), or null.
@@ -680,7 +680,6 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         Box::into_raw(Box::new(BucketTable {
             buckets: ZeroedArray::new(lines),
             tags: ZeroedArray::new(lines),
-            lines,
             keys: [
                 mix(0x5851_f42d_4c95_7f2d),
                 mix(0x243f_6a88_85a3_08d3) | 1,
@@ -694,7 +693,9 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// Number of bucket lines.
     #[inline(always)]
     pub(crate) fn lines(&self) -> usize {
-        self.lines
+        // (The arrays' lengths; `buckets.len()` is the line count readers multiply by, in the
+        // table's first cache line with everything else a lookup reads of it.)
+        self.buckets.len()
     }
 
     /// The table's size in the load factor's units.
@@ -731,7 +732,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// The bucket of a key whose hash is `h`: the top `log2(lines)` bits (Lemire's reduction).
     #[inline(always)]
     pub(crate) fn bucket_of_hash(&self, h: u64) -> usize {
-        ((u128::from(h) * self.lines as u128) >> 64) as usize
+        ((u128::from(h) * self.lines() as u128) >> 64) as usize
     }
 
     /// The bucket a key with words `q` goes to in this table.
@@ -1210,6 +1211,8 @@ mod tests {
     fn geometry_of_the_tables_in_use() {
         assert_eq!(std::mem::size_of::<Line>(), 64);
         assert_eq!(std::mem::align_of::<Line>(), 64);
+        // Everything a lookup reads of a table in one cache line.
+        assert_eq!(std::mem::size_of::<BucketTable<u32, u32>>(), 64);
         // u32 keys with a value of up to two words: 4 slots.
         assert_eq!(Geometry::<u32, u32>::SLOTS, 4);
         assert_eq!(Geometry::<u32, u64>::SLOTS, 4);
