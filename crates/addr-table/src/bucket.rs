@@ -193,24 +193,28 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
 /// read (the fallback, also what Miri runs), since the CPU reads each aligned 8-byte half of
 /// an aligned 16-byte SSE load as one access, and a torn pair of halves is caught by the
 /// caller's validation of the header like any other copy taken while a writer ran.
+///
+/// It addresses the keys from the line's own address (`[line + 16]`), so a reader needs no
+/// second pointer into the line.
 #[inline(always)]
-fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+fn keys_equal(line: &Line, key: u32) -> u32 {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
     {
         use std::arch::x86_64::{
             __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_movemask_ps, _mm_set1_epi32,
         };
-        const { assert!(std::mem::offset_of!(Line, pairs) % 16 == 0) };
+        const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
         let lanes: __m128i;
-        // SAFETY: `pairs` is a live reference to at least 16 bytes (two `AtomicU64`s), 16-byte
-        // aligned (the line is 64-byte aligned and `pairs` starts at byte 16, checked above);
-        // the assembly only reads them into a register (`readonly`, no stack, flags kept), as
-        // two relaxed loads would (each aligned 8-byte half is one access; see above). Tested
-        // against the two-load fallback (`keys_equal_agrees_with_two_relaxed_loads`).
+        // SAFETY: `line` is a live reference to a 64-byte aligned `Line`, whose bytes 16..32
+        // are `pairs[0]` and `pairs[1]` (checked above), so the load is in bounds and 16-byte
+        // aligned; the assembly only reads them into a register (`readonly`, no stack, flags
+        // kept), as two relaxed loads of the pairs would (each aligned 8-byte half is one
+        // access; see above). Tested against the two-load fallback
+        // (`keys_equal_agrees_with_two_relaxed_loads`).
         unsafe {
             std::arch::asm!(
-                "movdqa {lanes}, xmmword ptr [{p}]",
-                p = in(reg) pairs.as_ptr(),
+                "movdqa {lanes}, xmmword ptr [{p} + 16]",
+                p = in(reg) std::ptr::from_ref(line),
                 lanes = out(xmm_reg) lanes,
                 options(nostack, preserves_flags, readonly),
             );
@@ -223,7 +227,7 @@ fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
     {
-        keys_equal_by_pairs(pairs, key)
+        keys_equal_by_pairs(&line.pairs, key)
     }
 }
 
@@ -420,7 +424,7 @@ impl Line {
     #[inline(always)]
     fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
         if Geometry::<K, V>::FOUR_WORD_KEYS {
-            return keys_equal(&self.pairs, q[0]);
+            return keys_equal(self, q[0]);
         }
         let mut hits = 0;
         for i in 0..Geometry::<K, V>::SLOTS {
@@ -1316,7 +1320,7 @@ mod tests {
             let lo = line.pairs[0].load(Ordering::Relaxed);
             let hi = line.pairs[1].load(Ordering::Relaxed);
             let want = lanes_equal_scalar(lo, hi, key);
-            assert_eq!(keys_equal(&line.pairs, key), want, "{key:x}");
+            assert_eq!(keys_equal(&line, key), want, "{key:x}");
             assert_eq!(keys_equal_by_pairs(&line.pairs, key), want, "{key:x}");
             assert_eq!(line.matches::<u32, u32>(&key_words(&key)), want, "{key:x}");
         }
