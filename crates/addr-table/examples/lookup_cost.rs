@@ -16,6 +16,10 @@
 //! every line a lookup touches outside the hot stack is a miss). `hashbrown` runs the same
 //! queries against a `hashbrown::HashMap<u32, u32>` for comparison.
 //!
+//! With `LOOKUP_COST_REPS=R` in the environment (and not under callgrind), the lookups are
+//! repeated `R` times after the counted run and the fastest and the median pass are printed in
+//! nanoseconds per lookup: a quick wall-clock companion (as noisy as the machine is busy).
+//!
 //! `rhltable` runs them against an `RhlTable<u32, u64>` with `RhlTable::find` and a predicate,
 //! the code path of `dev_find` with a value of the same size as `LocalAddr` (so the same
 //! geometry: 4 slots per line); it is built with `insert` directly, so it reaches 1,000,000
@@ -96,6 +100,29 @@ fn main() {
         .flatten()
         .map(|i| Ipv4Addr::from_bits(base + i as u32))
         .collect();
+    let reps: usize = std::env::var("LOOKUP_COST_REPS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    // Times `f` (one pass over the queries) `reps` times: fastest and median ns per lookup.
+    let time = |f: &dyn Fn() -> u64| {
+        if reps == 0 {
+            return;
+        }
+        let mut ns: Vec<f64> = (0..reps)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                black_box(f());
+                t.elapsed().as_nanos() as f64 / queries.len() as f64
+            })
+            .collect();
+        ns.sort_by(f64::total_cmp);
+        eprintln!(
+            "{engine} {mode} {n}: {:.2} ns fastest, {:.2} ns median per lookup over {reps} passes",
+            ns[0],
+            ns[reps / 2]
+        );
+    };
     let sum = match engine {
         "addr-table" => {
             let table = AddrTable::new(NetnsId(1));
@@ -107,7 +134,9 @@ fn main() {
             table.finish_rehash();
             let stats = table.family::<Ipv4Addr>().hash().stats();
             eprintln!("{stats:?}");
-            lookups_addr_table(&table, &queries)
+            let sum = lookups_addr_table(&table, &queries);
+            time(&|| lookups_addr_table(&table, &queries));
+            sum
         }
         "rhltable" => {
             let table: RhlTable<u32, u64> = RhlTable::new();
@@ -119,12 +148,16 @@ fn main() {
             }
             table.finish_rehash();
             eprintln!("{:?}", table.stats());
-            lookups_rhltable(&table, &queries)
+            let sum = lookups_rhltable(&table, &queries);
+            time(&|| lookups_rhltable(&table, &queries));
+            sum
         }
         "hashbrown" => {
             let table: hashbrown::HashMap<u32, u32> =
                 addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect();
-            lookups_hashbrown(&table, &queries)
+            let sum = lookups_hashbrown(&table, &queries);
+            time(&|| lookups_hashbrown(&table, &queries));
+            sum
         }
         _ => panic!("{usage}"),
     };

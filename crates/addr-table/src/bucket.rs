@@ -41,6 +41,15 @@
 //! A reader that saw a slot cleared by a migration saw that line's header after `MOVED` was
 //! set on every line of its chain (release/acquire on the headers), so it follows `future`.
 //!
+//! **Tags**: beside its lines a table keeps one 32-bit word per bucket, a Bloom filter of one
+//! bit per key of the chain, overflow lines included ([`BucketTable::tag_bit`]), all bits set
+//! once the chain migrates (`MOVED`). A lookup reads it before the line and stops there when its
+//! key's bit is clear: most misses then read 4 bytes of a dense array (128 KiB of tags for
+//! 100,000 keys, where the lines take 2 MiB) and no line, and need no validation (one atomic
+//! word). The writer sets a key's bit before it publishes the key and recomputes the tag after
+//! a key left, so a clear bit proves the key absent; a set bit (the key, or another of the
+//! 32 bits' worth of keys) sends the lookup to the line, validated as above.
+//!
 //! **Lines** never move: a table's first lines are its array, overflow lines are linked at the
 //! end of a chain and, once empty, unlinked and freed after a grace period (a reader standing
 //! on one still follows its unchanged link). A key moves only forwards within a chain (to a
@@ -51,8 +60,9 @@
 use std::hash::Hash;
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 
+use crate::array::{Zeroable, ZeroedArray};
 use crate::inline::Inline;
 
 /// 32-bit words of slots per line.
@@ -76,6 +86,9 @@ pub(crate) const CHAIN: u64 = 1 << 6;
 
 /// `meta` bit: the table has a `future` table that may hold keys of this bucket.
 pub(crate) const MOVED: u64 = 1 << 7;
+
+/// A bucket tag with every bit set: the chain goes on or is migrating, read the line.
+pub(crate) const TAG_ALL: u32 = u32::MAX;
 
 /// A key's words, as readers and writers compare and hash them (computed once per operation).
 pub(crate) type KeyWords = [u32; LINE_WORDS];
@@ -180,24 +193,28 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
 /// read (the fallback, also what Miri runs), since the CPU reads each aligned 8-byte half of
 /// an aligned 16-byte SSE load as one access, and a torn pair of halves is caught by the
 /// caller's validation of the header like any other copy taken while a writer ran.
+///
+/// It addresses the keys from the line's own address (`[line + 16]`), so a reader needs no
+/// second pointer into the line.
 #[inline(always)]
-fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+fn keys_equal(line: &Line, key: u32) -> u32 {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
     {
         use std::arch::x86_64::{
             __m128i, _mm_castsi128_ps, _mm_cmpeq_epi32, _mm_movemask_ps, _mm_set1_epi32,
         };
-        const { assert!(std::mem::offset_of!(Line, pairs) % 16 == 0) };
+        const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
         let lanes: __m128i;
-        // SAFETY: `pairs` is a live reference to at least 16 bytes (two `AtomicU64`s), 16-byte
-        // aligned (the line is 64-byte aligned and `pairs` starts at byte 16, checked above);
-        // the assembly only reads them into a register (`readonly`, no stack, flags kept), as
-        // two relaxed loads would (each aligned 8-byte half is one access; see above). Tested
-        // against the two-load fallback (`keys_equal_agrees_with_two_relaxed_loads`).
+        // SAFETY: `line` is a live reference to a 64-byte aligned `Line`, whose bytes 16..32
+        // are `pairs[0]` and `pairs[1]` (checked above), so the load is in bounds and 16-byte
+        // aligned; the assembly only reads them into a register (`readonly`, no stack, flags
+        // kept), as two relaxed loads of the pairs would (each aligned 8-byte half is one
+        // access; see above). Tested against the two-load fallback
+        // (`keys_equal_agrees_with_two_relaxed_loads`).
         unsafe {
             std::arch::asm!(
-                "movdqa {lanes}, xmmword ptr [{p}]",
-                p = in(reg) pairs.as_ptr(),
+                "movdqa {lanes}, xmmword ptr [{p} + 16]",
+                p = in(reg) std::ptr::from_ref(line),
                 lanes = out(xmm_reg) lanes,
                 options(nostack, preserves_flags, readonly),
             );
@@ -210,7 +227,7 @@ fn keys_equal(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
     {
-        keys_equal_by_pairs(pairs, key)
+        keys_equal_by_pairs(&line.pairs, key)
     }
 }
 
@@ -253,6 +270,12 @@ impl Meta {
     #[inline(always)]
     pub(crate) fn dups(self, i: usize) -> bool {
         self.0 & (1 << (8 + i)) != 0
+    }
+
+    /// Whether some slot's value part is a `DupList` pointer.
+    #[inline(always)]
+    pub(crate) fn any_dups(self) -> bool {
+        self.0 & (OCCUPIED << 8) != 0
     }
 
     /// Occupied slots, as a mask (bit `i` for slot `i`).
@@ -303,6 +326,9 @@ impl Meta {
     }
 }
 
+// SAFETY: a `Line` of zero bytes is an empty line: `meta` 0, a null `overflow`, zero words.
+unsafe impl Zeroable for Line {}
+
 /// One cache line of a bucket chain.
 #[repr(C, align(64))]
 pub(crate) struct Line {
@@ -336,6 +362,9 @@ impl<V: Copy> Copy for Payload<V> {}
 
 /// Where a key sits in a table, found under the writer lock.
 pub(crate) struct Position<'t, K, V> {
+    /// The table and the bucket whose chain holds the key.
+    pub(crate) table: &'t BucketTable<K, V>,
+    pub(crate) index: usize,
     /// The line before `line` in its chain (`None` when `line` is the first).
     pub(crate) prev: Option<&'t Line>,
     pub(crate) line: &'t Line,
@@ -395,7 +424,7 @@ impl Line {
     #[inline(always)]
     fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
         if Geometry::<K, V>::FOUR_WORD_KEYS {
-            return keys_equal(&self.pairs, q[0]);
+            return keys_equal(self, q[0]);
         }
         let mut hits = 0;
         for i in 0..Geometry::<K, V>::SLOTS {
@@ -481,8 +510,13 @@ impl Line {
             );
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
-                // Validated: the words are those of one published state; decode them.
-                return Ok(Found::decode(m.dups(i), &w));
+                // Validated: the words are those of one published state; decode them. (Whether
+                // any slot of the line holds a list, first: one test of the header, no shift
+                // by the slot, on the common path of a line without duplicates.)
+                if m.any_dups() && Found::<V>::dups_cold(m, i) {
+                    return Ok(Found::decode(true, &w));
+                }
+                return Ok(Found::decode(false, &w));
             }
         }
     }
@@ -524,6 +558,16 @@ impl<V: Inline> Found<V> {
                 list: ptr::null(),
             }
         }
+    }
+}
+
+impl<V> Found<V> {
+    /// [`Meta::dups`] off the hot path: asked only of a line that holds a duplicate list, so
+    /// that a line without one pays one test of its header and no shift by the slot.
+    #[cold]
+    #[inline(never)]
+    fn dups_cold(m: Meta, i: usize) -> bool {
+        m.dups(i)
     }
 }
 
@@ -612,10 +656,12 @@ impl<V> DupList<V> {
 /// one by the line count); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
 #[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
+    // 64 bytes: the lines' address and count, the tags' address (and count), the three hash
+    // keys and `future`.
     /// The first line of every chain.
-    buckets: Box<[Line]>,
-    /// `buckets.len()`, a power of two.
-    lines: usize,
+    buckets: ZeroedArray<Line>,
+    /// One [`tag`](Self::tag_bit) word per bucket: what a miss reads instead of the line.
+    tags: ZeroedArray<AtomicU32>,
     /// `k0`, `k1`, `k2` of the hash (`k1`, `k2` odd).
     keys: [u64; 3],
     /// The table this one is migrating into (`future_tbl`), or null.
@@ -634,11 +680,10 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// A table of `lines` empty buckets (a power of two) hashing with `seed`, on the heap.
     pub(crate) fn alloc(lines: usize, seed: u64) -> *mut BucketTable<K, V> {
         debug_assert!(lines.is_power_of_two());
-        let buckets: Box<[Line]> = (0..lines).map(|_| Line::empty()).collect();
         let mix = |c: u64| crate::seed::splitmix64_mix(seed ^ c);
         Box::into_raw(Box::new(BucketTable {
-            buckets,
-            lines,
+            buckets: ZeroedArray::new(lines),
+            tags: ZeroedArray::new(lines),
             keys: [
                 mix(0x5851_f42d_4c95_7f2d),
                 mix(0x243f_6a88_85a3_08d3) | 1,
@@ -652,7 +697,9 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// Number of bucket lines.
     #[inline(always)]
     pub(crate) fn lines(&self) -> usize {
-        self.lines
+        // (The arrays' lengths; `buckets.len()` is the line count readers multiply by, in the
+        // table's first cache line with everything else a lookup reads of it.)
+        self.buckets.len()
     }
 
     /// The table's size in the load factor's units.
@@ -661,9 +708,11 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.lines() * Geometry::<K, V>::SIZE_PER_LINE
     }
 
-    /// The bucket a key with words `q` goes to in this table.
+    /// The 64-bit hash of a key with words `q` in this table: its top bits pick the bucket
+    /// ([`bucket_of_hash`](Self::bucket_of_hash)), its low five bits the key's bit of the
+    /// bucket's tag ([`tag_bit`](Self::tag_bit)).
     #[inline(always)]
-    pub(crate) fn index_of(&self, q: &KeyWords) -> usize {
+    pub(crate) fn hash_of(&self, q: &KeyWords) -> u64 {
         let [k0, k1, k2] = self.keys;
         let pair = |j: usize| {
             let hi = if j + 1 < K::WORDS { q[j + 1] } else { 0 };
@@ -681,8 +730,19 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             h
         };
         let h = h.wrapping_mul(k1);
-        let h = (h ^ (h >> 32)).wrapping_mul(k2);
-        ((u128::from(h) * self.lines as u128) >> 64) as usize
+        (h ^ (h >> 32)).wrapping_mul(k2)
+    }
+
+    /// The bucket of a key whose hash is `h`: the top `log2(lines)` bits (Lemire's reduction).
+    #[inline(always)]
+    pub(crate) fn bucket_of_hash(&self, h: u64) -> usize {
+        ((u128::from(h) * self.lines() as u128) >> 64) as usize
+    }
+
+    /// The bucket a key with words `q` goes to in this table.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, q: &KeyWords) -> usize {
+        self.bucket_of_hash(self.hash_of(q))
     }
 
     /// The bucket `key` goes to in this table.
@@ -691,11 +751,96 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         self.index_of(&key_words(key))
     }
 
+    /// The bit a key whose hash is `h` sets in its bucket's tag: one of 32, picked by the low
+    /// five bits of the hash (the bucket takes the top ones; the low bits of the last product
+    /// are a bijection of the low bits of `h1 ^ (h1 >> 32)`, so they carry bits 32..37 of the
+    /// first product, which every bit of a one- or two-word key reaches). On x86-64 the test
+    /// is one `bt` of the tag by the hash's register, which takes the offset modulo 32.
+    ///
+    /// A bucket's tag is a one-word Bloom filter of the keys of its chain, which a lookup reads
+    /// before the bucket line: a key's bit clear means the key is in neither this bucket nor,
+    /// through it, the future table, and the lookup ends without touching the line (a miss
+    /// reads 4 bytes of a dense array, 128 KiB at 100,000 keys, instead of a line of 2 MiB).
+    /// The writer keeps every key's bit set while the key is in the chain, overflow lines
+    /// included (set before it is published, cleared after it left), and the whole tag set
+    /// ([`TAG_ALL`]) once the chain migrates (`MOVED`), so that keys in the future table are
+    /// never filtered out either: a clear bit is proof of absence, a set one sends the lookup
+    /// to the line and its validated read as before.
+    #[inline(always)]
+    pub(crate) fn tag_bit(h: u64) -> u32 {
+        1 << (h as u32 & 31)
+    }
+
+    /// The tag a bucket's chain implies (writer side: every key's bit, or [`TAG_ALL`] when
+    /// the chain is migrating). Caller holds the writer lock.
+    fn tag_of_bucket(&self, index: usize) -> u32 {
+        let mut tag = 0;
+        for line in self.chain(index) {
+            let m = Meta(line.meta.load(Ordering::Relaxed));
+            if m.0 & MOVED != 0 {
+                return TAG_ALL;
+            }
+            for slot in 0..Geometry::<K, V>::SLOTS {
+                if m.occupied(slot) {
+                    let k = line.key::<K, V>(slot);
+                    tag |= Self::tag_bit(self.hash_of(&key_words(&k)));
+                }
+            }
+        }
+        tag
+    }
+
+    /// Adds `bits` to bucket `index`'s tag (before a key is published there). Caller holds the
+    /// writer lock.
+    fn tag_add(&self, index: usize, bits: u32) {
+        let tag = &self.tags.as_slice()[index];
+        let old = tag.load(Ordering::Relaxed);
+        if old & bits != bits {
+            // Release: a reader that sees the bit also sees what the writer did before.
+            tag.store(old | bits, Ordering::Release);
+        }
+    }
+
+    /// Recomputes bucket `index`'s tag from its first line (after a key left the chain, or an
+    /// overflow line was unlinked). Caller holds the writer lock.
+    fn tag_refresh(&self, index: usize) {
+        let tag = &self.tags.as_slice()[index];
+        let want = self.tag_of_bucket(index);
+        if tag.load(Ordering::Relaxed) != want {
+            tag.store(want, Ordering::Release);
+        }
+    }
+
+    /// Calls `f` on every key of bucket `index`'s chain (tests).
+    #[cfg(test)]
+    pub(crate) fn for_each_slot_of(&self, index: usize, mut f: impl FnMut(K)) {
+        for line in self.chain(index) {
+            let m = Meta(line.meta.load(Ordering::Relaxed));
+            for slot in 0..Geometry::<K, V>::SLOTS {
+                if m.occupied(slot) {
+                    f(line.key::<K, V>(slot));
+                }
+            }
+        }
+    }
+
+    /// Bucket `index`'s tag (tests).
+    #[cfg(test)]
+    pub(crate) fn tag(&self, index: usize) -> u32 {
+        self.tags.as_slice()[index].load(Ordering::Relaxed)
+    }
+
+    /// The tag bit of `key` in this table (tests).
+    #[cfg(test)]
+    pub(crate) fn key_tag_bit(&self, key: &K) -> u32 {
+        Self::tag_bit(self.hash_of(&key_words(key)))
+    }
+
     /// Iterates over bucket `index`'s chain. The caller holds the writer lock or a guard as
     /// for [`BucketTable::find`].
     pub(crate) fn chain(&self, index: usize) -> Chain<'_> {
         Chain {
-            next: &self.buckets[index],
+            next: &self.buckets.as_slice()[index],
             _table: PhantomData,
         }
     }
@@ -708,9 +853,17 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     #[inline(always)]
     pub(crate) unsafe fn find(&self, q: &KeyWords) -> Probe<V> {
-        let index = self.index_of(q);
+        let h = self.hash_of(q);
+        let index = self.bucket_of_hash(h);
         // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
-        // below `lines`, the length of `buckets`.
+        // below `lines`, the length of `tags`.
+        let tag = unsafe { self.tags.get_unchecked(index) }.load(Ordering::Acquire);
+        if tag & Self::tag_bit(h) == 0 {
+            // The key's bit is clear: not in this bucket's chain, and the chain is not
+            // migrating (that sets every bit). The line is not read.
+            return Probe::Absent;
+        }
+        // SAFETY: as above, `index` is below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
             let m = match line.find::<K, V>(q) {
@@ -747,6 +900,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             if hits != 0 {
                 let slot = hits.trailing_zeros() as usize;
                 return Some(Position {
+                    table: self,
+                    index,
                     prev,
                     line,
                     slot,
@@ -759,12 +914,20 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         None
     }
 
-    /// Publishes `key` with `payload` in the first free slot of the chain from `from` on (a
-    /// new overflow line at its end when there is none). Returns the keys in the lines it
-    /// walked, the new one included. Caller holds the writer lock; `key` is in no slot of
-    /// those lines (or only in the one the caller clears next).
-    pub(crate) fn publish_from(&self, from: &Line, key: K, payload: Payload<V>) -> usize {
+    /// Publishes `key` with `payload` in the first free slot of bucket `index`'s chain from
+    /// `from` on (a new overflow line at its end when there is none), its tag bit set first.
+    /// Returns the keys in the lines it walked, the new one included. Caller holds the writer
+    /// lock; `key` is in no slot of those lines (or only in the one the caller clears next).
+    pub(crate) fn publish_from(
+        &self,
+        index: usize,
+        from: &Line,
+        key: K,
+        payload: Payload<V>,
+    ) -> usize {
         let dups = matches!(payload, Payload::Dups(_));
+        // The key's bit before the key, wherever in the chain it lands.
+        self.tag_add(index, Self::tag_bit(self.hash_of(&key_words(&key))));
         let mut keys = 0;
         let mut line = from;
         loop {
@@ -806,7 +969,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// in the chain, the new one included. Caller holds the writer lock.
     pub(crate) fn publish(&self, key: K, payload: Payload<V>) -> usize {
         let index = self.hash(&key);
-        self.publish_from(&self.buckets[index], key, payload)
+        self.publish_from(index, &self.buckets.as_slice()[index], key, payload)
     }
 
     /// Clears the slot of `pos` (one `meta` store) and unlinks its line when it is an overflow
@@ -833,6 +996,8 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             // unreachable from the table; readers on it were pinned before this point.
             unsafe { guard.defer_destroy(crossbeam_epoch::Shared::from(line as *const Line)) };
         }
+        // The key is gone (and maybe the chain's end): its bit may go, after it.
+        pos.table.tag_refresh(pos.index);
     }
 
     /// Replaces the payload of `pos`'s slot: in a free slot of the same line with one `meta`
@@ -858,7 +1023,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             return false;
         }
         // The line is full: the first free slot from here on is further down the chain.
-        self.publish_from(line, pos.key, payload);
+        self.publish_from(pos.index, line, pos.key, payload);
         // SAFETY: forwarded from the caller; `publish_from` did not touch this line's `meta`.
         unsafe { Self::unpublish(pos, guard) };
         true
@@ -871,7 +1036,9 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// future table.
     pub(crate) fn migrate_bucket(&self, new: &BucketTable<K, V>, index: usize) {
         // First mark every line of the chain `MOVED`: a reader that misses in any of them
-        // from now on also searches `new` (which is set before any bucket migrates).
+        // from now on also searches `new` (which is set before any bucket migrates). Before
+        // that, the whole tag, so that no reader stops at it any more.
+        self.tag_add(index, TAG_ALL);
         for line in self.chain(index) {
             let m = Meta(line.meta.load(Ordering::Relaxed));
             if m.0 & MOVED == 0 {
@@ -913,7 +1080,7 @@ impl<K: Inline, V: Inline> BucketTable<K, V> {
     /// Calls `f` on every duplicate list of the table. Caller holds the writer lock or owns
     /// the table.
     pub(crate) fn for_each_list(&self, mut f: impl FnMut(*mut DupList<V>)) {
-        for first in self.buckets.iter() {
+        for first in self.buckets.as_slice() {
             let mut line: *const Line = first;
             while !line.is_null() {
                 // SAFETY: the table's own line or an overflow line linked from its chain,
@@ -961,7 +1128,7 @@ impl<K, V> Drop for BucketTable<K, V> {
     /// Frees the overflow lines (not the duplicate lists: a retired table is empty, and the
     /// map's own drop frees those of the live tables first).
     fn drop(&mut self) {
-        for b in self.buckets.iter() {
+        for b in self.buckets.as_slice() {
             let mut o = b.overflow.load(Ordering::Relaxed);
             while !o.is_null() {
                 // SAFETY: overflow lines come from `Box::into_raw` in `publish_from` or
@@ -1048,6 +1215,8 @@ mod tests {
     fn geometry_of_the_tables_in_use() {
         assert_eq!(std::mem::size_of::<Line>(), 64);
         assert_eq!(std::mem::align_of::<Line>(), 64);
+        // Everything a lookup reads of a table in one cache line.
+        assert_eq!(std::mem::size_of::<BucketTable<u32, u32>>(), 64);
         // u32 keys with a value of up to two words: 4 slots.
         assert_eq!(Geometry::<u32, u32>::SLOTS, 4);
         assert_eq!(Geometry::<u32, u64>::SLOTS, 4);
@@ -1151,7 +1320,7 @@ mod tests {
             let lo = line.pairs[0].load(Ordering::Relaxed);
             let hi = line.pairs[1].load(Ordering::Relaxed);
             let want = lanes_equal_scalar(lo, hi, key);
-            assert_eq!(keys_equal(&line.pairs, key), want, "{key:x}");
+            assert_eq!(keys_equal(&line, key), want, "{key:x}");
             assert_eq!(keys_equal_by_pairs(&line.pairs, key), want, "{key:x}");
             assert_eq!(line.matches::<u32, u32>(&key_words(&key)), want, "{key:x}");
         }

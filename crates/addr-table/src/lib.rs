@@ -8,9 +8,11 @@
 //!   cache line holding its keys and values inline (both [`Inline`]: 4 slots for `u32` keys
 //!   with values of up to 8 bytes, 2 for `u128` keys), plus a link to an overflow line when
 //!   more keys land in it. A key with several objects (duplicates) keeps a pointer to its
-//!   list, newest first, in its slot; [`len`] counts distinct keys. A lookup reads one line
-//!   for a hit or a miss at any size (two for the rare key in an overflow line or with
-//!   duplicates) and returns a **copy** of the value: the keys sit side by side in the line
+//!   list, newest first, in its slot; [`len`] counts distinct keys. A lookup first tests its
+//!   key's bit in the bucket's 32-bit tag (a Bloom filter of the chain's keys, in a dense
+//!   array beside the lines), which ends most misses without reading a line; a hit then reads
+//!   one line at any size (two for the rare key in an overflow line or with duplicates) and
+//!   returns a **copy** of the value: the keys sit side by side in the line
 //!   and are compared at once (four IPv4 keys in one SSE2 compare). Each bucket table has its
 //!   own random seed (a keyed multiply-xorshift-multiply hash). Sizes count in the kernel's
 //!   units (4 per line of 4 slots): the table grows above 7/8 load (3.5 keys per line on
@@ -90,6 +92,7 @@
 #![warn(missing_docs)]
 
 pub mod addr;
+mod array;
 mod bucket;
 pub mod error;
 pub mod fixed;

@@ -336,12 +336,13 @@ impl<A: Family> FamilyTable<A> {
         let answers = |l: &LocalAddr| A::ALWAYS_ANSWERS || l.answers;
         match ifindex {
             // The common case (`is_local`, `__ip_dev_find` without a device) on its own path.
-            None => self.local.find(&addr.key(), guard, answers),
-            Some(i) => self
+            None => self
                 .local
-                .find(&addr.key(), guard, |l| answers(l) && l.ifindex == i),
+                .find_map(&addr.key(), guard, |l| answers(l).then_some(l.ifindex)),
+            Some(i) => self.local.find_map(&addr.key(), guard, |l| {
+                (answers(l) && l.ifindex == i).then_some(l.ifindex)
+            }),
         }
-        .map(|l| l.ifindex)
     }
 }
 
