@@ -112,7 +112,11 @@ fn stress<A: Addr>() {
     assert_eq!(peak, 524_288, "{end:?}");
     assert!(end.rehashes.grows >= u64::from(ROUNDS), "{end:?}");
     assert!(end.rehashes.shrinks >= u64::from(ROUNDS), "{end:?}");
-    assert_eq!(end.rehashes.reseeds, 0, "{end:?}");
+    // A chain of more than ELASTICITY keys happens by chance about once in 20 tables of
+    // 262,144 lines at the growth threshold (see `ELASTICITY`), and each round passes that
+    // threshold twice: a same-size reseed is then correct behaviour, not a failure. Two in one
+    // run happen by chance in well under 1% of runs; more mean the hash lost its spread.
+    assert!(end.rehashes.reseeds <= 2, "{end:?}");
     assert_eq!((end.keys, end.objects), (STABLE as usize, STABLE as usize));
     assert!(lookups.load(Ordering::Relaxed) > 0);
     // Every stable key is still there, with its value, after the last migration.
