@@ -30,6 +30,21 @@ pub struct Options {
     /// needs root).
     #[arg(long)]
     no_check: bool,
+    /// Build with the dev profile, unstripped and with fast compression: a package for the
+    /// check only, quick to make where `cargo test` has built the workspace in that profile
+    /// (what `cargo xtask test` does); not one to ship.
+    #[arg(long)]
+    dev: bool,
+}
+
+impl Options {
+    /// The package step of `cargo xtask test`: build and check (as root).
+    pub fn check() -> Self {
+        Options {
+            no_check: false,
+            dev: true,
+        }
+    }
 }
 
 /// Builds `target/debian/xfwd_VERSION_ARCH.deb` and checks it.
@@ -41,20 +56,36 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .output()
         .map_or(true, |o| !o.status.success())
     {
-        exec(Command::new(&cargo).args(["install", "cargo-deb", "--locked"]))
+        // The version this was checked with (its handling of `target/release/` assets under
+        // `--profile` and of the package path it prints).
+        exec(Command::new(&cargo).args(["install", "cargo-deb", "--version", "3.8.0", "--locked"]))
             .context("package: installing cargo-deb")?;
     }
     // Where crates/forwarder/Cargo.toml's deb assets expect them.
     let docs = workspace.join("target/xfwd-docs");
+    let profile = if options.dev { "dev" } else { "release" };
     exec(
         Command::new(&cargo)
-            .args(["run", "--locked", "--release", "-q", "-p", "forwarder"])
+            .args([
+                "run",
+                "--locked",
+                "--profile",
+                profile,
+                "-q",
+                "-p",
+                "forwarder",
+            ])
             .args(["--example", "xfwd_docs", "--"])
             .arg(&docs),
     )
     .context("package: generating the man pages and completions")?;
-    let output = Command::new(&cargo)
-        .args(["deb", "--locked", "-p", "forwarder"])
+    let mut deb = Command::new(&cargo);
+    deb.args(["deb", "--locked", "-p", "forwarder"]);
+    if options.dev {
+        // cargo-deb maps the `target/release/` asset to the chosen profile's directory.
+        deb.args(["--profile", "dev", "--no-strip", "--fast"]);
+    }
+    let output = deb
         .stderr(std::process::Stdio::inherit())
         .output()
         .context("package: running cargo deb")?;

@@ -1,4 +1,5 @@
-//! `cargo xtask test`: setup, every test, clippy and rustfmt, then a summary.
+//! `cargo xtask test`: setup, every test, clippy and rustfmt, the library crates' packages and
+//! examples, xfwd's Debian package (as root), then a summary.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -163,6 +164,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     } else {
         eprintln!("miri skipped: needs nightly with Miri (`rustup +nightly component add miri`)");
     }
+
+    // xfwd's Debian package (`cargo xtask package`), as root: built with cargo-deb (installed
+    // when missing), unpacked into a throwaway root, the unit's command line started from it
+    // in a throwaway namespace until READY=1, then stopped.
+    step("package (cargo xtask package)".into(), &mut || {
+        if !crate::exec::is_root() {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                bail!("package: checking the .deb needs root, and CI=true");
+            }
+            eprintln!("package check skipped: needs root");
+            return Ok(());
+        }
+        crate::package::run(&crate::package::Options::check())
+    });
 
     // A short soak (xfwd under churn and faults, `cargo xtask soak`), as root.
     step(

@@ -45,6 +45,16 @@
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
 
+/// The epoch-based reclamation whose guards this crate checks, re-exported: its
+/// [`Guard`](crossbeam_epoch::Guard) and [`Collector`](crossbeam_epoch::Collector) are in this
+/// crate's API, and a caller that pins through this path always holds the version the crate
+/// was built with.
+///
+/// ```
+/// epoch_guard::check_guard(&epoch_guard::crossbeam_epoch::pin(), "my-crate");
+/// ```
+pub use crossbeam_epoch;
+
 /// Panics unless `guard` pins the default collector (the guard of `crossbeam_epoch::pin()`);
 /// `owner` names the refusing crate in the message (`env!("CARGO_PKG_NAME")`).
 ///

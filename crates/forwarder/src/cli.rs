@@ -51,6 +51,28 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether the final messages of `run` and `check-config` (why xfwd refuses to start or the
+/// configuration is invalid) and of a failed command go to the JSON log (`--log-format json`)
+/// rather than to stderr as text.
+static JSON_ERRORS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends the messages of [`fatal`] to the log as JSON objects when `json` (`--log-format
+/// json`; call it once the log subscriber is installed).
+pub fn set_json_errors(json: bool) {
+    JSON_ERRORS.store(json, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The message a command ends on: `xfwd: MESSAGE` on stderr, or with `--log-format json` an
+/// error event of its own (one JSON line, the message's lines in its `message` field), so that
+/// a log collector sees why xfwd stopped.
+pub fn fatal(message: &dyn std::fmt::Display) {
+    if JSON_ERRORS.load(std::sync::atomic::Ordering::Relaxed) {
+        tracing::error!(target: "xfwd", "{message}");
+    } else {
+        eprintln!("xfwd: {message}");
+    }
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -436,7 +458,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
     let config = match args.config() {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("xfwd: {error}");
+            fatal(&error);
             return Ok(EX_USAGE);
         }
     };
@@ -459,7 +481,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
             }
         }
         Err(error) => {
-            eprintln!("xfwd: {error}");
+            fatal(&error);
             return Ok(EX_NETFILTER);
         }
     }
@@ -474,7 +496,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<u8> {
             }
         }
         Err(error) => {
-            eprintln!("xfwd: {error}");
+            fatal(&error);
             return Ok(EX_NETFILTER);
         }
     }
@@ -544,7 +566,7 @@ pub fn check_config(args: &RunArgs) -> anyhow::Result<u8> {
             Ok(0)
         }
         Err(error) => {
-            eprintln!("xfwd: {source}: {error}");
+            fatal(&format_args!("{source}: {error}"));
             Ok(EX_USAGE)
         }
     }

@@ -30,6 +30,7 @@ fn main() -> ExitCode {
             .init(),
         LogFormat::Json => logs.json().init(),
     }
+    forwarder::cli::set_json_errors(cli.log_format == LogFormat::Json);
     let result = match &cli.command {
         Command::Run(args) => run(args),
         Command::CheckConfig(args) => check_config(args),
@@ -41,7 +42,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("xfwd: {error:#}");
+            forwarder::cli::fatal(&format_args!("{error:#}"));
             ExitCode::FAILURE
         }
     }

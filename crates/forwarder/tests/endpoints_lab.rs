@@ -2,7 +2,8 @@
 //! own lab): the STAMP reflector and the echo service configured in the TOML file answer
 //! kernel senders in `src` over IPv4 and IPv6 with correct fields; kernel sockets in `fwd`
 //! keep receiving their datagrams beside them (the XDP program steers only the endpoints'
-//! ports); a configured port that a kernel socket holds is refused with `EADDRINUSE`;
+//! ports; a port nobody holds gets the kernel's port unreachable); a configured port that a
+//! kernel socket holds is refused with `EADDRINUSE`;
 //! `xfwd stats` counts per endpoint.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -195,6 +196,26 @@ fn reflector_and_echo_answer_beside_kernel_sockets() {
             }
         }
         assert_eq!(got.as_deref(), Some(&b"for the kernel"[..]), "{to}");
+    }
+
+    // A port nobody holds: the kernel answers port unreachable, as without xfwd (a connected
+    // sender sees ECONNREFUSED), over IPv4 and IPv6.
+    for ip in [fwd4, fwd6] {
+        let sender = socket_in(&lab, Role::Src, any(ip.is_ipv6()));
+        sender.connect(SocketAddr::new(ip, 5557)).unwrap();
+        let mut refused = false;
+        for _ in 0..20 {
+            let _ = sender.send(b"nobody");
+            match sender.recv(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    refused = true;
+                    break;
+                }
+                Ok(n) => panic!("{ip}:5557 answered {:?}", &buf[..n]),
+                Err(_) => {}
+            }
+        }
+        assert!(refused, "no port unreachable from {ip}:5557");
     }
 
     // pktgen's STAMP session-sender against the reflector: nothing lost at 1000 per second,

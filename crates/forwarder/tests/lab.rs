@@ -871,6 +871,44 @@ fn scrape(addr: SocketAddr) -> String {
     text
 }
 
+/// `promtool check metrics` (Debian package `prometheus`, installed by `cargo xtask setup`)
+/// accepts the body of the HTTP answer `response`; without promtool: skipped, unless `CI=true`.
+fn promtool_accepts(response: &str) {
+    use std::io::Write;
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+            eprintln!("promtool check skipped: no promtool ({e}); `cargo xtask setup` installs it");
+            return;
+        }
+        Err(e) => panic!("CI=true: promtool is needed: {e}"),
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{body}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The value of one series (`name{labels}`) in Prometheus text; 0 when absent.
 fn metric(text: &str, series: &str) -> u64 {
     text.lines()
@@ -965,8 +1003,9 @@ fn routing_two_queues_two_run_loops() {
             "queue {q}: {stats:#}"
         );
     }
-    // The same per queue in the Prometheus text.
+    // The same per queue in the Prometheus text, which promtool accepts as served.
     let text = scrape(metrics);
+    promtool_accepts(&text);
     for q in 0..2 {
         let rx = format!("xfwd_rx_packets_total{{iface=\"fwd0\",queue=\"{q}\"}}");
         let tx = format!("xfwd_tx_packets_total{{iface=\"fwd1\",queue=\"{q}\"}}");
@@ -1069,6 +1108,8 @@ fn more_queues_than_the_device_has_is_refused() {
 /// SIGHUP: the `[pipeline]` settings that can change live reach the running pipeline (here the
 /// ICMP rate: 0, no time exceeded errors; then 1000, errors again), the instance keeps
 /// running, a change that needs a restart is not applied, and an invalid file changes nothing.
+/// The logs are JSON (`--log-format json`): one object per line, and the reloads' messages say
+/// what was refused and what needs a restart.
 #[test]
 fn sighup_applies_live_pipeline_settings() {
     if !xfwd_lab::privileged("sighup_applies_live_pipeline_settings") {
@@ -1079,7 +1120,13 @@ fn sighup_applies_live_pipeline_settings() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("xfwd.toml");
     std::fs::write(&path, "[pipeline]\nicmp_rate = 0\n").unwrap();
-    let xfwd = spawn(&lab, &["--config", path.to_str().unwrap()]);
+    let log_path = dir.join("xfwd.log");
+    let xfwd = {
+        let (mut command, control) = Xfwd::command(&lab, "fwd0,fwd1", 'p');
+        command.args(["--config", path.to_str().unwrap(), "--log-format", "json"]);
+        let log = std::fs::File::create(&log_path).unwrap();
+        Xfwd::spawn_logging(command, control, log.into())
+    };
     let src4 = IpAddr::V4(topology::SRC0.ipv4);
     let sent = |s: &serde_json::Value| pipeline(s, "icmp_sent", "time_exceeded");
     let hup = || {
@@ -1126,6 +1173,37 @@ fn sighup_applies_live_pipeline_settings() {
         "queues needs a restart: {stats:#}"
     );
     assert_counted_once(&xfwd);
+
+    // The logs: JSON objects, one per line, with the reloads' verdicts.
+    let logs = std::fs::read_to_string(&log_path).unwrap();
+    let events: Vec<serde_json::Value> = logs
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    assert!(
+        events
+            .iter()
+            .all(|e| e["timestamp"].is_string() && e["level"].is_string()),
+        "{logs}"
+    );
+    let logged = |level: &str, words: &[&str]| {
+        events.iter().any(|e| {
+            let message = e["fields"]["message"].as_str().unwrap_or_default();
+            e["level"] == level && words.iter().all(|w| message.contains(w))
+        })
+    };
+    assert!(
+        logged("ERROR", &["configuration not reloaded", "icmp_rate"]),
+        "the invalid file: {logs}"
+    );
+    assert!(
+        logged("WARN", &["only after a restart", "queues"]),
+        "the restart: {logs}"
+    );
+    assert!(
+        !logged("WARN", &["only after a restart", "icmp_rate"]),
+        "icmp_rate is live: {logs}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -377,6 +377,35 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
         );
         all
     };
+    // An xfrm policy (direction in: forwarded traffic never looks it up). `ip xfrm` has no
+    // JSON; the policy's fields are checked one by one, with the index the kernel gave it.
+    stdout(&ip(
+        &fwd,
+        &[
+            "xfrm",
+            "policy",
+            "add",
+            "src",
+            "203.0.113.0/24",
+            "dst",
+            "198.51.100.0/24",
+            "proto",
+            "udp",
+            "dir",
+            "in",
+            "priority",
+            "10",
+            "action",
+            "block",
+        ],
+    ));
+    let kernel_policy = stdout(&ip(&fwd, &["-s", "xfrm", "policy", "list"]));
+    let index: u64 = kernel_policy
+        .split_whitespace()
+        .skip_while(|w| *w != "index")
+        .nth(1)
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("no index in {kernel_policy}"));
     for fresh in [false, true] {
         let show = |what: &str| {
             if fresh {
@@ -458,6 +487,16 @@ fn route_get_json_and_cache_from_the_running_pipeline() {
             (ours == kernel)
                 .then_some(())
                 .ok_or(format!("{ours} / {kernel}"))
+        });
+        eventually(&format!("policies from {from}"), || {
+            let wanted = serde_json::json!([{
+                "src": "203.0.113.0/24", "dst": "198.51.100.0/24", "proto": 17, "dir": "in",
+                "priority": 10, "action": "block", "index": index,
+            }]);
+            let ours = show("policies");
+            (ours == wanted)
+                .then_some(())
+                .ok_or(format!("{ours} / {wanted} ({kernel_policy})"))
         });
         eventually(&format!("nexthops from {from}"), || {
             let kernel = json(&ip(&fwd, &["-j", "nexthop"]));

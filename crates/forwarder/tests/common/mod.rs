@@ -41,11 +41,13 @@ impl Xfwd {
 
     /// Spawns `command` and waits (up to 30 s) until it answers `stats` on `control`;
     /// panics if it exits first.
-    pub fn spawn(mut command: Command, control: PathBuf) -> Xfwd {
-        let child = command
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting xfwd");
+    pub fn spawn(command: Command, control: PathBuf) -> Xfwd {
+        Xfwd::spawn_logging(command, control, Stdio::inherit())
+    }
+
+    /// [`Xfwd::spawn`] with xfwd's stderr (its logs) going to `stderr`.
+    pub fn spawn_logging(mut command: Command, control: PathBuf, stderr: Stdio) -> Xfwd {
+        let child = command.stderr(stderr).spawn().expect("starting xfwd");
         let mut xfwd = Xfwd {
             child: Some(child),
             control,
