@@ -30,7 +30,7 @@
 use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
 use policy_tree::Direction;
 
-use crate::memo::{IngressMemo, LocalFilter};
+use crate::memo::{IngressMemo, LocalFilter, MemoSwitches};
 use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite, rewrite_out_of_line};
@@ -73,6 +73,9 @@ pub(crate) struct Lane {
     token: Option<MissToken>,
     /// The FIB's choice, for the egress stage.
     egress: Egress,
+    /// The FIB's answer was one whose decision the ingress memo may remember
+    /// ([`route::single_gateway`]): the egress stage stores it.
+    remember: bool,
     /// The route, once known.
     route: Route,
 }
@@ -110,6 +113,7 @@ impl Default for Lane {
             step: Step::default(),
             meta: Meta::default(),
             token: None,
+            remember: false,
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
@@ -147,7 +151,7 @@ impl Queue {
             lanes,
             &routable[..routables],
         );
-        self.stage_egress(b, lanes);
+        self.stage_egress(b, frames, lanes);
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
         }
@@ -268,16 +272,24 @@ impl Queue {
         fills
     }
 
-    /// Stage 4: Misses: egress link and neighbour, per next hop.
+    /// Stage 4: Misses: egress link and neighbour, per next hop; the decisions of answers
+    /// through one gateway are remembered in the ingress memo for the next packets.
     #[inline(never)]
-    fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
+    fn stage_egress(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
-        for lane in lanes.iter_mut() {
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             if let Step::Egress = lane.step {
                 lane.route = self
                     .egress
                     .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = lane.resolved();
+                // A source checked by reverse-path filtering: the decision is this source's.
+                if lane.remember && !lane.egress.source_checked {
+                    let key = lane.egress.key(lane.meta.family.is_v6());
+                    let iif = frame.ifindex;
+                    self.ingress
+                        .remember_answer(key.slot(iif), iif, &key, lane.route);
+                }
             }
         }
     }
@@ -466,21 +478,55 @@ fn fib_lookups<K: FamilyKey>(
     // Read once per batch (the mirror changes it at most once a second).
     let policy = fib.multipath_policy();
     fib.lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-        let i = usize::from(indices[k]);
-        let lane = &mut lanes[i];
-        let meta = &lane.meta;
-        let answer = route::fib_answer(
-            &mut switches,
-            &flows[k],
-            result,
-            meta.src,
-            meta.dst,
-            policy,
-            |fields| route::hash_keys(meta, frames[i].bytes(), fields),
-            K::widen,
-        );
-        lane.take_fib_answer(answer);
+        let (Some(&i), Some(flow)) = (indices.get(k), flows.get(k)) else {
+            return;
+        };
+        let i = usize::from(i);
+        let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
+            return;
+        };
+        // A route through one gateway: its decision for this ingress device, if remembered.
+        let key = result.as_ref().ok().and_then(route::single_gateway);
+        if let Some(key) = &key {
+            let iif = flow.iif;
+            if let Some(route) = switches.answer(key.slot(iif), iif, key) {
+                lane.route = match route::unserved(b.tables, key.oif) {
+                    Some(punt) => punt,
+                    None => *route,
+                };
+                lane.step = lane.resolved();
+                return;
+            }
+        }
+        lane.remember = key.is_some();
+        take_fib_answer(&mut switches, flow, result, lane, frame.bytes(), policy);
     });
+}
+
+/// The decision of the FIB's `result` for `lane` (its frame's packet bytes in `packet`), when
+/// the ingress memo does not have it: kept out of line, so that the loop around it keeps its
+/// registers for the memo's answers.
+#[inline(never)]
+fn take_fib_answer<K: FamilyKey>(
+    switches: &mut MemoSwitches<'_>,
+    flow: &fib_trie::Flow<K>,
+    result: Result<fib_trie::FibResult<'_, K>, fib_trie::LookupError>,
+    lane: &mut Lane,
+    packet: &[u8],
+    policy: fib_trie::multipath::MultipathPolicy,
+) {
+    let meta = &lane.meta;
+    let answer = route::fib_answer(
+        switches,
+        flow,
+        result,
+        meta.src,
+        meta.dst,
+        policy,
+        |fields| route::hash_keys(meta, packet, fields),
+        K::widen,
+    );
+    lane.take_fib_answer(answer);
 }
 
 /// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
