@@ -286,8 +286,8 @@ pub(crate) struct NextHopKey {
     pub(crate) route_mtu: u32,
     /// Whether the gateway is an IPv6 address.
     pub(crate) next_hop_v6: bool,
-    /// Whether the packet is IPv6 (the family of the switches).
-    pub(crate) v6: bool,
+    /// The packet's family (the switches' family).
+    pub(crate) family: Family,
 }
 
 impl NextHopKey {
@@ -421,7 +421,7 @@ impl AnswerSlot {
             oif: 0,
             route_mtu: 0,
             next_hop_v6: false,
-            v6: false,
+            family: Family::V4,
         },
         route: Route::Local,
     };

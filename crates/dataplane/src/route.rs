@@ -484,7 +484,7 @@ pub(crate) fn single_gateway<K: FamilyKey>(r: &FibResult<'_, K>) -> Option<NextH
         oif: only.ifindex,
         route_mtu: r.alias.info.metrics.mtu().unwrap_or(0),
         next_hop_v6,
-        v6: K::BITS == 128,
+        family: Family::from_v6(K::BITS == 128),
     })
 }
 
@@ -729,16 +729,16 @@ pub struct Egress {
 }
 
 impl Egress {
-    /// The key under which this choice's decision may be remembered for a packet of family
-    /// `v6` ([`single_gateway`] of the answer it came from).
+    /// The key under which this choice's decision may be remembered for a packet of
+    /// `family` ([`single_gateway`] of the answer it came from).
     #[inline]
-    pub(crate) fn key(&self, v6: bool) -> NextHopKey {
+    pub(crate) fn key(&self, family: Family) -> NextHopKey {
         NextHopKey {
             next_hop: self.next_hop,
             oif: self.oif,
             route_mtu: self.route_mtu.unwrap_or(0),
             next_hop_v6: self.next_hop_v6,
-            v6,
+            family,
         }
     }
 }

@@ -285,7 +285,7 @@ impl Queue {
                 lane.step = lane.resolved();
                 // A source checked by reverse-path filtering: the decision is this source's.
                 if lane.remember && !lane.egress.source_checked {
-                    let key = lane.egress.key(lane.meta.family.is_v6());
+                    let key = lane.egress.key(lane.meta.family);
                     let iif = frame.ifindex;
                     self.ingress
                         .remember_answer(key.slot(iif), iif, &key, lane.route);
