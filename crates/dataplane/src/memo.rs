@@ -638,6 +638,58 @@ mod tests {
         assert_eq!(resolved(&mut memo, 1), 0);
     }
 
+    /// A remembered decision answers only its own key and ingress device, only in its epoch,
+    /// and only usable decisions are remembered.
+    #[test]
+    fn the_answer_memo_keeps_usable_decisions_per_device_and_epoch() {
+        use crate::route::Hop;
+        let tables = tables();
+        let mut memo = IngressMemo::new();
+        let snapshot = |generation| dst_cache::Snapshot {
+            generation,
+            ..tables.generation.snapshot()
+        };
+        memo.refresh(&tables, snapshot(0));
+        let key = NextHopKey {
+            next_hop: 0x0a00_0201,
+            oif: 2,
+            route_mtu: 0,
+            next_hop_v6: false,
+            family: Family::V4,
+        };
+        let hop = |dst_mac| Hop {
+            oif: 2,
+            next_hop: key.next_hop,
+            next_hop_v6: false,
+            src_mac: [2, 0, 0, 0, 0, 2],
+            dst_mac,
+            mtu: 1500,
+            multipath: false,
+            source_checked: false,
+        };
+        let usable = Route::Forward(hop(Some([2, 0, 0, 0, 0, 9])));
+        let slot = key.slot(1);
+        memo.remember_answer(slot, 1, &key, usable);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
+        let other_device = key.slot(3);
+        assert_eq!(memo.answer(other_device, 3, &key), None);
+        let other_mtu = NextHopKey {
+            route_mtu: 1400,
+            ..key
+        };
+        assert_eq!(memo.answer(other_mtu.slot(1), 1, &other_mtu), None);
+        // An unresolved neighbour is asked again; a link that cannot be used is remembered.
+        let unresolved = Route::Forward(hop(None));
+        memo.remember_answer(slot, 1, &key, unresolved);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
+        let down = Route::Drop(DropReason::EgressDown);
+        memo.remember_answer(slot, 1, &key, down);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&down));
+        // The next generation forgets it.
+        memo.refresh(&tables, snapshot(1));
+        assert_eq!(memo.answer(slot, 1, &key), None);
+    }
+
     #[test]
     fn too_many_addresses_turn_the_filter_off() {
         let tables = tables();

@@ -9,7 +9,9 @@
 //!    ([`DstCache::admit_many`](dst_cache::DstCache::admit_many)), so a cache that steps aside
 //!    costs a few steps per vector;
 //! 3. for the misses: local destinations (the same filter, then the address table), then the
-//!    FIB lookups, gathered per family;
+//!    FIB lookups, gathered per family; an answer through one gateway whose decision the
+//!    ingress memo remembers for this ingress device (the kernel's `nhc_rth_input`) is
+//!    decided here, without the switches, the next-hop choice or the egress stage;
 //! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
 //!    does per route, done once per route), then
 //! 5. cache fills (only with a route cache);
