@@ -66,6 +66,18 @@ pub(crate) enum Step {
     Rewrite,
 }
 
+/// How the probe stage answers a repeat of the last admitted lane's key (a run of frames of
+/// one flow costs one probe).
+#[derive(Clone, Copy, Debug)]
+enum RunAnswer {
+    /// A hit: the route is this lane's.
+    Routed(usize),
+    /// A miss this lane (the run's first) will fill: the repeat takes its answer then.
+    Same(usize),
+    /// Bypassed: the repeat is probed itself.
+    Probe,
+}
+
 /// One frame's state in the vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lane {
@@ -145,7 +157,7 @@ impl Queue {
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
         let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
-        stage_fib(
+        let egresses = stage_fib(
             b,
             &self.locals,
             &mut self.ingress,
@@ -153,7 +165,9 @@ impl Queue {
             lanes,
             &routable[..routables],
         );
-        self.stage_egress(b, frames, lanes);
+        if egresses > 0 {
+            self.stage_egress(b, frames, lanes);
+        }
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
         }
@@ -228,48 +242,47 @@ impl Queue {
         // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
         let mut admitted = cache.admit_many(b.snapshot, routable.len());
         let mut fills = 0;
-        let mut previous: Option<(FlowKey, usize)> = None;
+        // The key of the last admitted lane, and how a repeat of it is answered.
+        let mut run: Option<(FlowKey, RunAnswer)> = None;
         while admitted != 0 {
             let i = usize::from(routable[admitted.trailing_zeros() as usize]);
             admitted &= admitted - 1;
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
-            let repeat = match previous {
-                Some((k, j)) if k == key => Some(j),
-                _ => None,
-            };
-            previous = Some((key, i));
-            if let Some(j) = repeat {
-                let same = match lanes[j].step {
-                    Step::Routed => {
-                        cache.repeat_hit();
-                        lanes[i].route = lanes[j].route;
-                        lanes[i].step = Step::Routed;
-                        continue;
+            if let Some((k, answer)) = &run {
+                if *k == key {
+                    match *answer {
+                        RunAnswer::Routed(from) => {
+                            cache.repeat_hit();
+                            lanes[i].route = lanes[from].route;
+                            lanes[i].step = Step::Routed;
+                            continue;
+                        }
+                        RunAnswer::Same(first) => {
+                            lanes[i].step = Step::Same(first);
+                            fill[fills] = i as u8;
+                            fills += 1;
+                            continue;
+                        }
+                        RunAnswer::Probe => {}
                     }
-                    Step::Miss if lanes[j].token.is_some() => Some(j),
-                    Step::Same(first) => Some(first),
-                    _ => None,
-                };
-                if let Some(first) = same {
-                    lanes[i].step = Step::Same(first);
-                    fill[fills] = i as u8;
-                    fills += 1;
-                    continue;
                 }
             }
             let lane = &mut lanes[i];
-            match cache.probe(&key, b.snapshot, b.now) {
+            let answer = match cache.probe(&key, b.snapshot, b.now) {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
+                    RunAnswer::Routed(i)
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
                     fill[fills] = i as u8;
                     fills += 1;
+                    RunAnswer::Same(i)
                 }
-                Lookup::Bypass => {}
-            }
+                Lookup::Bypass => RunAnswer::Probe,
+            };
+            run = Some((key, answer));
         }
         fills
     }
@@ -411,7 +424,7 @@ impl Queue {
 
 /// Stage 3: Misses (among the `routable` lanes): local destinations (address table, behind
 /// the filter), then the FIB lookups of the rest, gathered per family so that they run back
-/// to back.
+/// to back. Returns how many lanes the egress stage must complete.
 #[inline(never)]
 fn stage_fib(
     b: &Batch<'_>,
@@ -420,7 +433,7 @@ fn stage_fib(
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     routable: &[u8],
-) {
+) -> usize {
     let mut v4 = [0u8; VECTOR];
     let mut v6 = [0u8; VECTOR];
     let (mut n4, mut n6) = (0, 0);
@@ -447,12 +460,13 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4]);
-    fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6]);
+    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4])
+        + fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6])
 }
 
 /// The FIB lookups of the lanes at `indices`, all of the family whose key is `K`, as one
-/// batch (`Fib::lookup_batch`: the walks overlap their cache misses).
+/// batch (`Fib::lookup_batch`: the walks overlap their cache misses). Returns how many of
+/// them go on to the egress stage.
 #[inline(always)]
 fn fib_lookups<K: FamilyKey>(
     b: &Batch<'_>,
@@ -460,10 +474,11 @@ fn fib_lookups<K: FamilyKey>(
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     indices: &[u8],
-) {
+) -> usize {
     if indices.is_empty() {
-        return;
+        return 0;
     }
+    let mut egresses = 0;
     let fib = K::fib(b.tables);
     let key = K::narrow;
     let mut flows = [fib_trie::Flow::to(key(0)); VECTOR];
@@ -502,7 +517,9 @@ fn fib_lookups<K: FamilyKey>(
         }
         lane.remember = key.is_some();
         take_fib_answer(&mut switches, flow, result, lane, frame.bytes(), policy);
+        egresses += usize::from(matches!(lane.step, Step::Egress));
     });
+    egresses
 }
 
 /// The decision of the FIB's `result` for `lane` (its frame's packet bytes in `packet`), when
