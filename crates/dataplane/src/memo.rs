@@ -9,7 +9,9 @@
 //! - [`EgressMemo`]: the egress link (up, MAC, MTU) and the neighbour's MAC, once per next hop,
 //!   for the route-cache misses (all packets, when the cache steps aside at many flows);
 //! - [`IngressMemo`]: the ingress device's switches (`forwarding`, `rp_filter`) once per
-//!   (device, family), and the reverse-path answer once per (source, DSCP, device), valid for
+//!   (device, family), the reverse-path answer once per (source, DSCP, device), and the whole
+//!   decision of a FIB answer through one gateway once per (ingress device, next hop, route
+//!   MTU) (the kernel's `nhc_rth_input`: the input route cached on the next hop), valid for
 //!   one route generation and one generation of the device table.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -37,7 +39,7 @@ const EGRESS_WAYS: usize = 2;
 /// is not used and every check asks the table.
 #[derive(Clone, Debug)]
 pub(crate) struct LocalFilter {
-    words: Box<[u64]>,
+    words: Box<[u64; FILTER_BITS / 64]>,
     /// The route generation the filter was built under, plus one (0: never built).
     generation: u64,
     /// Whether the filter holds every address (not too many to be useful).
@@ -52,7 +54,7 @@ pub(crate) const FILTER_MAX_ADDRESSES: usize = 256;
 impl LocalFilter {
     pub(crate) fn new() -> Self {
         LocalFilter {
-            words: vec![0; FILTER_BITS / 64].into_boxed_slice(),
+            words: Box::new([0; FILTER_BITS / 64]),
             generation: 0,
             usable: false,
         }
@@ -233,6 +235,9 @@ impl EgressMemo {
 const INGRESS_DEVICES: usize = 16;
 /// Slots of the ingress memo's source part (a power of two, direct-mapped by source).
 const INGRESS_SOURCES: usize = 256;
+/// Slots of the ingress memo's answer part (a power of two, direct-mapped by next hop and
+/// ingress device; a slot is touched only by the next hops in use).
+const INGRESS_ANSWERS: usize = 1024;
 
 /// A remembered ingress verdict of one (device, family).
 #[derive(Clone, Copy, Debug)]
@@ -254,6 +259,46 @@ struct SourceSlot {
     iif: u32,
     /// The memo's epoch the answer was taken in (0: empty).
     epoch: u32,
+}
+
+/// A remembered decision of a FIB answer through one gateway ([`NextHopKey`]) for packets
+/// arriving on one device: what [`route::fib_answer`] and [`route::egress`] gave it.
+#[derive(Clone, Copy, Debug)]
+struct AnswerSlot {
+    /// The memo's epoch the answer was taken in (0: empty).
+    epoch: u32,
+    iif: u32,
+    key: NextHopKey,
+    route: Route,
+}
+
+/// What the decision of a FIB answer depends on when the answer is a unicast route with one
+/// live next hop through a gateway ([`route::single_gateway`]): with the packet's family and
+/// ingress device (the switches), these fields are every input of [`route::fib_answer`]'s and
+/// [`route::egress`]'s work, so two answers with equal keys get equal decisions under one
+/// generation of the tables, whatever route they came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NextHopKey {
+    /// The gateway in the pipeline's form.
+    pub(crate) next_hop: u128,
+    pub(crate) oif: u32,
+    /// The route's `mtu` metric, 0 if not set.
+    pub(crate) route_mtu: u32,
+    /// Whether the gateway is an IPv6 address.
+    pub(crate) next_hop_v6: bool,
+    /// The packet's family (the switches' family).
+    pub(crate) family: Family,
+}
+
+impl NextHopKey {
+    /// The answer slot of this key for packets arriving on `iif`.
+    #[inline]
+    pub(crate) fn slot(&self, iif: u32) -> u16 {
+        let mix = (self.next_hop as u64 ^ (self.next_hop >> 64) as u64)
+            ^ u64::from(self.oif).rotate_left(32)
+            ^ u64::from(iif).rotate_left(48);
+        (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as u16 & (INGRESS_ANSWERS as u16 - 1)
+    }
 }
 
 /// The ingress switches and reverse-path answers of [`route::fib_answer`], remembered: the
@@ -278,6 +323,7 @@ pub(crate) struct IngressMemo {
     epoch: u32,
     devices: [DeviceSlot; INGRESS_DEVICES],
     sources: Box<[SourceSlot]>,
+    answers: Box<[AnswerSlot; INGRESS_ANSWERS]>,
 }
 
 impl IngressMemo {
@@ -293,6 +339,36 @@ impl IngressMemo {
                 check: IngressCheck::Pass,
             }; INGRESS_DEVICES],
             sources: vec![SourceSlot::default(); INGRESS_SOURCES].into_boxed_slice(),
+            answers: Box::new([AnswerSlot::EMPTY; INGRESS_ANSWERS]),
+        }
+    }
+
+    /// The remembered decision for `key` on packets arriving on `iif` (in slot `slot`, which
+    /// is `key.slot(iif)`), taken in this epoch.
+    #[inline]
+    pub(crate) fn answer(&self, slot: u16, iif: u32, key: &NextHopKey) -> Option<&Route> {
+        let s = &self.answers[usize::from(slot) & (INGRESS_ANSWERS - 1)];
+        (s.epoch == self.epoch && s.iif == iif && s.key == *key).then_some(&s.route)
+    }
+
+    /// Remembers `route`, the decision for `key` on packets arriving on `iif` whose switches
+    /// let them pass, in slot `slot` (`key.slot(iif)`), if a later packet may take it without
+    /// asking the tables: a usable neighbour, or a link that cannot be used (as
+    /// [`EgressMemo`] keeps them); an unresolved neighbour is asked again each time.
+    #[inline]
+    pub(crate) fn remember_answer(&mut self, slot: u16, iif: u32, key: &NextHopKey, route: Route) {
+        let keep = match route {
+            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
+            Route::Drop(_) => true,
+            Route::Local | Route::Punt(_) | Route::Reject(_) => false,
+        };
+        if keep {
+            self.answers[usize::from(slot) & (INGRESS_ANSWERS - 1)] = AnswerSlot {
+                epoch: self.epoch,
+                iif,
+                key: *key,
+                route,
+            };
         }
     }
 
@@ -315,6 +391,7 @@ impl IngressMemo {
                     slot.epoch = 0;
                 }
                 self.sources.fill(SourceSlot::default());
+                self.answers.fill(AnswerSlot::EMPTY);
                 self.epoch = 1;
             }
         }
@@ -335,11 +412,34 @@ impl IngressMemo {
     }
 }
 
+impl AnswerSlot {
+    const EMPTY: AnswerSlot = AnswerSlot {
+        epoch: 0,
+        iif: 0,
+        key: NextHopKey {
+            next_hop: 0,
+            oif: 0,
+            route_mtu: 0,
+            next_hop_v6: false,
+            family: Family::V4,
+        },
+        route: Route::Local,
+    };
+}
+
 /// [`IngressMemo`] answering for the tables of one batch.
 pub(crate) struct MemoSwitches<'a> {
     memo: &'a mut IngressMemo,
     tables: &'a Tables,
     guard: &'a Guard,
+}
+
+impl MemoSwitches<'_> {
+    /// [`IngressMemo::answer`].
+    #[inline]
+    pub(crate) fn answer(&self, slot: u16, iif: u32, key: &NextHopKey) -> Option<&Route> {
+        self.memo.answer(slot, iif, key)
+    }
 }
 
 impl IngressSwitches for MemoSwitches<'_> {
@@ -543,6 +643,58 @@ mod tests {
         }
         assert_eq!(resolved(&mut memo, 0), 64);
         assert_eq!(resolved(&mut memo, 1), 0);
+    }
+
+    /// A remembered decision answers only its own key and ingress device, only in its epoch,
+    /// and only usable decisions are remembered.
+    #[test]
+    fn the_answer_memo_keeps_usable_decisions_per_device_and_epoch() {
+        use crate::route::Hop;
+        let tables = tables();
+        let mut memo = IngressMemo::new();
+        let snapshot = |generation| dst_cache::Snapshot {
+            generation,
+            ..tables.generation.snapshot()
+        };
+        memo.refresh(&tables, snapshot(0));
+        let key = NextHopKey {
+            next_hop: 0x0a00_0201,
+            oif: 2,
+            route_mtu: 0,
+            next_hop_v6: false,
+            family: Family::V4,
+        };
+        let hop = |dst_mac| Hop {
+            oif: 2,
+            next_hop: key.next_hop,
+            next_hop_v6: false,
+            src_mac: [2, 0, 0, 0, 0, 2],
+            dst_mac,
+            mtu: 1500,
+            multipath: false,
+            source_checked: false,
+        };
+        let usable = Route::Forward(hop(Some([2, 0, 0, 0, 0, 9])));
+        let slot = key.slot(1);
+        memo.remember_answer(slot, 1, &key, usable);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
+        let other_device = key.slot(3);
+        assert_eq!(memo.answer(other_device, 3, &key), None);
+        let other_mtu = NextHopKey {
+            route_mtu: 1400,
+            ..key
+        };
+        assert_eq!(memo.answer(other_mtu.slot(1), 1, &other_mtu), None);
+        // An unresolved neighbour is asked again; a link that cannot be used is remembered.
+        let unresolved = Route::Forward(hop(None));
+        memo.remember_answer(slot, 1, &key, unresolved);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
+        let down = Route::Drop(DropReason::EgressDown);
+        memo.remember_answer(slot, 1, &key, down);
+        assert_eq!(memo.answer(slot, 1, &key), Some(&down));
+        // The next generation forgets it.
+        memo.refresh(&tables, snapshot(1));
+        assert_eq!(memo.answer(slot, 1, &key), None);
     }
 
     #[test]

@@ -308,7 +308,7 @@ fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     if total < ipv4::HEADER_LEN || total > rest.len() {
         return None;
     }
-    if checksum::fold(checksum::sum(l3, 0)) != CHECKSUM_VALID {
+    if !checksum::header_valid(l3) {
         return None;
     }
     untagged(&eth, Family::V4, meta);
@@ -320,7 +320,7 @@ const PLAIN_V4_FIRST_BYTE: u8 = 0x45;
 
 /// The fields of a validated IPv4 header (`head`, the fixed part; `hlen` with options;
 /// `packet`, the IP packet up to its total length) into `meta`, then the martian checks.
-#[inline]
+#[inline(always)]
 fn v4_fields(
     head: Ipv4Packet<&[u8; ipv4::HEADER_LEN]>,
     hlen: usize,
@@ -340,6 +340,15 @@ fn v4_fields(
     meta.fragment = head.is_fragment();
     meta.later_fragment = head.frag_offset() != 0;
 
+    // The common case first: neither address starts with an octet any check below looks
+    // for (0, 127, 224 to 239, 255).
+    if !V4_SPECIAL_FIRST_OCTETS.contains(src >> 24) && !V4_SPECIAL_FIRST_OCTETS.contains(dst >> 24)
+    {
+        if !meta.later_fragment && meta.proto == protocol::ICMP {
+            meta.icmp_type = packet.get(hlen).copied();
+        }
+        return Ok(());
+    }
     // Sources no packet may carry (multicast, limited broadcast), then destinations that are
     // the kernel's (multicast, broadcast), then zeronet and loopback on either side.
     if is_v4_multicast(src) || src == u32::MAX {
@@ -363,6 +372,55 @@ fn v4_fields(
     }
     Ok(())
 }
+
+/// A set of first octets of IPv4 addresses, as a 256-bit map.
+struct OctetSet([u64; 4]);
+
+impl OctetSet {
+    /// The set of `octets`.
+    const fn of(octets: &[u8]) -> OctetSet {
+        let mut bits = [0u64; 4];
+        let mut i = 0;
+        while i < octets.len() {
+            bits[(octets[i] / 64) as usize] |= 1 << (octets[i] % 64);
+            i += 1;
+        }
+        OctetSet(bits)
+    }
+
+    /// Whether `octet` (below 256) is in the set.
+    #[inline(always)]
+    fn contains(&self, octet: u32) -> bool {
+        let octet = octet & 0xff;
+        (self.0[(octet / 64) as usize] >> (octet % 64)) & 1 != 0
+    }
+}
+
+/// The first octets of every IPv4 address a martian or kernel check of [`v4_fields`] may
+/// catch: zeronet (0), loopback (127), multicast (224 to 239), limited broadcast (255).
+const V4_SPECIAL_FIRST_OCTETS: OctetSet = OctetSet::of(&[
+    V4_ZERONET_OCTET as u8,
+    V4_LOOPBACK_OCTET as u8,
+    224,
+    225,
+    226,
+    227,
+    228,
+    229,
+    230,
+    231,
+    232,
+    233,
+    234,
+    235,
+    236,
+    237,
+    238,
+    239,
+    V4_BROADCAST_OCTET,
+]);
+/// The first octet of the limited broadcast address.
+const V4_BROADCAST_OCTET: u8 = 255;
 
 /// 224.0.0.0/4.
 fn is_v4_multicast(addr: u32) -> bool {
@@ -547,6 +605,19 @@ mod tests {
         let mut meta = Meta::default();
         let general = parse_general(frame, &config, &mut meta).map(|()| meta);
         (quick, general)
+    }
+
+    /// The octets the common case of `v4_fields` skips the martian checks for are exactly
+    /// those no check looks at; every address with another first octet meets them.
+    #[test]
+    fn the_special_first_octets_are_those_the_checks_look_at() {
+        for octet in 0..=255u32 {
+            let addr = octet << 24 | 1;
+            let special = is_v4_multicast(addr)
+                || is_v4_zeronet_or_loopback(addr)
+                || octet == u32::from(V4_BROADCAST_OCTET);
+            assert_eq!(V4_SPECIAL_FIRST_OCTETS.contains(octet), special, "{octet}");
+        }
     }
 
     #[test]

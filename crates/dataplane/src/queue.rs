@@ -312,8 +312,9 @@ impl Queue {
         Ok(meta)
     }
 
-    /// [`admit`](Self::admit) into the caller's `meta`.
-    #[inline]
+    /// [`admit`](Self::admit) into the caller's `meta` (inlined into the vector pipeline's
+    /// parse stage: a call per frame cost about 30 instructions of saves and moves).
+    #[inline(always)]
     pub(crate) fn admit_into(
         &self,
         b: &mut Batch<'_>,

@@ -10,6 +10,7 @@ use fib_trie::{Fib, FibResult, Flow, Gateway, LookupError, RouteType, Scope, Tri
 use neigh_table::Ingress;
 
 use crate::Tables;
+use crate::memo::NextHopKey;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, PuntReason};
 use crate::wire::Family;
@@ -465,6 +466,31 @@ pub(crate) fn fib_answer<K: TrieKey>(
     unicast_egress(&r, dst, policy, keys, widen, source_checked)
 }
 
+/// The key under which the decision of the FIB's answer `r` may be remembered
+/// ([`IngressMemo`](crate::memo::IngressMemo)): a unicast route with one live next hop through
+/// a gateway, whose decision [`unicast_egress`] and [`egress`] take from the key's fields alone
+/// (no flow hash, no destination); `None` for every other answer.
+#[inline(always)]
+pub(crate) fn single_gateway<K: FamilyKey>(r: &FibResult<'_, K>) -> Option<NextHopKey> {
+    if r.route_type() != RouteType::Unicast {
+        return None;
+    }
+    let [only] = r.nexthops() else {
+        return None;
+    };
+    if !only.is_alive() || only.weight == 0 {
+        return None;
+    }
+    let (next_hop, next_hop_v6) = K::widen(only.gateway?);
+    Some(NextHopKey {
+        next_hop,
+        oif: only.ifindex,
+        route_mtu: r.alias.info.metrics.mtu().unwrap_or(0),
+        next_hop_v6,
+        family: Family::from_v6(K::BITS == 128),
+    })
+}
+
 /// The FIB's answer for a locally originated packet (`ip_route_output_key`: the flow's `iif`
 /// is the loopback device, as `iif lo` rules expect): the unicast route's chosen next hop, or
 /// the decision of every other route type. Unlike [`fib_lookup`] no ingress switch
@@ -721,6 +747,21 @@ pub struct Egress {
     pub route_mtu: Option<u32>,
     /// The source passed reverse-path filtering ([`Hop::source_checked`]).
     pub source_checked: bool,
+}
+
+impl Egress {
+    /// The key under which this choice's decision may be remembered for a packet of
+    /// `family` ([`single_gateway`] of the answer it came from).
+    #[inline]
+    pub(crate) fn key(&self, family: Family) -> NextHopKey {
+        NextHopKey {
+            next_hop: self.next_hop,
+            oif: self.oif,
+            route_mtu: self.route_mtu.unwrap_or(0),
+            next_hop_v6: self.next_hop_v6,
+            family,
+        }
+    }
 }
 
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if

@@ -9,7 +9,9 @@
 //!    ([`DstCache::admit_many`](dst_cache::DstCache::admit_many)), so a cache that steps aside
 //!    costs a few steps per vector;
 //! 3. for the misses: local destinations (the same filter, then the address table), then the
-//!    FIB lookups, gathered per family;
+//!    FIB lookups, gathered per family; an answer through one gateway whose decision the
+//!    ingress memo remembers for this ingress device (the kernel's `nhc_rth_input`) is
+//!    decided here, without the switches, the next-hop choice or the egress stage;
 //! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
 //!    does per route, done once per route), then
 //! 5. cache fills (only with a route cache);
@@ -30,7 +32,7 @@
 use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
 use policy_tree::Direction;
 
-use crate::memo::{IngressMemo, LocalFilter};
+use crate::memo::{IngressMemo, LocalFilter, MemoSwitches};
 use crate::parse::Meta;
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite, rewrite_out_of_line};
@@ -64,6 +66,18 @@ pub(crate) enum Step {
     Rewrite,
 }
 
+/// How the probe stage answers a repeat of the last admitted lane's key (a run of frames of
+/// one flow costs one probe).
+#[derive(Clone, Copy, Debug)]
+enum RunAnswer {
+    /// A hit: the route is this lane's.
+    Routed(usize),
+    /// A miss this lane (the run's first) will fill: the repeat takes its answer then.
+    Same(usize),
+    /// Bypassed: the repeat is probed itself.
+    Probe,
+}
+
 /// One frame's state in the vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lane {
@@ -73,6 +87,9 @@ pub(crate) struct Lane {
     token: Option<MissToken>,
     /// The FIB's choice, for the egress stage.
     egress: Egress,
+    /// The FIB's answer was one whose decision the ingress memo may remember
+    /// ([`route::single_gateway`]): the egress stage stores it.
+    remember: bool,
     /// The route, once known.
     route: Route,
 }
@@ -110,6 +127,7 @@ impl Default for Lane {
             step: Step::default(),
             meta: Meta::default(),
             token: None,
+            remember: false,
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
@@ -139,7 +157,7 @@ impl Queue {
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
         let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
-        stage_fib(
+        let egresses = stage_fib(
             b,
             &self.locals,
             &mut self.ingress,
@@ -147,7 +165,9 @@ impl Queue {
             lanes,
             &routable[..routables],
         );
-        self.stage_egress(b, lanes);
+        if egresses > 0 {
+            self.stage_egress(b, frames, lanes);
+        }
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
         }
@@ -222,62 +242,69 @@ impl Queue {
         // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
         let mut admitted = cache.admit_many(b.snapshot, routable.len());
         let mut fills = 0;
-        let mut previous: Option<(FlowKey, usize)> = None;
+        // The key of the last admitted lane, and how a repeat of it is answered.
+        let mut run: Option<(FlowKey, RunAnswer)> = None;
         while admitted != 0 {
             let i = usize::from(routable[admitted.trailing_zeros() as usize]);
             admitted &= admitted - 1;
             let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
-            let repeat = match previous {
-                Some((k, j)) if k == key => Some(j),
-                _ => None,
-            };
-            previous = Some((key, i));
-            if let Some(j) = repeat {
-                let same = match lanes[j].step {
-                    Step::Routed => {
-                        cache.repeat_hit();
-                        lanes[i].route = lanes[j].route;
-                        lanes[i].step = Step::Routed;
-                        continue;
+            if let Some((k, answer)) = &run {
+                if *k == key {
+                    match *answer {
+                        RunAnswer::Routed(from) => {
+                            cache.repeat_hit();
+                            lanes[i].route = lanes[from].route;
+                            lanes[i].step = Step::Routed;
+                            continue;
+                        }
+                        RunAnswer::Same(first) => {
+                            lanes[i].step = Step::Same(first);
+                            fill[fills] = i as u8;
+                            fills += 1;
+                            continue;
+                        }
+                        RunAnswer::Probe => {}
                     }
-                    Step::Miss if lanes[j].token.is_some() => Some(j),
-                    Step::Same(first) => Some(first),
-                    _ => None,
-                };
-                if let Some(first) = same {
-                    lanes[i].step = Step::Same(first);
-                    fill[fills] = i as u8;
-                    fills += 1;
-                    continue;
                 }
             }
             let lane = &mut lanes[i];
-            match cache.probe(&key, b.snapshot, b.now) {
+            let answer = match cache.probe(&key, b.snapshot, b.now) {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
+                    RunAnswer::Routed(i)
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
                     fill[fills] = i as u8;
                     fills += 1;
+                    RunAnswer::Same(i)
                 }
-                Lookup::Bypass => {}
-            }
+                Lookup::Bypass => RunAnswer::Probe,
+            };
+            run = Some((key, answer));
         }
         fills
     }
 
-    /// Stage 4: Misses: egress link and neighbour, per next hop.
+    /// Stage 4: Misses: egress link and neighbour, per next hop; the decisions of answers
+    /// through one gateway are remembered in the ingress memo for the next packets.
     #[inline(never)]
-    fn stage_egress(&mut self, b: &Batch<'_>, lanes: &mut [Lane]) {
+    fn stage_egress(&mut self, b: &Batch<'_>, frames: &[Frame<'_>], lanes: &mut [Lane]) {
         let generation = b.snapshot.generation;
-        for lane in lanes.iter_mut() {
+        for (frame, lane) in frames.iter().zip(lanes.iter_mut()) {
             if let Step::Egress = lane.step {
                 lane.route = self
                     .egress
                     .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = lane.resolved();
+                // A source checked by reverse-path filtering: the decision is this source's.
+                if lane.remember && !lane.egress.source_checked {
+                    let key = lane.egress.key(lane.meta.family);
+                    let iif = frame.ifindex;
+                    self.ingress
+                        .remember_answer(key.slot(iif), iif, &key, lane.route);
+                }
             }
         }
     }
@@ -397,7 +424,7 @@ impl Queue {
 
 /// Stage 3: Misses (among the `routable` lanes): local destinations (address table, behind
 /// the filter), then the FIB lookups of the rest, gathered per family so that they run back
-/// to back.
+/// to back. Returns how many lanes the egress stage must complete.
 #[inline(never)]
 fn stage_fib(
     b: &Batch<'_>,
@@ -406,7 +433,7 @@ fn stage_fib(
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     routable: &[u8],
-) {
+) -> usize {
     let mut v4 = [0u8; VECTOR];
     let mut v6 = [0u8; VECTOR];
     let (mut n4, mut n6) = (0, 0);
@@ -433,12 +460,13 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4]);
-    fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6]);
+    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4])
+        + fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6])
 }
 
 /// The FIB lookups of the lanes at `indices`, all of the family whose key is `K`, as one
-/// batch (`Fib::lookup_batch`: the walks overlap their cache misses).
+/// batch (`Fib::lookup_batch`: the walks overlap their cache misses). Returns how many of
+/// them go on to the egress stage.
 #[inline(always)]
 fn fib_lookups<K: FamilyKey>(
     b: &Batch<'_>,
@@ -446,10 +474,11 @@ fn fib_lookups<K: FamilyKey>(
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
     indices: &[u8],
-) {
+) -> usize {
     if indices.is_empty() {
-        return;
+        return 0;
     }
+    let mut egresses = 0;
     let fib = K::fib(b.tables);
     let key = K::narrow;
     let mut flows = [fib_trie::Flow::to(key(0)); VECTOR];
@@ -466,21 +495,57 @@ fn fib_lookups<K: FamilyKey>(
     // Read once per batch (the mirror changes it at most once a second).
     let policy = fib.multipath_policy();
     fib.lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-        let i = usize::from(indices[k]);
-        let lane = &mut lanes[i];
-        let meta = &lane.meta;
-        let answer = route::fib_answer(
-            &mut switches,
-            &flows[k],
-            result,
-            meta.src,
-            meta.dst,
-            policy,
-            |fields| route::hash_keys(meta, frames[i].bytes(), fields),
-            K::widen,
-        );
-        lane.take_fib_answer(answer);
+        let (Some(&i), Some(flow)) = (indices.get(k), flows.get(k)) else {
+            return;
+        };
+        let i = usize::from(i);
+        let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
+            return;
+        };
+        // A route through one gateway: its decision for this ingress device, if remembered.
+        let key = result.as_ref().ok().and_then(route::single_gateway);
+        if let Some(key) = &key {
+            let iif = flow.iif;
+            if let Some(route) = switches.answer(key.slot(iif), iif, key) {
+                lane.route = match route::unserved(b.tables, key.oif) {
+                    Some(punt) => punt,
+                    None => *route,
+                };
+                lane.step = lane.resolved();
+                return;
+            }
+        }
+        lane.remember = key.is_some();
+        take_fib_answer(&mut switches, flow, result, lane, frame.bytes(), policy);
+        egresses += usize::from(matches!(lane.step, Step::Egress));
     });
+    egresses
+}
+
+/// The decision of the FIB's `result` for `lane` (its frame's packet bytes in `packet`), when
+/// the ingress memo does not have it: kept out of line, so that the loop around it keeps its
+/// registers for the memo's answers.
+#[inline(never)]
+fn take_fib_answer<K: FamilyKey>(
+    switches: &mut MemoSwitches<'_>,
+    flow: &fib_trie::Flow<K>,
+    result: Result<fib_trie::FibResult<'_, K>, fib_trie::LookupError>,
+    lane: &mut Lane,
+    packet: &[u8],
+    policy: fib_trie::multipath::MultipathPolicy,
+) {
+    let meta = &lane.meta;
+    let answer = route::fib_answer(
+        switches,
+        flow,
+        result,
+        meta.src,
+        meta.dst,
+        policy,
+        |fields| route::hash_keys(meta, packet, fields),
+        K::widen,
+    );
+    lane.take_fib_answer(answer);
 }
 
 /// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).

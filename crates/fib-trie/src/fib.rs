@@ -9,7 +9,7 @@ use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
-use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
+use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector, RouteType};
 use crate::store::Store;
 use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
 
@@ -605,6 +605,13 @@ impl<K: TrieKey> Fib<K> {
                 } else {
                     None
                 };
+                // A usable route, the common answer, as `finish_merged` would give it.
+                if let Some(Some(r)) = fast {
+                    if usable(r.route_type()) {
+                        emit(g * GROUP + j, Ok(r));
+                        continue;
+                    }
+                }
                 let found = match fast {
                     Some(found) => found,
                     None => merged.lookup(None, flow, guard, false),
@@ -696,6 +703,16 @@ fn finish_merged<'g, K: TrieKey>(
         TableLookup::Continue => default().unwrap_or(TableLookup::Continue),
         answer => answer,
     })
+}
+
+/// Whether a route of this type is a lookup's answer as it is (`classify`'s `Found`): not a
+/// throw route (the lookup goes on) nor a reject route.
+#[inline(always)]
+fn usable(route_type: RouteType) -> bool {
+    !matches!(
+        route_type,
+        RouteType::Throw | RouteType::Blackhole | RouteType::Unreachable | RouteType::Prohibit
+    )
 }
 
 fn finish<K>(answer: TableLookup<'_, K>) -> Result<FibResult<'_, K>, LookupError> {

@@ -344,10 +344,11 @@ impl Queue {
             return Err(SendError::TooBig);
         }
         let frame = &mut chunk[start..start + len];
-        frame[6..12].copy_from_slice(&hop.src_mac);
+        let mut eth = EthernetFrame::new_unchecked(&mut frame[..ETH_LEN]);
+        eth.set_src_addr(hop.src_mac);
         match hop.dst_mac {
             Some(mac) => {
-                frame[..6].copy_from_slice(&mac);
+                eth.set_dst_addr(mac);
                 Ok(Verdict::Transmit { ifindex: hop.oif })
             }
             None => self.hold_local(frame, &hop, v6, now),

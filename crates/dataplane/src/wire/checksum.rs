@@ -29,6 +29,34 @@ pub fn fold(mut acc: u64) -> u16 {
     acc as u16
 }
 
+/// Whether an IPv4 header without options (its checksum field included) sums to all ones,
+/// as a valid header does. Summed in the machine's byte order: the ones' complement sum is
+/// independent of byte order (RFC 1071 section 2(B)), and all ones is the same in either, so
+/// no byte is swapped; the sum is folded in fixed steps.
+///
+/// ```
+/// use dataplane::wire::checksum::{checksum, header_valid};
+/// let mut header = [0x45, 0, 0, 20, 0, 0, 0, 0, 64, 17, 0, 0, 192, 0, 2, 1, 198, 51, 100, 1];
+/// assert!(!header_valid(&header));
+/// let sum = checksum(&header);
+/// header[10..12].copy_from_slice(&sum.to_be_bytes());
+/// assert!(header_valid(&header));
+/// ```
+#[inline]
+pub fn header_valid(header: &[u8; 20]) -> bool {
+    let mut acc = 0u64;
+    for w in header.as_chunks::<4>().0 {
+        acc += u64::from(u32::from_ne_bytes(*w));
+    }
+    // Below 2^35: to 32 bits plus a carry, then to 16 bits in three steps (each keeps the
+    // value modulo 0xffff; the last leaves at most 0xffff).
+    let acc = (acc & 0xffff_ffff) + (acc >> 32);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    let acc = (acc & 0xffff) + (acc >> 16);
+    acc == 0xffff
+}
+
 /// The Internet checksum of `data` (the complement of the folded sum).
 ///
 /// ```
@@ -73,6 +101,27 @@ pub fn update16(hc: u16, old: u16, new: u16) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// The byte-order-free check agrees with the folded big-endian sum on any header.
+        #[test]
+        fn header_valid_is_the_folded_sum(header in proptest::array::uniform20(proptest::prelude::any::<u8>()), fix in proptest::bool::ANY) {
+            let mut header = header;
+            if fix {
+                header[10..12].fill(0);
+                let c = checksum(&header);
+                header[10..12].copy_from_slice(&c.to_be_bytes());
+            }
+            proptest::prop_assert_eq!(header_valid(&header), fold(sum(&header, 0)) == 0xffff);
+        }
+    }
+
+    #[test]
+    fn header_valid_at_the_edges() {
+        for header in [[0u8; 20], [0xff; 20]] {
+            assert_eq!(header_valid(&header), fold(sum(&header, 0)) == 0xffff);
+        }
+    }
 
     #[test]
     fn odd_length_pads_with_zero() {

@@ -320,13 +320,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     #[inline]
     pub fn decrement_ttl(&mut self) {
         let buf = self.buf_mut();
-        let old = u16::from_be_bytes([buf[field::TTL], buf[field::PROTOCOL]]);
-        buf[field::TTL] = buf[field::TTL].wrapping_sub(1);
-        let new = u16::from_be_bytes([buf[field::TTL], buf[field::PROTOCOL]]);
-        let c = checksum::update16(get16(buf, field::CHECKSUM), old, new);
+        let ttl = buf[field::TTL];
+        let c = if ttl != 0 {
+            // The TTL/protocol word drops by 0x0100: the sum gains 0x0100, with the carry
+            // folded back (the kernel's `ip_decrease_ttl`; equal to RFC 1624 equation 3 for
+            // every checksum, as the test below checks exhaustively).
+            let sum = u32::from(get16(buf, field::CHECKSUM)) + TTL_WORD_STEP;
+            (sum + u32::from(sum >= 0xffff)) as u16
+        } else {
+            let old = u16::from_be_bytes([ttl, buf[field::PROTOCOL]]);
+            let new = u16::from_be_bytes([ttl.wrapping_sub(1), buf[field::PROTOCOL]]);
+            checksum::update16(get16(buf, field::CHECKSUM), old, new)
+        };
+        buf[field::TTL] = ttl.wrapping_sub(1);
         buf[field::CHECKSUM].copy_from_slice(&c.to_be_bytes());
     }
 }
+
+/// What a TTL decrement takes from the TTL/protocol word of the header (the TTL is its high
+/// byte), and so adds to the header checksum.
+const TTL_WORD_STEP: u32 = 0x0100;
 
 /// The fields of an IPv4 header without options, as a value: [`parse`](Self::parse) reads
 /// them from a checked view, [`emit`](Self::emit) writes a whole header (version, length,
@@ -570,6 +583,30 @@ mod tests {
         ip.decrement_ttl();
         assert_eq!(ip.ttl(), 8);
         assert!(ip.verify_checksum());
+    }
+
+    /// The kernel's form of the decrement gives RFC 1624 equation 3's checksum for every
+    /// checksum and every TTL/protocol word (TTL 0 wraps through equation 3 itself).
+    #[test]
+    fn the_ttl_decrement_is_rfc_1624_equation_3() {
+        let mut b = header();
+        for hc in 0..=u16::MAX {
+            for (ttl, proto) in [(0u8, 17u8), (1, 6), (2, 0), (64, 17), (255, 255)] {
+                b[8] = ttl;
+                b[9] = proto;
+                b[10..12].copy_from_slice(&hc.to_be_bytes());
+                let old = u16::from_be_bytes([ttl, proto]);
+                let new = u16::from_be_bytes([ttl.wrapping_sub(1), proto]);
+                let mut ip = Ipv4Packet::new_unchecked(&mut b[..]);
+                ip.decrement_ttl();
+                assert_eq!(ip.ttl(), ttl.wrapping_sub(1));
+                assert_eq!(
+                    ip.checksum(),
+                    checksum::update16(hc, old, new),
+                    "{hc:#x} {ttl}"
+                );
+            }
+        }
     }
 
     #[test]
