@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use addr_table::{AddrTable, FixedTable, IfAddr, NetnsId, RhlTable};
+use addr_table::{AddrTable, AddrWriter, FixedTable, IfAddr, NetnsId, RhlWriter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// Counts live heap bytes, for the empty-table memory report (lookups never allocate, so the
@@ -94,7 +94,9 @@ fn shuffled(n: usize) -> Vec<usize> {
 
 /// The engines, each answering "which interface holds this local address".
 struct Engines {
-    addr_table: AddrTable,
+    addr_table: Arc<AddrTable>,
+    /// The table's writer (one writer thread at a time takes it; readers never do).
+    addr_writer: std::sync::Mutex<AddrWriter>,
     /// Only up to [`FIXED_MAX`] addresses.
     fixed: Option<FixedTable<Ipv4Addr, u32>>,
     hashbrown: hashbrown::HashMap<u32, u32>,
@@ -104,27 +106,29 @@ struct Engines {
 
 impl Engines {
     fn build(addrs: &[(Ipv4Addr, u32)]) -> Self {
+        let mut writer = AddrWriter::new(NetnsId(1));
+        for &(a, ifindex) in addrs {
+            writer
+                .add(IfAddr::new(a, 32, ifindex))
+                .expect("fresh address");
+        }
+        // As the netlink mirror does after its initial dump: no rehash left half done.
+        writer.finish_rehash();
         let e = Engines {
-            addr_table: AddrTable::new(NetnsId(1)),
+            addr_table: Arc::clone(writer.reader()),
+            addr_writer: std::sync::Mutex::new(writer),
             fixed: (addrs.len() <= FIXED_MAX).then(|| FixedTable::new(0x2545_f491)),
-            hashbrown: hashbrown::HashMap::new(),
+            hashbrown: addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect(),
             papaya: papaya::HashMap::new(),
             dashmap: dashmap::DashMap::new(),
         };
         for &(a, ifindex) in addrs {
-            e.addr_table
-                .add(IfAddr::new(a, 32, ifindex))
-                .expect("fresh address");
             if let Some(fixed) = &e.fixed {
                 fixed.insert(a, ifindex);
             }
             e.papaya.pin().insert(a.to_bits(), ifindex);
             e.dashmap.insert(a.to_bits(), ifindex);
         }
-        // As the netlink mirror does after its initial dump: no rehash left half done.
-        e.addr_table.finish_rehash();
-        let mut e = e;
-        e.hashbrown = addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect();
         e
     }
 
@@ -349,9 +353,9 @@ fn contended(c: &mut Criterion) {
             }),
             Arc::new(move |a, i, add| {
                 if add {
-                    let _ = e2.addr_table.add(IfAddr::new(a, 32, i));
+                    let _ = e2.addr_writer.lock().unwrap().add(IfAddr::new(a, 32, i));
                 } else {
-                    let _ = e2.addr_table.remove(a, 32, i);
+                    let _ = e2.addr_writer.lock().unwrap().remove(a, 32, i);
                 }
             }),
         );
@@ -439,11 +443,11 @@ fn empty_netns(c: &mut Criterion) {
     let rows = [
         (
             "addr-table (IPv4 hash only)",
-            footprint(RhlTable::<u32, u64>::new),
+            footprint(RhlWriter::<u32, u64>::new),
         ),
         (
             "addr-table (AddrTable: IPv4 + IPv6)",
-            footprint(|| AddrTable::new(NetnsId(1))),
+            footprint(|| AddrWriter::new(NetnsId(1))),
         ),
         (
             "fixed-256",
@@ -463,7 +467,7 @@ fn empty_netns(c: &mut Criterion) {
         (
             "addr-table (RhlTable)",
             footprint(|| {
-                let t = RhlTable::<u32, u32>::new();
+                let mut t = RhlWriter::<u32, u32>::new();
                 (0..n).for_each(|k| t.insert(k, k).expect("fresh key"));
                 t.finish_rehash();
                 // Let the epoch free the tables the growth retired.
@@ -529,7 +533,7 @@ fn empty_netns(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(200))
         .measurement_time(Duration::from_secs(1));
     group.bench_function(BenchmarkId::new("addr-table", "empty"), |b| {
-        b.iter(|| black_box(RhlTable::<u32, u64>::new()))
+        b.iter(|| black_box(RhlWriter::<u32, u64>::new()))
     });
     group.bench_function(BenchmarkId::new("fixed-256", "empty"), |b| {
         b.iter(|| black_box(FixedTable::<Ipv4Addr, u32>::new(1)))

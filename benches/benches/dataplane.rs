@@ -34,9 +34,9 @@ use dataplane::wire::ethernet::EthernetFrame;
 use dataplane::wire::ipv4::Ipv4Packet;
 use dataplane::wire::ipv6::Ipv6Packet;
 use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict};
-use fib_trie::{Fib, InsertFlags, NextHop, Route};
+use fib_trie::{FibWriter, InsertFlags, NextHop, Route};
 use neigh_table::{
-    DevConf, DevConfTable, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
+    DevConf, DevConfWriter, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
     OperState,
 };
 use rand::{RngExt, SeedableRng, rngs::StdRng};
@@ -77,7 +77,7 @@ fn gw6(i: u32) -> u128 {
 fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
     let (sockets, mut writer) = SockTable::new(TableConfig::default()).expect("sock table");
     let ns = writer.add_netns(NetnsConfig::default()).expect("netns");
-    let mut t = Tables::new(addr_table::NetnsId(1), sockets, ns);
+    let (mut t, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, ns);
     for i in 1..=INTERFACES + 1 {
         let mut link = Link {
             mac: Some(mac(i)),
@@ -85,21 +85,21 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
         };
         link.flags = LinkFlags::UP | LinkFlags::RUNNING;
         link.oper = OperState::UP;
-        t.links.upsert(link);
-        t.neigh.upsert(Neighbour::new(
+        writers.links.upsert(link);
+        writers.neigh.upsert(Neighbour::new(
             i,
             IpAddr::V4(gw4(i).into()),
             Some([2, 0, 0, 1, 0, i as u8]),
             NudState::REACHABLE,
         ));
-        t.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             i,
             IpAddr::V6(gw6(i).into()),
             Some([2, 0, 0, 1, 0, i as u8]),
             NudState::REACHABLE,
         ));
     }
-    let fib4 = Fib::new();
+    let mut fib4 = FibWriter::new();
     let mut p4 = Vec::new();
     for r in routes::BGP_FULL_V4.load().expect("bgp-full-v4") {
         let (addr, len) = (u32::from(r.prefix.addr), r.prefix.len);
@@ -111,7 +111,7 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
         .expect("unique prefixes");
         p4.push((addr, len));
     }
-    let fib6 = Fib::new();
+    let mut fib6 = FibWriter::new();
     let mut p6 = Vec::new();
     for r in routes::BGP_FULL_V6.load().expect("bgp-full-v6") {
         let (addr, len) = (u128::from(r.prefix.addr), r.prefix.len);
@@ -123,9 +123,10 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
         .expect("unique prefixes");
         p6.push((addr, len));
     }
-    t.fib4 = Arc::new(fib4);
-    t.fib6 = Arc::new(fib6);
-    t.devconf = Arc::new(devconf());
+    // Frozen from here on: the writers are dropped, the run loops' `Arc`s keep the tables.
+    t.fib4 = Arc::clone(fib4.reader());
+    t.fib6 = Arc::clone(fib6.reader());
+    t.devconf = Arc::clone(devconf().reader());
     t.generation.bump();
     // Building the tables left epoch-deferred frees behind; collect them now, so that no
     // engine's measurement (the first to pin often enough) pays for them.
@@ -138,12 +139,12 @@ fn tables() -> (Tables, Vec<(u32, u8)>, Vec<(u128, u8)>) {
 /// The devices' switches as the netlink mirror follows them on a router: `all`, `default` and
 /// every device forward both families; `rp_filter` is `DATAPLANE_RP_FILTER` (0 off, the
 /// default; 1 strict; 2 loose, systemd's default) on `all`.
-fn devconf() -> DevConfTable {
+fn devconf() -> DevConfWriter {
     let rp_filter = std::env::var("DATAPLANE_RP_FILTER")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
-    let t = DevConfTable::followed();
+    let mut t = DevConfWriter::followed();
     for v6 in [false, true] {
         let on = DevConf {
             forwarding: Some(true),

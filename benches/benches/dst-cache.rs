@@ -11,7 +11,7 @@ use crossbeam_epoch as epoch;
 use dst_cache::{
     Config, Decision, DecisionFlags, DstCache, FlowKey, Generation, Lookup, RouteHint, RouteKind,
 };
-use fib_trie::{Fib, Flow, InsertFlags, LookupError, NextHop, Route, RouteType};
+use fib_trie::{Fib, FibWriter, Flow, InsertFlags, LookupError, NextHop, Route, RouteType};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use xfwd_benches::data::routes;
 
@@ -27,9 +27,9 @@ const MAIN: u32 = 254;
 
 /// Loads bgp-full-v4 into the main table: each route via a gateway and interface derived from
 /// its origin AS (64 interfaces, so decisions differ and route infos are shared).
-fn load_fib() -> (Fib<u32>, Vec<(u32, u8)>) {
+fn load_fib() -> (FibWriter<u32>, Vec<(u32, u8)>) {
     let table = routes::BGP_FULL_V4.load().expect("bgp-full-v4");
-    let fib = Fib::new();
+    let mut fib = FibWriter::new();
     let mut prefixes = Vec::with_capacity(table.len());
     for route in &table {
         let (addr, len) = (u32::from(route.prefix.addr), route.prefix.len);

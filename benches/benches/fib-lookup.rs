@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, Fib, Flow, LcTrie, NextHop, Route, RouteSelector, TrieKey};
+use fib_trie::{FastLpm, FibWriter, Flow, NextHop, Route, RouteSelector, TrieKey, TrieWriter};
 use ipnet::{Ipv4Net, Ipv6Net};
 use poptrie::Poptrie;
 use prefix_trie::PrefixMap;
@@ -170,8 +170,8 @@ mod rte {
 /// Every engine over one table. Values are origin ASNs; the `Fib`'s routes go through one of
 /// `HOPS` interfaces by origin AS.
 struct Engines<K: Family> {
-    fib: Fib<K>,
-    trie: LcTrie<K, u32>,
+    fib: FibWriter<K>,
+    trie: TrieWriter<K, u32>,
     fast: FastLpm<K>,
     prefix_trie: PrefixMap<K::Net, u32>,
     poptrie: Poptrie<K::Pop, u32>,
@@ -202,12 +202,12 @@ fn engines<K: Family>(
     p: &[(K, u8, u32)],
     #[allow(unused)] rte: impl FnOnce() -> Rte,
 ) -> Engines<K> {
-    let fib = Fib::new();
+    let mut fib = FibWriter::new();
     fib.insert_many(&fib_routes(p)).expect("routes load");
-    let trie = LcTrie::new();
+    let mut trie = TrieWriter::new();
     trie.insert_many(p.iter().copied()).expect("prefixes load");
     let fast = FastLpm::new();
-    fast.rebuild(&mut &trie);
+    fast.rebuild(&mut &*trie);
     let mut prefix_trie = PrefixMap::new();
     for &(k, l, v) in p {
         prefix_trie.insert(K::net(k, l), v);
@@ -498,7 +498,7 @@ fn lookups(c: &mut Criterion) {
 fn build(c: &mut Criterion) {
     let v4 = prefixes(&routes::BGP_FULL_V4.load().expect("bgp-full-v4"), u32::from);
     let routes = fib_routes(&v4);
-    let trie = LcTrie::new();
+    let mut trie = TrieWriter::new();
     trie.insert_many(v4.iter().copied()).expect("prefixes load");
     let mut g = c.benchmark_group("fib-lookup/build");
     g.sample_size(10)
@@ -507,7 +507,7 @@ fn build(c: &mut Criterion) {
     g.throughput(Throughput::Elements(v4.len() as u64));
     g.bench_function(BenchmarkId::new("fib-insert-many", "bgp-full-v4"), |b| {
         b.iter_with_large_drop(|| {
-            let fib = Fib::new();
+            let mut fib = FibWriter::new();
             fib.insert_many(&routes).expect("routes load");
             fib
         })
@@ -515,7 +515,7 @@ fn build(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("fast-lpm-rebuild", "bgp-full-v4"), |b| {
         b.iter_with_large_drop(|| {
             let fast = FastLpm::new();
-            fast.rebuild(&mut &trie);
+            fast.rebuild(&mut &*trie);
             fast
         })
     });
@@ -548,7 +548,7 @@ fn update(c: &mut Criterion) {
     .filter(|&k| !present.contains(&(k, 24)))
     .take(4096)
     .collect();
-    let fib = Fib::new();
+    let mut fib = FibWriter::new();
     fib.insert_many(&fib_routes(&v4)).expect("routes load");
     let mut poptrie: Poptrie<(u32, u8), u32> = v4.iter().map(|&(k, l, v)| ((k, l), v)).collect();
     #[cfg(feature = "dpdk")]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_epoch as epoch;
-use fib_trie::{LcTrie, Match, ReferenceLpm, TrieKey};
+use fib_trie::{LcTrie, Match, ReferenceLpm, TrieKey, TrieWriter};
 use ip_network::{Ipv4Network, Ipv6Network};
 use ip_network_table::IpNetworkTable;
 use ipnet::{Ipv4Net, Ipv6Net};
@@ -208,7 +208,7 @@ fn fold(sum: u64, value: u32, plen: u8) -> u64 {
 
 /// Every engine built over one table, all holding the origin ASN as value.
 struct Engines<K: Family> {
-    ours: LcTrie<K, u32>,
+    ours: TrieWriter<K, u32>,
     reference: ReferenceLpm<K, u32>,
     prefix_trie: PrefixMap<K::Net, u32>,
     ip_network_table: IpNetworkTable<u32>,
@@ -235,16 +235,16 @@ fn prefixes<A: xfwd_benches::data::PrefixAddr, K: TrieKey>(
 }
 
 /// The full-table load: one `insert_many` into an empty trie (the bulk build).
-fn build_ours<K: TrieKey>(p: &[(K, u8, u32)]) -> LcTrie<K, u32> {
-    let t = LcTrie::new();
+fn build_ours<K: TrieKey>(p: &[(K, u8, u32)]) -> TrieWriter<K, u32> {
+    let mut t = TrieWriter::new();
     t.insert_many(p.iter().copied())
         .expect("canonical prefixes");
     t
 }
 
 /// The same table by one `insert` per prefix (the kernel's way, resizing as it goes).
-fn build_ours_one_by_one<K: TrieKey>(p: &[(K, u8, u32)]) -> LcTrie<K, u32> {
-    let t = LcTrie::new();
+fn build_ours_one_by_one<K: TrieKey>(p: &[(K, u8, u32)]) -> TrieWriter<K, u32> {
+    let mut t = TrieWriter::new();
     for &(k, l, v) in p {
         t.insert(k, l, v).expect("canonical prefix");
     }
@@ -605,7 +605,7 @@ fn update(c: &mut Criterion) {
         .take(1024)
         .collect();
     let Engines {
-        ours,
+        mut ours,
         mut prefix_trie,
         mut ip_network_table,
         #[cfg(feature = "dpdk")]
@@ -651,7 +651,7 @@ fn update(c: &mut Criterion) {
     drop(rte);
 
     // Lookups while another thread inserts and deletes /24s as fast as it can.
-    let ours = Arc::new(ours);
+    let reader = Arc::clone(ours.reader());
     let (_, announced) = keys(&v4, 5);
     let mut g = c.benchmark_group("fib-trie/lookup-while-updating");
     g.sample_size(30).measurement_time(Duration::from_secs(2));
@@ -660,7 +660,7 @@ fn update(c: &mut Criterion) {
         b.iter(|| {
             let guard = epoch::pin();
             announced.iter().fold(0, |s, &k| {
-                let (v, l) = ours_of(ours.lookup(k, &guard, |_| true));
+                let (v, l) = ours_of(reader.lookup(k, &guard, |_| true));
                 fold(s, v, l)
             })
         });
@@ -668,7 +668,7 @@ fn update(c: &mut Criterion) {
     g.bench_function(BenchmarkId::new("fib-trie", "idle"), run);
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (ours, stop, fresh) = (Arc::clone(&ours), Arc::clone(&stop), fresh.clone());
+        let (stop, fresh) = (Arc::clone(&stop), fresh.clone());
         std::thread::spawn(move || {
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {

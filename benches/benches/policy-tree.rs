@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use policy_tree::{
-    Action, Direction, Flow, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType, PortMatch, Prefix,
-    Selector, TemplateId,
+    Action, Direction, Flow, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType, PolicyWriter,
+    PortMatch, Prefix, Selector, TemplateId,
 };
 use xfwd_benches::data::classbench::{self, Rule, RuleSet};
 
@@ -71,8 +71,8 @@ fn tunnel_flows() -> Vec<Flow> {
         .collect()
 }
 
-fn build(specs: &[PolicySpec]) -> (PolicyDb, LinearDb) {
-    let db = PolicyDb::new();
+fn build(specs: &[PolicySpec]) -> (PolicyWriter, LinearDb) {
+    let mut db = PolicyWriter::new();
     let mut linear = LinearDb::new();
     for spec in specs {
         // ClassBench sets repeat selectors once ports are widened: keep the first.
@@ -272,7 +272,7 @@ fn insert(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
-                    let db = PolicyDb::new();
+                    let mut db = PolicyWriter::new();
                     let start = Instant::now();
                     for s in specs {
                         db.add(*s).expect("distinct dummies");
@@ -315,7 +315,7 @@ fn update(c: &mut Criterion) {
         .action(Action::Block);
     let churn = PolicySpec::new(sel(v4(10, 9, 0, 24), v4(10, 8, 0, 24)), Direction::Out);
     for n in [1_000, 10_000, 100_000] {
-        let (db, mut linear) = build(&dummies(n));
+        let (mut db, mut linear) = build(&dummies(n));
         db.add(cover).expect("new");
         linear.add(cover).expect("new");
         group.throughput(Throughput::Elements(2));
@@ -372,10 +372,12 @@ fn contended(c: &mut Criterion) {
     assert_eq!(expected, checksum_linear(&linear, &flows, Direction::Out));
     group.throughput(Throughput::Elements(flows.len() as u64));
 
-    let db = Arc::new(db);
+    // The run loop holds the database; the writer thread owns its writer.
+    let reader = Arc::clone(db.reader());
+    let mut db = db;
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
-        let (db, stop, churn) = (db.clone(), stop.clone(), churn.clone());
+        let (stop, churn) = (stop.clone(), churn.clone());
         thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 for s in &churn {
@@ -392,7 +394,7 @@ fn contended(c: &mut Criterion) {
         b.iter(|| {
             let guard = crossbeam_epoch::pin();
             for f in &flows {
-                black_box(db.lookup(black_box(f), Direction::Out, &guard));
+                black_box(reader.lookup(black_box(f), Direction::Out, &guard));
             }
         });
     });

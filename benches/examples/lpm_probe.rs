@@ -16,7 +16,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, Fib, Flow, LcTrie, NextHop, Route, TrieKey};
+use fib_trie::{FastLpm, Fib, FibWriter, Flow, LcTrie, NextHop, Route, TrieKey, TrieWriter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use xfwd_benches::data::routes;
@@ -63,9 +63,9 @@ fn run<K: TrieKey + Send + Sync>(
     rand_key: impl Fn(&mut StdRng) -> K,
     rte: impl Fn(&[(K, u8, u32)], &[K]) -> Bulk,
 ) {
-    let trie = LcTrie::new();
+    let mut trie = TrieWriter::new();
     trie.insert_many(p.iter().copied()).unwrap();
-    let trie2 = LcTrie::new();
+    let mut trie2 = TrieWriter::new();
     trie2
         .insert_many(
             p.iter()
@@ -79,7 +79,7 @@ fn run<K: TrieKey + Send + Sync>(
         fast.rebuild(&mut &trie);
     }
 
-    let fib = Fib::new();
+    let mut fib = FibWriter::new();
     let want_fib = ["uniform", "announced"].iter().any(|kind| {
         wanted(&format!("{name} {kind} fib")) || wanted(&format!("{name} {kind} fib-batch"))
     });
@@ -209,7 +209,7 @@ fn update() {
     .filter(|&k| !seen.contains(&(k, 24)))
     .take(4096)
     .collect();
-    let fib = Fib::new();
+    let mut fib = FibWriter::new();
     let routes: Vec<Route<u32>> = p
         .iter()
         .map(|&(k, l, v)| Route::unicast(k, l, 254, vec![NextHop::new(None, 1 + v % 16)]))

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use addr_table::{Params, RhlTable, SeedMode};
+use addr_table::{Params, RhlWriter, SeedMode};
 use libfuzzer_sys::fuzz_target;
 
 /// The reference: each key's objects, newest first.
@@ -42,7 +42,7 @@ fuzz_target!(|data: &[u8]| {
         seed: SeedMode::Deterministic(u64::from(mode)),
         ..Params::default()
     };
-    let table = RhlTable::<u32, u32>::with_params(params).expect("valid parameters");
+    let mut table = RhlWriter::<u32, u32>::with_params(params).expect("valid parameters");
     let mut reference = Reference::default();
     for op in ops.chunks_exact(4) {
         let k = u32::from(u16::from_le_bytes([op[1], op[2]])) % keys;

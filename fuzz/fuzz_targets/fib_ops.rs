@@ -11,7 +11,7 @@
 #![no_main]
 
 use crossbeam_epoch as epoch;
-use fib_trie::{LcTrie, ReferenceLpm};
+use fib_trie::{ReferenceLpm, TrieWriter};
 use libfuzzer_sys::fuzz_target;
 
 /// Reads the input a few bytes at a time; runs out quietly.
@@ -50,7 +50,7 @@ fn edges(key: u32, plen: u8) -> [u32; 3] {
 
 fuzz_target!(|data: &[u8]| {
     let mut input = Input(data);
-    let trie = LcTrie::<u32, u32>::new();
+    let mut trie = TrieWriter::<u32, u32>::new();
     let mut reference = ReferenceLpm::<u32, u32>::new();
     let mut probes = Vec::new();
     let mode = input.byte().unwrap_or(0);

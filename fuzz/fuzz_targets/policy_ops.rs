@@ -5,10 +5,12 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use libfuzzer_sys::fuzz_target;
-use policy_tree::{Direction, Flow, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType, Selector};
+use policy_tree::{
+    Direction, Flow, LinearDb, Mark, PolicySpec, PolicyType, PolicyWriter, Selector,
+};
 
 fuzz_target!(|data: &[u8]| {
-    let db = PolicyDb::new();
+    let mut db = PolicyWriter::new();
     let mut linear = LinearDb::new();
     let mut flows = Vec::new();
     for chunk in data.chunks_exact(8) {

@@ -74,25 +74,25 @@ fn run_scenario(specs: &[Spec], ve0: u32) -> Result<(usize, usize), String> {
     let mut it = range.split_whitespace().map(|p| p.parse::<u16>().unwrap());
     let (low, high) = (it.next().unwrap(), it.next().unwrap());
     writer.set_local_port_range(sock_ns, low, high).unwrap();
-    let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_ns);
+    let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_ns);
     let mut link = Link {
         mac: Some(VE0_MAC),
         ..Link::new(ve0, "ve0".to_string())
     };
     (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-    tables.links.upsert(link);
+    writers.links.upsert(link);
     let mut endpoints = Endpoints::new(writer, tables.clone(), EndpointConfig::default()).unwrap();
     for d in DESTS {
         let ip: IpAddr = d.parse().unwrap();
         match ip {
             IpAddr::V4(a) => {
-                tables
+                writers
                     .addrs
                     .add(addr_table::IfAddr::new(a, 24, ve0))
                     .unwrap();
             }
             IpAddr::V6(a) => {
-                tables
+                writers
                     .addrs
                     .add(addr_table::IfAddr::new(a, 64, ve0))
                     .unwrap();

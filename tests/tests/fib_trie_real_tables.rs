@@ -9,7 +9,9 @@
 //! deletions; and a `Fib` loaded with the table answers through it as through the LC-trie walk.
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, Fib, Flow, LcTrie, NextHop, ReferenceLpm, Route as FibRoute, TrieKey};
+use fib_trie::{
+    FastLpm, FibWriter, Flow, LcTrie, NextHop, ReferenceLpm, Route as FibRoute, TrieKey, TrieWriter,
+};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use xfwd_benches::data::PrefixAddr;
 use xfwd_benches::data::routes::{self, Route};
@@ -25,7 +27,7 @@ fn check<A: PrefixAddr, K: TrieKey>(
     to_key: impl Fn(A) -> K,
     random: impl Fn(&mut StdRng) -> K,
 ) {
-    let trie = LcTrie::<K, u32>::new();
+    let mut trie = TrieWriter::<K, u32>::new();
     let mut reference = ReferenceLpm::<K, u32>::new();
     let mut prefixes = Vec::with_capacity(table.len());
     for r in table {
@@ -37,7 +39,7 @@ fn check<A: PrefixAddr, K: TrieKey>(
     assert_eq!(trie.alias_count(), table.len());
     trie.check_invariants().unwrap();
     // The same table loaded at once (the bulk build of `insert_many`).
-    let bulk = LcTrie::<K, u32>::new();
+    let mut bulk = TrieWriter::<K, u32>::new();
     let loaded = table
         .iter()
         .map(|r| (to_key(r.prefix.addr), r.prefix.len, r.origin_asn));
@@ -63,7 +65,7 @@ fn check<A: PrefixAddr, K: TrieKey>(
     compare(&trie, &reference, &keys);
     compare(&bulk, &reference, &keys);
     let fast = FastLpm::<K>::new();
-    fast.rebuild(&mut &trie);
+    fast.rebuild(&mut &*trie);
     let bounds = boundaries(&prefixes);
     compare_fast(&fast, &reference, &keys);
     compare_fast(&fast, &reference, &bounds);
@@ -73,7 +75,7 @@ fn check<A: PrefixAddr, K: TrieKey>(
         assert_eq!(trie.remove(k, plen).unwrap(), 1);
         assert_eq!(bulk.remove(k, plen).unwrap(), 1);
         reference.remove(k, plen).unwrap();
-        fast.update(k, plen, &mut &trie);
+        fast.update(k, plen, &mut &*trie);
     }
     compare_fast(&fast, &reference, &keys[..keys.len() / 4]);
     compare_fast(&fast, &reference, &bounds);
@@ -150,7 +152,7 @@ fn check_fib<A: PrefixAddr, K: TrieKey>(
             FibRoute::unicast(to_key(r.prefix.addr), r.prefix.len, 254, hop)
         })
         .collect();
-    let fib = Fib::<K>::new();
+    let mut fib = FibWriter::<K>::new();
     assert_eq!(fib.insert_many(&routes).unwrap(), table.len());
     let guard = &epoch::pin();
     let main = fib.table(254, guard).unwrap();

@@ -11,8 +11,8 @@ use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 
 use policy_tree::{
-    Action, Direction, Error, Flow, LinearDb, PolicyDb, PolicySpec, PortMatch, Prefix, Selector,
-    TemplateId,
+    Action, Direction, Error, Flow, LinearDb, PolicyDb, PolicySpec, PolicyWriter, PortMatch,
+    Prefix, Selector, TemplateId,
 };
 use xfwd_benches::data::classbench::{self, Rule, RuleSet, TraceHeader};
 
@@ -48,8 +48,8 @@ fn spec(line: usize, rule: &Rule, priority: u32) -> PolicySpec {
 }
 
 /// Loads `rules` into both databases; returns how many were skipped as duplicates.
-fn load(rules: &[Rule], priority: impl Fn(usize) -> u32) -> (PolicyDb, LinearDb, usize) {
-    let db = PolicyDb::new();
+fn load(rules: &[Rule], priority: impl Fn(usize) -> u32) -> (PolicyWriter, LinearDb, usize) {
+    let mut db = PolicyWriter::new();
     let mut reference = LinearDb::new();
     let mut skipped = 0;
     for (line, rule) in rules.iter().enumerate() {

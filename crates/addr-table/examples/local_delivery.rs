@@ -16,13 +16,13 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use addr_table::{AddrTable, IfAddr, NetnsId, Scope, crossbeam_epoch};
+use addr_table::{AddrWriter, IfAddr, NetnsId, Scope, crossbeam_epoch};
 
 /// Addresses the control thread adds and removes (256 per interface, from interface 10 on).
 const CHURN: u32 = 20_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let table = Arc::new(AddrTable::new(NetnsId(1)));
+    let mut table = AddrWriter::new(NetnsId(1));
     table.add(IfAddr::new(Ipv4Addr::new(127, 0, 0, 1), 8, 1).with_scope(Scope::HOST))?;
     table.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 10), 24, 2))?;
     table.add(IfAddr::new(Ipv4Addr::new(198, 51, 100, 1), 24, 3))?;
@@ -30,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let done = Arc::new(AtomicBool::new(false));
     let run_loops: Vec<_> = (0..2)
         .map(|_| {
-            let (table, done) = (Arc::clone(&table), Arc::clone(&done));
+            let (table, done) = (Arc::clone(table.reader()), Arc::clone(&done));
             std::thread::spawn(move || -> Result<u64, String> {
                 let mut packets = 0u64;
                 while !done.load(Ordering::Acquire) {

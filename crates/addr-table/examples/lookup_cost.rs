@@ -29,7 +29,7 @@
 use std::hint::black_box;
 use std::net::Ipv4Addr;
 
-use addr_table::{AddrTable, IfAddr, NetnsId, RhlTable};
+use addr_table::{AddrTable, AddrWriter, IfAddr, NetnsId, RhlTable, RhlWriter};
 
 /// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark.
 fn shuffled(n: usize) -> Vec<usize> {
@@ -125,7 +125,7 @@ fn main() {
     };
     let sum = match engine {
         "addr-table" => {
-            let table = AddrTable::new(NetnsId(1));
+            let mut table = AddrWriter::new(NetnsId(1));
             for &(a, ifindex) in &addrs {
                 table
                     .add(IfAddr::new(a, 32, ifindex))
@@ -139,7 +139,7 @@ fn main() {
             sum
         }
         "rhltable" => {
-            let table: RhlTable<u32, u64> = RhlTable::new();
+            let mut table: RhlWriter<u32, u64> = RhlWriter::new();
             for &(a, ifindex) in &addrs {
                 // The ifindex and an "answers" bit, as `LocalAddr` holds them.
                 table

@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// A bucket line has 12 words for its slots; a slot holds the key's words and
 /// `max(V::WORDS, 2)` words for the value (two hold the pointer to a duplicate list), so
 /// `u32 -> u32` gets 4 slots per line, `u128 -> u64` 2. Types too big for one slot are a
-/// compile-time error of `RhlTable::new`; put large values behind an index or a pointer of
+/// compile-time error of `RhlWriter::new`; put large values behind an index or a pointer of
 /// your own.
 ///
 /// ```
@@ -40,7 +40,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 ///     }
 /// }
 ///
-/// let t: addr_table::RhlTable<u32, Port> = addr_table::RhlTable::new();
+/// let mut t: addr_table::RhlWriter<u32, Port> = addr_table::RhlWriter::new();
 /// t.insert(7, Port { ifindex: 2, up: true })?;
 /// let guard = crossbeam_epoch::pin();
 /// assert_eq!(t.get(&7, &guard), Some(Port { ifindex: 2, up: true }));

@@ -31,8 +31,15 @@
 //! # Concurrency (epochs stand in for RCU)
 //!
 //! Readers take a `&crossbeam_epoch::Guard` from `crossbeam_epoch::pin()` (pin once per batch)
-//! and never lock, allocate or wait. Writers are serialized by an internal mutex that readers
-//! never touch, publish with release stores, and free through the epoch (deferred until every
+//! and never lock, allocate or wait.
+//!
+//! Who writes shows in the types (one rule in all of xfwd's table crates): a table shared with
+//! readers (`Arc<AddrTable>`, `Arc<RhlTable>`, and the hashes reached from an `AddrTable`) has
+//! no method that changes it. Its one writer, [`AddrWriter`] or [`RhlWriter`] (not `Clone`,
+//! `&mut self` for every change), makes it, hands readers its `Arc` (`writer.reader()`) and
+//! derefs to it for its own reads.
+//!
+//! Writers take an internal mutex that readers never touch, publish with release stores, and free through the epoch (deferred until every
 //! reader pinned at the time has unpinned).
 //!
 //! Readers copy a line's slots with relaxed atomic loads between two loads of the line's
@@ -47,7 +54,7 @@
 //! A rehash hangs the new table off the old one (`future`). Inserts go to the newest table;
 //! lookups search the old table, then the new; every write first migrates the bucket its key
 //! hashes to in the old table plus a share of the rest (a rehash completes within
-//! [`MIGRATE_WRITES`] writes, or at once with [`RhlTable::finish_rehash`]), so writer operations
+//! [`MIGRATE_WRITES`] writes, or at once with [`RhlWriter::finish_rehash`]), so writer operations
 //! only ever edit the newest table. Migration publishes each key in the new table before it
 //! clears it in the old one, so a reader that searches the old table and then the new one
 //! finds every key that stayed in the map. Within a table a key only moves forwards along its
@@ -67,16 +74,17 @@
 //!
 //! ```
 //! use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-//! use addr_table::{AddrTable, IfAddr, NetnsId, Scope};
+//! use addr_table::{AddrWriter, IfAddr, NetnsId, Scope};
 //!
-//! let netns = AddrTable::new(NetnsId(4026531840));
-//! // The control thread mirrors RTM_NEWADDR messages...
-//! netns.add(IfAddr::new(Ipv4Addr::new(127, 0, 0, 1), 8, 1).with_scope(Scope::HOST))?;
-//! netns.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 10), 24, 2))?;
-//! netns.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 11), 24, 2))?; // secondary
-//! netns.add(IfAddr::new("2001:db8::10".parse::<Ipv6Addr>().unwrap(), 64, 2))?;
+//! let mut writer = AddrWriter::new(NetnsId(4026531840));
+//! // The control thread mirrors RTM_NEWADDR messages through the table's one writer...
+//! writer.add(IfAddr::new(Ipv4Addr::new(127, 0, 0, 1), 8, 1).with_scope(Scope::HOST))?;
+//! writer.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 10), 24, 2))?;
+//! writer.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 11), 24, 2))?; // secondary
+//! writer.add(IfAddr::new("2001:db8::10".parse::<Ipv6Addr>().unwrap(), 64, 2))?;
 //!
-//! // ...while a run loop pins once per batch of packets.
+//! // ...while a run loop, holding the `Arc<AddrTable>`, pins once per batch of packets.
+//! let netns = writer.reader().clone();
 //! let guard = crossbeam_epoch::pin();
 //! assert_eq!(netns.dev_find(Ipv4Addr::new(192, 0, 2, 11), None, &guard), Some(2));
 //! assert!(netns.is_local(IpAddr::V6("2001:db8::10".parse().unwrap()), &guard));
@@ -99,6 +107,7 @@ pub mod fixed;
 pub mod inline;
 pub mod rhltable;
 pub mod seed;
+mod writer;
 
 /// The epoch-based reclamation this crate's readers run under, re-exported: its
 /// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
@@ -121,6 +130,7 @@ pub use fixed::FixedTable;
 pub use inline::Inline;
 pub use rhltable::{Params, RehashCounts, RhlTable, TableStats};
 pub use seed::SeedMode;
+pub use writer::{AddrWriter, RhlWriter};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -169,10 +169,12 @@ struct WriterState {
 ///   may reuse a slot as soon as it is cleared. This is what an embedder of a lock-free table
 ///   wants for small values (the kernel reads such fields with `READ_ONCE` under RCU); keep a
 ///   large value elsewhere and store its index or an `Arc`'s id here.
-///   Values change only through writers ([`update`](Self::update)); readers see the old value
-///   or the new one, never a mix.
-/// - **Writers** ([`insert`](Self::insert), [`remove`](Self::remove), ...) are serialized by an
-///   internal mutex that readers never touch, and free through the epoch.
+///   Values change only through the writer ([`RhlWriter::update`](crate::RhlWriter::update));
+///   readers see the old value or the new one, never a mix.
+/// - **One writer**: a table shared with readers has no method that changes it; its
+///   [`RhlWriter`](crate::RhlWriter) makes it and changes it ([`insert`](crate::RhlWriter::insert),
+///   [`remove`](crate::RhlWriter::remove), ...), never taking a lock readers touch, and frees
+///   through the epoch.
 /// - Objects with equal keys form a list, newest first (the slot then points to a list of
 ///   nodes, the kernel's `rhlist_head` chain); [`len`](Self::len) counts distinct keys.
 /// - The table grows above 7/8 load ([`GROW_LOAD`]), shrinks below 30% (not below `min_size`), and rehashes with
@@ -180,11 +182,11 @@ struct WriterState {
 ///   migration completes before the next rehash starts.
 ///
 /// ```
-/// use addr_table::RhlTable;
+/// use addr_table::RhlWriter;
 /// use crossbeam_epoch as epoch;
 ///
 /// // Address -> ifindex.
-/// let table: RhlTable<u32, u32> = RhlTable::new();
+/// let mut table: RhlWriter<u32, u32> = RhlWriter::new();
 /// table.insert(0xc000_0201, 2)?;
 /// table.insert(0xc000_0201, 3)?; // a duplicate key: newest first
 /// let guard = epoch::pin();
@@ -258,16 +260,13 @@ where
     K: Inline + Hash + Eq,
     V: Inline,
 {
-    /// An empty table with the default [`Params`] (size 32, random seeds).
-    pub fn new() -> Self {
+    /// [`RhlWriter::new`](crate::RhlWriter::new). Writer only.
+    pub(crate) fn new() -> Self {
         Self::build(Params::default())
     }
 
-    /// An empty table with `params`.
-    ///
-    /// # Errors
-    /// [`ParamsError`] when a size is not a power of two or out of range.
-    pub fn with_params(params: Params) -> Result<Self, ParamsError> {
+    /// [`RhlWriter::with_params`](crate::RhlWriter::with_params). Writer only.
+    pub(crate) fn with_params(params: Params) -> Result<Self, ParamsError> {
         params.validate()?;
         Ok(Self::build(params))
     }
@@ -340,8 +339,8 @@ where
     /// a key with one object.
     ///
     /// ```
-    /// use addr_table::RhlTable;
-    /// let t: RhlTable<u32, u32> = RhlTable::new();
+    /// use addr_table::RhlWriter;
+    /// let mut t: RhlWriter<u32, u32> = RhlWriter::new();
     /// t.insert(1, 10)?;
     /// t.insert(1, 11)?;
     /// let guard = crossbeam_epoch::pin();
@@ -467,16 +466,6 @@ where
     }
 }
 
-impl<K, V> Default for RhlTable<K, V>
-where
-    K: Inline + Hash + Eq,
-    V: Inline,
-{
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// Why the writer starts a rehash.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Cause {
@@ -491,12 +480,8 @@ where
     K: Inline + Hash + Eq + Send + 'static,
     V: Inline + Send + 'static,
 {
-    /// Adds an object; an existing key gets it as its newest duplicate.
-    ///
-    /// # Errors
-    /// [`InsertError::TableFull`] when `key` is new and the table already holds twice
-    /// `max_size` keys (nothing is inserted).
-    pub fn insert(&self, key: K, value: V) -> Result<(), InsertError> {
+    /// [`RhlWriter::insert`](crate::RhlWriter::insert). Writer only.
+    pub(crate) fn insert(&self, key: K, value: V) -> Result<(), InsertError> {
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, &key);
@@ -531,9 +516,8 @@ where
         Ok(())
     }
 
-    /// Removes the newest object with `key` whose value `matches`; returns whether one was
-    /// removed. Readers that copied it keep their copy.
-    pub fn remove(&self, key: &K, mut matches: impl FnMut(&V) -> bool) -> bool {
+    /// [`RhlWriter::remove`](crate::RhlWriter::remove). Writer only.
+    pub(crate) fn remove(&self, key: &K, mut matches: impl FnMut(&V) -> bool) -> bool {
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
@@ -600,8 +584,8 @@ where
         true
     }
 
-    /// Removes every object with `key`; returns how many.
-    pub fn remove_all(&self, key: &K) -> usize {
+    /// [`RhlWriter::remove_all`](crate::RhlWriter::remove_all). Writer only.
+    pub(crate) fn remove_all(&self, key: &K) -> usize {
         let mut w = self.lock();
         let guard = &epoch::pin();
         let t = self.prepare(&mut w, guard, key);
@@ -632,20 +616,8 @@ where
         removed
     }
 
-    /// Changes the newest object with `key` whose value `matches` (readers see the old value
-    /// or the new one, never a mix); returns whether one was changed.
-    ///
-    /// ```
-    /// use addr_table::RhlTable;
-    /// let t: RhlTable<u32, u64> = RhlTable::new();
-    /// t.insert(1, 10)?;
-    /// t.insert(1, 20)?;
-    /// assert!(t.update(&1, |v| *v == 10, |v| *v = 11));
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(t.get_all(&1, &guard).collect::<Vec<_>>(), [20, 11]);
-    /// # Ok::<(), addr_table::InsertError>(())
-    /// ```
-    pub fn update(
+    /// [`RhlWriter::update`](crate::RhlWriter::update). Writer only.
+    pub(crate) fn update(
         &self,
         key: &K,
         mut matches: impl FnMut(&V) -> bool,
@@ -695,8 +667,8 @@ where
         true
     }
 
-    /// Completes a rehash in progress now instead of over the next writes.
-    pub fn finish_rehash(&self) {
+    /// [`RhlWriter::finish_rehash`](crate::RhlWriter::finish_rehash). Writer only.
+    pub(crate) fn finish_rehash(&self) {
         let mut w = self.lock();
         let guard = &epoch::pin();
         self.migrate_step(&mut w, guard, usize::MAX);

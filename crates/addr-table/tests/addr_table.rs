@@ -4,7 +4,9 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
-use addr_table::{AddrConfig, AddrError, AddrTable, IfAddr, IfaFlags, Label, NetnsId, Scope};
+use addr_table::{
+    AddrConfig, AddrError, AddrTable, AddrWriter, IfAddr, IfaFlags, Label, NetnsId, Scope,
+};
 use crossbeam_epoch as epoch;
 use proptest::prelude::*;
 
@@ -24,8 +26,8 @@ fn list4(t: &AddrTable, ifindex: u32) -> Vec<(Ipv4Addr, bool)> {
         .collect()
 }
 
-fn promoting() -> AddrTable {
-    AddrTable::with_config(
+fn promoting() -> AddrWriter {
+    AddrWriter::with_config(
         NetnsId(2),
         AddrConfig {
             promote_secondaries: true,
@@ -37,7 +39,7 @@ fn promoting() -> AddrTable {
 
 #[test]
 fn ipv4_primaries_by_scope_then_secondaries_in_insertion_order() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v4("10.0.0.1"), 24, 2)).unwrap();
     let sec = t.add(IfAddr::new(v4("10.0.0.2"), 24, 2)).unwrap();
     assert!(sec.is_secondary(), "same subnet, same prefix: secondary");
@@ -69,7 +71,7 @@ fn ipv4_primaries_by_scope_then_secondaries_in_insertion_order() {
 
 #[test]
 fn ipv4_errors() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v4("10.0.0.1"), 24, 2)).unwrap();
     assert_eq!(
         t.add(IfAddr::new(v4("10.0.0.1"), 24, 2)),
@@ -105,7 +107,7 @@ fn ipv4_errors() {
 
 #[test]
 fn removing_a_primary_removes_its_secondaries_by_default() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     for a in ["10.0.0.1", "10.0.0.2", "10.0.0.3"] {
         t.add(IfAddr::new(v4(a), 24, 2)).unwrap();
     }
@@ -122,7 +124,7 @@ fn removing_a_primary_removes_its_secondaries_by_default() {
 
 #[test]
 fn removing_a_primary_promotes_the_first_secondary_when_configured() {
-    let t = promoting();
+    let mut t = promoting();
     t.add(IfAddr::new(v4("127.0.0.1"), 8, 1).with_scope(Scope::HOST))
         .unwrap();
     for a in ["10.0.0.1", "10.1.0.1", "10.0.0.2", "10.0.0.3"] {
@@ -156,7 +158,7 @@ fn removing_a_primary_promotes_the_first_secondary_when_configured() {
 
 #[test]
 fn dev_find_with_the_same_address_on_two_interfaces() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v4("192.0.2.1"), 24, 3)).unwrap();
     t.add(IfAddr::new(v4("192.0.2.1"), 24, 4)).unwrap();
     let g = epoch::pin();
@@ -178,7 +180,7 @@ fn dev_find_with_the_same_address_on_two_interfaces() {
 
 #[test]
 fn ipv6_lists_by_scope_and_dad_states() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v6("fe80::1"), 64, 2)).unwrap();
     t.add(IfAddr::new(v6("2001:db8::1"), 64, 2)).unwrap();
     t.add(IfAddr::new(v6("fd00::1"), 64, 2)).unwrap();
@@ -231,7 +233,7 @@ fn ipv6_lists_by_scope_and_dad_states() {
 
 #[test]
 fn select_src_v4_follows_inet_select_addr() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v4("127.0.0.1"), 8, 1).with_scope(Scope::HOST))
         .unwrap();
     t.add(IfAddr::new(v4("198.51.100.1"), 24, 1)).unwrap();
@@ -269,13 +271,13 @@ fn select_src_v4_follows_inet_select_addr() {
         t.select_src_v4(9, None, Scope::HOST, &g),
         Some(v4("127.0.0.1"))
     );
-    let empty = AddrTable::new(NetnsId(3));
+    let empty = AddrWriter::new(NetnsId(3));
     assert_eq!(empty.select_src_v4(1, None, Scope::HOST, &g), None);
 }
 
 #[test]
 fn select_src_v6_rfc6724_rules() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v6("fe80::1"), 64, 2)).unwrap();
     t.add(IfAddr::new(v6("2001:db8:1::1"), 64, 2)).unwrap();
     t.add(IfAddr::new(v6("2001:db8:2::1"), 64, 2)).unwrap();
@@ -318,7 +320,7 @@ fn select_src_v6_rfc6724_rules() {
 
 #[test]
 fn sweep_deprecates_then_expires_and_reports_the_next_deadline() {
-    let t = promoting();
+    let mut t = promoting();
     let t0 = Instant::now();
     let s = |n| t0 + Duration::from_secs(n);
     t.add(IfAddr::new(v4("10.0.0.1"), 24, 2).with_lifetimes(Some(s(100)), Some(s(50))))
@@ -374,7 +376,7 @@ fn sweep_deprecates_then_expires_and_reports_the_next_deadline() {
 
 #[test]
 fn removing_an_interface_removes_its_addresses_only() {
-    let t = AddrTable::new(NetnsId(1));
+    let mut t = AddrWriter::new(NetnsId(1));
     t.add(IfAddr::new(v4("10.0.0.1"), 24, 2)).unwrap();
     t.add(IfAddr::new(v4("10.0.0.1"), 24, 3)).unwrap();
     t.add(IfAddr::new(v6("2001:db8::1"), 64, 3)).unwrap();
@@ -419,7 +421,7 @@ proptest! {
     /// list keeps the kernel's invariants.
     #[test]
     fn hash_and_lists_agree(ops in proptest::collection::vec(addr_op(), 1..120), promote: bool) {
-        let t = AddrTable::with_config(NetnsId(9), AddrConfig { promote_secondaries: promote, ..AddrConfig::default() }).unwrap();
+        let mut t = AddrWriter::with_config(NetnsId(9), AddrConfig { promote_secondaries: promote, ..AddrConfig::default() }).unwrap();
         for op in ops {
             match op {
                 AddrOp::Add(h, p, i) => { let _ = t.add(IfAddr::new(host(h), p, i)); }

@@ -2,7 +2,7 @@
 //! seed and the table stays fast, measured by chain lengths and rehash counts, not by timing.
 
 use addr_table::rhltable::ELASTICITY;
-use addr_table::{FixedTable, Params, RhlTable, SeedMode};
+use addr_table::{FixedTable, Params, RhlTable, RhlWriter, SeedMode};
 
 /// The longest bucket chain random keys leave in these tests' tables: three bucket lines. A
 /// line holds 3.5 keys on average at the 7/8 growth threshold (Poisson), and a chain of 13 or
@@ -21,7 +21,7 @@ fn colliding_keys(table: &RhlTable<u32, u32>, target: usize, n: usize, from: u32
 
 #[test]
 fn keys_colliding_under_one_seed_trigger_a_reseed_and_spread_out() {
-    let table = RhlTable::with_params(Params {
+    let mut table = RhlWriter::with_params(Params {
         seed: SeedMode::Deterministic(42),
         ..Params::default()
     })
@@ -93,7 +93,7 @@ fn the_fixed_table_has_no_defence() {
 /// reseed, chains stay bounded, and the load stays within the resize policy.
 #[test]
 fn repeated_attacks_cost_one_reseed_each() {
-    let table = RhlTable::with_params(Params {
+    let mut table = RhlWriter::with_params(Params {
         seed: SeedMode::Deterministic(7),
         ..Params::default()
     })
@@ -125,7 +125,7 @@ fn repeated_attacks_cost_one_reseed_each() {
 fn consecutive_keys_spread_under_every_seed() {
     let mut worst = 0;
     for seed in 0..300 {
-        let table = RhlTable::with_params(Params {
+        let mut table = RhlWriter::with_params(Params {
             min_size: 128,
             seed: SeedMode::Deterministic(seed),
             ..Params::default()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
-use addr_table::RhlTable;
+use addr_table::RhlWriter;
 use crossbeam_epoch as epoch;
 
 /// Keys present for the whole run (IPv4-like addresses in 10.0.0.0/22).
@@ -22,7 +22,7 @@ fn churn_key(i: u32) -> u32 {
 
 #[test]
 fn readers_always_find_stable_keys_while_the_table_grows_and_shrinks() {
-    let table: Arc<RhlTable<u32, u32>> = Arc::new(RhlTable::new());
+    let mut table: RhlWriter<u32, u32> = RhlWriter::new();
     for i in 0..STABLE {
         table.insert(stable_key(i), i).unwrap();
     }
@@ -30,7 +30,7 @@ fn readers_always_find_stable_keys_while_the_table_grows_and_shrinks() {
     let lookups = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..2)
         .map(|r| {
-            let (table, done, lookups) = (table.clone(), done.clone(), lookups.clone());
+            let (table, done, lookups) = (table.reader().clone(), done.clone(), lookups.clone());
             thread::spawn(move || {
                 let mut n = 0u64;
                 let mut i = r;
@@ -82,13 +82,13 @@ fn readers_always_find_stable_keys_while_the_table_grows_and_shrinks() {
 /// while the writer pushes and pops newer duplicates in front of it and the table resizes.
 #[test]
 fn readers_see_the_oldest_duplicate_while_newer_ones_come_and_go() {
-    let table: Arc<RhlTable<u32, u32>> = Arc::new(RhlTable::new());
+    let mut table: RhlWriter<u32, u32> = RhlWriter::new();
     for k in 0..64 {
         table.insert(k, u32::MAX).unwrap();
     }
     let done = Arc::new(AtomicBool::new(false));
     let reader = {
-        let (table, done) = (table.clone(), done.clone());
+        let (table, done) = (table.reader().clone(), done.clone());
         thread::spawn(move || {
             let mut k = 0;
             while !done.load(Ordering::Acquire) {

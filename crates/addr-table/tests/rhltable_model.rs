@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use addr_table::{FixedTable, Params, RhlTable, SeedMode};
+use addr_table::{FixedTable, Params, RhlTable, RhlWriter, SeedMode};
 use crossbeam_epoch as epoch;
 use proptest::prelude::*;
 
@@ -126,7 +126,7 @@ fn check(
 }
 
 fn run(ops: &[Op], keys: u32, seed: u64) {
-    let table = RhlTable::with_params(small_params(seed)).unwrap();
+    let mut table = RhlWriter::with_params(small_params(seed)).unwrap();
     let fixed = FixedTable::new(0x5eed);
     let mut model = Model::default();
     let mut updated = false;
@@ -184,7 +184,7 @@ proptest! {
 #[test]
 fn every_resize_boundary_up_and_down() {
     let n = 700u32;
-    let table = RhlTable::with_params(small_params(1)).unwrap();
+    let mut table = RhlWriter::with_params(small_params(1)).unwrap();
     let fixed = FixedTable::new(1);
     let mut model = Model::default();
     for k in 0..n {
@@ -217,7 +217,7 @@ fn every_resize_boundary_up_and_down() {
 /// (29 > 7/8 * 32), shrink from 64 when fewer than 19.2 keys remain (19 * 10 < 64 * 3).
 #[test]
 fn thresholds_of_the_default_table() {
-    let table: RhlTable<u32, ()> = RhlTable::new();
+    let mut table: RhlWriter<u32, ()> = RhlWriter::new();
     for k in 0..28 {
         table.insert(k, ()).unwrap();
     }
@@ -261,19 +261,19 @@ fn bad_params_are_typed_errors() {
         ..Params::default()
     };
     assert_eq!(
-        RhlTable::<u32, ()>::with_params(p(3, 64)).unwrap_err(),
+        RhlWriter::<u32, ()>::with_params(p(3, 64)).unwrap_err(),
         ParamsError::MinSize(3)
     );
     assert_eq!(
-        RhlTable::<u32, ()>::with_params(p(2, 64)).unwrap_err(),
+        RhlWriter::<u32, ()>::with_params(p(2, 64)).unwrap_err(),
         ParamsError::MinSize(2)
     );
     assert_eq!(
-        RhlTable::<u32, ()>::with_params(p(32, 48)).unwrap_err(),
+        RhlWriter::<u32, ()>::with_params(p(32, 48)).unwrap_err(),
         ParamsError::MaxSize(48)
     );
     assert_eq!(
-        RhlTable::<u32, ()>::with_params(p(64, 32)).unwrap_err(),
+        RhlWriter::<u32, ()>::with_params(p(64, 32)).unwrap_err(),
         ParamsError::MaxBelowMin {
             min_size: 64,
             max_size: 32
@@ -284,7 +284,7 @@ fn bad_params_are_typed_errors() {
 #[test]
 fn table_full_at_twice_max_size() {
     use addr_table::InsertError;
-    let table = RhlTable::with_params(Params {
+    let mut table = RhlWriter::with_params(Params {
         min_size: 4,
         max_size: 8,
         ..Params::default()
@@ -306,7 +306,7 @@ fn table_full_at_twice_max_size() {
 #[test]
 #[should_panic(expected = "default collector")]
 fn a_guard_of_another_collector_is_refused() {
-    let table: RhlTable<u32, u32> = RhlTable::new();
+    let table: RhlWriter<u32, u32> = RhlWriter::new();
     let collector = epoch::Collector::new();
     let handle = collector.register();
     let guard = handle.pin();
@@ -318,7 +318,7 @@ fn a_guard_of_another_collector_is_refused() {
 #[test]
 fn a_rehash_completes_within_a_bounded_number_of_writes() {
     use addr_table::rhltable::MIGRATE_WRITES;
-    let table: RhlTable<u32, u32> = RhlTable::new();
+    let mut table: RhlWriter<u32, u32> = RhlWriter::new();
     // 896 keys fill 1024 to 7/8; the 897th starts a growth.
     for k in 0..896 {
         table.insert(k, 0).unwrap();

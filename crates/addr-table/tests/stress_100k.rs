@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 
-use addr_table::{Inline, RhlTable};
+use addr_table::{Inline, RhlWriter};
 use crossbeam_epoch as epoch;
 
 const STABLE: u32 = 100_000;
@@ -51,7 +51,7 @@ impl Addr for u128 {
 }
 
 fn stress<A: Addr>() {
-    let table: Arc<RhlTable<A, u32>> = Arc::new(RhlTable::new());
+    let mut table: RhlWriter<A, u32> = RhlWriter::new();
     for i in 0..STABLE {
         table.insert(A::stable(i), i).unwrap();
     }
@@ -65,7 +65,7 @@ fn stress<A: Addr>() {
     let churn_hits = Arc::new(AtomicU64::new(0));
     let readers: Vec<_> = (0..2u32)
         .map(|r| {
-            let (table, done) = (table.clone(), done.clone());
+            let (table, done) = (table.reader().clone(), done.clone());
             let (lookups, churn_hits) = (lookups.clone(), churn_hits.clone());
             thread::spawn(move || {
                 let (mut n, mut hits) = (0u64, 0u64);
@@ -155,7 +155,7 @@ fn ipv6_readers_at_100k_addresses_while_the_table_grows_and_shrinks() {
 fn stress_duplicates<A: Addr>() {
     const DUP: u32 = 1 << 24;
     const UPD: u32 = 2 << 24;
-    let table: Arc<RhlTable<A, u32>> = Arc::new(RhlTable::new());
+    let mut table: RhlWriter<A, u32> = RhlWriter::new();
     for i in 0..STABLE {
         table.insert(A::stable(i), i).unwrap();
     }
@@ -164,7 +164,7 @@ fn stress_duplicates<A: Addr>() {
     let done = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2u32)
         .map(|r| {
-            let (table, done) = (table.clone(), done.clone());
+            let (table, done) = (table.reader().clone(), done.clone());
             thread::spawn(move || {
                 let mut i = r * 50_000;
                 let mut lists = 0u64;

@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use addr_table::{IfAddr, NetnsId};
-use dataplane::{Config, Frame, HeapPool, Queue, Tables, Verdict, crossbeam_epoch};
+use dataplane::{Config, Frame, HeapPool, Queue, TableWriters, Tables, Verdict, crossbeam_epoch};
 use fib_trie::{InsertFlags, NextHop, Route};
 use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
 use udp_socktab::{NetnsConfig, SockTable, TableConfig};
@@ -57,10 +57,11 @@ fn mac_of(host: IpAddr) -> [u8; 6] {
 }
 
 /// The control plane's part: what the netlink mirror would fill in.
-fn build_tables() -> Result<Tables, Box<dyn std::error::Error>> {
+/// The tables and their writers (the control plane keeps these).
+fn build_tables() -> Result<(Tables, TableWriters), Box<dyn std::error::Error>> {
     let (sockets, mut sock_writer) = SockTable::new(TableConfig::default())?;
     let sock_netns = sock_writer.add_netns(NetnsConfig::default())?;
-    let tables = Tables::new(NetnsId(1), sockets, sock_netns);
+    let (tables, mut writers) = Tables::new(NetnsId(1), sockets, sock_netns);
     for (ifindex, name) in [(LAN, "lan"), (WAN, "wan")] {
         let mut link = Link {
             mac: Some([2, 0, 0, 0, 0, ifindex as u8]),
@@ -68,18 +69,18 @@ fn build_tables() -> Result<Tables, Box<dyn std::error::Error>> {
             ..Link::new(ifindex, name)
         };
         (link.flags, link.oper) = (LinkFlags::UP | LinkFlags::BROADCAST, OperState::UP);
-        tables.links.upsert(link);
+        writers.links.upsert(link);
     }
-    tables
+    writers
         .addrs
         .add(IfAddr::new(Ipv4Addr::new(10, 0, 1, 1), 24, LAN))?;
-    tables
+    writers
         .addrs
         .add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 2), 24, WAN))?;
-    tables
+    writers
         .addrs
         .add(IfAddr::new("2001:db8:1::1".parse::<Ipv6Addr>()?, 64, LAN))?;
-    tables
+    writers
         .addrs
         .add(IfAddr::new("2001:db8:2::2".parse::<Ipv6Addr>()?, 64, WAN))?;
 
@@ -103,17 +104,17 @@ fn build_tables() -> Result<Tables, Box<dyn std::error::Error>> {
         ),
         Route::unicast(0, 0, main, vec![NextHop::new(Some(v4(gw4)), WAN)]),
     ] {
-        tables.fib4.insert(&route, InsertFlags::ADD)?;
+        writers.fib4.insert(&route, InsertFlags::ADD)?;
     }
     for route in [
         Route::unicast(v6("2001:db8:1::")?, 64, main, vec![NextHop::new(None, LAN)]),
         Route::unicast(v6("2001:db8:2::")?, 64, main, vec![NextHop::new(None, WAN)]),
         Route::unicast(0, 0, main, vec![NextHop::new(Some(u128::from(gw6)), WAN)]),
     ] {
-        tables.fib6.insert(&route, InsertFlags::ADD)?;
+        writers.fib6.insert(&route, InsertFlags::ADD)?;
     }
     for gw in [IpAddr::V4(gw4), IpAddr::V6(gw6)] {
-        tables.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             WAN,
             gw,
             Some(mac_of(gw)),
@@ -121,7 +122,7 @@ fn build_tables() -> Result<Tables, Box<dyn std::error::Error>> {
         ));
     }
     tables.generation.bump(); // after publishing: every queue's route cache is stale
-    Ok(tables)
+    Ok((tables, writers))
 }
 
 /// What the generated traffic must give, frame by frame.
@@ -221,7 +222,7 @@ fn check_forwarded_v4(frame: &[u8], egress: &Port) -> Result<(), String> {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let tables = build_tables()?;
+    let (tables, mut writers) = build_tables()?;
     let mut ports: BTreeMap<u32, Port> = [LAN, WAN]
         .into_iter()
         .map(|i| {
@@ -298,7 +299,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if request.addr != IpAddr::V4(DOWN_HOST) {
                 let mac = Some(mac_of(request.addr));
                 let n = Neighbour::new(request.ifindex, request.addr, mac, NudState::REACHABLE);
-                tables.neigh.upsert(n);
+                writers.neigh.upsert(n);
                 tables.generation.bump();
             }
         }

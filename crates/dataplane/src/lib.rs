@@ -50,16 +50,16 @@
 //!
 //! let (sockets, mut sock_writer) = SockTable::new(TableConfig::default())?;
 //! let sock_netns = sock_writer.add_netns(NetnsConfig::default())?;
-//! let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+//! let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
 //! // What the netlink mirror would fill in: two links, a route, a neighbour.
 //! for (ifindex, mac) in [(1, [2, 0, 0, 0, 0, 1]), (2, [2, 0, 0, 0, 0, 2])] {
 //!     let mut link = Link { mac: Some(mac), ..Link::new(ifindex, format!("eth{ifindex}")) };
 //!     (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-//!     tables.links.upsert(link);
+//!     writers.links.upsert(link);
 //! }
 //! let gw = u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1));
-//! tables.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw), 2)]), InsertFlags::ADD)?;
-//! tables.neigh.upsert(Neighbour::new(2, std::net::Ipv4Addr::from(gw).into(), Some([2, 0, 0, 0, 0, 0x99]), NudState::REACHABLE));
+//! writers.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw), 2)]), InsertFlags::ADD)?;
+//! writers.neigh.upsert(Neighbour::new(2, std::net::Ipv4Addr::from(gw).into(), Some([2, 0, 0, 0, 0, 0x99]), NudState::REACHABLE));
 //! tables.generation.bump();
 //!
 //! // The run loop: one queue, one pin per batch.
@@ -129,7 +129,7 @@ pub use peer_limit::{
 pub use pool::{FramePool, HeapPool, Sent};
 pub use queue::{Frame, Queue};
 pub use ratelimit::TokenBucket;
-pub use tables::{ICMP_PEER_SLOTS, Served, Tables};
+pub use tables::{ICMP_PEER_SLOTS, Served, TableWriters, Tables};
 pub use verdict::{DropReason, IcmpError, PuntReason, Verdict};
 
 /// The README's example, compiled and run as a doctest.

@@ -504,7 +504,7 @@ mod tests {
     use addr_table::{IfAddr, NetnsId};
     use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 
-    fn tables() -> Tables {
+    fn tables() -> (Tables, crate::TableWriters) {
         let (sockets, mut writer) = SockTable::new(TableConfig::default()).unwrap();
         let ns = writer.add_netns(NetnsConfig::default()).unwrap();
         Tables::new(NetnsId(1), sockets, ns)
@@ -512,18 +512,18 @@ mod tests {
 
     #[test]
     fn the_filter_follows_the_generation() {
-        let tables = tables();
+        let (tables, mut writers) = tables();
         let guard = crossbeam_epoch::pin();
         let mut filter = LocalFilter::new();
         let a = u128::from(u32::from(Ipv4Addr::new(10, 0, 0, 1)));
         let b: u128 = "2001:db8::1".parse::<Ipv6Addr>().unwrap().into();
         filter.refresh(&tables, &guard, 0);
         assert!(!filter.may_be_local(Family::V4, a));
-        tables
+        writers
             .addrs
             .add(IfAddr::new(Ipv4Addr::from(a as u32), 24, 1))
             .unwrap();
-        tables
+        writers
             .addrs
             .add(IfAddr::new(Ipv6Addr::from(b), 64, 1))
             .unwrap();
@@ -546,7 +546,7 @@ mod tests {
     #[test]
     fn the_egress_memo_completes_each_route_with_its_own_parts() {
         use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
-        let tables = tables();
+        let (tables, mut writers) = tables();
         let guard = crossbeam_epoch::pin();
         let mut link = Link {
             mac: Some([2, 0, 0, 0, 0, 2]),
@@ -555,9 +555,9 @@ mod tests {
         };
         link.flags = LinkFlags::UP | LinkFlags::RUNNING;
         link.oper = OperState::UP;
-        tables.links.upsert(link);
+        writers.links.upsert(link);
         let gw = Ipv4Addr::new(192, 0, 2, 1);
-        tables.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             2,
             gw.into(),
             Some([2, 0, 0, 0, 0, 9]),
@@ -599,7 +599,7 @@ mod tests {
     #[test]
     fn the_egress_memo_holds_many_next_hops() {
         use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
-        let tables = tables();
+        let (tables, mut writers) = tables();
         let guard = crossbeam_epoch::pin();
         let gateways: Vec<(u32, Ipv4Addr)> = (0..64u32)
             .map(|i| (2 + i % 4, Ipv4Addr::from(0x6440_0001 + (i << 8))))
@@ -611,11 +611,11 @@ mod tests {
             };
             link.flags = LinkFlags::UP | LinkFlags::RUNNING;
             link.oper = OperState::UP;
-            tables.links.upsert(link);
+            writers.links.upsert(link);
         }
         for &(oif, gw) in &gateways {
             let mac = Some([2, 0, 0, 1, 0, gw.octets()[2]]);
-            tables
+            writers
                 .neigh
                 .upsert(Neighbour::new(oif, gw.into(), mac, NudState::REACHABLE));
         }
@@ -639,7 +639,7 @@ mod tests {
         };
         assert_eq!(resolved(&mut memo, 0), 64);
         for &(oif, gw) in &gateways {
-            tables.neigh.remove(oif, gw.into());
+            writers.neigh.remove(oif, gw.into());
         }
         assert_eq!(resolved(&mut memo, 0), 64);
         assert_eq!(resolved(&mut memo, 1), 0);
@@ -650,7 +650,7 @@ mod tests {
     #[test]
     fn the_answer_memo_keeps_usable_decisions_per_device_and_epoch() {
         use crate::route::Hop;
-        let tables = tables();
+        let (tables, _writers) = tables();
         let mut memo = IngressMemo::new();
         let snapshot = |generation| dst_cache::Snapshot {
             generation,
@@ -699,11 +699,11 @@ mod tests {
 
     #[test]
     fn too_many_addresses_turn_the_filter_off() {
-        let tables = tables();
+        let (tables, mut writers) = tables();
         let guard = crossbeam_epoch::pin();
         for i in 0..=FILTER_MAX_ADDRESSES as u32 {
             let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 1, 0, 0)) + i);
-            tables.addrs.add(IfAddr::new(addr, 16, 1)).unwrap();
+            writers.addrs.add(IfAddr::new(addr, 16, 1)).unwrap();
         }
         let mut filter = LocalFilter::new();
         filter.refresh(&tables, &guard, 0);

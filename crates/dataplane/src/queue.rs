@@ -240,7 +240,7 @@ impl Queue {
     ///
     /// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
     /// let sock_netns = writer.add_netns(NetnsConfig::default())?;
-    /// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+    /// let (tables, _writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
     /// let mut queue = Queue::new(Config::default())?;
     /// let mut chunk = [0u8; 10];
     /// let mut frames = [Frame::new(&mut chunk, 0, 10, 1)];

@@ -113,13 +113,13 @@ mod tests {
     fn tables() -> Tables {
         let (sockets, mut writer) = SockTable::new(TableConfig::default()).unwrap();
         let sock_netns = writer.add_netns(NetnsConfig::default()).unwrap();
-        let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+        let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
         let mut link = Link {
             mac: Some([2, 0, 0, 0, 0, 1]),
             ..Link::new(1, "eth1".to_owned())
         };
         (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-        tables.links.upsert(link);
+        writers.links.upsert(link);
         tables.generation.bump();
         tables
     }

@@ -694,8 +694,8 @@ fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route
 ///
 /// let (sockets, mut w) = SockTable::new(TableConfig::default())?;
 /// let ns = w.add_netns(NetnsConfig::default())?;
-/// let t = Tables::new(addr_table::NetnsId(1), sockets, ns);
-/// t.fib4.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(None, 1)]), InsertFlags::ADD)?;
+/// let (t, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, ns);
+/// writers.fib4.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(None, 1)]), InsertFlags::ADD)?;
 /// let g = crossbeam_epoch::pin();
 /// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 1, true), Some(true));
 /// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), Some(false), "strict: via 1");

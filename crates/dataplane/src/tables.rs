@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use addr_table::{AddrTable, NetnsId};
+use addr_table::{AddrTable, AddrWriter, NetnsId};
 use dst_cache::Generation;
-use fib_trie::Fib;
-use neigh_table::{DevConfTable, LinkTable, NeighTable};
-use policy_tree::PolicyDb;
+use fib_trie::{Fib, FibWriter};
+use neigh_table::{DevConfTable, DevConfWriter, LinkTable, LinkWriter, NeighTable, NeighWriter};
+use policy_tree::{PolicyDb, PolicyWriter};
 use udp_socktab::SockTable;
 
 use crate::PeerLimiter;
@@ -17,6 +17,10 @@ pub const ICMP_PEER_SLOTS: usize = 8192;
 
 /// One network namespace's view: every table the pipeline reads, shared in `Arc`s between the
 /// control plane that fills them (the netlink mirror) and every run loop that reads them.
+///
+/// The `Arc`s only read: each table changes through its one writer, which the control plane
+/// keeps ([`TableWriters`], made with the tables by [`Tables::new`]); a run loop holding
+/// `Tables` cannot change routes, neighbours, links, addresses or policies.
 ///
 /// The contract with the writer: after it has **published** any change to links, neighbours,
 /// addresses, routes or rules, it calls `generation.bump()` (route caches of every queue are
@@ -29,7 +33,7 @@ pub const ICMP_PEER_SLOTS: usize = 8192;
 ///
 /// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
 /// let sock_netns = writer.add_netns(NetnsConfig::default())?;
-/// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+/// let (tables, _writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
 /// assert!(tables.fib4.table(254, &crossbeam_epoch::pin()).is_some());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -69,23 +73,73 @@ pub struct Tables {
 
 impl Tables {
     /// Empty tables for the namespace `netns` (the FIBs with their default tables and rules),
-    /// sharing `sockets`, where this namespace is `sock_netns`.
-    pub fn new(netns: NetnsId, sockets: Arc<SockTable>, sock_netns: udp_socktab::NetnsId) -> Self {
-        Tables {
-            links: Arc::new(LinkTable::new()),
-            neigh: Arc::new(NeighTable::new()),
-            addrs: Arc::new(AddrTable::new(netns)),
-            fib4: Arc::new(Fib::new()),
-            fib6: Arc::new(Fib::new()),
-            policies: Arc::new(PolicyDb::new()),
+    /// sharing `sockets`, where this namespace is `sock_netns`, and their writers (for the
+    /// control plane, or a test standing in for it; dropping them freezes the tables).
+    ///
+    /// ```
+    /// use dataplane::Tables;
+    /// use fib_trie::{Flow, InsertFlags, NextHop, Route};
+    /// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+    ///
+    /// let (sockets, mut sock_writer) = SockTable::new(TableConfig::default())?;
+    /// let sock_netns = sock_writer.add_netns(NetnsConfig::default())?;
+    /// let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+    /// writers.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(1), 2)]), InsertFlags::ADD)?;
+    /// tables.generation.bump();
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(tables.fib4.lookup(&Flow::to(0x0808_0808), &guard).unwrap().plen, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(
+        netns: NetnsId,
+        sockets: Arc<SockTable>,
+        sock_netns: udp_socktab::NetnsId,
+    ) -> (Self, TableWriters) {
+        let writers = TableWriters {
+            links: LinkWriter::new(),
+            neigh: NeighWriter::new(),
+            addrs: AddrWriter::new(netns),
+            fib4: FibWriter::new(),
+            fib6: FibWriter::new(),
+            policies: PolicyWriter::new(),
+            devconf: DevConfWriter::permissive(),
+        };
+        let tables = Tables {
+            links: Arc::clone(writers.links.reader()),
+            neigh: Arc::clone(writers.neigh.reader()),
+            addrs: Arc::clone(writers.addrs.reader()),
+            fib4: Arc::clone(writers.fib4.reader()),
+            fib6: Arc::clone(writers.fib6.reader()),
+            policies: Arc::clone(writers.policies.reader()),
             sockets,
             generation: Arc::new(Generation::new()),
             sock_netns,
             served: None,
-            devconf: Arc::new(DevConfTable::permissive()),
+            devconf: Arc::clone(writers.devconf.reader()),
             icmp_peers: Arc::new(PeerLimiter::new(ICMP_PEER_SLOTS)),
-        }
+        };
+        (tables, writers)
     }
+}
+
+/// The one writer of each table of a [`Tables`], made with them by [`Tables::new`]: what the
+/// control plane keeps (the netlink mirror keeps its own set). Not `Clone`.
+#[derive(Debug)]
+pub struct TableWriters {
+    /// Writes [`Tables::links`].
+    pub links: LinkWriter,
+    /// Writes [`Tables::neigh`].
+    pub neigh: NeighWriter,
+    /// Writes [`Tables::addrs`].
+    pub addrs: AddrWriter,
+    /// Writes [`Tables::fib4`].
+    pub fib4: FibWriter<u32>,
+    /// Writes [`Tables::fib6`].
+    pub fib6: FibWriter<u128>,
+    /// Writes [`Tables::policies`].
+    pub policies: PolicyWriter,
+    /// Writes [`Tables::devconf`] (permissive until written).
+    pub devconf: DevConfWriter,
 }
 
 /// The interfaces a pipeline transmits on ([`Tables::served`]): one slot per served port, each

@@ -60,8 +60,8 @@ fn change() -> impl Strategy<Value = Change> {
     ]
 }
 
-fn apply(fx: &Fixture, change: &Change) {
-    let fib = &fx.tables.fib4;
+fn apply(fx: &mut Fixture, change: &Change) {
+    let fib = &mut fx.writers().fib4;
     match change {
         Change::Route { k, hops } => {
             let hops: Vec<_> = hops.iter().map(|&h| gw(h)).collect();
@@ -81,7 +81,7 @@ fn apply(fx: &Fixture, change: &Change) {
             let addr = IpAddr::V4(Ipv4Addr::from(a));
             match mac {
                 Some(m) => {
-                    fx.tables.neigh.upsert(Neighbour::new(
+                    fx.writers().neigh.upsert(Neighbour::new(
                         oif,
                         addr,
                         Some([2, 0, 0, 0, 1, *m]),
@@ -89,7 +89,7 @@ fn apply(fx: &Fixture, change: &Change) {
                     ));
                 }
                 None => {
-                    fx.tables.neigh.remove(oif, addr);
+                    fx.writers().neigh.remove(oif, addr);
                 }
             }
         }
@@ -101,7 +101,7 @@ fn apply(fx: &Fixture, change: &Change) {
             } else {
                 link.flags = LinkFlags::default();
             }
-            fx.tables.links.upsert(link);
+            fx.writers().links.upsert(link);
         }
     }
     // The mirror's rule: a bump after every published change.
@@ -171,14 +171,14 @@ proptest! {
     ) {
         // At least one frame the cache can answer on the second pass.
         let first: Vec<Vec<u8>> = std::iter::once(frame(0, 0, 1, 1, 10)).chain(first).collect();
-        let fx = fixture();
+        let mut fx = fixture();
         for i in 0..GWS.len() {
-            apply(&fx, &Change::Neigh { hop: i, mac: Some(i as u8) });
+            apply(&mut fx, &Change::Neigh { hop: i, mac: Some(i as u8) });
         }
         // Two single-path prefixes (cached) and two multipath ones (never cached).
         for k in 0..4u8 {
             let hops = if k < 2 { vec![k as usize] } else { vec![k as usize, (k as usize + 1) % 4] };
-            apply(&fx, &Change::Route { k, hops });
+            apply(&mut fx, &Change::Route { k, hops });
         }
         let mut on = Queue::new(Config::default()).unwrap();
         let mut off = Queue::new(Config { dst_cache: None, ..Config::default() }).unwrap();
@@ -186,19 +186,19 @@ proptest! {
         let mut now = 0u64;
         // Each batch twice on the cached queue's side (the second mostly hits), and as often
         // on the other.
-        let mut step = |frames: &[Vec<u8>], now: u64| -> Result<(), TestCaseError> {
+        let mut step = |fx: &Fixture, frames: &[Vec<u8>], now: u64| -> Result<(), TestCaseError> {
             for _ in 0..2 {
-                let a = run(&mut on, &fx, frames, now);
+                let a = run(&mut on, fx, frames, now);
                 let b = run(&mut off, &fx_off, frames, now);
                 prop_assert_eq!(a, b);
             }
             Ok(())
         };
-        step(&first, now)?;
+        step(&fx, &first, now)?;
         for (change, frames) in &steps {
-            apply(&fx, change);
+            apply(&mut fx, change);
             now += 100_000_000;
-            step(frames, now)?;
+            step(&fx, frames, now)?;
         }
         prop_assert!(on.counters().dst_cache.hits > 0, "the cache was used");
         prop_assert_eq!(off.counters().dst_cache.hits, 0);

@@ -33,6 +33,8 @@ const HEADROOM: usize = 256;
 
 struct Lab {
     tables: Tables,
+    /// The tables' writers, standing in for the netlink mirror.
+    writers: dataplane::TableWriters,
     endpoints: Endpoints,
     queue: Queue,
     rx: EndpointRx,
@@ -56,13 +58,13 @@ fn lab() -> Lab {
             local_port_range: RANGE,
         })
         .unwrap();
-    let tables = Tables::new(NetnsId(1), sockets, ns);
+    let (tables, mut writers) = Tables::new(NetnsId(1), sockets, ns);
     let mut link = Link {
         mac: Some(OUR_MAC),
         ..Link::new(IF, "eth0".to_string())
     };
     (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-    tables.links.upsert(link);
+    writers.links.upsert(link);
     let mut endpoints = Endpoints::new(
         writer,
         tables.clone(),
@@ -74,35 +76,36 @@ fn lab() -> Lab {
     .unwrap();
     for a in LOCAL4 {
         let a: Ipv4Addr = a.parse().unwrap();
-        tables.addrs.add(IfAddr::new(a, 24, IF)).unwrap();
+        writers.addrs.add(IfAddr::new(a, 24, IF)).unwrap();
         endpoints.add_local_addr(a.into(), IF).unwrap();
     }
     for a in LOCAL6 {
         let a: Ipv6Addr = a.parse().unwrap();
-        tables.addrs.add(IfAddr::new(a, 64, IF)).unwrap();
+        writers.addrs.add(IfAddr::new(a, 64, IF)).unwrap();
         endpoints.add_local_addr(a.into(), IF).unwrap();
     }
     let v4 = |s: &str| u32::from(s.parse::<Ipv4Addr>().unwrap());
     let v6 = |s: &str| u128::from(s.parse::<Ipv6Addr>().unwrap());
     let connected4 = Route::unicast(v4("192.0.2.0"), 24, 254, vec![NextHop::new(None, IF)]);
-    tables.fib4.insert(&connected4, InsertFlags::ADD).unwrap();
+    writers.fib4.insert(&connected4, InsertFlags::ADD).unwrap();
     let via4 = vec![NextHop::new(Some(v4("192.0.2.254")), IF)];
     let far4 = Route::unicast(v4("198.51.100.0"), 24, 254, via4);
-    tables.fib4.insert(&far4, InsertFlags::ADD).unwrap();
+    writers.fib4.insert(&far4, InsertFlags::ADD).unwrap();
     let connected6 = Route::unicast(v6("2001:db8:1::"), 64, 254, vec![NextHop::new(None, IF)]);
-    tables.fib6.insert(&connected6, InsertFlags::ADD).unwrap();
+    writers.fib6.insert(&connected6, InsertFlags::ADD).unwrap();
     let via6 = vec![NextHop::new(Some(v6("2001:db8:1::fe")), IF)];
     let far6 = Route::unicast(v6("2001:db8:2::"), 64, 254, via6);
-    tables.fib6.insert(&far6, InsertFlags::ADD).unwrap();
+    writers.fib6.insert(&far6, InsertFlags::ADD).unwrap();
     for peer in PEERS4[..2].iter().chain(&PEERS6[..2]) {
         let addr: IpAddr = peer.parse().unwrap();
         let n = Neighbour::new(IF, addr, Some(PEER_MAC), NudState::REACHABLE);
-        tables.neigh.upsert(n);
+        writers.neigh.upsert(n);
     }
     tables.generation.bump();
     let rx = endpoints.rx();
     Lab {
         tables,
+        writers,
         endpoints,
         queue: Queue::new(Config::default()).unwrap(),
         rx,
@@ -471,7 +474,7 @@ fn unresolved_neighbours_hold_then_release() {
     let r = lab.queue.poll_resolution().unwrap();
     assert_eq!((r.ifindex, r.addr), (IF, "192.0.2.254".parse().unwrap()));
     let gw = Neighbour::new(IF, r.addr, Some([2, 0, 0, 0, 0, 0xfe]), NudState::REACHABLE);
-    lab.tables.neigh.upsert(gw);
+    lab.writers.neigh.upsert(gw);
     let released = lab
         .queue
         .release_held(&lab.tables, &guard, 1, &mut lab.pool);
@@ -599,7 +602,7 @@ fn the_reflector_counts_short_packets_and_unsendable_answers() {
         Some(Verdict::Drop(DropReason::Truncated))
     );
     // A sender the reply cannot be routed to: the answer is dropped, counted by cause.
-    lab.tables
+    lab.writers
         .fib4
         .delete(&fib_trie::RouteSelector::new(
             u32::from(Ipv4Addr::new(192, 0, 2, 0)),
@@ -649,13 +652,13 @@ fn link_local_senders_are_answered_on_their_link() {
         ..Link::new(3, "eth1".to_string())
     };
     (other.flags, other.oper) = (LinkFlags::UP, OperState::UP);
-    lab.tables.links.upsert(other);
+    lab.writers.links.upsert(other);
     let fe80 = u128::from("fe80::".parse::<Ipv6Addr>().unwrap());
     let ll = Route::unicast(fe80, 64, 254, vec![NextHop::new(None, 3)]);
-    lab.tables.fib6.insert(&ll, InsertFlags::ADD).unwrap();
+    lab.writers.fib6.insert(&ll, InsertFlags::ADD).unwrap();
     let peer: IpAddr = "fe80::7".parse().unwrap();
     let n = Neighbour::new(IF, peer, Some(PEER_MAC), NudState::REACHABLE);
-    lab.tables.neigh.upsert(n);
+    lab.writers.neigh.upsert(n);
     lab.tables.generation.bump();
     lab.endpoints
         .bind(sa("::", 7), BindOptions::service(Service::Echo))

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use common::*;
 use dataplane::{Config, DropReason, PuntReason, Queue, Verdict};
 use etherparse::Ipv4Header;
-use neigh_table::{DevConf, DevConfTable, NETCONF_ALL, NETCONF_DEFAULT};
+use neigh_table::{DevConf, DevConfWriter, NETCONF_ALL, NETCONF_DEFAULT};
 
 fn conf(forwarding: bool, rp_filter: u8) -> DevConf {
     DevConf {
@@ -22,14 +22,14 @@ fn conf(forwarding: bool, rp_filter: u8) -> DevConf {
 }
 
 /// The fixture with a followed table: both families forward everywhere.
-fn followed() -> (Fixture, Arc<DevConfTable>) {
+fn followed() -> (Fixture, DevConfWriter) {
     let mut fx = fixture();
-    let t = Arc::new(DevConfTable::followed());
+    let mut t = DevConfWriter::followed();
     for v6 in [false, true] {
         t.update(v6, NETCONF_ALL, conf(true, 0));
         t.update(v6, NETCONF_DEFAULT, conf(true, 0));
     }
-    fx.tables.devconf = Arc::clone(&t);
+    fx.tables.devconf = Arc::clone(t.reader());
     (fx, t)
 }
 
@@ -42,7 +42,7 @@ fn icmp4(frame: &[u8]) -> (u8, u8) {
 
 #[test]
 fn forwarding_off_on_the_ingress_device_is_answered_as_the_kernel_does() {
-    let (fx, t) = followed();
+    let (fx, mut t) = followed();
     let mut queue = Queue::new(Config::default()).unwrap();
     let v4 = udp4(HOST4, [8, 8, 8, 8], 64, 53, 10);
     let v6 = udp6(HOST6, "2001:db8:100::9", 64, 53, 10);
@@ -97,7 +97,7 @@ fn forwarding_off_on_the_ingress_device_is_answered_as_the_kernel_does() {
 
 #[test]
 fn rp_filter_validates_every_source_strict_and_loose() {
-    let (fx, t) = followed();
+    let (fx, mut t) = followed();
     let mut queue = Queue::new(Config::default()).unwrap();
     let dst = [8, 8, 8, 8];
     t.update(false, IN as i32, conf(true, 1));
@@ -138,8 +138,8 @@ fn rp_filter_validates_every_source_strict_and_loose() {
 /// the answer is remembered.
 #[test]
 fn a_kernel_decides_route_back_leaves_the_source_check_to_the_kernel() {
-    let (fx, t) = followed();
-    fx.tables
+    let (mut fx, mut t) = followed();
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::reject(0xc612_0000, 16, 254, fib_trie::RouteType::Kernel),
@@ -172,7 +172,7 @@ fn a_kernel_decides_route_back_leaves_the_source_check_to_the_kernel() {
 #[test]
 fn unknown_switches_leave_the_packet_to_the_kernel() {
     let mut fx = fixture();
-    fx.tables.devconf = Arc::new(DevConfTable::followed());
+    fx.tables.devconf = Arc::clone(DevConfWriter::followed().reader());
     assert_eq!(
         run(&fx, &udp4(HOST4, [8, 8, 8, 8], 64, 53, 10)).verdict,
         Verdict::Punt(PuntReason::IngressConf)
@@ -189,7 +189,7 @@ fn unknown_switches_leave_the_packet_to_the_kernel() {
 #[test]
 fn an_own_source_is_a_martian_unless_the_device_accepts_local() {
     use dataplane::{Frame, HeapPool};
-    let fx = common::fixture();
+    let mut fx = common::fixture();
     let frame = common::udp4([10, 0, 2, 1], [8, 8, 8, 8], 64, 53, 0);
     let verdicts = |fx: &common::Fixture| {
         let vector = common::run(fx, &frame).verdict;
@@ -205,12 +205,18 @@ fn an_own_source_is_a_martian_unless_the_device_accepts_local() {
     };
     assert_eq!(verdicts(&fx), Verdict::Drop(DropReason::MartianSource));
     // Another device accepting local sources changes nothing for IN.
-    fx.tables.devconf.set_accept_local(common::OUT as i32, true);
+    fx.writers()
+        .devconf
+        .set_accept_local(common::OUT as i32, true);
     assert_eq!(verdicts(&fx), Verdict::Drop(DropReason::MartianSource));
-    fx.tables.devconf.set_accept_local(common::IN as i32, true);
+    fx.writers()
+        .devconf
+        .set_accept_local(common::IN as i32, true);
     assert_eq!(verdicts(&fx), Verdict::Punt(PuntReason::AcceptLocal));
-    fx.tables.devconf.set_accept_local(common::IN as i32, false);
-    fx.tables.devconf.set_accept_local(NETCONF_ALL, true);
+    fx.writers()
+        .devconf
+        .set_accept_local(common::IN as i32, false);
+    fx.writers().devconf.set_accept_local(NETCONF_ALL, true);
     assert_eq!(verdicts(&fx), Verdict::Punt(PuntReason::AcceptLocal));
 }
 
@@ -221,7 +227,8 @@ fn an_own_source_is_a_martian_unless_the_device_accepts_local() {
 #[test]
 fn remembered_switches_and_sources_follow_the_tables() {
     use fib_trie::{InsertFlags, NextHop, Route, RouteSelector};
-    let (fx, t) = followed();
+    let (mut fx, mut t) = followed();
+    let mut writers = fx.writers.take().unwrap();
     let mut queue = Queue::new(Config::default()).unwrap();
     t.update(false, NETCONF_ALL, conf(true, 2));
     fx.tables.generation.bump();
@@ -239,14 +246,14 @@ fn remembered_switches_and_sources_follow_the_tables() {
     );
     // A route back appears.
     let back = Route::unicast(0xac10_0000, 16, 254, vec![NextHop::new(None, IN)]);
-    fx.tables.fib4.insert(&back, InsertFlags::ADD).unwrap();
+    writers.fib4.insert(&back, InsertFlags::ADD).unwrap();
     fx.tables.generation.bump();
     assert_eq!(
         verdict(far, [8, 8, 8, 8], 2),
         Verdict::Transmit { ifindex: OUT }
     );
     // And goes.
-    fx.tables.fib4.delete(&RouteSelector::exact(&back)).unwrap();
+    writers.fib4.delete(&RouteSelector::exact(&back)).unwrap();
     fx.tables.generation.bump();
     assert_eq!(
         verdict(far, [8, 8, 8, 8], 3),
@@ -277,14 +284,14 @@ fn another_device_table_is_not_answered_from_the_memo() {
         run_on(&mut queue, &fx, &v4(1), 256, 0).verdict,
         Verdict::Transmit { ifindex: OUT }
     );
-    let off = DevConfTable::followed();
+    let mut off = DevConfWriter::followed();
     for v6 in [false, true] {
         off.update(v6, NETCONF_ALL, conf(false, 0));
         off.update(v6, NETCONF_DEFAULT, conf(false, 0));
     }
     // Both tables have seen the same number of changes.
     assert_eq!(off.generation(), t.generation());
-    fx.tables.devconf = Arc::new(off);
+    fx.tables.devconf = Arc::clone(off.reader());
     assert_eq!(
         run_on(&mut queue, &fx, &v4(2), 256, 1).verdict,
         Verdict::Reply { ifindex: IN },

@@ -19,7 +19,7 @@ const LL_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x61];
 /// The fixture plus a two-way multipath `100.80.0.0/16` (10.0.2.254 and fe80::1 on OUT, both
 /// resolved) and a single-path `100.81.0.0/16`.
 fn fixture_mp() -> Fixture {
-    let fx = fixture();
+    let mut fx = fixture();
     let ll: Ipv6Addr = "fe80::1".parse().unwrap();
     for (prefix, hops) in [
         (
@@ -34,7 +34,7 @@ fn fixture_mp() -> Fixture {
             vec![NextHop::new(Some(u32::from_be_bytes([10, 0, 2, 254])), OUT)],
         ),
     ] {
-        fx.tables
+        fx.writers()
             .fib4
             .insert(
                 &Route::unicast(u32::from_be_bytes(prefix), 16, 254, hops),
@@ -42,7 +42,7 @@ fn fixture_mp() -> Fixture {
             )
             .unwrap();
     }
-    fx.tables.neigh.upsert(Neighbour::new(
+    fx.writers().neigh.upsert(Neighbour::new(
         OUT,
         IpAddr::V6(ll),
         Some(LL_MAC),
@@ -83,8 +83,8 @@ fn members_by_port(fx: &Fixture) -> Vec<[u8; 6]> {
 
 #[test]
 fn policy_0_keeps_a_host_pair_on_one_member() {
-    let fx = fixture_mp();
-    fx.tables
+    let mut fx = fixture_mp();
+    fx.writers()
         .fib4
         .set_multipath_policy(MultipathPolicy::from_sysctl(false, 0, 7, 0));
     let members: BTreeSet<_> = members_by_port(&fx).into_iter().collect();
@@ -101,8 +101,8 @@ fn policy_0_keeps_a_host_pair_on_one_member() {
 
 #[test]
 fn policy_1_spreads_the_ports_of_a_host_pair_and_keeps_each_flow() {
-    let fx = fixture_mp();
-    fx.tables
+    let mut fx = fixture_mp();
+    fx.writers()
         .fib4
         .set_multipath_policy(MultipathPolicy::from_sysctl(false, 1, 7, 0));
     let first = members_by_port(&fx);
@@ -110,7 +110,7 @@ fn policy_1_spreads_the_ports_of_a_host_pair_and_keeps_each_flow() {
     assert_eq!(members, [GW_MAC, LL_MAC].into_iter().collect());
     assert_eq!(members_by_port(&fx), first, "each flow stays on its member");
     // Custom fields (policy 3) naming the destination port only: the same.
-    fx.tables
+    fx.writers()
         .fib4
         .set_multipath_policy(MultipathPolicy::from_sysctl(false, 3, 0x20, 0));
     let members: BTreeSet<_> = members_by_port(&fx).into_iter().collect();
@@ -119,9 +119,9 @@ fn policy_1_spreads_the_ports_of_a_host_pair_and_keeps_each_flow() {
 
 #[test]
 fn a_policy_xfwd_cannot_follow_leaves_multipath_routes_to_the_kernel() {
-    let fx = fixture_mp();
+    let mut fx = fixture_mp();
     for (policy, fields, seed) in [(0, 7, 42), (2, 7, 0), (3, 0x40, 0)] {
-        fx.tables
+        fx.writers()
             .fib4
             .set_multipath_policy(MultipathPolicy::from_sysctl(false, policy, fields, seed));
         let o = both(&fx, &udp4(HOST4, [100, 80, 1, 1], 64, 53, 20));
@@ -154,7 +154,7 @@ fn icmp_error(src: [u8; 4], dst: [u8; 4], inner_src: [u8; 4], inner_dst: [u8; 4]
 
 #[test]
 fn under_policy_0_an_icmp_error_follows_the_flow_it_quotes() {
-    let fx = fixture_mp();
+    let mut fx = fixture_mp();
     // Errors from many routers about one flow (100.80.1.1 -> 10.9.9.9) going back to its
     // source: hashed by the quoted header, they all take one member.
     let members = |fx: &Fixture| -> BTreeSet<[u8; 6]> {
@@ -172,12 +172,12 @@ fn under_policy_0_an_icmp_error_follows_the_flow_it_quotes() {
             })
             .collect()
     };
-    fx.tables
+    fx.writers()
         .fib4
         .set_multipath_policy(MultipathPolicy::from_sysctl(false, 0, 7, 0));
     assert_eq!(members(&fx).len(), 1);
     // The same fields without that rule (policy 3, addresses): the outer sources spread them.
-    fx.tables
+    fx.writers()
         .fib4
         .set_multipath_policy(MultipathPolicy::from_sysctl(false, 3, 0x3, 0));
     assert_eq!(members(&fx).len(), 2);

@@ -20,7 +20,7 @@ use dataplane::endpoint::{
 use dataplane::{Config, Counters, Frame, HeapPool, Queue, Resolution, Tables, Verdict, VlanMode};
 use fib_trie::{InsertFlags, NextHop, Route, RouteSelector, RouteType};
 use neigh_table::{
-    DevConf, DevConfTable, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
+    DevConf, DevConfWriter, Link, LinkFlags, NETCONF_ALL, NETCONF_DEFAULT, Neighbour, NudState,
     OperState,
 };
 use policy_tree::{
@@ -217,8 +217,8 @@ struct Toggles {
 
 /// The device switches the batches start with: both families forward on every device, no
 /// reverse-path filtering (a followed table, as the netlink mirror fills it).
-fn followed_devconf() -> Arc<DevConfTable> {
-    let t = DevConfTable::followed();
+fn followed_devconf() -> DevConfWriter {
+    let mut t = DevConfWriter::followed();
     let on = DevConf {
         forwarding: Some(true),
         rp_filter: Some(0),
@@ -228,7 +228,7 @@ fn followed_devconf() -> Arc<DevConfTable> {
         t.update(v6, NETCONF_DEFAULT, on);
     }
     t.update(false, IN as i32, on);
-    Arc::new(t)
+    t
 }
 
 /// IN's IPv4 entry as the toggles have it.
@@ -277,15 +277,18 @@ fn policy_selectors() -> [(Selector, Direction, Action); 3] {
     ]
 }
 
-fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
+fn apply(fx: &mut Fixture, toggles: &mut Toggles, change: Change) {
     match change {
         Change::OwnAddress => {
             toggles.own = !toggles.own;
             let a = IfAddr::new(Ipv4Addr::from(FLIP4), 24, OUT);
             if toggles.own {
-                tables.addrs.add(a).unwrap();
+                fx.writers().addrs.add(a).unwrap();
             } else {
-                tables.addrs.remove(Ipv4Addr::from(FLIP4), 24, OUT).unwrap();
+                fx.writers()
+                    .addrs
+                    .remove(Ipv4Addr::from(FLIP4), 24, OUT)
+                    .unwrap();
             }
         }
         Change::Neighbour => {
@@ -295,7 +298,7 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
             } else {
                 (None, NudState::INCOMPLETE)
             };
-            tables.neigh.upsert(Neighbour::new(
+            fx.writers().neigh.upsert(Neighbour::new(
                 OUT,
                 IpAddr::V4([10, 0, 2, 200].into()),
                 mac,
@@ -309,7 +312,7 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
                 toggles.small_mtu = !toggles.small_mtu;
             }
             let mtu = if toggles.small_mtu { 1000 } else { 1500 };
-            tables.links.upsert(out_link(!toggles.down, mtu));
+            fx.writers().links.upsert(out_link(!toggles.down, mtu));
         }
         Change::Multipath => {
             toggles.multipath = !toggles.multipath;
@@ -323,35 +326,43 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
                 ],
             );
             if toggles.multipath {
-                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+                fx.writers().fib4.insert(&route, InsertFlags::ADD).unwrap();
             } else {
-                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+                fx.writers()
+                    .fib4
+                    .delete(&RouteSelector::exact(&route))
+                    .unwrap();
             }
         }
         Change::Unreachable => {
             toggles.unreachable = !toggles.unreachable;
             let route = Route::reject(v4([8, 8, 0, 0]), 16, 254, RouteType::Unreachable);
             if toggles.unreachable {
-                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+                fx.writers().fib4.insert(&route, InsertFlags::ADD).unwrap();
             } else {
-                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+                fx.writers()
+                    .fib4
+                    .delete(&RouteSelector::exact(&route))
+                    .unwrap();
             }
         }
         Change::CustomRules => {
             toggles.custom_rules = !toggles.custom_rules;
             // Bumps the generation itself.
-            tables.generation.set_custom_rules(toggles.custom_rules);
+            fx.tables.generation.set_custom_rules(toggles.custom_rules);
         }
         Change::Forwarding => {
             toggles.forwarding_off = !toggles.forwarding_off;
             if !toggles.device_gone {
-                tables.devconf.update(false, IN as i32, in_entry(toggles));
+                fx.writers()
+                    .devconf
+                    .update(false, IN as i32, in_entry(toggles));
             }
             let all6 = DevConf {
                 forwarding: Some(!toggles.forwarding_off),
                 rp_filter: None,
             };
-            tables.devconf.update(true, NETCONF_ALL, all6);
+            fx.writers().devconf.update(true, NETCONF_ALL, all6);
         }
         Change::RpFilter => {
             toggles.rp_filter = (toggles.rp_filter + 1) % 3;
@@ -359,36 +370,41 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
                 forwarding: None,
                 rp_filter: Some(toggles.rp_filter),
             };
-            tables.devconf.update(false, NETCONF_ALL, all);
+            fx.writers().devconf.update(false, NETCONF_ALL, all);
         }
         Change::DeviceEntry => {
             toggles.device_gone = !toggles.device_gone;
             if toggles.device_gone {
                 // Forgets both families' entries of IN (only IPv4 has one here).
-                tables.devconf.remove(IN as i32);
+                fx.writers().devconf.remove(IN as i32);
             } else {
-                tables.devconf.update(false, IN as i32, in_entry(toggles));
+                fx.writers()
+                    .devconf
+                    .update(false, IN as i32, in_entry(toggles));
             }
         }
         Change::ReturnRoute => {
             toggles.return_route = !toggles.return_route;
             let route = Route::unicast(v4([172, 16, 0, 0]), 16, 254, vec![NextHop::new(None, IN)]);
             if toggles.return_route {
-                tables.fib4.insert(&route, InsertFlags::ADD).unwrap();
+                fx.writers().fib4.insert(&route, InsertFlags::ADD).unwrap();
             } else {
-                tables.fib4.delete(&RouteSelector::exact(&route)).unwrap();
+                fx.writers()
+                    .fib4
+                    .delete(&RouteSelector::exact(&route))
+                    .unwrap();
             }
         }
         Change::Policies => {
             toggles.no_policies = !toggles.no_policies;
             for (selector, dir, action) in policy_selectors() {
                 if toggles.no_policies {
-                    tables
+                    fx.writers()
                         .policies
                         .delete(&selector, dir, PolicyType::Main, 0, Mark::ANY)
                         .unwrap();
                 } else {
-                    tables
+                    fx.writers()
                         .policies
                         .add(PolicySpec::new(selector, dir).action(action))
                         .unwrap();
@@ -396,7 +412,7 @@ fn apply(tables: &Tables, toggles: &mut Toggles, change: Change) {
             }
         }
     }
-    tables.generation.bump();
+    fx.tables.generation.bump();
 }
 
 /// What one queue did with one batch: every observable outcome.
@@ -538,9 +554,11 @@ proptest! {
         headroom in prop_oneof![Just(0usize), Just(256)],
     ) {
         let mut fx = fixture();
-        fx.tables.devconf = followed_devconf();
+        let devconf = followed_devconf();
+        fx.tables.devconf = Arc::clone(devconf.reader());
+        fx.writers().devconf = devconf;
         let (selector, dir, action) = policy_selectors()[0];
-        fx.tables.policies.add(PolicySpec::new(selector, dir).action(action)).unwrap();
+        fx.writers().policies.add(PolicySpec::new(selector, dir).action(action)).unwrap();
         fx.tables.generation.bump();
         let mut toggles = Toggles::default();
         let config = config(vlan, small_cache, cache);
@@ -554,7 +572,7 @@ proptest! {
             prop_assert_eq!(&a, &b, "batch {}", i);
             prop_assert!(a.frames.iter().all(|(v, _)| *v != Verdict::Pending));
             if let Some(change) = change {
-                apply(&fx.tables, &mut toggles, *change);
+                apply(&mut fx, &mut toggles, *change);
             }
         }
     }
@@ -564,15 +582,15 @@ proptest! {
 /// (dual-stack), STAMP reflectors on `10.0.1.1:862` and `[2001:db8:1::1]:862`, and an
 /// embedder's socket on `0.0.0.0:5353` with a queue of 4 (it overflows).
 fn fixture_with_endpoints() -> (Fixture, Endpoints, Endpoint) {
-    let (fx, writer) = fixture_and_writer();
+    let (mut fx, writer) = fixture_and_writer();
     let (selector, dir, action) = policy_selectors()[0];
-    fx.tables
+    fx.writers()
         .policies
         .add(PolicySpec::new(selector, dir).action(action))
         .unwrap();
     // The senders' neighbour entries (answers leave at once; others' wait in the hold buffer).
     for host in [IpAddr::V4(HOST4.into()), IpAddr::V6(HOST6.parse().unwrap())] {
-        fx.tables.neigh.upsert(Neighbour::new(
+        fx.writers().neigh.upsert(Neighbour::new(
             IN,
             host,
             Some(HOST_MAC),
@@ -619,8 +637,8 @@ proptest! {
         cache in prop_oneof![3 => Just(true), 1 => Just(false)],
         headroom in prop_oneof![Just(0usize), Just(256)],
     ) {
-        let (fa, ea, sa) = fixture_with_endpoints();
-        let (fb, eb, sb) = fixture_with_endpoints();
+        let (mut fa, ea, sa) = fixture_with_endpoints();
+        let (mut fb, eb, sb) = fixture_with_endpoints();
         let (mut ra, mut rb) = (ea.rx(), eb.rx());
         let (mut ta, mut tb) = (Toggles::default(), Toggles::default());
         let config = config(VlanMode::Route, false, cache);
@@ -635,8 +653,8 @@ proptest! {
             let undecided = |v: &Verdict| matches!(v, Verdict::Pending | Verdict::Deliver { .. });
             prop_assert!(!a.frames.iter().any(|(v, _)| undecided(v)), "every frame decided");
             if let Some(change) = change {
-                apply(&fa.tables, &mut ta, *change);
-                apply(&fb.tables, &mut tb, *change);
+                apply(&mut fa, &mut ta, *change);
+                apply(&mut fb, &mut tb, *change);
             }
         }
     }
@@ -729,7 +747,7 @@ fn a_run_of_one_flow_is_probed_once_and_counted_as_hits() {
 /// bump that publishes it.
 #[test]
 fn an_own_source_is_noticed_after_the_bump() {
-    let fx = fixture();
+    let mut fx = fixture();
     let mut queue = Queue::new(Config::default()).unwrap();
     let frame = udp4(FLIP4, [8, 8, 8, 8], 64, 53, 0);
     let out = run(
@@ -742,7 +760,7 @@ fn an_own_source_is_noticed_after_the_bump() {
     );
     assert_eq!(out.frames[0].0, Verdict::Transmit { ifindex: OUT });
     let mut toggles = Toggles::default();
-    apply(&fx.tables, &mut toggles, Change::OwnAddress);
+    apply(&mut fx, &mut toggles, Change::OwnAddress);
     let out = run(
         &mut queue,
         true,

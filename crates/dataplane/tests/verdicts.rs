@@ -405,11 +405,12 @@ fn too_big_with_df_gets_frag_needed_and_ipv6_packet_too_big() {
         .unwrap()
         .clone();
     link.mtu = 1280;
-    tables.links = std::sync::Arc::new(neigh_table::LinkTable::new());
+    let mut links = neigh_table::LinkWriter::new();
     for l in fx.tables.links.to_vec() {
-        tables.links.upsert(l);
+        links.upsert(l);
     }
-    tables.links.upsert(link);
+    links.upsert(link);
+    tables.links = std::sync::Arc::clone(links.reader());
     let fx2 = Fixture { tables, ..fx };
     let frame = udp6(HOST6, "2001:db8:44::9", 64, 53, 1300);
     let o = run_on(&mut queue, &fx2, &frame, 0, 0);
@@ -421,9 +422,9 @@ fn too_big_with_df_gets_frag_needed_and_ipv6_packet_too_big() {
 
 #[test]
 fn a_route_mtu_metric_below_the_link_mtu_is_the_path_mtu() {
-    let fx = fixture();
+    let mut fx = fixture();
     let via = |gw: u32| vec![fib_trie::NextHop::new(Some(gw), OUT)];
-    fx.tables
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::unicast(0x0900_0000, 8, 254, via(0x0a00_02fe)).with_mtu(1000),
@@ -431,7 +432,7 @@ fn a_route_mtu_metric_below_the_link_mtu_is_the_path_mtu() {
         )
         .unwrap();
     // A metric above the link's MTU cannot be sent here: the link's wins.
-    fx.tables
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::unicast(0x0b00_0000, 8, 254, via(0x0a00_02fe)).with_mtu(9000),
@@ -439,7 +440,7 @@ fn a_route_mtu_metric_below_the_link_mtu_is_the_path_mtu() {
         )
         .unwrap();
     let gw6 = v6("2001:db8:2::fe");
-    fx.tables
+    fx.writers()
         .fib6
         .insert(
             &fib_trie::Route::unicast(
@@ -688,12 +689,12 @@ fn icmp_without_room_in_place_uses_a_spare_frame() {
 
 #[test]
 fn no_source_address_on_the_ingress_interface_means_no_icmp() {
-    let fx = fixture();
-    fx.tables
+    let mut fx = fixture();
+    fx.writers()
         .addrs
         .remove::<Ipv4Addr>(Ipv4Addr::from(LOCAL4), 24, IN)
         .unwrap();
-    fx.tables
+    fx.writers()
         .addrs
         .remove::<Ipv4Addr>(Ipv4Addr::new(10, 0, 2, 1), 24, OUT)
         .unwrap();
@@ -767,7 +768,7 @@ fn vlan_modes() {
 
 #[test]
 fn unresolved_neighbours_hold_frames_request_resolution_and_release_them() {
-    let fx = fixture();
+    let mut fx = fixture();
     // Frames told apart by their payload length; room for two of the largest.
     let frames: Vec<_> = (0..3)
         .map(|i| udp4(HOST4, [100, 65, 0, 1], 64, 53, 20 + i))
@@ -798,7 +799,7 @@ fn unresolved_neighbours_hold_frames_request_resolution_and_release_them() {
     let mut pool = HeapPool::new(2048, 8);
     assert_eq!(queue.release_held(&fx.tables, &guard, 10, &mut pool), 0);
     // The kernel resolves it.
-    fx.tables.neigh.upsert(Neighbour::new(
+    fx.writers().neigh.upsert(Neighbour::new(
         OUT,
         gw,
         Some([2, 0, 0, 0, 0, 0xc8]),
@@ -826,7 +827,7 @@ fn unresolved_neighbours_hold_frames_request_resolution_and_release_them() {
 fn a_neighbour_holds_as_many_frames_as_the_kernels_default_unres_qlen_bytes() {
     // `unres_qlen_bytes` 212,992 is `unres_qlen` 101 full-size frames in the kernel; the
     // issue this answers lost frames at a neighbour flush with 3 held per neighbour.
-    let fx = fixture();
+    let mut fx = fixture();
     let mut queue = Queue::new(Config::default()).unwrap();
     let full = udp4(HOST4, [100, 65, 0, 1], 64, 53, 1514 - 42);
     assert_eq!(full.len(), 1514);
@@ -840,7 +841,7 @@ fn a_neighbour_holds_as_many_frames_as_the_kernels_default_unres_qlen_bytes() {
     assert_eq!(queue.counters().held_discarded, 19);
     // Small frames to another unresolved neighbour: the byte budget would take 332 of them,
     // but the whole buffer's slots (`hold_frames`) bound all neighbours together.
-    fx.tables
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::unicast(
@@ -868,8 +869,8 @@ fn a_neighbour_holds_as_many_frames_as_the_kernels_default_unres_qlen_bytes() {
 
 #[test]
 fn a_held_frame_is_fragmented_at_release_by_its_route_mtu() {
-    let fx = fixture();
-    fx.tables
+    let mut fx = fixture();
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::unicast(
@@ -889,7 +890,7 @@ fn a_held_frame_is_fragmented_at_release_by_its_route_mtu() {
         run_on(&mut queue, &fx, &frame, 256, 0).verdict,
         Verdict::Held
     );
-    fx.tables.neigh.upsert(Neighbour::new(
+    fx.writers().neigh.upsert(Neighbour::new(
         OUT,
         IpAddr::V4(Ipv4Addr::new(10, 0, 2, 200)),
         Some([2, 0, 0, 0, 0, 0xc8]),
@@ -994,14 +995,14 @@ fn counters_add_up_and_the_cache_changes_nothing() {
 
 #[test]
 fn route_changes_reach_cached_queues_through_the_generation() {
-    let fx = fixture();
+    let mut fx = fixture();
     let mut queue = Queue::new(Config::default()).unwrap();
     let frame = udp4(HOST4, [8, 8, 8, 8], 64, 53, 0);
     assert_eq!(
         run_on(&mut queue, &fx, &frame, 256, 0).verdict,
         Verdict::Transmit { ifindex: OUT }
     );
-    fx.tables
+    fx.writers()
         .fib4
         .insert(
             &fib_trie::Route::reject(0x0808_0800, 24, 254, fib_trie::RouteType::Blackhole),
@@ -1017,8 +1018,9 @@ fn route_changes_reach_cached_queues_through_the_generation() {
 
 #[test]
 fn throw_routes_continue_with_the_next_rule() {
-    let fx = fixture();
-    let fib = &fx.tables.fib4;
+    let mut fx = fixture();
+    let mut writers = fx.writers.take().unwrap();
+    let fib = &mut writers.fib4;
     fib.insert(
         &fib_trie::Route::reject(0x0808_0800, 24, 100, fib_trie::RouteType::Throw),
         fib_trie::InsertFlags::ADD,
@@ -1072,8 +1074,9 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
 
     // A dev selector naming the ingress interface does not match a forwarded packet's
     // egress; naming the egress one, it does.
-    let fx = fixture();
-    let p = &fx.tables.policies;
+    let mut fx = fixture();
+    let mut writers = fx.writers.take().unwrap();
+    let p = &mut writers.policies;
     let on_in = p
         .add(
             PolicySpec::new(sel("0.0.0.0/0", "8.8.8.0/24").ifindex(IN), Direction::Fwd)
@@ -1090,8 +1093,8 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
     assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
 
     // A marked block does not see packets from the wire (mark 0) unless configured.
-    let fx = fixture();
-    fx.tables
+    let mut fx = fixture();
+    fx.writers()
         .policies
         .add(
             PolicySpec::new(sel("0.0.0.0/0", "8.8.8.0/24"), Direction::Fwd)
@@ -1114,8 +1117,9 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
     );
 
     // Sub before main: a matching sub fwd policy brings the main policy of direction in.
-    let fx = fixture();
-    let p = &fx.tables.policies;
+    let mut fx = fixture();
+    let mut writers = fx.writers.take().unwrap();
+    let p = &mut writers.policies;
     p.add(PolicySpec::new(sel("0.0.0.0/0", "0.0.0.0/0"), Direction::Fwd).ptype(PolicyType::Sub))
         .unwrap();
     assert_eq!(verdict(&fx), Verdict::Transmit { ifindex: OUT });
@@ -1124,13 +1128,16 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
     assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
 
     // The default policy decides when no policy matches.
-    let fx = fixture();
-    fx.tables.policies.set_default_block(Direction::Out, true);
+    let mut fx = fixture();
+    fx.writers()
+        .policies
+        .set_default_block(Direction::Out, true);
     assert_eq!(verdict(&fx), Verdict::Drop(DropReason::PolicyBlock));
 
     // An out policy stops a forwarded packet too; one the mirror cannot evaluate is punted.
-    let fx = fixture();
-    let p = &fx.tables.policies;
+    let mut fx = fixture();
+    let mut writers = fx.writers.take().unwrap();
+    let p = &mut writers.policies;
     let out = p
         .add(
             PolicySpec::new(sel("10.0.1.0/24", "8.8.8.8/32"), Direction::Out).action(Action::Block),
@@ -1145,8 +1152,9 @@ fn policy_key_has_egress_dev_mark_and_the_kernels_check() {
 
 #[test]
 fn kernel_decides_routes_punt_and_nexthop_objects_route() {
-    let fx = fixture();
-    let fib = &fx.tables.fib4;
+    let mut fx = fixture();
+    let mut writers = fx.writers.take().unwrap();
+    let fib = &mut writers.fib4;
     // A route the mirror could not represent: its prefix goes to the kernel, not to the
     // default route.
     fib.insert(
@@ -1229,9 +1237,10 @@ fn egress_on_an_interface_not_served_is_punted_unchanged() {
 #[test]
 fn policies_select_by_ports_and_icmp_type() {
     use policy_tree::{Action, Direction, PolicySpec, PortMatch, Selector};
-    let fx = fixture();
+    let mut fx = fixture();
     let sel = |d: &str| Selector::new("0.0.0.0/0".parse().unwrap(), d.parse().unwrap()).unwrap();
-    let p = &fx.tables.policies;
+    let mut writers = fx.writers.take().unwrap();
+    let p = &mut writers.policies;
     p.add(
         PolicySpec::new(
             sel("8.8.8.0/24").proto(17).dport(PortMatch::exact(53)),

@@ -25,9 +25,9 @@ fn ll(s: &str) -> Ipv6Addr {
 /// inet6 fe80::2 dev OUT` (not resolved), `100.72.0.0/16 via inet6 2001:db8:2::fe dev SMALL`
 /// (MTU 576), and a two-way multipath `100.73.0.0/16` mixing an IPv6 and an IPv4 gateway.
 fn fixture6() -> Fixture {
-    let fx = fixture();
-    let add = |prefix: [u8; 4], hops: Vec<NextHop<u32>>| {
-        fx.tables
+    let mut fx = fixture();
+    let mut add = |prefix: [u8; 4], hops: Vec<NextHop<u32>>| {
+        fx.writers()
             .fib4
             .insert(
                 &Route::unicast(u32::from_be_bytes(prefix), 16, 254, hops),
@@ -54,7 +54,7 @@ fn fixture6() -> Fixture {
             NextHop::new(Some(u32::from_be_bytes([10, 0, 2, 254])), OUT),
         ],
     );
-    let n = &fx.tables.neigh;
+    let n = &mut fx.writers().neigh;
     n.upsert(Neighbour::new(
         OUT,
         IpAddr::V6(ll("fe80::1")),
@@ -127,7 +127,7 @@ fn a_multipath_route_mixing_both_gateway_families_uses_each_neighbour() {
 
 #[test]
 fn an_unresolved_ipv6_gateway_holds_ipv4_frames_asks_nd_and_releases_them() {
-    let fx = fixture6();
+    let mut fx = fixture6();
     let mut queue = Queue::new(Config::default()).unwrap();
     let frame = udp4(HOST4, [100, 71, 0, 1], 64, 53, 20);
     for now in 0..2 {
@@ -149,14 +149,14 @@ fn an_unresolved_ipv6_gateway_holds_ipv4_frames_asks_nd_and_releases_them() {
     let guard = crossbeam_epoch::pin();
     let mut pool = HeapPool::new(2048, 8);
     // An IPv4 neighbour of the same low bits does not release them.
-    fx.tables.neigh.upsert(Neighbour::new(
+    fx.writers().neigh.upsert(Neighbour::new(
         OUT,
         IpAddr::V4(Ipv4Addr::from(2)),
         Some(DECOY_MAC),
         NudState::REACHABLE,
     ));
     assert_eq!(queue.release_held(&fx.tables, &guard, 10, &mut pool), 0);
-    fx.tables.neigh.upsert(Neighbour::new(
+    fx.writers().neigh.upsert(Neighbour::new(
         OUT,
         gw,
         Some([2, 0, 0, 0, 0, 0x62]),

@@ -12,7 +12,7 @@
 //!   pairs of /24s on the full table.
 use std::time::Instant;
 
-use fib_trie::{LcTrie, TrieKey};
+use fib_trie::{LcTrie, TrieKey, TrieWriter};
 
 fn xorshift(x: &mut u32) -> u32 {
     *x ^= *x << 13;
@@ -48,7 +48,7 @@ fn main() {
                 .collect()
         }
     };
-    let t = LcTrie::<u32, u32>::new();
+    let mut t = TrieWriter::<u32, u32>::new();
     let start = Instant::now();
     if std::env::var_os("ONE_BY_ONE").is_some() {
         for &(k, l, v) in &prefixes {

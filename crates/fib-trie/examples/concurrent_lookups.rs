@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteSelector, crossbeam_epoch};
+use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route, RouteSelector, crossbeam_epoch};
 
 /// Frames per batch, as a run loop receives them.
 const BATCH: usize = 64;
@@ -26,7 +26,7 @@ fn v4(a: u8, b: u8, c: u8, d: u8) -> u32 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let fib = Arc::new(Fib::<u32>::new());
+    let mut fib = FibWriter::<u32>::new();
     let (gw_wide, gw_narrow) = (v4(192, 0, 2, 1), v4(192, 0, 2, 2));
     let wide = Route::unicast(
         v4(10, 1, 0, 0),
@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let done = Arc::new(AtomicBool::new(false));
     let run_loops: Vec<_> = (0..2u32)
         .map(|queue| {
-            let (fib, done) = (Arc::clone(&fib), Arc::clone(&done));
+            let (fib, done) = (Arc::clone(fib.reader()), Arc::clone(&done));
             std::thread::spawn(move || -> Result<[u64; 2], String> {
                 let mut seen = [0u64; 2];
                 let mut next = queue;

@@ -2,7 +2,7 @@
 //! hops loaded at once, then insert-and-delete pairs of absent /24s.
 use std::time::Instant;
 
-use fib_trie::{Fib, InsertFlags, NextHop, Route, RouteSelector};
+use fib_trie::{FibWriter, InsertFlags, NextHop, Route, RouteSelector};
 
 fn main() {
     let mut x = 0x1234_5678_u64;
@@ -18,7 +18,7 @@ fn main() {
             Route::unicast(k, 24, 254, vec![NextHop::new(None, 1 + i % 16)])
         })
         .collect();
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     let t = Instant::now();
     fib.insert_many(&routes).unwrap();
     println!("load: {:?}", t.elapsed());

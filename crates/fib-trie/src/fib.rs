@@ -182,10 +182,13 @@ impl<K: TrieKey> Snapshot<K> {
 /// across the unmerge, and each table's lookups, dumps and counts only ever show its own
 /// routes.
 ///
-/// ```
-/// use fib_trie::{Fib, FibRule, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction};
+/// A `Fib` only reads: it changes through its one [`FibWriter`](crate::FibWriter), which makes
+/// it and hands readers the `Arc<Fib>` ([`FibWriter::reader`](crate::FibWriter::reader)).
 ///
-/// let fib = Fib::<u32>::new();
+/// ```
+/// use fib_trie::{FibRule, FibWriter, Flow, InsertFlags, NextHop, Route, RuleAction};
+///
+/// let mut fib = FibWriter::<u32>::new();
 /// fib.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
 /// fib.insert(&Route::unicast(0, 0, 100, vec![NextHop::new(Some(0x0a00_0002), 3)]), InsertFlags::ADD)?;
 /// // Marked packets use table 100.
@@ -218,12 +221,6 @@ impl<K: TrieKey> std::fmt::Debug for Fib<K> {
     }
 }
 
-impl<K: TrieKey> Default for Fib<K> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl<K: TrieKey> Fib<K> {
     /// The default rules as the kernel installs them.
     pub fn default_rules() -> Vec<FibRule<K>> {
@@ -234,8 +231,9 @@ impl<K: TrieKey> Fib<K> {
         ]
     }
 
-    /// A FIB with the local, main and default tables and the default rules.
-    pub fn new() -> Self {
+    /// A FIB with the local, main and default tables and the default rules (its writer:
+    /// [`FibWriter::new`](crate::FibWriter::new)).
+    pub(crate) fn new() -> Self {
         let (local, main, merged) = FibTable::merged_pair(ids::LOCAL, ids::MAIN);
         let tables = [
             (ids::LOCAL, Arc::new(local)),
@@ -256,10 +254,10 @@ impl<K: TrieKey> Fib<K> {
     /// `fib_multipath_hash_policy`; see [`crate::multipath`]); IPv4's default until set.
     ///
     /// ```
-    /// use fib_trie::Fib;
+    /// use fib_trie::FibWriter;
     /// use fib_trie::multipath::MultipathPolicy;
     ///
-    /// let fib = Fib::<u128>::new();
+    /// let mut fib = FibWriter::<u128>::new();
     /// let l4 = MultipathPolicy::from_sysctl(true, 1, 0, 0);
     /// fib.set_multipath_policy(l4);
     /// assert_eq!(fib.multipath_policy(), l4);
@@ -269,8 +267,8 @@ impl<K: TrieKey> Fib<K> {
         MultipathPolicy::decode(self.multipath.load(Ordering::Relaxed))
     }
 
-    /// Sets the policy [`Fib::multipath_policy`] answers (the writer, from the sysctls).
-    pub fn set_multipath_policy(&self, policy: MultipathPolicy) {
+    /// [`FibWriter::set_multipath_policy`](crate::FibWriter::set_multipath_policy). Writer only.
+    pub(crate) fn set_multipath_policy(&self, policy: MultipathPolicy) {
         self.multipath.store(policy.encode(), Ordering::Relaxed);
     }
 
@@ -325,8 +323,8 @@ impl<K: TrieKey> Fib<K> {
         self.load(&epoch::pin()).custom_rules
     }
 
-    /// The table `id`, created (empty) if missing (`fib_new_table`).
-    pub fn table_or_create(&self, id: u32) -> Arc<FibTable<K>> {
+    /// [`FibWriter::table_or_create`](crate::FibWriter::table_or_create). Writer only.
+    pub(crate) fn table_or_create(&self, id: u32) -> Arc<FibTable<K>> {
         let _writer = self.lock();
         let guard = &epoch::pin();
         let snap = self.load(guard);
@@ -348,39 +346,14 @@ impl<K: TrieKey> Fib<K> {
         table
     }
 
-    /// Adds a route to its table (created if missing); see [`FibTable::insert`].
-    ///
-    /// # Errors
-    /// As [`FibTable::insert`].
-    pub fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
+    /// [`FibWriter::insert`](crate::FibWriter::insert). Writer only.
+    pub(crate) fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
         route.validate()?;
         self.table_or_create(route.table).insert(route, flags)
     }
 
-    /// Adds many routes at once (an initial dump): each table that holds no route yet is built
-    /// in one go (its trie by [`LcTrie::insert_many`](crate::LcTrie::insert_many), its fast
-    /// structure once), much faster than one insert per route; routes of tables that already
-    /// hold routes are inserted one by one. The result is the tables that inserting each route
-    /// with [`InsertFlags::APPEND`] in the given order would give (identical routes are added
-    /// once). Returns how many routes were added.
-    ///
-    /// ```
-    /// use fib_trie::{Fib, Flow, NextHop, Route};
-    ///
-    /// let fib = Fib::<u32>::new();
-    /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
-    /// let routes = (0..1000u32).map(|i| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone()));
-    /// let routes: Vec<_> = routes.collect();
-    /// assert_eq!(fib.insert_many(&routes)?, 1000);
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(fib.lookup(&Flow::to(0x0b00_0305), &guard).unwrap().plen, 24);
-    /// # Ok::<(), fib_trie::RouteError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// The first route that fails validation; nothing is added then. A route refused one by
-    /// one (in a table that held routes) ends the load with its error.
-    pub fn insert_many(&self, routes: &[Route<K>]) -> Result<usize, RouteError> {
+    /// [`FibWriter::insert_many`](crate::FibWriter::insert_many). Writer only.
+    pub(crate) fn insert_many(&self, routes: &[Route<K>]) -> Result<usize, RouteError> {
         for r in routes {
             r.validate()?;
         }
@@ -434,11 +407,8 @@ impl<K: TrieKey> Fib<K> {
         Ok(added)
     }
 
-    /// Deletes a route; see [`FibTable::delete`].
-    ///
-    /// # Errors
-    /// [`RouteError::NotFound`] when the table or the route does not exist.
-    pub fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
+    /// [`FibWriter::delete`](crate::FibWriter::delete). Writer only.
+    pub(crate) fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
         let guard = &epoch::pin();
         let table = self
             .table(selector.table, guard)
@@ -446,12 +416,8 @@ impl<K: TrieKey> Fib<K> {
         table.delete(selector)
     }
 
-    /// Adds a rule after the rules of equal or lower priority.
-    ///
-    /// # Errors
-    /// [`RuleError::Exists`] for a duplicate, [`RuleError::BadGoto`] for a goto that does not
-    /// jump forward, a prefix error for a non-canonical selector.
-    pub fn add_rule(&self, rule: FibRule<K>) -> Result<(), RuleError> {
+    /// [`FibWriter::add_rule`](crate::FibWriter::add_rule). Writer only.
+    pub(crate) fn add_rule(&self, rule: FibRule<K>) -> Result<(), RuleError> {
         for (k, l) in [rule.src, rule.dst].into_iter().flatten() {
             crate::trie::check_prefix(k, l)?;
         }
@@ -476,11 +442,8 @@ impl<K: TrieKey> Fib<K> {
         Ok(())
     }
 
-    /// Deletes the first rule equal to `rule`.
-    ///
-    /// # Errors
-    /// [`RuleError::NotFound`] when there is none.
-    pub fn delete_rule(&self, rule: &FibRule<K>) -> Result<(), RuleError> {
+    /// [`FibWriter::delete_rule`](crate::FibWriter::delete_rule). Writer only.
+    pub(crate) fn delete_rule(&self, rule: &FibRule<K>) -> Result<(), RuleError> {
         let _writer = self.lock();
         let guard = &epoch::pin();
         let snap = self.load(guard);
@@ -549,9 +512,9 @@ impl<K: TrieKey> Fib<K> {
     /// per call, not per flow.
     ///
     /// ```
-    /// use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route};
+    /// use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route};
     ///
-    /// let fib = Fib::<u32>::new();
+    /// let mut fib = FibWriter::<u32>::new();
     /// let via = NextHop::new(Some(0x0a00_0001), 2);
     /// fib.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![via]), InsertFlags::ADD)?;
     ///

@@ -21,7 +21,7 @@
 //!   covering prefixes longest first, and a strip at key bit `b` only finds prefixes with
 //!   `slen > b`; so when the next strip is at `b >= BITS - 17` the lookup reads the slot's entry
 //!   instead, and if the caller's filter refuses that alias it starts over without the shortcut.
-//! - [`LcTrie::insert_many`] loads an empty trie at once, every tnode built at its final width
+//! - [`TrieWriter::insert_many`] loads an empty trie at once, every tnode built at its final width
 //!   by the same inflate rule, rather than by the inflate cascade of sorted inserts.
 //! - [`FibTable`]: one routing table: a trie of [`FibAlias`]es (table, tos, type, shared
 //!   [`RouteInfo`]) with the kernel's insert flags ([`InsertFlags`]: create, excl, replace,
@@ -36,6 +36,13 @@
 //! # Concurrency (epochs stand in for RCU)
 //! Readers pin a `crossbeam_epoch::Guard` (once per batch of packets) and pass it to
 //! [`LcTrie::lookup`], [`FibTable::lookup`] or [`Fib::lookup`]; results borrow from the guard.
+//!
+//! Who writes shows in the types: a [`Fib`] (and the [`FibTable`]s reached from it) or an
+//! [`LcTrie`] shared with readers has no method that changes it. Each has one writer,
+//! [`FibWriter`] or [`TrieWriter`] (not `Clone`; changes take `&mut self`), which makes the
+//! structure, hands readers its `Arc` ([`FibWriter::reader`]) and derefs to it for its own
+//! reads. The same rule holds in addr-table, policy-tree, neigh-table and udp-socktab.
+//!
 //! Writers are serialized by a mutex per trie (another for the FIB's rules and table map) and
 //! never modify what a reader may be reading except through atomics:
 //! - a leaf is immutable: changing its aliases publishes a new leaf with one pointer store;
@@ -58,12 +65,13 @@
 //!
 //! # Example
 //! ```
-//! use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteType};
+//! use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route, RouteType};
 //!
-//! let fib = Fib::<u32>::new();
+//! let mut writer = FibWriter::<u32>::new(); // the control plane's
+//! let fib = writer.reader().clone(); // a run loop's: `Arc<Fib<u32>>`, read only
 //! let gw = u32::from(std::net::Ipv4Addr::new(192, 0, 2, 1));
-//! fib.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw), 2)]), InsertFlags::ADD)?;
-//! fib.insert(&Route::reject(0x0a00_0000, 8, 254, RouteType::Unreachable), InsertFlags::ADD)?;
+//! writer.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw), 2)]), InsertFlags::ADD)?;
+//! writer.insert(&Route::reject(0x0a00_0000, 8, 254, RouteType::Unreachable), InsertFlags::ADD)?;
 //!
 //! let guard = crossbeam_epoch::pin(); // once per batch
 //! let hop = fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap();
@@ -88,6 +96,7 @@ mod stats;
 mod store;
 mod table;
 mod trie;
+mod writer;
 
 /// The epoch-based reclamation this crate's readers run under, re-exported: its
 /// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
@@ -118,6 +127,7 @@ pub use trie::{
     BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,
     LcTrie, MAX_WORK, Match, PrefixError, check_prefix,
 };
+pub use writer::{FibWriter, TrieWriter};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -13,10 +13,10 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use fib_trie::{Fib, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject, Route};
+//! use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject, Route};
 //!
 //! let nh = Arc::new(NexthopObject::new(7, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)])));
-//! let fib = Fib::<u32>::new();
+//! let mut fib = FibWriter::<u32>::new();
 //! fib.insert(&Route::via_object(0x0a00_0000, 8, 254, Arc::clone(&nh)), InsertFlags::ADD)?;
 //! nh.replace(NexthopGroup::hops(vec![NextHop::new(Some(9), 3)]));
 //! let guard = crossbeam_epoch::pin();

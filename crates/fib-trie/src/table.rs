@@ -169,12 +169,16 @@ pub enum TableLookup<'g, K> {
 /// defaults (aliases carry their table id; each table sees only its own); the first custom rule
 /// gives each its own trie. A table's handle stays valid across that change.
 ///
-/// ```
-/// use fib_trie::{FibTable, Flow, InsertFlags, NextHop, Route, TableLookup};
+/// Tables live in a [`Fib`](crate::Fib) and change only through its
+/// [`FibWriter`](crate::FibWriter): a `&FibTable` reads.
 ///
-/// let main = FibTable::<u32>::new(254);
-/// main.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
+/// ```
+/// use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route, TableLookup};
+///
+/// let mut fib = FibWriter::<u32>::new();
+/// fib.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
 /// let guard = crossbeam_epoch::pin();
+/// let main = fib.table(254, &guard).unwrap();
 /// let TableLookup::Found(r) = main.lookup(&Flow::to(0x0808_0808), &guard) else { panic!() };
 /// assert_eq!(r.plen, 0);
 /// # Ok::<(), fib_trie::RouteError>(())
@@ -205,7 +209,7 @@ impl<K: TrieKey> std::fmt::Debug for FibTable<K> {
 
 impl<K: TrieKey> FibTable<K> {
     /// An empty table with this id.
-    pub fn new(id: u32) -> Self {
+    pub(crate) fn new(id: u32) -> Self {
         Self::on(id, Arc::new(Store::new(false)))
     }
 
@@ -281,14 +285,9 @@ impl<K: TrieKey> FibTable<K> {
         }
     }
 
-    /// Adds a route (`fib_table_insert`). Within a prefix, routes are ordered by tos
-    /// (descending), then metric (ascending); `flags` decide what happens to existing routes of
-    /// the same prefix, tos and metric (see [`InsertFlags`]).
-    ///
-    /// # Errors
-    /// [`RouteError::Exists`] (excl, or an identical route), [`RouteError::NotFound`] (nothing
-    /// to replace without `create`), or a validation error; the table is then unchanged.
-    pub fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
+    /// Adds a route (`fib_table_insert`): see [`FibWriter::insert`](crate::FibWriter::insert).
+    /// Writer only.
+    pub(crate) fn insert(&self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
         let slen = route.validate()?;
         self.write(|store, infos| self.insert_locked(store, infos, route, slen, flags))
     }
@@ -394,11 +393,9 @@ impl<K: TrieKey> FibTable<K> {
         result
     }
 
-    /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.
-    ///
-    /// # Errors
-    /// [`RouteError::NotFound`] when no route matches; a prefix error for a bad prefix.
-    pub fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
+    /// Deletes the first route `selector` selects (`fib_table_delete`): see
+    /// [`FibWriter::delete`](crate::FibWriter::delete). Writer only.
+    pub(crate) fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
         let slen = check_prefix(selector.prefix, selector.plen)?;
         let id = self.id;
         self.write(|store, infos| {
@@ -479,8 +476,8 @@ impl<K: TrieKey> FibTable<K> {
     /// while local and main are merged).
     ///
     /// ```
-    /// let table = fib_trie::FibTable::<u32>::new(254);
-    /// let stats = table.fast_stats();
+    /// let fib = fib_trie::FibWriter::<u32>::new();
+    /// let stats = fib.table(254, &crossbeam_epoch::pin()).unwrap().fast_stats();
     /// assert!(stats.enabled);
     /// assert_eq!(stats.answers, 0);
     /// ```

@@ -135,15 +135,16 @@ enum Found<'g, K, V> {
 /// A Linux fib_trie-style level-compressed trie mapping prefixes of `K` to alias lists of `V`.
 ///
 /// Readers call [`lookup`](Self::lookup) under a pinned `crossbeam_epoch::Guard` and never lock;
-/// writers ([`modify`](Self::modify)) are serialized by an internal mutex and publish every
-/// change with one atomic pointer store per changed subtree.
+/// the trie's one writer, a [`TrieWriter`](crate::TrieWriter), publishes every change with one
+/// atomic pointer store per changed subtree. A shared `LcTrie` has no method that changes it.
 ///
 /// ```
-/// use fib_trie::{Alias, LcTrie};
+/// use fib_trie::TrieWriter;
 ///
-/// let trie = LcTrie::<u32, &str>::new();
-/// trie.insert(0x0a00_0000, 8, "ten")?;
-/// trie.insert(0x0a01_0000, 16, "ten-one")?;
+/// let mut writer = TrieWriter::<u32, &str>::new();
+/// writer.insert(0x0a00_0000, 8, "ten")?;
+/// writer.insert(0x0a01_0000, 16, "ten-one")?;
+/// let trie = writer.reader().clone(); // an `Arc<LcTrie>`, for the readers
 /// let guard = crossbeam_epoch::pin();
 /// let m = trie.lookup(0x0a01_0203, &guard, |_| true).unwrap();
 /// assert_eq!((m.plen, *m.value), (16, "ten-one"));
@@ -219,8 +220,9 @@ pub fn check_prefix<K: TrieKey>(key: K, plen: u8) -> Result<u8, PrefixError> {
     Ok(K::BITS - plen)
 }
 
-impl<K: TrieKey, V> Default for LcTrie<K, V> {
-    fn default() -> Self {
+impl<K: TrieKey, V> LcTrie<K, V> {
+    /// An empty trie (its writer: [`TrieWriter::new`](crate::TrieWriter::new)).
+    pub(crate) fn new() -> Self {
         LcTrie {
             root: Child::new(std::ptr::null_mut()),
             direct: Direct::default(),
@@ -273,11 +275,6 @@ impl<K: TrieKey, V> LcTrie<K, V> {
 }
 
 impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
-    /// An empty trie.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     pub(crate) fn root<'g>(&self, guard: &'g Guard) -> Option<NodeRef<'g, K, V>> {
         load(&self.root, guard)
     }
@@ -634,12 +631,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         }
     }
 
-    /// Adds one alias (`plen`, `value`) at `key`, after the aliases of the same length already
-    /// there. A convenience over [`modify`](Self::modify).
-    ///
-    /// # Errors
-    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
-    pub fn insert(&self, key: K, plen: u8, value: V) -> Result<(), PrefixError>
+    /// [`TrieWriter::insert`](crate::TrieWriter::insert). Writer only.
+    pub(crate) fn insert(&self, key: K, plen: u8, value: V) -> Result<(), PrefixError>
     where
         V: Clone,
     {
@@ -652,25 +645,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         })
     }
 
-    /// Inserts many prefixes: the same trie contents (and so the same answers) as calling
-    /// [`insert`](Self::insert) for each in order, but on an empty trie much faster: the whole
-    /// trie is built at once, every tnode at its final width, and published with one store.
-    /// On a non-empty trie it inserts one by one. Returns how many aliases were added.
-    ///
-    /// ```
-    /// use fib_trie::LcTrie;
-    ///
-    /// let trie = LcTrie::<u32, &str>::new();
-    /// trie.insert_many([(0x0a00_0000, 8, "ten"), (0, 0, "default"), (0x0a01_0000, 16, "ten-one")])?;
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(*trie.lookup(0x0a01_0203, &guard, |_| true).unwrap().value, "ten-one");
-    /// assert_eq!(trie.alias_count(), 3);
-    /// # Ok::<(), fib_trie::PrefixError>(())
-    /// ```
-    ///
-    /// # Errors
-    /// [`PrefixError`] when some `key/plen` is not a canonical prefix; nothing is inserted then.
-    pub fn insert_many(
+    /// [`TrieWriter::insert_many`](crate::TrieWriter::insert_many). Writer only.
+    pub(crate) fn insert_many(
         &self,
         prefixes: impl IntoIterator<Item = (K, u8, V)>,
     ) -> Result<usize, PrefixError>
@@ -724,11 +700,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         Ok(added)
     }
 
-    /// Removes every alias of `key/plen` and returns how many there were.
-    ///
-    /// # Errors
-    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
-    pub fn remove(&self, key: K, plen: u8) -> Result<usize, PrefixError>
+    /// [`TrieWriter::remove`](crate::TrieWriter::remove). Writer only.
+    pub(crate) fn remove(&self, key: K, plen: u8) -> Result<usize, PrefixError>
     where
         V: Clone,
     {
@@ -743,19 +716,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         Ok(removed)
     }
 
-    /// The writer's one entry point: finds the leaf of `key`, lets `change` compute its new alias
-    /// list from the current one (empty when there is no leaf), and publishes the result.
-    ///
-    /// `change` returns `Ok(None)` for "no change", `Ok(Some(list))` for the new list (an empty
-    /// list removes the leaf), or an error that is passed through with nothing changed. The list
-    /// is stably sorted by `slen`; every alias must satisfy `key`'s low `slen` bits being zero,
-    /// and `key` must be a canonical prefix of every alias (aliases that do not are dropped).
-    ///
-    /// Writers are serialized; readers continue meanwhile and see the old or the new leaf.
-    ///
-    /// # Errors
-    /// Whatever `change` returns.
-    pub fn modify<E>(
+    /// [`TrieWriter::modify`](crate::TrieWriter::modify). Writer only.
+    pub(crate) fn modify<E>(
         &self,
         key: K,
         change: impl FnOnce(&[Alias<V>]) -> Result<Option<Vec<Alias<V>>>, E>,
@@ -886,10 +848,8 @@ impl<K: TrieKey, V: Send + Sync + 'static> LcTrie<K, V> {
         writer.enable(&self.direct, leaves, guard);
     }
 
-    /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
-    /// do without it).
-    #[doc(hidden)]
-    pub fn enable_direct_table(&self) {
+    /// [`TrieWriter::enable_direct_table`](crate::TrieWriter::enable_direct_table). Writer only.
+    pub(crate) fn enable_direct_table(&self) {
         let mut writer = self.lock();
         self.enable_direct(&mut writer, &epoch::pin());
     }

@@ -7,7 +7,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crossbeam_epoch as epoch;
-use fib_trie::LcTrie;
+use fib_trie::TrieWriter;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 /// Stable routes: 10.S.0.0/16 for S in 0..64, value S.
@@ -52,7 +52,7 @@ impl Mask for u32 {
 }
 
 fn stress<const READERS: usize>(duration: Duration, direct: bool) {
-    let trie = Arc::new(LcTrie::<u32, u32>::new());
+    let mut trie = TrieWriter::<u32, u32>::new();
     if direct {
         trie.enable_direct_table();
     }
@@ -64,8 +64,11 @@ fn stress<const READERS: usize>(duration: Duration, direct: bool) {
     let lookups = Arc::new(AtomicUsize::new(0));
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let (trie, stop, lookups) =
-                (Arc::clone(&trie), Arc::clone(&stop), Arc::clone(&lookups));
+            let (trie, stop, lookups) = (
+                Arc::clone(trie.reader()),
+                Arc::clone(&stop),
+                Arc::clone(&lookups),
+            );
             thread::spawn(move || {
                 let mut rng = StdRng::seed_from_u64(r as u64);
                 let mut n = 0;
@@ -151,9 +154,11 @@ fn readers_see_stable_routes_with_the_direct_table() {
 /// both tables and, halfway, adds the first custom rule.
 #[test]
 fn readers_see_stable_routes_across_the_unmerge() {
-    use fib_trie::{Fib, FibRule, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction, ids};
+    use fib_trie::{
+        FibRule, FibWriter, Flow, InsertFlags, NextHop, Route, RouteType, RuleAction, ids,
+    };
 
-    let fib = Arc::new(Fib::<u32>::new());
+    let mut fib = FibWriter::<u32>::new();
     // Stable: local 10.S.0.1/32 and main 10.S.0.0/16 for S in 0..16 (probes 10.S.0.1 and
     // 10.S.1.1); volatile: /24s of 11.0.0.0/8 in both tables.
     for s in 0..16 {
@@ -172,7 +177,11 @@ fn readers_see_stable_routes_across_the_unmerge() {
     let checked = Arc::new(AtomicUsize::new(0));
     let readers: Vec<_> = (0..2)
         .map(|r| {
-            let (fib, stop, checked) = (Arc::clone(&fib), Arc::clone(&stop), Arc::clone(&checked));
+            let (fib, stop, checked) = (
+                Arc::clone(fib.reader()),
+                Arc::clone(&stop),
+                Arc::clone(&checked),
+            );
             thread::spawn(move || {
                 let mut rng = StdRng::seed_from_u64(r);
                 while !stop.load(Ordering::Relaxed) {
@@ -278,7 +287,7 @@ fn pool() -> Pool {
 /// walk can briefly miss a covering route; see the crate README.)
 #[test]
 fn every_answer_is_a_state_of_the_change_log() {
-    use fib_trie::{Fib, Flow, InsertFlags, NextHop, Route, RouteSelector};
+    use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route, RouteSelector};
     use std::sync::atomic::AtomicU64;
 
     const READERS: usize = 2;
@@ -287,7 +296,7 @@ fn every_answer_is_a_state_of_the_change_log() {
     } else {
         1_000_000
     };
-    let fib = Arc::new(Fib::<u32>::new());
+    let mut fib = FibWriter::<u32>::new();
     let background: Vec<Route<u32>> = (0..5000u32)
         .map(|i| Route::unicast(0xc000_0000 | (i << 8), 24, 254, vec![NextHop::new(None, 1)]))
         .collect();
@@ -322,7 +331,7 @@ fn every_answer_is_a_state_of_the_change_log() {
 
     let readers: Vec<_> = (0..READERS)
         .map(|r| {
-            let (fib, pool, log) = (fib.clone(), pool.clone(), log.clone());
+            let (fib, pool, log) = (fib.reader().clone(), pool.clone(), log.clone());
             let (done, announced, stop) = (done.clone(), announced.clone(), stop.clone());
             thread::spawn(move || {
                 let mut checked = 0usize;

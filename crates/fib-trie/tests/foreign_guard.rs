@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
 use fib_trie::{
-    Fib, FibAlias, Flow, InsertFlags, LcTrie, NextHop, NexthopGroup, NexthopObject, Route,
+    FibAlias, FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject, Route, TrieWriter,
 };
 
 /// Runs `f` with a guard of a fresh collector and one of `unprotected()`; both must panic
@@ -33,8 +33,8 @@ fn refused(what: &str, f: impl Fn(&Guard)) {
     }
 }
 
-fn fib() -> (Fib<u32>, Arc<NexthopObject<u32>>) {
-    let fib = Fib::<u32>::new();
+fn fib() -> (FibWriter<u32>, Arc<NexthopObject<u32>>) {
+    let mut fib = FibWriter::<u32>::new();
     let obj = Arc::new(NexthopObject::new(
         7,
         NexthopGroup::hops(vec![NextHop::new(Some(1), 2)]),
@@ -77,7 +77,7 @@ fn fib_entry_points_refuse_a_foreign_guard() {
 
 #[test]
 fn table_entry_points_refuse_a_foreign_guard() {
-    let (fib, _) = fib();
+    let (mut fib, _) = fib();
     let main = fib.table_or_create(254);
     let flow = Flow::to(0x0a01_0203);
     refused("FibTable::lookup", |g| {
@@ -96,7 +96,7 @@ fn table_entry_points_refuse_a_foreign_guard() {
 
 #[test]
 fn trie_entry_points_refuse_a_foreign_guard() {
-    let trie = LcTrie::<u32, u32>::new();
+    let mut trie = TrieWriter::<u32, u32>::new();
     trie.insert(0x0a00_0000, 8, 1).unwrap();
     refused("LcTrie::lookup", |g| {
         let _ = trie.lookup(0x0a01_0203, g, |_| true);
@@ -116,7 +116,7 @@ fn trie_entry_points_refuse_a_foreign_guard() {
 
 #[test]
 fn nexthop_entry_points_refuse_a_foreign_guard() {
-    let (fib, obj) = fib();
+    let (mut fib, obj) = fib();
     refused("NexthopObject::load", |g| {
         let _ = obj.load(g);
     });

@@ -10,7 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, Fib, InsertFlags, NextHop, Route, RouteSelector};
+use fib_trie::{FastLpm, FibWriter, InsertFlags, NextHop, Route, RouteSelector};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 struct Counting;
@@ -102,7 +102,7 @@ fn routes(n: usize) -> Vec<Route<u32>> {
     out
 }
 
-fn cycle(fib: &Fib<u32>, routes: &[Route<u32>], bulk: bool) {
+fn cycle(fib: &mut FibWriter<u32>, routes: &[Route<u32>], bulk: bool) {
     for r in routes {
         fib.delete(&RouteSelector::new(r.prefix, r.plen, 254))
             .unwrap();
@@ -121,7 +121,7 @@ fn cycle(fib: &Fib<u32>, routes: &[Route<u32>], bulk: bool) {
 fn memory_returns_to_its_level_after_mass_delete_and_re_add() {
     let _alone = alone();
     let routes = routes(30_000);
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     for r in &routes {
         fib.insert(r, InsertFlags::ADD).unwrap();
     }
@@ -131,15 +131,15 @@ fn memory_returns_to_its_level_after_mass_delete_and_re_add() {
     // leave the arena of the last bulk load in place (its replaced nodes dead in it, bounded
     // by its size) and allocate their nodes one by one.
     // (A cycle of single inserts is measured after a bulk load, as the further ones are.)
-    cycle(&fib, &routes, false);
-    cycle(&fib, &routes, true);
-    cycle(&fib, &routes, false);
+    cycle(&mut fib, &routes, false);
+    cycle(&mut fib, &routes, true);
+    cycle(&mut fib, &routes, false);
     let single = live();
-    cycle(&fib, &routes, true);
+    cycle(&mut fib, &routes, true);
     let bulk = live();
     let mut seen = Vec::new();
     for i in 0..6 {
-        cycle(&fib, &routes, i % 2 == 1);
+        cycle(&mut fib, &routes, i % 2 == 1);
         seen.push(live());
     }
     let allowed = |level: isize| level + level / 100;
@@ -160,10 +160,10 @@ fn a_quiet_writer_leaves_no_garbage_behind() {
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
     let routes = Arc::new(routes(20_000));
-    let fib = Arc::new(Fib::<u32>::new());
+    let mut fib = FibWriter::<u32>::new();
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
-        let (fib, stop) = (Arc::clone(&fib), Arc::clone(&stop));
+        let (fib, stop) = (Arc::clone(fib.reader()), Arc::clone(&stop));
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let guard = epoch::pin();
@@ -176,12 +176,12 @@ fn a_quiet_writer_leaves_no_garbage_behind() {
     let (tx, rx) = std::sync::mpsc::channel::<bool>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let writer = {
-        let (fib, routes) = (Arc::clone(&fib), Arc::clone(&routes));
+        let routes = Arc::clone(&routes);
         std::thread::spawn(move || {
             fib.insert_many(&routes).unwrap();
             done_tx.send(()).unwrap();
             for bulk in rx {
-                cycle(&fib, &routes, bulk);
+                cycle(&mut fib, &routes, bulk);
                 done_tx.send(()).unwrap();
             }
         })

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use fib_trie::{
-    Fib, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, NexthopGroup, NexthopObject, Route,
-    RouteError, RouteSelector, RouteType,
+    FibWriter, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, NexthopGroup, NexthopObject,
+    Route, RouteError, RouteSelector, RouteType,
 };
 
 fn hop(gw: u32, ifindex: u32) -> NextHop<u32> {
@@ -15,7 +15,7 @@ fn hop(gw: u32, ifindex: u32) -> NextHop<u32> {
 
 #[test]
 fn replacing_an_object_changes_every_route_using_it() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     let nh = Arc::new(NexthopObject::new(1, NexthopGroup::hops(vec![hop(1, 2)])));
     for i in 0..1000u32 {
         fib.insert(
@@ -53,7 +53,7 @@ fn replacing_an_object_changes_every_route_using_it() {
 
 #[test]
 fn dead_object_hops_fall_through_to_a_shorter_prefix() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     fib.insert(
         &Route::unicast(0, 0, 254, vec![hop(9, 9)]),
         InsertFlags::ADD,
@@ -76,7 +76,7 @@ fn dead_object_hops_fall_through_to_a_shorter_prefix() {
 
 #[test]
 fn resilient_groups_pick_by_bucket_and_multipath_by_weight() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     let mut heavy = hop(1, 2);
     heavy.weight = 3;
     let nh = Arc::new(NexthopObject::new(
@@ -96,7 +96,7 @@ fn resilient_groups_pick_by_bucket_and_multipath_by_weight() {
 
 #[test]
 fn deletes_select_by_object_id_and_misuse_is_refused() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     let a = Arc::new(NexthopObject::new(1, NexthopGroup::hops(vec![hop(1, 2)])));
     let b = Arc::new(NexthopObject::new(2, NexthopGroup::hops(vec![hop(2, 2)])));
     fib.insert(&Route::via_object(0x0a00_0000, 8, 254, a), InsertFlags::ADD)
@@ -137,7 +137,7 @@ fn deletes_select_by_object_id_and_misuse_is_refused() {
 
 #[test]
 fn lookups_racing_replaces_see_whole_groups() {
-    let fib = Arc::new(Fib::<u32>::new());
+    let mut fib = FibWriter::<u32>::new();
     let nh = Arc::new(NexthopObject::new(
         1,
         NexthopGroup::hops(vec![hop(1, 1), hop(1, 1)]),
@@ -148,7 +148,7 @@ fn lookups_racing_replaces_see_whole_groups() {
     )
     .unwrap();
     let reader = {
-        let fib = Arc::clone(&fib);
+        let fib = Arc::clone(fib.reader());
         std::thread::spawn(move || {
             for _ in 0..20_000 {
                 let g = crossbeam_epoch::pin();
@@ -172,7 +172,7 @@ fn lookups_racing_replaces_see_whole_groups() {
 
 #[test]
 fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     fib.insert(
         &Route::unicast(0, 0, 254, vec![hop(9, 9)]),
         InsertFlags::ADD,

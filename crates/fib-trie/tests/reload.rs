@@ -3,7 +3,7 @@
 //! stays built and must be refilled by the bulk load.
 
 use crossbeam_epoch as epoch;
-use fib_trie::{DIRECT_MIN_LEAVES, LcTrie, ReferenceLpm};
+use fib_trie::{DIRECT_MIN_LEAVES, LcTrie, ReferenceLpm, TrieWriter};
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 fn prefixes(n: usize, seed: u64) -> Vec<(u32, u8, u32)> {
@@ -39,7 +39,7 @@ fn check(trie: &LcTrie<u32, u32>, reference: &ReferenceLpm<u32, u32>, rng: &mut 
 fn a_trie_emptied_and_bulk_loaded_again_answers_as_the_reference() {
     let mut rng = StdRng::seed_from_u64(7);
     let set = prefixes(DIRECT_MIN_LEAVES * 2, 1);
-    let trie = LcTrie::<u32, u32>::new();
+    let mut trie = TrieWriter::<u32, u32>::new();
     let mut reference = ReferenceLpm::new();
     for &(k, l, v) in &set {
         trie.insert(k, l, v).unwrap();

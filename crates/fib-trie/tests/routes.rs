@@ -3,12 +3,19 @@
 
 use crossbeam_epoch as epoch;
 use fib_trie::{
-    Fib, FibRule, FibTable, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, Route,
+    FibRule, FibTable, FibWriter, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, Route,
     RouteError, RouteSelector, RouteType, RuleAction, Scope, TableLookup, ids,
 };
 use proptest::prelude::*;
 
 const NET: u32 = 0x0a00_0000; // 10.0.0.0
+
+/// A FIB's writer and its main table (routes of table 254 go there).
+fn main_table() -> (FibWriter<u32>, std::sync::Arc<FibTable<u32>>) {
+    let mut w = FibWriter::new();
+    let t = w.table_or_create(254);
+    (w, t)
+}
 
 fn via(gw: u32, ifindex: u32) -> Vec<NextHop<u32>> {
     vec![NextHop::new(Some(gw), ifindex)]
@@ -27,21 +34,21 @@ fn found<'g>(
 
 #[test]
 fn add_is_exclusive_prepend_and_append_order() {
-    let t = FibTable::<u32>::new(254);
-    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+    let (mut w, t) = main_table();
+    w.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
         .unwrap();
     assert_eq!(
-        t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::ADD),
+        w.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::ADD),
         Err(RouteError::Exists)
     );
     // The very same route again is refused even without excl.
     assert_eq!(
-        t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::APPEND),
+        w.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::APPEND),
         Err(RouteError::Exists)
     );
-    t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
+    w.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
         .unwrap();
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 8, 254, via(3, 3)),
         InsertFlags::PREPEND,
     )
@@ -63,12 +70,12 @@ fn add_is_exclusive_prepend_and_append_order() {
 
 #[test]
 fn metrics_make_a_route_distinct_but_deletes_ignore_them() {
-    let t = FibTable::<u32>::new(254);
+    let (mut w, t) = main_table();
     let plain = Route::unicast(NET, 8, 254, via(1, 1));
     let mtu = plain.clone().with_mtu(1400);
-    t.insert(&plain, InsertFlags::ADD).unwrap();
+    w.insert(&plain, InsertFlags::ADD).unwrap();
     // The same key with other metrics is another fib_info: appended, not a duplicate.
-    t.insert(&mtu, InsertFlags::APPEND).unwrap();
+    w.insert(&mtu, InsertFlags::APPEND).unwrap();
     assert_eq!(t.route_count(), 2);
     let g = &epoch::pin();
     let mtus: Vec<_> = t
@@ -78,29 +85,29 @@ fn metrics_make_a_route_distinct_but_deletes_ignore_them() {
         .collect();
     assert_eq!(mtus, [None, Some(1400)]);
     // Replace changes the MTU of the first route of the key.
-    t.insert(&plain.clone().with_mtu(1280), InsertFlags::REPLACE)
+    w.insert(&plain.clone().with_mtu(1280), InsertFlags::REPLACE)
         .unwrap();
     let hit = found(&t, Flow::to(NET + 1), g).unwrap();
     assert_eq!(hit.alias.info.metrics.mtu(), Some(1280));
     // A delete naming the route without metrics removes the first match, as the kernel's.
-    let gone = t.delete(&RouteSelector::exact(&plain)).unwrap();
+    let gone = w.delete(&RouteSelector::exact(&plain)).unwrap();
     assert_eq!(gone.info.metrics.mtu(), Some(1280));
     assert_eq!(t.route_count(), 1);
 }
 
 #[test]
 fn replace_change_and_metric_order() {
-    let t = FibTable::<u32>::new(254);
+    let (mut w, t) = main_table();
     assert_eq!(
-        t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::CHANGE),
+        w.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::CHANGE),
         Err(RouteError::NotFound)
     );
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 8, 254, via(1, 1)).with_priority(100),
         InsertFlags::REPLACE,
     )
     .unwrap();
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 8, 254, via(2, 2)).with_priority(10),
         InsertFlags::ADD,
     )
@@ -108,7 +115,7 @@ fn replace_change_and_metric_order() {
     let g = &epoch::pin();
     // Lower metric first.
     assert_eq!(found(&t, Flow::to(NET), g).unwrap().alias.info.priority, 10);
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 8, 254, via(9, 9)).with_priority(100),
         InsertFlags::REPLACE,
     )
@@ -120,14 +127,14 @@ fn replace_change_and_metric_order() {
         .collect();
     assert_eq!(hops, [2, 9]);
     // Replacing with an identical route is a no-op.
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 8, 254, via(9, 9)).with_priority(100),
         InsertFlags::REPLACE,
     )
     .unwrap();
     assert_eq!(t.route_count(), 2);
     // A type change replaces too.
-    t.insert(
+    w.insert(
         &Route::reject(NET, 8, 254, RouteType::Blackhole).with_priority(10),
         InsertFlags::REPLACE,
     )
@@ -146,47 +153,47 @@ fn replace_change_and_metric_order() {
 
 #[test]
 fn delete_matches_given_fields_only() {
-    let t = FibTable::<u32>::new(254);
-    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+    let (mut w, t) = main_table();
+    w.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
         .unwrap();
-    t.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
+    w.insert(&Route::unicast(NET, 8, 254, via(2, 2)), InsertFlags::APPEND)
         .unwrap();
     let mut sel = RouteSelector::new(NET, 8, 254);
     sel.nexthops = Some(via(2, 2));
-    assert_eq!(t.delete(&sel).unwrap().info.nexthops[0].ifindex, 2);
-    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    assert_eq!(w.delete(&sel).unwrap().info.nexthops[0].ifindex, 2);
+    assert_eq!(w.delete(&sel), Err(RouteError::NotFound));
     sel.nexthops = None;
     sel.route_type = Some(RouteType::Blackhole);
-    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    assert_eq!(w.delete(&sel), Err(RouteError::NotFound));
     sel.route_type = None;
     sel.tos = 4;
-    assert_eq!(t.delete(&sel), Err(RouteError::NotFound));
+    assert_eq!(w.delete(&sel), Err(RouteError::NotFound));
     sel.tos = 0;
-    assert!(t.delete(&sel).is_ok());
+    assert!(w.delete(&sel).is_ok());
     assert_eq!(t.route_count(), 0);
     assert_eq!(t.prefix_count(), 0);
     assert!(matches!(
-        t.delete(&RouteSelector::new(NET | 1, 8, 254)),
+        w.delete(&RouteSelector::new(NET | 1, 8, 254)),
         Err(RouteError::Prefix(_))
     ));
 }
 
 #[test]
 fn lookup_honours_tos_scope_dead_hops_and_oif() {
-    let t = FibTable::<u32>::new(254);
-    t.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
+    let (mut w, t) = main_table();
+    w.insert(&Route::unicast(NET, 8, 254, via(1, 1)), InsertFlags::ADD)
         .unwrap();
-    t.insert(
+    w.insert(
         &Route::unicast(NET, 16, 254, via(2, 2)).with_tos(0x10),
         InsertFlags::ADD,
     )
     .unwrap();
     let mut dead = Route::unicast(NET, 24, 254, via(3, 3));
     dead.info.nexthops[0].flags = NextHopFlags::DEAD;
-    t.insert(&dead, InsertFlags::ADD).unwrap();
+    w.insert(&dead, InsertFlags::ADD).unwrap();
     let mut link = Route::unicast(NET, 20, 254, vec![NextHop::new(None, 4)]);
     link.info.scope = Scope::LINK;
-    t.insert(&link, InsertFlags::ADD).unwrap();
+    w.insert(&link, InsertFlags::ADD).unwrap();
     let g = &epoch::pin();
     let plen = |flow: Flow<u32>| found(&t, flow, g).map(|r| r.plen);
     assert_eq!(plen(Flow::to(NET + 1)), Some(20)); // /24 is dead, /20 link-scope ok
@@ -232,12 +239,12 @@ fn lookup_honours_tos_scope_dead_hops_and_oif() {
 
 #[test]
 fn multipath_weights_and_shared_info() {
-    let t = FibTable::<u32>::new(254);
+    let (mut w, t) = main_table();
     let mut hops = vec![NextHop::new(Some(1), 1), NextHop::new(Some(2), 2)];
     hops[1].weight = 3;
-    t.insert(&Route::unicast(NET, 8, 254, hops.clone()), InsertFlags::ADD)
+    w.insert(&Route::unicast(NET, 8, 254, hops.clone()), InsertFlags::ADD)
         .unwrap();
-    t.insert(&Route::unicast(NET, 16, 254, hops), InsertFlags::ADD)
+    w.insert(&Route::unicast(NET, 16, 254, hops), InsertFlags::ADD)
         .unwrap();
     assert_eq!(t.info_count(), 1, "equal route infos are shared");
     let g = &epoch::pin();
@@ -247,11 +254,11 @@ fn multipath_weights_and_shared_info() {
         .collect();
     assert_eq!(picks, [1, 2, 2, 2]);
     assert_eq!(
-        t.insert(&Route::unicast(NET, 8, 254, vec![]), InsertFlags::ADD),
+        w.insert(&Route::unicast(NET, 8, 254, vec![]), InsertFlags::ADD),
         Err(RouteError::MissingNextHop(RouteType::Unicast))
     );
     assert_eq!(
-        t.insert(
+        w.insert(
             &Route {
                 info: Route::unicast(0, 0, 254, via(1, 1)).info,
                 ..Route::reject(0, 0, 254, RouteType::Throw)
@@ -264,7 +271,7 @@ fn multipath_weights_and_shared_info() {
 
 #[test]
 fn default_rules_merge_local_and_main() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     let g = &epoch::pin();
     assert_eq!(fib.lookup(&Flow::to(NET), g), Err(LookupError::NoRoute));
     let mut local = Route::unicast(NET, 8, ids::LOCAL, via(0, 1));
@@ -306,7 +313,7 @@ fn default_rules_merge_local_and_main() {
 
 #[test]
 fn rules_select_goto_throw_and_reject() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     fib.insert(
         &Route::unicast(0, 0, ids::MAIN, via(1, 1)),
         InsertFlags::ADD,
@@ -437,7 +444,7 @@ fn rules_select_goto_throw_and_reject() {
 /// it, and leaves the others to them.
 #[test]
 fn kernel_rule_answers_kernel_decides_for_what_it_matches() {
-    let fib = Fib::<u32>::new();
+    let mut fib = FibWriter::<u32>::new();
     fib.insert(
         &Route::unicast(NET, 8, ids::MAIN, via(0xc0a8_0001, 2)),
         InsertFlags::ADD,
@@ -580,11 +587,11 @@ proptest! {
         deletes in prop::collection::vec(any::<prop::sample::Index>(), 0..20),
         flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10, 0x20]), 0u32..4, prop::sample::select(vec![0u8, 200, 254])), 1..40),
     ) {
-        let t = FibTable::<u32>::new(254);
+        let (mut w, t) = main_table();
         let mut flat: Vec<Flat> = Vec::new();
         for r in routes {
             let key_taken = flat.iter().any(|f| f.route.prefix == r.prefix && f.route.plen == r.plen && f.route.tos == r.tos && f.route.info.priority == r.info.priority);
-            let res = t.insert(&r, InsertFlags::ADD);
+            let res = w.insert(&r, InsertFlags::ADD);
             prop_assert_eq!(res.is_err(), key_taken);
             if !key_taken {
                 flat.push(Flat { route: r });
@@ -593,8 +600,8 @@ proptest! {
         for d in deletes {
             if flat.is_empty() { break; }
             let f = flat.remove(d.index(flat.len()));
-            prop_assert!(t.delete(&RouteSelector::exact(&f.route)).is_ok());
-            prop_assert_eq!(t.delete(&RouteSelector::exact(&f.route)), Err(RouteError::NotFound));
+            prop_assert!(w.delete(&RouteSelector::exact(&f.route)).is_ok());
+            prop_assert_eq!(w.delete(&RouteSelector::exact(&f.route)), Err(RouteError::NotFound));
         }
         prop_assert_eq!(t.route_count(), flat.len());
         t.trie(&epoch::pin()).check_invariants().unwrap();
@@ -706,7 +713,7 @@ proptest! {
         steps in prop::collection::vec(step_strategy(), 1..80),
         flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10]), 0u32..3, prop::sample::select(vec![0u8, 254])), 8),
     ) {
-        let fib = Fib::<u32>::new();
+        let mut fib = FibWriter::<u32>::new();
         let mut routes: Vec<Route<u32>> = Vec::new();
         let mut rules: Vec<FibRule<u32>> = Vec::new();
         let mut merged = true;
@@ -789,8 +796,8 @@ proptest! {
         flows in prop::collection::vec((any::<u32>(), prop::sample::select(vec![0u8, 0x10]), 0u32..3), 1..40),
     ) {
         let routes: Vec<Route<u32>> = routes.into_iter().zip(tables).map(|(mut r, t)| { r.table = t; r }).collect();
-        let bulk = Fib::<u32>::new();
-        let one = Fib::<u32>::new();
+        let mut bulk = FibWriter::<u32>::new();
+        let mut one = FibWriter::<u32>::new();
         let mut added = 0;
         for r in &routes {
             match one.insert(r, InsertFlags::APPEND) {

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use crossbeam_epoch as epoch;
-use fib_trie::{LcTrie, ReferenceLpm, TrieKey};
+use fib_trie::{LcTrie, ReferenceLpm, TrieKey, TrieWriter};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -62,7 +62,7 @@ fn probes<K: TrieKey>(trie_keys: &[(K, u8)], extra: &[K]) -> Vec<K> {
 }
 
 fn run<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
-    let trie = LcTrie::<K, u16>::new();
+    let mut trie = TrieWriter::<K, u16>::new();
     let mut reference = ReferenceLpm::<K, u16>::new();
     let mut touched = Vec::new();
     let accept_even = |v: &u16| v % 2 == 0;
@@ -131,8 +131,8 @@ fn bulk_equals_sequential<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>
             Op::Remove(..) => None,
         })
         .collect();
-    let bulk = LcTrie::<K, u16>::new();
-    let sequential = LcTrie::<K, u16>::new();
+    let mut bulk = TrieWriter::<K, u16>::new();
+    let mut sequential = TrieWriter::<K, u16>::new();
     let mut reference = ReferenceLpm::<K, u16>::new();
     assert_eq!(
         bulk.insert_many(inserts.iter().copied()).unwrap(),
@@ -193,7 +193,7 @@ fn bulk_equals_sequential<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>
 /// which forces the fallback's slow path) equals the reference after every change, and every
 /// table entry is right at the end.
 fn run_direct<K: TrieKey + Arbitrary>(ops: Vec<Op<K>>, extra: Vec<K>) {
-    let trie = LcTrie::<K, u16>::new();
+    let mut trie = TrieWriter::<K, u16>::new();
     trie.enable_direct_table();
     let mut reference = ReferenceLpm::<K, u16>::new();
     let mut touched = Vec::new();
@@ -270,7 +270,7 @@ proptest! {
     /// Dense sets: many prefixes under one /16 (v4), so tnodes inflate, halve and collapse.
     #[test]
     fn dense_ipv4_insert_then_delete(lens in prop::collection::vec((0u32..65536, 16u8..=32), 1..400), drop_every in 1usize..4) {
-        let trie = LcTrie::<u32, u32>::new();
+        let mut trie = TrieWriter::<u32, u32>::new();
         let mut reference = ReferenceLpm::<u32, u32>::new();
         let mut added = Vec::new();
         for (i, (low, plen)) in lens.iter().enumerate() {
@@ -306,7 +306,7 @@ proptest! {
 
 #[test]
 fn default_and_host_routes() {
-    let trie = LcTrie::<u32, u8>::new();
+    let mut trie = TrieWriter::<u32, u8>::new();
     let guard = &epoch::pin();
     assert!(trie.lookup(1, guard, |_| true).is_none());
     trie.insert(0, 0, 0).unwrap();
@@ -335,7 +335,7 @@ fn default_and_host_routes() {
 
 #[test]
 fn sequential_fill_and_drain_ipv4() {
-    let trie = LcTrie::<u32, u32>::new();
+    let mut trie = TrieWriter::<u32, u32>::new();
     for i in 0..5000u32 {
         trie.insert(i << 8, 24, i).unwrap();
     }

@@ -330,19 +330,19 @@ mod tests {
     use neigh_table::{Link, LinkFlags, Neighbour, NudState, OperState};
     use udp_socktab::{NetnsConfig, SockTable, TableConfig};
 
-    fn tables() -> Tables {
+    fn tables() -> (Tables, dataplane::TableWriters) {
         let (sockets, mut writer) = SockTable::new(TableConfig::default()).unwrap();
         let sock_netns = writer.add_netns(NetnsConfig::default()).unwrap();
-        let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+        let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
         for (ifindex, mac) in [(1, [2, 0, 0, 0, 0, 1]), (2, [2, 0, 0, 0, 0, 2])] {
             let mut link = Link {
                 mac: Some(mac),
                 ..Link::new(ifindex, format!("eth{ifindex}"))
             };
             (link.flags, link.oper) = (LinkFlags::UP | LinkFlags::RUNNING, OperState::UP);
-            tables.links.upsert(link);
+            writers.links.upsert(link);
         }
-        tables
+        writers
             .addrs
             .add(addr_table::IfAddr::new(
                 Ipv4Addr::new(198, 51, 100, 1),
@@ -351,28 +351,28 @@ mod tests {
             ))
             .unwrap();
         let gw = Ipv4Addr::new(192, 0, 2, 1);
-        tables
+        writers
             .fib4
             .insert(
                 &Route::unicast(0x0a00_0000, 8, 254, vec![NextHop::new(Some(gw.into()), 2)]),
                 InsertFlags::ADD,
             )
             .unwrap();
-        tables
+        writers
             .fib4
             .insert(
                 &Route::reject(0x0b00_0000, 8, 254, RouteType::Unreachable),
                 InsertFlags::ADD,
             )
             .unwrap();
-        tables.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             2,
             gw.into(),
             Some([2, 0, 0, 0, 0, 9]),
             NudState::REACHABLE,
         ));
         tables.generation.bump();
-        tables
+        (tables, writers)
     }
 
     fn ask(tables: &Tables, line: &str) -> Result<Option<PipelineAnswer>, String> {
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn answers_what_the_pipeline_does() {
-        let t = tables();
+        let (t, mut writers) = tables();
         let a = ask(&t, "10.1.2.3").unwrap().unwrap();
         assert_eq!(
             a.to_string(),
@@ -414,7 +414,7 @@ mod tests {
         assert!(ask(&t, "10.1.2.3 iif nope").is_err());
         assert!(ask(&t, "10.1.2.3 from 2001:db8::1").is_err());
         // A neighbour not yet resolved: held (and no resolution leaves the private queue).
-        t.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             2,
             Ipv4Addr::new(192, 0, 2, 1).into(),
             None,

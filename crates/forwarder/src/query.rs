@@ -125,7 +125,7 @@ impl Query {
 ///
 /// ```
 /// use netlink_mirror::{MirroredTables, cli::ShowWhat};
-/// let t = MirroredTables::new(addr_table::NetnsId(1), false);
+/// let (t, _writers) = MirroredTables::new(addr_table::NetnsId(1), false);
 /// assert_eq!(forwarder::query::show_table(&t, ShowWhat::Links, true), "[]\n");
 /// ```
 pub fn show_table(t: &MirroredTables, what: ShowWhat, json: bool) -> String {
@@ -150,8 +150,8 @@ fn dev_name(t: &MirroredTables, ifindex: u32) -> String {
 /// ```
 /// use dataplane::route::{Reject, Route};
 /// use forwarder::cache_report::CachedRoute;
-/// let t = netlink_mirror::MirroredTables::new(addr_table::NetnsId(1), false);
-/// t.links.upsert(neigh_table::Link::new(3, "eth1"));
+/// let (t, mut writers) = netlink_mirror::MirroredTables::new(addr_table::NetnsId(1), false);
+/// writers.links.upsert(neigh_table::Link::new(3, "eth1"));
 /// let key = dst_cache::FlowKey::v4("192.0.2.1".parse().unwrap(), 0, 3);
 /// let entries = [CachedRoute::new(0, &key, &Route::Reject(Reject::Prohibit), u64::MAX, 0)];
 /// assert_eq!(forwarder::query::show_cache(&t, &entries, false), "192.0.2.1 iif eth1 queue 0 prohibit\n");

@@ -88,7 +88,7 @@ impl Router {
     ///
     /// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
     /// let sock_netns = writer.add_netns(NetnsConfig::default())?;
-    /// let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+    /// let (tables, _writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
     /// let endpoints = Endpoints::new(writer, tables.clone(), EndpointConfig::default())?;
     /// let queue = Queue::new(dataplane::Config::default())?;
     /// let router = Router::new(queue, tables, Box::new(|_, _| true), Default::default())
@@ -218,30 +218,30 @@ mod tests {
     fn tables() -> Tables {
         let (sockets, mut writer) = SockTable::new(TableConfig::default()).unwrap();
         let sock_netns = writer.add_netns(NetnsConfig::default()).unwrap();
-        let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+        let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
         for (ifindex, mac) in [(1, [2, 0, 0, 0, 0, 1]), (2, [2, 0, 0, 0, 0, 2])] {
             let mut link = Link {
                 mac: Some(mac),
                 ..Link::new(ifindex, format!("eth{ifindex}"))
             };
             (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-            tables.links.upsert(link);
+            writers.links.upsert(link);
         }
         let gw = std::net::Ipv4Addr::new(192, 0, 2, 1);
-        tables
+        writers
             .fib4
             .insert(
                 &Route::unicast(0, 0, 254, vec![NextHop::new(Some(gw.into()), 2)]),
                 InsertFlags::ADD,
             )
             .unwrap();
-        tables.neigh.upsert(Neighbour::new(
+        writers.neigh.upsert(Neighbour::new(
             2,
             gw.into(),
             Some([2, 0, 0, 0, 0, 9]),
             NudState::REACHABLE,
         ));
-        tables
+        writers
             .addrs
             .add(addr_table::IfAddr::new(
                 std::net::Ipv4Addr::new(198, 51, 100, 1),

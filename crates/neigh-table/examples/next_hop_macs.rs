@@ -15,15 +15,17 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use neigh_table::{Link, LinkFlags, LinkTable, NeighTable, Neighbour, NudState, OperState};
+use neigh_table::{Link, LinkFlags, LinkWriter, NeighWriter, Neighbour, NudState, OperState};
 
 const EGRESS: u32 = 2;
 const GATEWAY_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0x99];
 const OUR_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 
 fn main() -> Result<(), String> {
-    let links = Arc::new(LinkTable::new());
-    let neigh = Arc::new(NeighTable::new());
+    let mut links = LinkWriter::new();
+    // The control thread takes the neighbour table's writer; the run loop holds the table.
+    let neigh_writer = NeighWriter::new();
+    let neigh = Arc::clone(neigh_writer.reader());
     let gateway = Ipv4Addr::new(192, 0, 2, 1);
     let mut link = Link {
         mac: Some(OUR_MAC),
@@ -35,7 +37,7 @@ fn main() -> Result<(), String> {
 
     let done = Arc::new(AtomicBool::new(false));
     let control = {
-        let (neigh, done) = (Arc::clone(&neigh), Arc::clone(&done));
+        let (mut neigh, done) = (neigh_writer, Arc::clone(&done));
         std::thread::spawn(move || {
             let states = [
                 (NudState::INCOMPLETE, None),

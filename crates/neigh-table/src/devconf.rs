@@ -19,9 +19,9 @@
 //! it), and without one, the kernel decides.
 //!
 //! ```
-//! use neigh_table::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
+//! use neigh_table::{DevConf, DevConfWriter, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
 //!
-//! let t = DevConfTable::followed();
+//! let mut t = DevConfWriter::followed();
 //! let guard = crossbeam_epoch::pin();
 //! assert_eq!(t.ingress(3, false, &guard), Ingress::Unknown);
 //! t.update(false, NETCONF_DEFAULT, DevConf { forwarding: Some(true), rp_filter: Some(0) });
@@ -88,7 +88,8 @@ pub enum Ingress {
     Unknown,
 }
 
-/// The switches of one namespace, by (family, netconf ifindex), readable without locks.
+/// The switches of one namespace, by (family, netconf ifindex), readable without locks;
+/// changed only through its one [`DevConfWriter`](crate::DevConfWriter).
 pub struct DevConfTable {
     map: CowMap<(bool, i32), DevConf>,
     /// `net.ipv4.conf.{all,DEV}.accept_local` (not in netconf: read from sysctl), by netconf
@@ -110,23 +111,9 @@ impl fmt::Debug for DevConfTable {
     }
 }
 
-impl Default for DevConfTable {
-    fn default() -> Self {
-        Self::permissive()
-    }
-}
-
 impl DevConfTable {
-    /// A table for a namespace configured as a router, which nobody follows: every device
-    /// forwards both families, without source validation, until entries say otherwise.
-    ///
-    /// ```
-    /// use neigh_table::{DevConfTable, Ingress};
-    ///
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(DevConfTable::permissive().ingress(1, true, &guard), Ingress::Forward);
-    /// ```
-    pub fn permissive() -> Self {
+    /// [`DevConfWriter::permissive`](crate::DevConfWriter::permissive). Writer only.
+    pub(crate) fn permissive() -> Self {
         DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
@@ -135,16 +122,8 @@ impl DevConfTable {
         }
     }
 
-    /// A table a mirror fills from the kernel: a device without an entry (nor a `default`
-    /// one) is [`Ingress::Unknown`], left to the kernel.
-    ///
-    /// ```
-    /// use neigh_table::{DevConfTable, Ingress};
-    ///
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(DevConfTable::followed().ingress(1, true, &guard), Ingress::Unknown);
-    /// ```
-    pub fn followed() -> Self {
+    /// [`DevConfWriter::followed`](crate::DevConfWriter::followed). Writer only.
+    pub(crate) fn followed() -> Self {
         DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
@@ -153,9 +132,8 @@ impl DevConfTable {
         }
     }
 
-    /// Merges what the kernel reported for `ifindex` ([`NETCONF_ALL`], [`NETCONF_DEFAULT`] or
-    /// a device) of family IPv6 (`v6`) or IPv4; returns whether anything changed.
-    pub fn update(&self, v6: bool, ifindex: i32, conf: DevConf) -> bool {
+    /// [`DevConfWriter::update`](crate::DevConfWriter::update). Writer only.
+    pub(crate) fn update(&self, v6: bool, ifindex: i32, conf: DevConf) -> bool {
         let guard = crossbeam_epoch::pin();
         let old = self.map.get(&(v6, ifindex), &guard).copied();
         let new = old.unwrap_or_default().merged(conf);
@@ -165,38 +143,20 @@ impl DevConfTable {
         self.map.upsert((v6, ifindex), new).1
     }
 
-    /// Forgets a device (`RTM_DELNETCONF`, or the device is gone); returns whether it was
-    /// known.
-    pub fn remove(&self, ifindex: i32) -> bool {
+    /// [`DevConfWriter::remove`](crate::DevConfWriter::remove). Writer only.
+    pub(crate) fn remove(&self, ifindex: i32) -> bool {
         self.accept_local.remove_where(|i, _| *i == ifindex);
         self.force_forwarding.remove_where(|i, _| *i == ifindex);
         !self.map.remove_where(|(_, i), _| *i == ifindex).is_empty()
     }
 
-    /// Sets `net.ipv4.conf.{all,DEV}.accept_local` of `ifindex` ([`NETCONF_ALL`] or a device);
-    /// returns whether it changed.
-    pub fn set_accept_local(&self, ifindex: i32, on: bool) -> bool {
+    /// [`DevConfWriter::set_accept_local`](crate::DevConfWriter::set_accept_local). Writer only.
+    pub(crate) fn set_accept_local(&self, ifindex: i32, on: bool) -> bool {
         set_flag(&self.accept_local, ifindex, on)
     }
 
-    /// Sets `net.ipv6.conf.DEV.force_forwarding` of device `ifindex`: IPv6 packets arriving
-    /// on it are forwarded even while `net.ipv6.conf.all.forwarding` is off (`ip6_forward`);
-    /// returns whether it changed.
-    ///
-    /// ```
-    /// use neigh_table::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
-    ///
-    /// let t = DevConfTable::followed();
-    /// let off = DevConf { forwarding: Some(false), rp_filter: None };
-    /// t.update(true, NETCONF_ALL, off);
-    /// t.update(true, NETCONF_DEFAULT, off);
-    /// let guard = crossbeam_epoch::pin();
-    /// assert_eq!(t.ingress(3, true, &guard), Ingress::ForwardingOff);
-    /// t.set_force_forwarding(3, true);
-    /// assert_eq!(t.ingress(3, true, &guard), Ingress::Forward);
-    /// assert_eq!(t.ingress(4, true, &guard), Ingress::ForwardingOff);
-    /// ```
-    pub fn set_force_forwarding(&self, ifindex: i32, on: bool) -> bool {
+    /// [`DevConfWriter::set_force_forwarding`](crate::DevConfWriter::set_force_forwarding). Writer only.
+    pub(crate) fn set_force_forwarding(&self, ifindex: i32, on: bool) -> bool {
         set_flag(&self.force_forwarding, ifindex, on)
     }
 
@@ -205,9 +165,9 @@ impl DevConfTable {
     /// kernel's default (off) makes it a martian.
     ///
     /// ```
-    /// use neigh_table::{DevConfTable, NETCONF_ALL};
+    /// use neigh_table::{DevConfWriter, NETCONF_ALL};
     ///
-    /// let t = DevConfTable::followed();
+    /// let mut t = DevConfWriter::followed();
     /// let guard = crossbeam_epoch::pin();
     /// assert!(!t.accepts_local(3, &guard));
     /// t.set_accept_local(3, true);

@@ -12,8 +12,12 @@
 //! asks the kernel to resolve it (`RTM_NEWNEIGH` with `NTF_USE`) and waits for the update.
 //!
 //! Concurrency (crossbeam-epoch standing in for RCU): readers pin once per batch and pass the
-//! `&Guard`; a returned reference lives as long as the guard. Writers take `&self`, are
-//! serialised by a mutex inside, copy the one bucket chain they change and publish it with an
+//! `&Guard`; a returned reference lives as long as the guard. Who writes shows in the types
+//! (one rule in all of xfwd's table crates): a table shared with readers (`Arc<NeighTable>`,
+//! `Arc<LinkTable>`, `Arc<DevConfTable>`) has no method that changes it; its one writer
+//! ([`NeighWriter`], [`LinkWriter`], [`DevConfWriter`]: not `Clone`, `&mut self` for every
+//! change) makes it, hands readers its `Arc` (`writer.reader()`) and derefs to it for its own
+//! reads. A write copies the one bucket chain it changes and publishes it with an
 //! atomic swap; resizing publishes a whole new bucket array. A reader therefore sees each
 //! entry either before or after a change, never a torn one. Every change bumps a generation
 //! counter, so a hold queue can poll for "anything changed?" with one atomic load.
@@ -25,15 +29,16 @@
 //!
 //! ```
 //! use std::net::Ipv6Addr;
-//! use std::sync::Arc;
-//! use neigh_table::{Link, LinkTable, NeighTable, Neighbour, NudState};
+//! use neigh_table::{Link, LinkWriter, NeighWriter, Neighbour, NudState};
 //!
-//! let neigh = Arc::new(NeighTable::new());
-//! let links = Arc::new(LinkTable::new());
-//! links.upsert(Link { mac: Some([2, 0, 0, 0, 0, 9]), ..Link::new(4, "eth1") });
+//! // The control plane keeps the writers...
+//! let (mut neigh_writer, mut link_writer) = (NeighWriter::new(), LinkWriter::new());
+//! // ...and a run loop holds `Arc<NeighTable>` and `Arc<LinkTable>`: it can only read.
+//! let (neigh, links) = (neigh_writer.reader().clone(), link_writer.reader().clone());
+//! link_writer.upsert(Link { mac: Some([2, 0, 0, 0, 0, 9]), ..Link::new(4, "eth1") });
 //!
 //! let router = "fe80::1".parse::<Ipv6Addr>()?;
-//! neigh.upsert(Neighbour::new(4, router.into(), Some([2, 0, 0, 0, 0, 1]), NudState::STALE));
+//! neigh_writer.upsert(Neighbour::new(4, router.into(), Some([2, 0, 0, 0, 0, 1]), NudState::STALE));
 //!
 //! let guard = crossbeam_epoch::pin();
 //! let dst_mac = neigh.lookup_v6(4, router, &guard).and_then(|n| n.usable_mac());
@@ -47,6 +52,7 @@ mod devconf;
 mod guard;
 mod link;
 mod neigh;
+mod writer;
 
 /// The epoch-based reclamation this crate's readers run under, re-exported: its
 /// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
@@ -61,3 +67,4 @@ pub use crossbeam_epoch;
 pub use devconf::{DevConf, DevConfTable, Ingress, NETCONF_ALL, NETCONF_DEFAULT};
 pub use link::{Link, LinkFlags, LinkTable, OperState};
 pub use neigh::{NeighFlags, NeighTable, Neighbour, NudState};
+pub use writer::{DevConfWriter, LinkWriter, NeighWriter};

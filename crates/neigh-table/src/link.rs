@@ -156,11 +156,12 @@ impl Link {
     }
 }
 
-/// Links by interface index, readable without locks under an epoch guard.
+/// Links by interface index, readable without locks under an epoch guard; changed only
+/// through its one [`LinkWriter`](crate::LinkWriter).
 ///
 /// ```
-/// use neigh_table::{Link, LinkTable};
-/// let links = LinkTable::new();
+/// use neigh_table::{Link, LinkWriter};
+/// let mut links = LinkWriter::new();
 /// links.upsert(Link { mtu: 9000, ..Link::new(3, "fwd1") });
 /// let guard = crossbeam_epoch::pin();
 /// assert_eq!(links.get(3, &guard).map(|l| l.mtu), Some(9000));
@@ -168,12 +169,6 @@ impl Link {
 /// ```
 pub struct LinkTable {
     map: CowMap<u32, Link>,
-}
-
-impl Default for LinkTable {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl fmt::Debug for LinkTable {
@@ -186,8 +181,8 @@ impl fmt::Debug for LinkTable {
 }
 
 impl LinkTable {
-    /// An empty table.
-    pub fn new() -> Self {
+    /// An empty table (its writer: [`LinkWriter::new`](crate::LinkWriter::new)).
+    pub(crate) fn new() -> Self {
         LinkTable { map: CowMap::new() }
     }
 
@@ -228,18 +223,18 @@ impl LinkTable {
         self.len() == 0
     }
 
-    /// Adds or replaces the link with `link.ifindex`; returns whether anything changed.
-    pub fn upsert(&self, link: Link) -> bool {
+    /// [`LinkWriter::upsert`](crate::LinkWriter::upsert). Writer only.
+    pub(crate) fn upsert(&self, link: Link) -> bool {
         self.map.upsert(link.ifindex, link).1
     }
 
-    /// Removes a link (`RTM_DELLINK`).
-    pub fn remove(&self, ifindex: u32) -> Option<Link> {
+    /// [`LinkWriter::remove`](crate::LinkWriter::remove). Writer only.
+    pub(crate) fn remove(&self, ifindex: u32) -> Option<Link> {
         self.map.remove(&ifindex)
     }
 
-    /// Keeps the links `keep` accepts; returns how many were removed.
-    pub fn retain(&self, mut keep: impl FnMut(&Link) -> bool) -> usize {
+    /// [`LinkWriter::retain`](crate::LinkWriter::retain). Writer only.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&Link) -> bool) -> usize {
         self.map.remove_where(|_, l| !keep(l)).len()
     }
 

@@ -182,17 +182,19 @@ impl Neighbour {
 /// Neighbours by (interface, address), readable without locks under an epoch guard.
 ///
 /// Readers (the packet path) call [`lookup`](Self::lookup) and friends with a pinned guard;
-/// the control plane writes with `&self` (writers are serialised inside) and every change bumps
+/// the control plane changes it through its one [`NeighWriter`](crate::NeighWriter) (a shared
+/// `NeighTable` has no method that changes it), and every change bumps
 /// [`generation`](Self::generation), so a hold queue can notice cheaply that something changed.
 ///
 /// ```
 /// use std::net::Ipv4Addr;
-/// use neigh_table::{NeighTable, Neighbour, NudState};
+/// use neigh_table::{NeighWriter, Neighbour, NudState};
 ///
-/// let table = NeighTable::new();
+/// let mut writer = NeighWriter::new();
+/// let table = writer.reader().clone(); // a run loop's `Arc<NeighTable>`
 /// let gw = Ipv4Addr::new(192, 0, 2, 1);
 /// let before = table.generation();
-/// assert!(table.upsert(Neighbour::new(2, gw.into(), Some([2, 0, 0, 0, 0, 1]), NudState::REACHABLE)));
+/// assert!(writer.upsert(Neighbour::new(2, gw.into(), Some([2, 0, 0, 0, 0, 1]), NudState::REACHABLE)));
 /// assert!(table.generation() > before);
 ///
 /// let guard = crossbeam_epoch::pin(); // once per batch
@@ -202,12 +204,6 @@ impl Neighbour {
 /// ```
 pub struct NeighTable {
     map: CowMap<(u32, IpAddr), Neighbour>,
-}
-
-impl Default for NeighTable {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 impl fmt::Debug for NeighTable {
@@ -220,8 +216,8 @@ impl fmt::Debug for NeighTable {
 }
 
 impl NeighTable {
-    /// An empty table.
-    pub fn new() -> Self {
+    /// An empty table (its writer: [`NeighWriter::new`](crate::NeighWriter::new)).
+    pub(crate) fn new() -> Self {
         NeighTable { map: CowMap::new() }
     }
 
@@ -280,25 +276,23 @@ impl NeighTable {
         self.len() == 0
     }
 
-    /// Adds or replaces the entry for (`n.ifindex`, `n.addr`) (`RTM_NEWNEIGH`); returns whether
-    /// anything changed (an identical entry does not bump the generation).
-    pub fn upsert(&self, n: Neighbour) -> bool {
+    /// [`NeighWriter::upsert`](crate::NeighWriter::upsert). Writer only.
+    pub(crate) fn upsert(&self, n: Neighbour) -> bool {
         self.map.upsert((n.ifindex, n.addr), n).1
     }
 
-    /// Removes one entry (`RTM_DELNEIGH`).
-    pub fn remove(&self, ifindex: u32, addr: IpAddr) -> Option<Neighbour> {
+    /// [`NeighWriter::remove`](crate::NeighWriter::remove). Writer only.
+    pub(crate) fn remove(&self, ifindex: u32, addr: IpAddr) -> Option<Neighbour> {
         self.map.remove(&(ifindex, addr))
     }
 
-    /// Removes every entry on `ifindex` (the interface went away); returns how many.
-    pub fn remove_ifindex(&self, ifindex: u32) -> usize {
+    /// [`NeighWriter::remove_ifindex`](crate::NeighWriter::remove_ifindex). Writer only.
+    pub(crate) fn remove_ifindex(&self, ifindex: u32) -> usize {
         self.map.remove_where(|k, _| k.0 == ifindex).len()
     }
 
-    /// Keeps the entries `keep` accepts (after a resynchronising dump); returns how many were
-    /// removed.
-    pub fn retain(&self, mut keep: impl FnMut(&Neighbour) -> bool) -> usize {
+    /// [`NeighWriter::retain`](crate::NeighWriter::retain). Writer only.
+    pub(crate) fn retain(&self, mut keep: impl FnMut(&Neighbour) -> bool) -> usize {
         self.map.remove_where(|_, n| !keep(n)).len()
     }
 

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
-use neigh_table::{Link, LinkTable, NeighTable, Neighbour, NudState};
+use neigh_table::{Link, LinkWriter, NeighWriter, Neighbour, NudState};
 
 /// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
 /// the crate's message.
@@ -33,8 +33,8 @@ fn refused(what: &str, f: impl Fn(&Guard)) {
 
 #[test]
 fn readers_refuse_a_foreign_guard() {
-    let neigh = NeighTable::new();
-    let links = LinkTable::new();
+    let mut neigh = NeighWriter::new();
+    let mut links = LinkWriter::new();
     let v4 = Ipv4Addr::new(192, 0, 2, 1);
     let v6 = "fe80::1".parse::<Ipv6Addr>().unwrap();
     neigh.upsert(Neighbour::new(

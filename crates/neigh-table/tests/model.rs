@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use neigh_table::{
-    Link, LinkFlags, LinkTable, NeighFlags, NeighTable, Neighbour, NudState, OperState,
+    Link, LinkFlags, LinkWriter, NeighFlags, NeighWriter, Neighbour, NudState, OperState,
 };
 use proptest::prelude::*;
 
@@ -57,7 +57,7 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #[test]
     fn neigh_table_matches_a_btreemap(ops in proptest::collection::vec(op(), 1..400)) {
-        let table = NeighTable::new();
+        let mut table = NeighWriter::new();
         let mut model: BTreeMap<(u32, IpAddr), Neighbour> = BTreeMap::new();
         let mut generation = table.generation();
         for op in ops {
@@ -111,7 +111,7 @@ proptest! {
     fn link_table_matches_a_btreemap(
         ops in proptest::collection::vec((0u32..64, any::<bool>(), 1000u32..1600), 1..300)
     ) {
-        let table = LinkTable::new();
+        let mut table = LinkWriter::new();
         let mut model = BTreeMap::new();
         for (ifindex, add, mtu) in ops {
             if add {
@@ -195,7 +195,7 @@ fn link_is_up_needs_admin_up_and_carrier() {
 /// resizes) while readers check that stable neighbours always resolve to the same MAC.
 #[test]
 fn readers_see_stable_entries_through_writer_churn() {
-    let table = Arc::new(NeighTable::new());
+    let mut table = NeighWriter::new();
     let stable: Vec<IpAddr> = (0..64u8)
         .map(|i| IpAddr::V4(Ipv4Addr::new(10, 0, 0, i)))
         .collect();
@@ -211,7 +211,7 @@ fn readers_see_stable_entries_through_writer_churn() {
     let rounds = if cfg!(miri) { 3 } else { 60 };
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let (table, stable, stop) = (table.clone(), stable.clone(), stop.clone());
+            let (table, stable, stop) = (table.reader().clone(), stable.clone(), stop.clone());
             std::thread::spawn(move || {
                 let mut checks = 0u64;
                 while !stop.load(Ordering::Relaxed) || checks == 0 {

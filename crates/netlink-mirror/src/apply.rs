@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use addr_table::{AddrError, IfAddr};
 use fib_trie::{
-    Fib, FibAlias, FibRule, InsertFlags, NextHop, Route, RouteError, RouteInfo, RouteSelector,
-    RouteType, RuleError,
+    Fib, FibAlias, FibRule, FibWriter, InsertFlags, NextHop, Route, RouteError, RouteInfo,
+    RouteSelector, RouteType, RuleError,
 };
 use neigh_table::Link;
 
@@ -21,7 +21,7 @@ use crate::map::KernelRoute;
 use crate::map::{AddrEntry, Mapped, PolicyKey, RuleEntry, Upsert};
 use crate::nexthops::ObjectFamily;
 use crate::stats::{Counters, inc};
-use crate::tables::MirroredTables;
+use crate::tables::{MirroredTables, TableWriters};
 
 /// The kinds of objects, each dumped on its own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -221,6 +221,8 @@ pub const DETACHED_IFINDEX: u32 = u32::MAX;
 /// Applies mapped messages to the tables; owned by the control thread.
 pub(crate) struct Applier {
     pub tables: MirroredTables,
+    /// The tables' writers: only the applier changes the tables.
+    pub writers: TableWriters,
     observer: Option<Arc<dyn Observer>>,
     pub counters: Arc<Counters>,
     rules4: RuleBook<u32>,
@@ -275,6 +277,23 @@ impl<K: IpKey> Bulk<K> {
     }
 }
 
+/// The writer of a family's FIB among the mirror's writers.
+trait FibOf: IpKey {
+    fn fib(w: &mut TableWriters) -> &mut FibWriter<Self>;
+}
+
+impl FibOf for u32 {
+    fn fib(w: &mut TableWriters) -> &mut FibWriter<u32> {
+        &mut w.fib4
+    }
+}
+
+impl FibOf for u128 {
+    fn fib(w: &mut TableWriters) -> &mut FibWriter<u128> {
+        &mut w.fib6
+    }
+}
+
 /// Whether `fib` holds no route in any table.
 fn is_empty<K: IpKey>(fib: &Fib<K>) -> bool {
     let guard = crossbeam_epoch::pin();
@@ -289,11 +308,13 @@ type Applied = Result<Option<Change>, MapError>;
 impl Applier {
     pub fn new(
         tables: MirroredTables,
+        writers: TableWriters,
         observer: Option<Arc<dyn Observer>>,
         counters: Arc<Counters>,
     ) -> Self {
         Applier {
             tables,
+            writers,
             observer,
             counters,
             rules4: RuleBook::default(),
@@ -330,16 +351,14 @@ impl Applier {
         match kind {
             Kind::Route4 => {
                 if let Some(bulk) = self.bulk4.take() {
-                    let fib = self.tables.fib4.clone();
-                    self.load(&fib, bulk.routes, Mapped::Route4, |r| {
+                    self.load(bulk.routes, Mapped::Route4, |r| {
                         Change::Route4(ChangeOp::Added, r)
                     });
                 }
             }
             Kind::Route6 => {
                 if let Some(bulk) = self.bulk6.take() {
-                    let fib = self.tables.fib6.clone();
-                    self.load(&fib, bulk.routes, Mapped::Route6, |r| {
+                    self.load(bulk.routes, Mapped::Route6, |r| {
                         Change::Route6(ChangeOp::Added, r)
                     });
                 }
@@ -348,14 +367,13 @@ impl Applier {
         }
     }
 
-    fn load<K: IpKey>(
+    fn load<K: FibOf>(
         &mut self,
-        fib: &Fib<K>,
         routes: Vec<Route<K>>,
         mapped: fn(Route<K>, Upsert) -> Mapped,
         change: fn(Route<K>) -> Change,
     ) {
-        match fib.insert_many(&routes) {
+        match K::fib(&mut self.writers).insert_many(&routes) {
             Ok(_) => {
                 for r in routes {
                     self.changed(&change(r));
@@ -438,7 +456,7 @@ impl Applier {
         Ok(match m {
             Mapped::Link(l) => {
                 let old = t.links.get(l.ifindex, &crossbeam_epoch::pin()).cloned();
-                if !t.links.upsert(l.clone()) {
+                if !self.writers.links.upsert(l.clone()) {
                     return Ok(None);
                 }
                 // `IFF_UP` cleared (not a carrier loss): the kernel removes the IPv4 routes.
@@ -455,7 +473,7 @@ impl Applier {
                 Some(Change::Link(Added, l))
             }
             Mapped::LinkGone(ifindex) => {
-                let Some(old) = t.links.remove(ifindex) else {
+                let Some(old) = self.writers.links.remove(ifindex) else {
                     return Ok(None);
                 };
                 self.routes_need_redump = true;
@@ -465,8 +483,16 @@ impl Applier {
             Mapped::Addr(a) => self.add_addr(a)?,
             Mapped::AddrGone(a) => {
                 let removed = match &a {
-                    AddrEntry::V4(e) => t.addrs.remove(e.addr, e.prefix_len, e.ifindex).map(drop),
-                    AddrEntry::V6(e) => t.addrs.remove(e.addr, e.prefix_len, e.ifindex).map(drop),
+                    AddrEntry::V4(e) => self
+                        .writers
+                        .addrs
+                        .remove(e.addr, e.prefix_len, e.ifindex)
+                        .map(drop),
+                    AddrEntry::V6(e) => self
+                        .writers
+                        .addrs
+                        .remove(e.addr, e.prefix_len, e.ifindex)
+                        .map(drop),
                 };
                 match removed {
                     Ok(()) => Some(Change::Addr(Removed, a)),
@@ -476,27 +502,29 @@ impl Applier {
             }
             Mapped::Route4(r, u) => {
                 let r = attach(&t, r)?;
-                upsert_route(&t.fib4, &r, u)?.then_some(Change::Route4(Added, r))
+                upsert_route(&mut self.writers.fib4, &r, u)?.then_some(Change::Route4(Added, r))
             }
             Mapped::Route6(r, u) => {
                 let r = attach(&t, r)?;
-                upsert_route(&t.fib6, &r, u)?.then_some(Change::Route6(Added, r))
+                upsert_route(&mut self.writers.fib6, &r, u)?.then_some(Change::Route6(Added, r))
             }
             Mapped::Kernel4(k, u) => {
-                let changed = self.kernel_route(&t.fib4, &mut t.kernel_routes.v4(), k, u);
+                let changed = self.kernel_route(&mut t.kernel_routes.v4(), k, u);
                 self.count_kernel_routes();
                 changed?.map(|(op, r)| Change::Route4(op, r))
             }
             Mapped::Kernel6(k, u) => {
-                let changed = self.kernel_route(&t.fib6, &mut t.kernel_routes.v6(), k, u);
+                let changed = self.kernel_route(&mut t.kernel_routes.v6(), k, u);
                 self.count_kernel_routes();
                 changed?.map(|(op, r)| Change::Route6(op, r))
             }
-            Mapped::Netconf(v6, ifindex, conf) => t
+            Mapped::Netconf(v6, ifindex, conf) => self
+                .writers
                 .devconf
                 .update(v6, ifindex, conf)
                 .then_some(Change::Netconf(Added, v6, ifindex)),
-            Mapped::NetconfGone(ifindex) => t
+            Mapped::NetconfGone(ifindex) => self
+                .writers
                 .devconf
                 .remove(ifindex)
                 .then_some(Change::Netconf(Removed, false, ifindex)),
@@ -512,12 +540,12 @@ impl Applier {
                 }
                 // The kernel removes the routes through a deleted object without notifying.
                 for r in routes_through(&t.fib4, &gone) {
-                    if delete_route(&t.fib4, &r)? {
+                    if delete_route(&mut self.writers.fib4, &r)? {
                         self.changed(&Change::Route4(Removed, r));
                     }
                 }
                 for r in routes_through(&t.fib6, &gone) {
-                    if delete_route(&t.fib6, &r)? {
+                    if delete_route(&mut self.writers.fib6, &r)? {
                         self.changed(&Change::Route6(Removed, r));
                     }
                 }
@@ -532,22 +560,27 @@ impl Applier {
                     // Its object is gone, and with it every route through it.
                     return Ok(None);
                 };
-                delete_route(&t.fib4, &r)?.then_some(Change::Route4(Removed, r))
+                delete_route(&mut self.writers.fib4, &r)?.then_some(Change::Route4(Removed, r))
             }
             Mapped::Route6Gone(r) => {
                 let Ok(r) = attach(&t, r) else {
                     return Ok(None);
                 };
-                delete_route(&t.fib6, &r)?.then_some(Change::Route6(Removed, r))
+                delete_route(&mut self.writers.fib6, &r)?.then_some(Change::Route6(Removed, r))
             }
-            Mapped::Neigh(n) => t.neigh.upsert(n.clone()).then_some(Change::Neigh(Added, n)),
-            Mapped::NeighGone { ifindex, addr } => t
+            Mapped::Neigh(n) => self
+                .writers
+                .neigh
+                .upsert(n.clone())
+                .then_some(Change::Neigh(Added, n)),
+            Mapped::NeighGone { ifindex, addr } => self
+                .writers
                 .neigh
                 .remove(ifindex, addr)
                 .map(|n| Change::Neigh(Removed, n)),
             Mapped::Rule4(r) => {
                 let kernel = self.kernel_rule(r.kernel.as_ref(), r.rule.priority);
-                let changed = add_rule(&t.fib4, &mut self.rules4, &t, r);
+                let changed = add_rule(&mut self.writers.fib4, &mut self.rules4, &t, r);
                 if kernel {
                     self.count_kernel_routes();
                 }
@@ -555,21 +588,21 @@ impl Applier {
             }
             Mapped::Rule6(r) => {
                 let kernel = self.kernel_rule(r.kernel.as_ref(), r.rule.priority);
-                let changed = add_rule(&t.fib6, &mut self.rules6, &t, r);
+                let changed = add_rule(&mut self.writers.fib6, &mut self.rules6, &t, r);
                 if kernel {
                     self.count_kernel_routes();
                 }
                 changed?.map(|r| Change::Rule6(Added, r))
             }
             Mapped::Rule4Gone(r) => {
-                let changed = del_rule(&t.fib4, &mut self.rules4, &r);
+                let changed = del_rule(&mut self.writers.fib4, &mut self.rules4, &r);
                 if r.kernel.is_some() {
                     self.count_kernel_routes();
                 }
                 changed?.map(|r| Change::Rule4(Removed, r))
             }
             Mapped::Rule6Gone(r) => {
-                let changed = del_rule(&t.fib6, &mut self.rules6, &r);
+                let changed = del_rule(&mut self.writers.fib6, &mut self.rules6, &r);
                 if r.kernel.is_some() {
                     self.count_kernel_routes();
                 }
@@ -577,7 +610,8 @@ impl Applier {
             }
             Mapped::Policy(spec) => self.upsert_policy(spec)?,
             Mapped::PolicyGone(k) => {
-                match t
+                match self
+                    .writers
                     .policies
                     .delete(&k.selector, k.dir, k.ptype, k.if_id, k.mark)
                 {
@@ -586,16 +620,16 @@ impl Applier {
                     Err(e) => return Err(e.into()),
                 }
             }
-            Mapped::PolicyIndexGone(index) => match t.policies.delete_by_index(index) {
+            Mapped::PolicyIndexGone(index) => match self.writers.policies.delete_by_index(index) {
                 Ok(p) => Some(Change::Policy(Removed, p)),
                 Err(policy_tree::Error::NotFound) => None,
                 Err(e) => return Err(e.into()),
             },
             Mapped::PolicyFlush(ptype) => {
-                (t.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
+                (self.writers.policies.flush(ptype) > 0).then_some(Change::PolicyFlush(ptype))
             }
             Mapped::PolicyDefaults(block) => {
-                let db = &t.policies;
+                let db = &mut self.writers.policies;
                 let dirs = policy_tree::Direction::ALL;
                 if dirs
                     .iter()
@@ -612,7 +646,7 @@ impl Applier {
                 if t.policies.hthresh() == h {
                     return Ok(None);
                 }
-                t.policies.set_hthresh(h)?;
+                self.writers.policies.set_hthresh(h)?;
                 Some(Change::PolicyHThresh(h))
             }
             Mapped::Ignored(i) => {
@@ -652,18 +686,16 @@ impl Applier {
     /// Adds (`upsert` is `Some`) or removes a kernel route the FIB cannot represent: its
     /// stand-in is inserted with the first kernel route behind it (before the routes of the
     /// same key: "kernel decides" wins a tie) and deleted with the last.
-    fn kernel_route<K: IpKey>(
+    fn kernel_route<K: FibOf>(
         &mut self,
-        fib: &Fib<K>,
         book: &mut KernelRoutes<K>,
         k: KernelRoute<K>,
         upsert: Option<Upsert>,
     ) -> Result<Option<(ChangeOp, Route<K>)>, MapError> {
         if upsert.is_none() {
             return Ok(match book.remove(&k) {
-                StandInChange::Delete => {
-                    delete_route(fib, &k.route)?.then_some((ChangeOp::Removed, k.route))
-                }
+                StandInChange::Delete => delete_route(K::fib(&mut self.writers), &k.route)?
+                    .then_some((ChangeOp::Removed, k.route)),
                 _ => None,
             });
         }
@@ -679,6 +711,7 @@ impl Applier {
         if book.add(&k) != StandInChange::Insert {
             return Ok(None);
         }
+        let fib = K::fib(&mut self.writers);
         fib.table_or_create(k.route.table);
         match fib.insert(&k.route, InsertFlags::PREPEND) {
             Ok(()) => Ok(Some((ChangeOp::Added, k.route))),
@@ -721,9 +754,9 @@ impl Applier {
             .unwrap_or_else(|p| p.into_inner()) = counts;
     }
 
-    fn add_addr(&self, a: AddrEntry) -> Applied {
+    fn add_addr(&mut self, a: AddrEntry) -> Applied {
         fn one<A: addr_table::Family + Copy + PartialEq>(
-            table: &addr_table::AddrTable,
+            table: &mut addr_table::AddrWriter,
             e: IfAddr<A>,
         ) -> Result<bool, MapError> {
             match table.add(e) {
@@ -758,8 +791,8 @@ impl Applier {
             }
         }
         let changed = match &a {
-            AddrEntry::V4(e) => one(&self.tables.addrs, *e)?,
-            AddrEntry::V6(e) => one(&self.tables.addrs, *e)?,
+            AddrEntry::V4(e) => one(&mut self.writers.addrs, *e)?,
+            AddrEntry::V6(e) => one(&mut self.writers.addrs, *e)?,
         };
         Ok(changed.then_some(Change::Addr(ChangeOp::Added, a)))
     }
@@ -768,9 +801,9 @@ impl Applier {
     /// index, priority and action are there; a policy of the same identity under another
     /// index (deleted and added again while events were lost) is replaced by a new one; else
     /// an update, which keeps the list place when the priority is unchanged, as the kernel's.
-    fn upsert_policy(&self, spec: policy_tree::PolicySpec) -> Applied {
+    fn upsert_policy(&mut self, spec: policy_tree::PolicySpec) -> Applied {
         use ChangeOp::{Added, Removed};
-        let db = &self.tables.policies;
+        let db = Arc::clone(&self.tables.policies);
         let guard = crossbeam_epoch::pin();
         let old = db
             .get(
@@ -789,7 +822,7 @@ impl Applier {
                 return Ok(None);
             }
             if spec.index.is_some_and(|i| i != p.index) {
-                db.delete_by_index(p.index)?;
+                self.writers.policies.delete_by_index(p.index)?;
                 self.changed(&Change::Policy(Removed, p));
             }
         }
@@ -797,7 +830,7 @@ impl Applier {
         if let Some(index) = spec.index {
             if let Some(stale) = db.get_by_index(index) {
                 if old.is_none_or(|p| p.index != index) {
-                    db.delete_by_index(index)?;
+                    self.writers.policies.delete_by_index(index)?;
                     self.changed(&Change::Policy(Removed, stale));
                 }
             }
@@ -809,14 +842,17 @@ impl Applier {
                 "xfrm policy the mirror cannot evaluate: what it matches goes to the kernel"
             );
         }
-        Ok(Some(Change::Policy(Added, db.update(spec)?)))
+        Ok(Some(Change::Policy(
+            Added,
+            self.writers.policies.update(spec)?,
+        )))
     }
 
     /// Re-resolves the interface names of rules after a link appeared, went or was renamed.
     fn relink_rules(&mut self) {
         let t = self.tables.clone();
-        let changes4 = relink(&t.fib4, &mut self.rules4, &t);
-        let changes6 = relink(&t.fib6, &mut self.rules6, &t);
+        let changes4 = relink(&mut self.writers.fib4, &mut self.rules4, &t);
+        let changes6 = relink(&mut self.writers.fib6, &mut self.rules6, &t);
         for c in changes4.into_iter().map(|(op, r)| Change::Rule4(op, r)) {
             self.changed(&c);
         }
@@ -890,7 +926,7 @@ impl Applier {
             Kind::Rule4 => {
                 let stale = stale_rules(&t.fib4, &mut self.rules4, &seen.rules4);
                 for r in stale {
-                    if t.fib4.delete_rule(&r).is_ok() {
+                    if self.writers.fib4.delete_rule(&r).is_ok() {
                         inc(&self.counters.swept);
                         self.changed(&Change::Rule4(ChangeOp::Removed, r));
                     }
@@ -900,7 +936,7 @@ impl Applier {
             Kind::Rule6 => {
                 let stale = stale_rules(&t.fib6, &mut self.rules6, &seen.rules6);
                 for r in stale {
-                    if t.fib6.delete_rule(&r).is_ok() {
+                    if self.writers.fib6.delete_rule(&r).is_ok() {
                         inc(&self.counters.swept);
                         self.changed(&Change::Rule6(ChangeOp::Removed, r));
                     }
@@ -1041,7 +1077,11 @@ fn same_key<K: IpKey>(fib: &Fib<K>, r: &Route<K>) -> Vec<Route<K>> {
 ///
 /// IPv6 merges gateway routes of one key into one multipath route and notifies the merged
 /// route whole, so an IPv6 gateway route replaces the gateway route of its key.
-fn upsert_route<K: IpKey>(fib: &Fib<K>, r: &Route<K>, u: Upsert) -> Result<bool, MapError> {
+fn upsert_route<K: IpKey>(
+    fib: &mut FibWriter<K>,
+    r: &Route<K>,
+    u: Upsert,
+) -> Result<bool, MapError> {
     if K::FAMILY == libc::AF_INET6 as u8 && u != Upsert::Replace && has_gateway(r) {
         if let Some(old) = same_key(fib, r)
             .into_iter()
@@ -1070,7 +1110,7 @@ fn has_gateway<K>(r: &Route<K>) -> bool {
 
 /// Deletes a route; `Ok(false)` when it was not there. An IPv6 delete of some next hops of
 /// a multipath route removes those next hops.
-fn delete_route<K: IpKey>(fib: &Fib<K>, r: &Route<K>) -> Result<bool, MapError> {
+fn delete_route<K: IpKey>(fib: &mut FibWriter<K>, r: &Route<K>) -> Result<bool, MapError> {
     match fib.delete(&RouteSelector::exact(r)) {
         Ok(_) => return Ok(true),
         Err(RouteError::NotFound) => {}
@@ -1114,7 +1154,7 @@ fn resolved<K: IpKey>(t: &MirroredTables, e: &RuleEntry<K>) -> FibRule<K> {
 }
 
 fn add_rule<K: IpKey>(
-    fib: &Fib<K>,
+    fib: &mut FibWriter<K>,
     book: &mut RuleBook<K>,
     t: &MirroredTables,
     e: RuleEntry<K>,
@@ -1134,7 +1174,7 @@ fn add_rule<K: IpKey>(
 }
 
 fn del_rule<K: IpKey>(
-    fib: &Fib<K>,
+    fib: &mut FibWriter<K>,
     book: &mut RuleBook<K>,
     e: &RuleEntry<K>,
 ) -> Result<Option<FibRule<K>>, MapError> {
@@ -1159,7 +1199,7 @@ fn del_rule<K: IpKey>(
 }
 
 fn relink<K: IpKey>(
-    fib: &Fib<K>,
+    fib: &mut FibWriter<K>,
     book: &mut RuleBook<K>,
     t: &MirroredTables,
 ) -> Vec<(ChangeOp, FibRule<K>)> {
@@ -1210,8 +1250,8 @@ mod tests {
     use super::*;
 
     fn applier() -> Applier {
-        let tables = MirroredTables::new(addr_table::NetnsId(1), false);
-        Applier::new(tables, None, Arc::new(Counters::default()))
+        let (tables, writers) = MirroredTables::new(addr_table::NetnsId(1), false);
+        Applier::new(tables, writers, None, Arc::new(Counters::default()))
     }
 
     fn route<K: IpKey>(

@@ -225,8 +225,8 @@ fn flow_hash(fields: Option<HashFields>, src: IpAddr, dst: IpAddr, sel: &Selecto
 /// use netlink_mirror::cli::{route_get, RouteGetArgs};
 /// use fib_trie::{InsertFlags, NextHop, Route};
 ///
-/// let t = MirroredTables::new(addr_table::NetnsId(1), false);
-/// t.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
+/// let (t, mut writers) = MirroredTables::new(addr_table::NetnsId(1), false);
+/// writers.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
 /// let args = RouteGetArgs { addr: "8.8.8.8".parse().unwrap(), selectors: vec![], netns: None };
 /// assert_eq!(route_get(&t, &args).unwrap(), "8.8.8.8 via 10.0.0.1 dev if2");
 /// ```
@@ -247,8 +247,8 @@ pub fn route_get(t: &MirroredTables, args: &RouteGetArgs) -> Result<String, CliE
 /// use netlink_mirror::cli::{route_answer, RouteGetArgs};
 /// use fib_trie::{InsertFlags, NextHop, Route};
 ///
-/// let t = MirroredTables::new(addr_table::NetnsId(1), false);
-/// t.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
+/// let (t, mut writers) = MirroredTables::new(addr_table::NetnsId(1), false);
+/// writers.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD).unwrap();
 /// let args = RouteGetArgs { addr: "8.8.8.8".parse().unwrap(), selectors: vec![], netns: None };
 /// let answer = route_answer(&t, &args).unwrap();
 /// assert_eq!((answer.gateway.as_deref(), answer.oif), (Some("10.0.0.1"), Some(2)));
@@ -885,17 +885,19 @@ mod tests {
 
     use super::*;
 
-    fn tables() -> MirroredTables {
-        let t = MirroredTables::new(NetnsId(1), false);
+    fn tables() -> (MirroredTables, crate::TableWriters) {
+        let (t, mut writers) = MirroredTables::new(NetnsId(1), false);
         let mut lo = Link::new(1, "lo");
         lo.flags = LinkFlags::UP | LinkFlags::LOOPBACK;
-        t.links.upsert(lo);
-        t.links.upsert(Link::new(2, "d0"));
-        t.addrs
+        writers.links.upsert(lo);
+        writers.links.upsert(Link::new(2, "d0"));
+        writers
+            .addrs
             .add(IfAddr::new(Ipv4Addr::new(10, 1, 0, 1), 24, 2))
             .unwrap();
         let gw = u32::from(Ipv4Addr::new(10, 1, 0, 4));
-        t.fib4
+        writers
+            .fib4
             .insert(
                 &Route::unicast(0x0a09_0000, 16, 254, vec![NextHop::new(Some(gw), 2)]),
                 InsertFlags::ADD,
@@ -904,19 +906,20 @@ mod tests {
         let mut connected = Route::unicast(0x0a01_0000, 24, 254, vec![NextHop::new(None, 2)]);
         connected.info.scope = Scope::LINK;
         connected.info.prefsrc = Some(0x0a01_0001);
-        t.fib4.insert(&connected, InsertFlags::ADD).unwrap();
+        writers.fib4.insert(&connected, InsertFlags::ADD).unwrap();
         let mut local = Route::unicast(0x0a01_0001, 32, 255, vec![NextHop::new(None, 2)]);
         local.route_type = RouteType::Local;
         local.info.scope = Scope::HOST;
         local.info.prefsrc = Some(0x0a01_0001);
-        t.fib4.insert(&local, InsertFlags::ADD).unwrap();
-        t.fib4
+        writers.fib4.insert(&local, InsertFlags::ADD).unwrap();
+        writers
+            .fib4
             .insert(
                 &Route::reject(0x0a0a_0000, 16, 254, RouteType::Blackhole),
                 InsertFlags::ADD,
             )
             .unwrap();
-        t
+        (t, writers)
     }
 
     fn get(t: &MirroredTables, line: &str) -> Result<String, CliError> {
@@ -934,7 +937,7 @@ mod tests {
 
     #[test]
     fn formats_like_ip_route_get() {
-        let t = tables();
+        let (t, _writers) = tables();
         assert_eq!(
             get(&t, "10.9.1.1").unwrap(),
             "10.9.1.1 via 10.1.0.4 dev d0 src 10.1.0.1"
@@ -967,8 +970,9 @@ mod tests {
 
     #[test]
     fn table_is_printed_when_not_main() {
-        let t = tables();
-        t.fib4
+        let (t, mut writers) = tables();
+        writers
+            .fib4
             .insert(
                 &Route::unicast(0, 0, 100, vec![NextHop::new(Some(0x0a01_0005), 2)]),
                 InsertFlags::ADD,
@@ -977,7 +981,7 @@ mod tests {
         let mut rule = FibRule::new(10, RuleAction::Lookup(100));
         rule.fwmark = 7;
         rule.fwmask = u32::MAX;
-        t.fib4.add_rule(rule).unwrap();
+        writers.fib4.add_rule(rule).unwrap();
         assert_eq!(
             get(&t, "8.8.8.8 mark 7").unwrap(),
             "8.8.8.8 via 10.1.0.5 dev d0 table 100 src 10.1.0.1"

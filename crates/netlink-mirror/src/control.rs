@@ -523,7 +523,7 @@ impl Control {
             &self.stop,
         )?;
         // What the kernel numbered before this dump (`pos`) is not in it.
-        self.applier.tables.policies.forget_history();
+        self.applier.writers.policies.forget_history();
         apply_kept::<XfrmMessage>(&mut pending, &mut self.applier, |applier, _, msg| {
             apply_policy_event(applier, &msg);
         });
@@ -594,23 +594,24 @@ impl Control {
         self.sysctls_polled = Instant::now();
         let (v4, v6) = crate::netns::multipath_policies();
         let t = &self.applier.tables;
+        let w = &mut self.applier.writers;
         let mut changed = false;
         if t.fib4.multipath_policy() != v4 || t.fib6.multipath_policy() != v6 {
             tracing::info!(ipv4 = ?v4, ipv6 = ?v6, "multipath hash policy");
-            t.fib4.set_multipath_policy(v4);
-            t.fib6.set_multipath_policy(v6);
+            w.fib4.set_multipath_policy(v4);
+            w.fib6.set_multipath_policy(v6);
             changed = true;
         }
         // accept_local of `all` and of every device, and IPv6 force_forwarding of every
         // device (not in netconf).
         let all = crate::netns::accept_local("all");
-        changed |= t.devconf.set_accept_local(neigh_table::NETCONF_ALL, all);
+        changed |= w.devconf.set_accept_local(neigh_table::NETCONF_ALL, all);
         for link in t.links.to_vec() {
             if let Ok(ifindex) = i32::try_from(link.ifindex) {
                 let on = crate::netns::accept_local(&link.name);
-                changed |= t.devconf.set_accept_local(ifindex, on);
+                changed |= w.devconf.set_accept_local(ifindex, on);
                 let forced = crate::netns::force_forwarding(&link.name);
-                changed |= t.devconf.set_force_forwarding(ifindex, forced);
+                changed |= w.devconf.set_force_forwarding(ifindex, forced);
             }
         }
         if changed {

@@ -19,9 +19,10 @@ use crate::tables::MirroredTables;
 /// When the tables disagree with themselves (what the fuzzer looks for), never on bad input.
 #[doc(hidden)]
 pub fn apply_messages(data: &[u8]) -> MirroredTables {
-    let tables = MirroredTables::new(addr_table::NetnsId(0), false);
+    let (tables, writers) = MirroredTables::new(addr_table::NetnsId(0), false);
     let mut applier = Applier::new(
         tables.clone(),
+        writers,
         None,
         std::sync::Arc::new(Counters::default()),
     );

@@ -16,8 +16,8 @@
 //! use netlink_mirror::cli::{RouteGetArgs, ShowWhat};
 //! use fib_trie::{InsertFlags, NextHop, Route};
 //!
-//! let t = MirroredTables::new(addr_table::NetnsId(1), false);
-//! t.fib4.insert(&Route::unicast(0x0a09_0000, 16, 254, vec![NextHop::new(Some(0x0a01_0004), 2)]), InsertFlags::ADD).unwrap();
+//! let (t, mut writers) = MirroredTables::new(addr_table::NetnsId(1), false);
+//! writers.fib4.insert(&Route::unicast(0x0a09_0000, 16, 254, vec![NextHop::new(Some(0x0a01_0004), 2)]), InsertFlags::ADD).unwrap();
 //! let routes = netlink_mirror::json::show(&t, ShowWhat::Routes);
 //! assert_eq!(routes[0]["dst"], "10.9.0.0/16");
 //! assert_eq!(routes[0]["gateway"], "10.1.0.4");
@@ -653,12 +653,12 @@ mod tests {
 
     #[test]
     fn links_flags_as_ip_prints_them() {
-        let t = MirroredTables::new(NetnsId(1), false);
+        let (t, mut writers) = MirroredTables::new(NetnsId(1), false);
         let mut l = Link::new(2, "eth0");
         l.flags = LinkFlags::UP | LinkFlags::BROADCAST | LinkFlags::MULTICAST;
         l.oper = OperState::DOWN;
         l.mac = Some([2, 0, 0, 0, 0, 1]);
-        t.links.upsert(l);
+        writers.links.upsert(l);
         let links = show(&t, ShowWhat::Links);
         assert_eq!(
             links[0]["flags"],
@@ -672,11 +672,12 @@ mod tests {
 
     #[test]
     fn via_inet6_rules_and_policies() {
-        let t = MirroredTables::new(NetnsId(1), false);
-        t.links.upsert(Link::new(2, "eth0"));
+        let (t, mut writers) = MirroredTables::new(NetnsId(1), false);
+        writers.links.upsert(Link::new(2, "eth0"));
         let mut hop = NextHop::new(None, 2);
         hop.gateway = Some(Gateway::Inet6(0xfe80_0000_0000_0000_0000_0000_0000_0001));
-        t.fib4
+        writers
+            .fib4
             .insert(
                 &Route::unicast(0x0a00_0000, 8, 254, vec![hop]),
                 InsertFlags::ADD,
@@ -699,7 +700,7 @@ mod tests {
         let mut rule = FibRule::new(10, RuleAction::Goto(20));
         rule.invert = true;
         rule.src = Some((0x0a00_0000u32, 8));
-        t.fib4.add_rule(rule).unwrap();
+        writers.fib4.add_rule(rule).unwrap();
         let rules = show(&t, ShowWhat::Rules);
         let goto = rules
             .as_array()
@@ -718,7 +719,8 @@ mod tests {
             Prefix::new("192.0.2.0".parse().unwrap(), 24).unwrap(),
         )
         .unwrap();
-        t.policies
+        writers
+            .policies
             .add(
                 PolicySpec::new(selector, Direction::Fwd)
                     .priority(5)

@@ -27,7 +27,9 @@
 //!   and multicast neighbours) are counted as ignored.
 //!
 //! # Readers and writers
-//! Only the control thread writes the tables; it bumps [`MirroredTables::generation`] after
+//! Only the control thread writes the tables: it owns their writers ([`TableWriters`]; the
+//! [`MirroredTables`] it hands out hold read-only `Arc`s). It bumps
+//! [`MirroredTables::generation`] after
 //! every applied change (after publishing it), then tells the [`Observer`], if any.
 //! Readers (the dataplane's run loops) look up under their own epoch guard and never wait for
 //! the mirror. [`NeighResolver::request`] only queues (no syscall, no blocking); the control
@@ -94,7 +96,7 @@ pub use neigh_table::{DevConf, DevConfTable, Ingress};
 pub use netns::NetnsSpec;
 pub use resolver::NeighResolver;
 pub use stats::MirrorStats;
-pub use tables::MirroredTables;
+pub use tables::{MirroredTables, TableWriters};
 
 /// The README's example, compiled (not run: it needs a namespace) as a doctest.
 #[cfg(doctest)]

@@ -113,7 +113,8 @@ impl Mirror {
                 .spawn(move || {
                     let opened = (|| {
                         let netns = netns::enter(&spec)?;
-                        let tables = MirroredTables::new(netns, netns::promote_secondaries());
+                        let (tables, writers) =
+                            MirroredTables::new(netns, netns::promote_secondaries());
                         let channel = |protocol, groups: &[u32]| {
                             Ok::<_, MirrorError>(Channel {
                                 events: NlSocket::open(protocol, groups, options.rcvbuf)?,
@@ -126,9 +127,9 @@ impl Mirror {
                         } else {
                             None
                         };
-                        Ok::<_, MirrorError>((tables, route, xfrm))
+                        Ok::<_, MirrorError>((tables, writers, route, xfrm))
                     })();
-                    let (tables, route, xfrm) = match opened {
+                    let (tables, writers, route, xfrm) = match opened {
                         Ok(v) => v,
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
@@ -142,7 +143,7 @@ impl Mirror {
                     let control = Control {
                         route,
                         xfrm,
-                        applier: Applier::new(tables, options.observer.clone(), counters),
+                        applier: Applier::new(tables, writers, options.observer.clone(), counters),
                         requests: req_rx,
                         limiter: RateLimiter::new(
                             options.resolve_interval,

@@ -75,10 +75,10 @@ fn dumped(r: &(u32, u8, u32)) -> crate::map::Mapped {
 }
 
 fn applier() -> (Applier, MirroredTables, Arc<Counters>) {
-    let tables = MirroredTables::new(addr_table::NetnsId(0), false);
+    let (tables, writers) = MirroredTables::new(addr_table::NetnsId(0), false);
     let counters = Arc::new(Counters::default());
     (
-        Applier::new(tables.clone(), None, Arc::clone(&counters)),
+        Applier::new(tables.clone(), writers, None, Arc::clone(&counters)),
         tables,
         counters,
     )

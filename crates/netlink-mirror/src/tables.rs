@@ -3,18 +3,19 @@
 
 use std::sync::Arc;
 
-use addr_table::{AddrConfig, AddrTable, NetnsId};
+use addr_table::{AddrConfig, AddrTable, AddrWriter, NetnsId};
 use dst_cache::Generation;
-use fib_trie::Fib;
-use neigh_table::{DevConfTable, LinkTable, NeighTable};
-use policy_tree::PolicyDb;
+use fib_trie::{Fib, FibWriter};
+use neigh_table::{DevConfTable, DevConfWriter, LinkTable, LinkWriter, NeighTable, NeighWriter};
+use policy_tree::{PolicyDb, PolicyWriter};
 
 use crate::kernel_routes::KernelRouteBook;
 use crate::nexthops::NexthopTable;
 
 /// Every table one namespace's mirror keeps. The dataplane's `Tables` holds the same `Arc`s
-/// under the same field names. Readers use them lock-free under an epoch guard; only the
-/// mirror's control thread writes them.
+/// under the same field names. Readers use them lock-free under an epoch guard. The `Arc`s
+/// only read: the tables change through their writers ([`TableWriters`]), which the mirror's
+/// control thread owns.
 #[derive(Clone, Debug)]
 pub struct MirroredTables {
     /// Interfaces (`RTM_NEWLINK`).
@@ -41,26 +42,68 @@ pub struct MirroredTables {
 }
 
 impl MirroredTables {
-    /// Empty tables for the namespace `netns`; `promote_secondaries` as the namespace's sysctl.
-    pub fn new(netns: NetnsId, promote_secondaries: bool) -> Self {
+    /// Empty tables for the namespace `netns` (`promote_secondaries` as the namespace's
+    /// sysctl) and their writers: the mirror's control thread keeps these (a test may stand
+    /// in for it; dropping them freezes the tables).
+    ///
+    /// ```
+    /// use fib_trie::{Flow, InsertFlags, NextHop, Route};
+    /// use netlink_mirror::MirroredTables;
+    ///
+    /// let (tables, mut writers) = MirroredTables::new(addr_table::NetnsId(1), false);
+    /// writers.fib4.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(1), 2)]), InsertFlags::ADD)?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert!(tables.fib4.lookup(&Flow::to(0x0808_0808), &guard).is_ok());
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    pub fn new(netns: NetnsId, promote_secondaries: bool) -> (Self, TableWriters) {
         let config = AddrConfig {
             promote_secondaries,
             ..AddrConfig::default()
         };
-        MirroredTables {
-            links: Arc::new(LinkTable::new()),
-            neigh: Arc::new(NeighTable::new()),
+        let writers = TableWriters {
+            links: LinkWriter::new(),
+            neigh: NeighWriter::new(),
             // The default parameters are valid, so this cannot fail.
-            addrs: Arc::new(
-                AddrTable::with_config(netns, config).unwrap_or_else(|_| AddrTable::new(netns)),
-            ),
-            fib4: Arc::new(Fib::new()),
-            fib6: Arc::new(Fib::new()),
-            policies: Arc::new(PolicyDb::new()),
+            addrs: AddrWriter::with_config(netns, config)
+                .unwrap_or_else(|_| AddrWriter::new(netns)),
+            fib4: FibWriter::new(),
+            fib6: FibWriter::new(),
+            policies: PolicyWriter::new(),
+            devconf: DevConfWriter::followed(),
+        };
+        let tables = MirroredTables {
+            links: Arc::clone(writers.links.reader()),
+            neigh: Arc::clone(writers.neigh.reader()),
+            addrs: Arc::clone(writers.addrs.reader()),
+            fib4: Arc::clone(writers.fib4.reader()),
+            fib6: Arc::clone(writers.fib6.reader()),
+            policies: Arc::clone(writers.policies.reader()),
             nexthops: Arc::new(NexthopTable::default()),
             kernel_routes: Arc::new(KernelRouteBook::default()),
             generation: Arc::new(Generation::new()),
-            devconf: Arc::new(DevConfTable::followed()),
-        }
+            devconf: Arc::clone(writers.devconf.reader()),
+        };
+        (tables, writers)
     }
+}
+
+/// The one writer of each table of a [`MirroredTables`], made with them: owned by the mirror's
+/// control thread (its applier). Not `Clone`.
+#[derive(Debug)]
+pub struct TableWriters {
+    /// Writes [`MirroredTables::links`].
+    pub links: LinkWriter,
+    /// Writes [`MirroredTables::neigh`].
+    pub neigh: NeighWriter,
+    /// Writes [`MirroredTables::addrs`].
+    pub addrs: AddrWriter,
+    /// Writes [`MirroredTables::fib4`].
+    pub fib4: FibWriter<u32>,
+    /// Writes [`MirroredTables::fib6`].
+    pub fib6: FibWriter<u128>,
+    /// Writes [`MirroredTables::policies`].
+    pub policies: PolicyWriter,
+    /// Writes [`MirroredTables::devconf`].
+    pub devconf: DevConfWriter,
 }

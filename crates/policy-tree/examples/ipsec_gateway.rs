@@ -14,7 +14,7 @@
 use std::net::Ipv4Addr;
 
 use policy_tree::{
-    Action, Check, Direction, Flow, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType, Selector,
+    Action, Check, Direction, Flow, LinearDb, Mark, PolicySpec, PolicyType, PolicyWriter, Selector,
     TemplateId, crossbeam_epoch,
 };
 
@@ -44,7 +44,7 @@ fn disposition(check: Check<'_>) -> &'static str {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let db = PolicyDb::new(); // shared (in an Arc) between control plane and run loops
+    let mut db = PolicyWriter::new(); // shared (in an Arc) between control plane and run loops
     let mut reference = LinearDb::new();
     let mut add = |spec: PolicySpec| -> Result<(), policy_tree::Error> {
         db.add(spec)?;

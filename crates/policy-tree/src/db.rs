@@ -135,15 +135,15 @@ struct Writer {
 /// The security policy database: exact hashes per direction under [`HThresh`], inexact bins
 /// with destination and source search trees, lock-free lookups.
 ///
-/// All methods take `&self`: share the database in an `Arc` between the control thread and the
-/// run loops. Lookups run under a caller's [`Guard`] and never lock, allocate or block; changes
-/// take an internal writer lock (one writer at a time) and publish with atomic pointer swaps.
+/// Readers share the database as an `Arc<PolicyDb>` and only read it: it changes through its
+/// one [`PolicyWriter`](crate::PolicyWriter), which makes it. Lookups run under a caller's
+/// [`Guard`] and never lock, allocate or block; changes publish with atomic pointer swaps.
 ///
 /// ```
 /// use std::net::Ipv4Addr;
-/// use policy_tree::{Action, Direction, Flow, PolicyDb, PolicySpec, Selector, TemplateId};
+/// use policy_tree::{Action, Direction, Flow, PolicySpec, PolicyWriter, Selector, TemplateId};
 ///
-/// let db = PolicyDb::new();
+/// let mut db = PolicyWriter::new();
 /// let tunnel = Selector::new("10.0.1.0/24".parse()?, "10.0.2.0/24".parse()?)?;
 /// db.add(PolicySpec::new(tunnel, Direction::Out).priority(100).action(Action::Ipsec(TemplateId(1))))?;
 /// let plain = Selector::new("0.0.0.0/0".parse()?, "10.0.2.240/28".parse()?)?;
@@ -169,12 +169,6 @@ pub struct PolicyDb {
     default_block: [AtomicBool; 3],
 }
 
-impl Default for PolicyDb {
-    fn default() -> PolicyDb {
-        PolicyDb::new()
-    }
-}
-
 impl Drop for PolicyDb {
     fn drop(&mut self) {
         drop(take(&mut self.root));
@@ -191,16 +185,13 @@ impl std::fmt::Debug for PolicyDb {
 }
 
 impl PolicyDb {
-    /// An empty database with the default thresholds.
-    pub fn new() -> PolicyDb {
+    /// [`PolicyWriter::new`](crate::PolicyWriter::new). Writer only.
+    pub(crate) fn new() -> PolicyDb {
         PolicyDb::with_hthresh(HThresh::default()).unwrap_or_else(|_| unreachable!())
     }
 
-    /// An empty database with thresholds `hthresh`.
-    ///
-    /// # Errors
-    /// [`Error::HThresh`] when a threshold exceeds its family's width.
-    pub fn with_hthresh(hthresh: HThresh) -> Result<PolicyDb, Error> {
+    /// [`PolicyWriter::with_hthresh`](crate::PolicyWriter::with_hthresh). Writer only.
+    pub(crate) fn with_hthresh(hthresh: HThresh) -> Result<PolicyDb, Error> {
         hthresh.validate()?;
         // A random seed keeps the exact hash's buckets unpredictable to whoever picks addresses.
         let seed = RandomState::default().hash_one(0x7866_726d_u64);
@@ -225,23 +216,13 @@ impl PolicyDb {
         self.writer.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Adds a policy; fails if one with the same direction, type, if_id and selector exists
-    /// (`ip xfrm policy add`, the kernel's exclusive insert). Returns the stored policy.
-    ///
-    /// # Errors
-    /// [`Error::Exists`], [`Error::FamilyMismatch`], [`Error::IndexInUse`],
-    /// [`Error::IndexDirection`].
-    pub fn add(&self, spec: PolicySpec) -> Result<Policy, Error> {
+    /// [`PolicyWriter::add`](crate::PolicyWriter::add). Writer only.
+    pub(crate) fn add(&self, spec: PolicySpec) -> Result<Policy, Error> {
         self.insert(&spec, true)
     }
 
-    /// Adds a policy or replaces the one with the same direction, type, if_id and selector
-    /// (`ip xfrm policy update`); a replacement keeps the old index and gets a new position.
-    /// Readers see the old policy or the new one, never neither.
-    ///
-    /// # Errors
-    /// As [`add`](Self::add), except [`Error::Exists`].
-    pub fn update(&self, spec: PolicySpec) -> Result<Policy, Error> {
+    /// [`PolicyWriter::update`](crate::PolicyWriter::update). Writer only.
+    pub(crate) fn update(&self, spec: PolicySpec) -> Result<Policy, Error> {
         self.insert(&spec, false)
     }
 
@@ -265,12 +246,8 @@ impl PolicyDb {
         Head::decode(self.heads[dir.slot()].load(Ordering::Acquire))
     }
 
-    /// Deletes the policy with this direction, type, if_id, mark and selector
-    /// (`ip xfrm policy delete`; the kernel's `xfrm_policy_bysel_ctx`).
-    ///
-    /// # Errors
-    /// [`Error::NotFound`].
-    pub fn delete(
+    /// [`PolicyWriter::delete`](crate::PolicyWriter::delete). Writer only.
+    pub(crate) fn delete(
         &self,
         selector: &Selector,
         dir: Direction,
@@ -285,11 +262,8 @@ impl PolicyDb {
         Ok(policy)
     }
 
-    /// Deletes the policy with this index (`ip xfrm policy delete index N`).
-    ///
-    /// # Errors
-    /// [`Error::NotFound`].
-    pub fn delete_by_index(&self, index: u32) -> Result<Policy, Error> {
+    /// [`PolicyWriter::delete_by_index`](crate::PolicyWriter::delete_by_index). Writer only.
+    pub(crate) fn delete_by_index(&self, index: u32) -> Result<Policy, Error> {
         let mut w = self.writer();
         let policy = w.registry.remove_index(index)?;
         self.change(&mut w, Some(&policy), None);
@@ -297,8 +271,8 @@ impl PolicyDb {
         Ok(policy)
     }
 
-    /// Deletes every policy of `ptype` (`ip xfrm policy flush [ptype sub]`), returning how many.
-    pub fn flush(&self, ptype: PolicyType) -> usize {
+    /// [`PolicyWriter::flush`](crate::PolicyWriter::flush). Writer only.
+    pub(crate) fn flush(&self, ptype: PolicyType) -> usize {
         let mut w = self.writer();
         let removed = w.registry.flush(ptype);
         self.rebuild(&mut w);
@@ -311,16 +285,8 @@ impl PolicyDb {
         removed
     }
 
-    /// Changes the hash thresholds (`ip xfrm policy set hthresh4 ... hthresh6 ...`) as the
-    /// kernel's `xfrm_hash_rebuild` does: every policy moves to the exact hash or to a bin as
-    /// the new thresholds say, and every list is re-sorted by priority then creation (so a
-    /// policy updated in place with its priority loses the older place it kept). The kernel
-    /// rebuilds on every `set`, also to the same values. Readers switch from the old structure
-    /// to the rebuilt one in one step.
-    ///
-    /// # Errors
-    /// [`Error::HThresh`] when a threshold exceeds its family's width.
-    pub fn set_hthresh(&self, hthresh: HThresh) -> Result<(), Error> {
+    /// [`PolicyWriter::set_hthresh`](crate::PolicyWriter::set_hthresh). Writer only.
+    pub(crate) fn set_hthresh(&self, hthresh: HThresh) -> Result<(), Error> {
         hthresh.validate()?;
         let mut w = self.writer();
         w.registry.set_hthresh(hthresh);
@@ -329,31 +295,8 @@ impl PolicyDb {
         Ok(())
     }
 
-    /// Declares the policies in the database to come from a kernel dump, whose history is not
-    /// known: which inexact policy holds the kernel's `pos` 0 (the first one, or none if it was
-    /// deleted since the last insert), and the `pos` of exact policies that are not host to
-    /// host (they may have been inexact under earlier thresholds). Priority ties that depend
-    /// on these are answered with [`UNDECIDED`](crate::UNDECIDED) until later changes settle
-    /// them (the next inexact insert of a direction numbers its list afresh; a threshold
-    /// change settles everything).
-    ///
-    /// ```
-    /// use policy_tree::{Direction, Flow, PolicyDb, PolicySpec, Selector, UNDECIDED};
-    ///
-    /// let db = PolicyDb::new();
-    /// let host = Selector::new("10.0.0.1/32".parse()?, "10.0.1.1/32".parse()?)?;
-    /// let net = Selector::new("10.0.0.0/24".parse()?, "10.0.1.0/24".parse()?)?;
-    /// db.add(PolicySpec::new(net, Direction::Fwd).priority(5))?;
-    /// db.add(PolicySpec::new(host, Direction::Fwd).priority(5))?;
-    /// let flow = Flow::new("10.0.0.1".parse().unwrap(), "10.0.1.1".parse().unwrap())?;
-    /// let guard = crossbeam_epoch::pin();
-    /// // The inexact policy holds pos 0 and beats the exact one's pos 0, as in the kernel.
-    /// assert_eq!(db.lookup(&flow, Direction::Fwd, &guard).unwrap().selector, net);
-    /// db.forget_history();
-    /// assert!(std::ptr::eq(db.lookup(&flow, Direction::Fwd, &guard).unwrap(), &UNDECIDED));
-    /// # Ok::<(), policy_tree::Error>(())
-    /// ```
-    pub fn forget_history(&self) {
+    /// [`PolicyWriter::forget_history`](crate::PolicyWriter::forget_history). Writer only.
+    pub(crate) fn forget_history(&self) {
         let mut w = self.writer();
         w.registry.forget_history();
         self.rebuild(&mut w);
@@ -381,9 +324,9 @@ impl PolicyDb {
     /// may be seen a moment late, as in the kernel.
     ///
     /// ```
-    /// use policy_tree::{Action, Direction, PolicyDb, PolicySpec, Selector};
+    /// use policy_tree::{Action, Direction, PolicySpec, PolicyWriter, Selector};
     ///
-    /// let db = PolicyDb::new();
+    /// let mut db = PolicyWriter::new();
     /// assert!(!db.has_policies(Direction::Fwd));
     /// let sel = Selector::new("10.0.0.0/8".parse()?, "0.0.0.0/0".parse()?)?;
     /// db.add(PolicySpec::new(sel, Direction::Fwd).action(Action::Block))?;
@@ -395,9 +338,8 @@ impl PolicyDb {
         self.per_dir[dir.slot()].load(Ordering::Acquire) != 0
     }
 
-    /// Sets the default policy of `dir` (`ip xfrm policy setdefault DIR block|accept`): what
-    /// [`check`](Self::check) decides when no policy matches.
-    pub fn set_default_block(&self, dir: Direction, block: bool) {
+    /// [`PolicyWriter::set_default_block`](crate::PolicyWriter::set_default_block). Writer only.
+    pub(crate) fn set_default_block(&self, dir: Direction, block: bool) {
         self.default_block[dir.slot()].store(block, Ordering::Release);
     }
 
@@ -411,9 +353,9 @@ impl PolicyDb {
     /// without IPsec). Lock-free.
     ///
     /// ```
-    /// use policy_tree::{Direction, PolicyDb};
+    /// use policy_tree::{Direction, PolicyWriter};
     ///
-    /// let db = PolicyDb::new();
+    /// let mut db = PolicyWriter::new();
     /// assert!(!db.needs_check(Direction::Fwd));
     /// db.set_default_block(Direction::Fwd, true);
     /// assert!(db.needs_check(Direction::Fwd) && !db.has_policies(Direction::Fwd));
@@ -508,9 +450,9 @@ impl PolicyDb {
     /// meets in `xfrm_route_forward`). Lock-free and allocation-free.
     ///
     /// ```
-    /// use policy_tree::{Action, Check, Direction, Flow, PolicyDb, PolicySpec, PolicyType, Selector};
+    /// use policy_tree::{Action, Check, Direction, Flow, PolicySpec, PolicyType, PolicyWriter, Selector};
     ///
-    /// let db = PolicyDb::new();
+    /// let mut db = PolicyWriter::new();
     /// let any = Selector::new("0.0.0.0/0".parse()?, "0.0.0.0/0".parse()?)?;
     /// db.add(PolicySpec::new(any, Direction::Fwd).ptype(PolicyType::Sub))?;
     /// // A matching sub policy brings the main policy of direction in, as in the kernel.

@@ -31,8 +31,13 @@
 //!
 //! crossbeam-epoch stands in for RCU. Readers pin once per batch of packets and pass the
 //! [`Guard`](crossbeam_epoch::Guard) to [`PolicyDb::lookup`], which never locks, allocates or
-//! blocks and returns a `&Policy` valid while the guard lives. Writers (any thread, serialized
-//! by an internal lock) never modify what readers can see: a change builds new versions of the
+//! blocks and returns a `&Policy` valid while the guard lives.
+//!
+//! Who writes shows in the types (one rule in all of xfwd's table crates): the
+//! `Arc<PolicyDb>` readers share has no method that changes it; its one [`PolicyWriter`] (not
+//! `Clone`, `&mut self` for every change) makes it, hands readers its `Arc`
+//! ([`PolicyWriter::reader`]) and derefs to it for its own reads. The writer never modifies
+//! what readers can see: a change builds new versions of the
 //! one hash chain or the one bin it touches (the bin's trees are persistent: a change copies
 //! the path to the changed node and shares the rest), publishes them with an atomic pointer
 //! swap and hands the old version to the epoch collector. Hence:
@@ -50,9 +55,9 @@
 //!
 //! ```
 //! use std::net::Ipv4Addr;
-//! use policy_tree::{Action, Direction, Flow, PolicyDb, PolicySpec, Selector, TemplateId};
+//! use policy_tree::{Action, Direction, Flow, PolicySpec, PolicyWriter, Selector, TemplateId};
 //!
-//! let db = PolicyDb::new();
+//! let mut db = PolicyWriter::new();
 //! let esp = Action::Ipsec(TemplateId(1));
 //! let lan_to_lan = Selector::new("10.0.1.0/24".parse()?, "10.0.2.0/24".parse()?)?;
 //! db.add(PolicySpec::new(lan_to_lan, Direction::Fwd).priority(100).action(esp))?;
@@ -92,6 +97,7 @@ mod policy;
 mod registry;
 mod selector;
 mod trie;
+mod writer;
 
 /// The epoch-based reclamation this crate's readers run under, re-exported: its
 /// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
@@ -113,6 +119,7 @@ pub use policy::{
     Action, Direction, ExactPos, HThresh, Mark, Policy, PolicySpec, PolicyType, TemplateId,
 };
 pub use selector::{Flow, PortMatch, Selector};
+pub use writer::PolicyWriter;
 
 /// The README's example, compiled and run as a doctest.
 #[doc = include_str!("../README.md")]

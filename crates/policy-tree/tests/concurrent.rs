@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 
-use policy_tree::{Action, Direction, Flow, HThresh, PolicyDb, PolicySpec, PolicyType, Selector};
+use policy_tree::{
+    Action, Direction, Flow, HThresh, PolicySpec, PolicyType, PolicyWriter, Selector,
+};
 
 fn sel(src: &str, dst: &str) -> Selector {
     Selector::new(src.parse().unwrap(), dst.parse().unwrap()).unwrap()
@@ -13,7 +15,7 @@ fn sel(src: &str, dst: &str) -> Selector {
 #[test]
 fn readers_never_see_a_half_changed_database() {
     let rounds = if cfg!(miri) { 4 } else { 400 };
-    let db = PolicyDb::new();
+    let mut db = PolicyWriter::new();
     let stable = sel("10.0.1.0/24", "10.0.2.0/24");
     let updated = sel("10.0.1.0/24", "10.0.2.128/25");
     db.add(PolicySpec::new(stable, Direction::Out).priority(100))
@@ -34,6 +36,8 @@ fn readers_never_see_a_half_changed_database() {
 
     let stop = AtomicBool::new(false);
     let lookups = AtomicUsize::new(0);
+    // The run loops hold the database, not its writer.
+    let reader = std::sync::Arc::clone(db.reader());
     thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
@@ -42,9 +46,9 @@ fn readers_never_see_a_half_changed_database() {
                 let mut n = 0;
                 while !stop.load(Ordering::Relaxed) || n == 0 {
                     let guard = crossbeam_epoch::pin();
-                    let a = db.lookup(&to_stable, Direction::Out, &guard).unwrap();
+                    let a = reader.lookup(&to_stable, Direction::Out, &guard).unwrap();
                     assert_eq!(a.selector, stable);
-                    let b = db.lookup(&to_updated, Direction::Out, &guard).unwrap();
+                    let b = reader.lookup(&to_updated, Direction::Out, &guard).unwrap();
                     assert_eq!(b.selector, updated, "the updated policy vanished");
                     assert!(matches!(
                         (b.priority, b.action),
@@ -103,7 +107,7 @@ fn readers_never_see_a_half_changed_database() {
 fn dropping_the_database_frees_every_version() {
     // Miri reports leaks and double frees; under plain `cargo test` this exercises the drop
     // paths of every published object.
-    let db = PolicyDb::new();
+    let mut db = PolicyWriter::new();
     for i in 0..40u8 {
         let s = sel(&format!("10.{i}.0.0/16"), &format!("10.0.{i}.0/24"));
         db.add(PolicySpec::new(s, Direction::Fwd).priority(u32::from(i)))

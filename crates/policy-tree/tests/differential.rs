@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use policy_tree::{
     Action, Direction, Flow, HThresh, LinearDb, Mark, Policy, PolicyDb, PolicySpec, PolicyType,
-    PortMatch, Prefix, Selector, TemplateId,
+    PolicyWriter, PortMatch, Prefix, Selector, TemplateId,
 };
 use proptest::prelude::*;
 
@@ -254,7 +254,7 @@ fn pick(reference: &LinearDb, i: usize) -> Option<Policy> {
 }
 
 /// Applies `op` to both databases and checks they agree on the outcome.
-fn apply(db: &PolicyDb, reference: &mut LinearDb, op: &Op) -> Result<(), TestCaseError> {
+fn apply(db: &mut PolicyWriter, reference: &mut LinearDb, op: &Op) -> Result<(), TestCaseError> {
     match op {
         Op::Add(spec) => prop_assert_eq!(db.add(*spec), reference.add(*spec)),
         Op::Update(spec) => prop_assert_eq!(db.update(*spec), reference.update(*spec)),
@@ -428,10 +428,10 @@ proptest! {
             prop::collection::vec(probe(f), 24),
         )),
     ) {
-        let db = PolicyDb::new();
+        let mut db = PolicyWriter::new();
         let mut reference = LinearDb::new();
         for (n, op) in ops.iter().enumerate() {
-            apply(&db, &mut reference, op)?;
+            apply(&mut db, &mut reference, op)?;
             if n % 4 == 3 {
                 check_lookups(&db, &reference, &probes)?;
             }
@@ -449,10 +449,10 @@ proptest! {
         ], 1..80),
         probes in prop::collection::vec(probe(Families::V4), 24),
     ) {
-        let db = PolicyDb::new();
+        let mut db = PolicyWriter::new();
         let mut reference = LinearDb::new();
         for (n, op) in ops.iter().enumerate() {
-            apply(&db, &mut reference, op)?;
+            apply(&mut db, &mut reference, op)?;
             if n % 8 == 7 {
                 check_lookups(&db, &reference, &probes)?;
             }
@@ -488,8 +488,8 @@ proptest! {
             state ^= state << 17;
             shuffled.swap(i, (state % (i as u64 + 1)) as usize);
         }
-        let a = PolicyDb::new();
-        let b = PolicyDb::with_hthresh(HThresh { lbits4: 24, rbits4: 16, lbits6: 64, rbits6: 56 }).unwrap();
+        let mut a = PolicyWriter::new();
+        let mut b = PolicyWriter::with_hthresh(HThresh { lbits4: 24, rbits4: 16, lbits6: 64, rbits6: 56 }).unwrap();
         for s in &unique {
             a.add(*s).unwrap();
         }

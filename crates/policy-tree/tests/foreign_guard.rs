@@ -5,7 +5,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
-use policy_tree::{Direction, Flow, Mark, PolicyDb, PolicySpec, PolicyType, Selector};
+use policy_tree::{Direction, Flow, Mark, PolicySpec, PolicyType, PolicyWriter, Selector};
 
 /// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
 /// the crate's message.
@@ -32,7 +32,7 @@ fn refused(what: &str, f: impl Fn(&Guard)) {
 
 #[test]
 fn entry_points_refuse_a_foreign_guard() {
-    let db = PolicyDb::new();
+    let mut db = PolicyWriter::new();
     let sel = Selector::new(
         "10.0.1.0/24".parse().unwrap(),
         "10.0.2.0/24".parse().unwrap(),

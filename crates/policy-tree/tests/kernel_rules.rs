@@ -4,7 +4,7 @@
 //! The lab test `xfrm_oracle` checks the same rules against the live kernel.
 
 use policy_tree::{
-    Action, Check, Direction, Flow, HThresh, LinearDb, Mark, PolicyDb, PolicySpec, PolicyType,
+    Action, Check, Direction, Flow, HThresh, LinearDb, Mark, PolicySpec, PolicyType, PolicyWriter,
     Selector, UNDECIDED,
 };
 
@@ -18,14 +18,14 @@ fn flow(src: &str, dst: &str) -> Flow {
 
 /// Both databases, changed alike.
 struct Both {
-    db: PolicyDb,
+    db: PolicyWriter,
     reference: LinearDb,
 }
 
 impl Both {
     fn new() -> Both {
         Both {
-            db: PolicyDb::new(),
+            db: PolicyWriter::new(),
             reference: LinearDb::new(),
         }
     }

@@ -9,8 +9,8 @@
 use std::net::IpAddr;
 
 use policy_tree::{
-    Action, Direction, Family, Flow, HThresh, LinearDb, PolicyDb, PolicySpec, PolicyType, Prefix,
-    Selector, TemplateId,
+    Action, Direction, Family, Flow, HThresh, LinearDb, PolicySpec, PolicyType, PolicyWriter,
+    Prefix, Selector, TemplateId,
 };
 
 const ESP: Action = Action::Ipsec(TemplateId(1));
@@ -27,14 +27,14 @@ fn any_to(dst: &str) -> Selector {
 
 /// A gateway's policy database and its reference twin.
 struct Gateway {
-    db: PolicyDb,
+    db: PolicyWriter,
     reference: LinearDb,
 }
 
 impl Gateway {
     fn new() -> Gateway {
         Gateway {
-            db: PolicyDb::new(),
+            db: PolicyWriter::new(),
             reference: LinearDb::new(),
         }
     }

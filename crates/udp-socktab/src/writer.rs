@@ -96,7 +96,13 @@ struct SockState {
 }
 
 /// The one writer of a [`SockTable`]: every change goes through `&mut Writer`, so changes are
-/// serialized; lookups run meanwhile and see each socket's old or new record.
+/// serialized; lookups run meanwhile and see each socket's old or new record. It derefs to the
+/// table for reads; there is only one:
+///
+/// ```compile_fail,E0599
+/// let (_table, writer) = udp_socktab::SockTable::new(udp_socktab::TableConfig::default()).unwrap();
+/// let second = writer.clone();
+/// ```
 ///
 /// ```
 /// use udp_socktab::{Error, Family, NetnsConfig, SockOptions, SockTable, TableConfig};
@@ -143,9 +149,23 @@ impl SockTable {
     }
 }
 
+impl std::ops::Deref for Writer {
+    type Target = SockTable;
+
+    fn deref(&self) -> &SockTable {
+        &self.table
+    }
+}
+
 impl Writer {
     /// The table this writer changes.
     pub fn table(&self) -> &Arc<SockTable> {
+        &self.table
+    }
+
+    /// The table this writer changes, to share with readers: [`table`](Self::table) under the
+    /// name every xfwd table crate's writer gives it.
+    pub fn reader(&self) -> &Arc<SockTable> {
         &self.table
     }
 

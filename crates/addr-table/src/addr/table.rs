@@ -20,9 +20,9 @@ use crate::rhltable::{Params, RhlTable, check_guard};
 ///
 /// ```
 /// use std::net::Ipv4Addr;
-/// use addr_table::{AddrTable, IfAddr, NetnsId};
+/// use addr_table::{AddrWriter, IfAddr, NetnsId};
 ///
-/// let t = AddrTable::new(NetnsId(1));
+/// let mut t = AddrWriter::new(NetnsId(1));
 /// t.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
 /// let guard = crossbeam_epoch::pin();
 /// let l = t.family::<Ipv4Addr>().hash().get(&0xc000_0201, &guard).unwrap();
@@ -394,16 +394,18 @@ pub struct AddrConfig {
 /// the kernel's per-namespace `inet_addr_lst` / `inet6_addr_lst` (as rhltables) and of each
 /// device's address list.
 ///
-/// Readers pass a `&Guard` and never lock; one writer at a time (an internal mutex). Writes
+/// Readers pass a `&Guard` and never lock. A table shared with readers has no method that
+/// changes it: its one [`AddrWriter`](crate::AddrWriter) makes it and changes it. Writes
 /// take effect in the hash and the interface lists one after the other, so a reader racing a
 /// write may see the address in one and not yet in the other, as in the kernel.
 ///
 /// ```
 /// use std::net::Ipv4Addr;
-/// use addr_table::{AddrTable, IfAddr, NetnsId};
+/// use addr_table::{AddrWriter, IfAddr, NetnsId};
 ///
-/// let table = AddrTable::new(NetnsId(1));
-/// table.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
+/// let mut writer = AddrWriter::new(NetnsId(1));
+/// let table = writer.reader().clone(); // a run loop's `Arc<AddrTable>`: read only
+/// writer.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
 /// let guard = crossbeam_epoch::pin();
 /// assert_eq!(table.dev_find(Ipv4Addr::new(192, 0, 2, 1), None, &guard), Some(2));
 /// assert!(table.is_local("192.0.2.1".parse().unwrap(), &guard));
@@ -419,17 +421,14 @@ pub struct AddrTable {
 }
 
 impl AddrTable {
-    /// An empty table for `netns` with the default [`AddrConfig`].
-    pub fn new(netns: NetnsId) -> Self {
+    /// [`AddrWriter::new`](crate::AddrWriter::new). Writer only.
+    pub(crate) fn new(netns: NetnsId) -> Self {
         // The default parameters are valid.
         Self::with_config(netns, AddrConfig::default()).unwrap_or_else(|_| unreachable!())
     }
 
-    /// An empty table for `netns` with `config`.
-    ///
-    /// # Errors
-    /// [`AddrError::Params`] when `config.params` is invalid.
-    pub fn with_config(netns: NetnsId, config: AddrConfig) -> Result<Self, AddrError> {
+    /// [`AddrWriter::with_config`](crate::AddrWriter::with_config). Writer only.
+    pub(crate) fn with_config(netns: NetnsId, config: AddrConfig) -> Result<Self, AddrError> {
         Ok(AddrTable {
             netns,
             config,
@@ -460,25 +459,14 @@ impl AddrTable {
 
     // ---- writers -------------------------------------------------------------------------
 
-    /// Adds an address (`RTM_NEWADDR`); returns it as stored (IPv4: `SECONDARY` computed).
-    ///
-    /// # Errors
-    /// [`AddrError::PrefixLen`], [`AddrError::ZeroIfindex`], [`AddrError::Exists`] (IPv4: same
-    /// address and prefix on the interface; IPv6: same address on the interface),
-    /// [`AddrError::ScopeMismatch`] (IPv4: a secondary whose scope differs from its
-    /// primary's), [`AddrError::TableFull`].
-    pub fn add<A: Family>(&self, entry: IfAddr<A>) -> Result<IfAddr<A>, AddrError> {
+    /// [`AddrWriter::add`](crate::AddrWriter::add). Writer only.
+    pub(crate) fn add<A: Family>(&self, entry: IfAddr<A>) -> Result<IfAddr<A>, AddrError> {
         let _w = self.lock();
         A::of(self).add(entry)
     }
 
-    /// Removes an address (`RTM_DELADDR`). Removing an IPv4 primary promotes the first
-    /// secondary of its subnet or removes them all, per
-    /// [`promote_secondaries`](AddrConfig::promote_secondaries).
-    ///
-    /// # Errors
-    /// [`AddrError::NotFound`].
-    pub fn remove<A: Family>(
+    /// [`AddrWriter::remove`](crate::AddrWriter::remove). Writer only.
+    pub(crate) fn remove<A: Family>(
         &self,
         addr: A,
         prefix_len: u8,
@@ -488,13 +476,8 @@ impl AddrTable {
         A::of(self).remove(addr, prefix_len, ifindex, self.config.promote_secondaries)
     }
 
-    /// Changes an address in place (`RTM_NEWADDR` with `NLM_F_REPLACE`, DAD completion):
-    /// `change` may edit scope, flags, lifetimes and label; the address, prefix, interface and
-    /// the IPv4 `SECONDARY` bit stay. Returns the address as stored.
-    ///
-    /// # Errors
-    /// [`AddrError::NotFound`].
-    pub fn update<A: Family>(
+    /// [`AddrWriter::update`](crate::AddrWriter::update). Writer only.
+    pub(crate) fn update<A: Family>(
         &self,
         addr: A,
         prefix_len: u8,
@@ -505,8 +488,11 @@ impl AddrTable {
         A::of(self).update(addr, prefix_len, ifindex, change)
     }
 
-    /// Removes every address of an interface (the interface went away); returns them.
-    pub fn remove_interface(&self, ifindex: u32) -> (Vec<IfAddr<Ipv4Addr>>, Vec<IfAddr<Ipv6Addr>>) {
+    /// [`AddrWriter::remove_interface`](crate::AddrWriter::remove_interface). Writer only.
+    pub(crate) fn remove_interface(
+        &self,
+        ifindex: u32,
+    ) -> (Vec<IfAddr<Ipv4Addr>>, Vec<IfAddr<Ipv6Addr>>) {
         let _w = self.lock();
         (
             self.v4.remove_interface(ifindex),
@@ -514,10 +500,8 @@ impl AddrTable {
         )
     }
 
-    /// Applies lifetimes as of `now` (the kernel's `check_lifetime`, sans IO): removes the
-    /// addresses whose valid lifetime ran out and flags `DEPRECATED` those whose preferred
-    /// lifetime did; returns what changed. Call it at [`next_deadline`](Self::next_deadline).
-    pub fn sweep(&self, now: Instant) -> Sweep {
+    /// [`AddrWriter::sweep`](crate::AddrWriter::sweep). Writer only.
+    pub(crate) fn sweep(&self, now: Instant) -> Sweep {
         let _w = self.lock();
         Sweep {
             v4: self.v4.sweep(now, self.config.promote_secondaries),
@@ -525,9 +509,8 @@ impl AddrTable {
         }
     }
 
-    /// Completes any rehash in progress in both address hashes (a control thread calls this
-    /// when a burst of updates ends, e.g. after a dump, so readers search one table).
-    pub fn finish_rehash(&self) {
+    /// [`AddrWriter::finish_rehash`](crate::AddrWriter::finish_rehash). Writer only.
+    pub(crate) fn finish_rehash(&self) {
         let _w = self.lock();
         self.v4.local.finish_rehash();
         self.v6.local.finish_rehash();

@@ -41,16 +41,16 @@
 //!
 //! let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
 //! let sock_netns = writer.add_netns(NetnsConfig::default())?;
-//! let tables = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
+//! let (tables, mut writers) = Tables::new(addr_table::NetnsId(1), sockets, sock_netns);
 //! let mut link = Link { mac: Some([2, 0, 0, 0, 0, 1]), ..Link::new(2, "eth0".to_string()) };
 //! (link.flags, link.oper) = (LinkFlags::UP, OperState::UP);
-//! tables.links.upsert(link);
+//! writers.links.upsert(link);
 //! let local = std::net::Ipv4Addr::new(192, 0, 2, 1);
-//! tables.addrs.add(addr_table::IfAddr::new(local, 24, 2))?;
+//! writers.addrs.add(addr_table::IfAddr::new(local, 24, 2))?;
 //! let subnet = u32::from(local) & !0xff;
-//! tables.fib4.insert(&Route::unicast(subnet, 24, 254, vec![NextHop::new(None, 2)]), InsertFlags::ADD)?;
+//! writers.fib4.insert(&Route::unicast(subnet, 24, 254, vec![NextHop::new(None, 2)]), InsertFlags::ADD)?;
 //! let peer = std::net::Ipv4Addr::new(192, 0, 2, 7);
-//! tables.neigh.upsert(Neighbour::new(2, peer.into(), Some([2, 0, 0, 0, 0, 7]), NudState::REACHABLE));
+//! writers.neigh.upsert(Neighbour::new(2, peer.into(), Some([2, 0, 0, 0, 0, 7]), NudState::REACHABLE));
 //! tables.generation.bump();
 //!
 //! // Control side: an echo service on port 7, and a socket of the embedder on a free port.

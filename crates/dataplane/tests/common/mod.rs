@@ -33,6 +33,17 @@ pub struct Fixture {
     pub tables: Tables,
     pub socket: SockId,
     pub socket6: SockId,
+    /// The tables' writers (`None` in a [`twin`], which shares the tables).
+    pub writers: Option<dataplane::TableWriters>,
+}
+
+impl Fixture {
+    /// The tables' writers, standing in for the netlink mirror.
+    pub fn writers(&mut self) -> &mut dataplane::TableWriters {
+        self.writers
+            .as_mut()
+            .expect("a twin shares its tables: write through the fixture it was made from")
+    }
 }
 
 fn v4(a: [u8; 4]) -> u32 {
@@ -69,7 +80,7 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
     writer
         .bind(socket6, "[2001:db8:1::1]:4789".parse().unwrap())
         .unwrap();
-    let tables = Tables::new(NetnsId(1), sockets, ns);
+    let (tables, mut writers) = Tables::new(NetnsId(1), sockets, ns);
 
     for (ifindex, mac, up, mtu) in [
         (IN, IN_MAC, true, 1500),
@@ -86,9 +97,9 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
             link.flags = LinkFlags::UP | LinkFlags::RUNNING;
             link.oper = OperState::UP;
         }
-        tables.links.upsert(link);
+        writers.links.upsert(link);
     }
-    let a = &tables.addrs;
+    let a = &mut writers.addrs;
     a.add(IfAddr::new(Ipv4Addr::from(LOCAL4), 24, IN)).unwrap();
     a.add(IfAddr::new(Ipv4Addr::new(10, 0, 2, 1), 24, OUT))
         .unwrap();
@@ -101,8 +112,8 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
     ))
     .unwrap();
 
-    let f4 = &tables.fib4;
-    let add4 = |r: Route<u32>| f4.insert(&r, InsertFlags::ADD).unwrap();
+    let f4 = &mut writers.fib4;
+    let mut add4 = |r: Route<u32>| f4.insert(&r, InsertFlags::ADD).unwrap();
     add4(Route::unicast(
         v4([10, 0, 1, 0]),
         24,
@@ -162,8 +173,8 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
     local.info.scope = fib_trie::Scope::HOST;
     add4(local);
 
-    let f6 = &tables.fib6;
-    let add6 = |r: Route<u128>| f6.insert(&r, InsertFlags::ADD).unwrap();
+    let f6 = &mut writers.fib6;
+    let mut add6 = |r: Route<u128>| f6.insert(&r, InsertFlags::ADD).unwrap();
     add6(Route::unicast(
         v6("2001:db8:1::"),
         64,
@@ -207,7 +218,7 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
         RouteType::Blackhole,
     ));
 
-    let n = &tables.neigh;
+    let n = &mut writers.neigh;
     n.upsert(Neighbour::new(
         OUT,
         IpAddr::V4([10, 0, 2, 254].into()),
@@ -246,7 +257,7 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
         NudState::INCOMPLETE,
     ));
 
-    let p = &tables.policies;
+    let p = &mut writers.policies;
     let sel = |s: &str, d: &str| Selector::new(s.parse().unwrap(), d.parse().unwrap()).unwrap();
     p.add(PolicySpec::new(sel("0.0.0.0/0", "8.8.4.4/32"), Direction::Fwd).action(Action::Block))
         .unwrap();
@@ -261,6 +272,7 @@ pub fn fixture_and_writer() -> (Fixture, udp_socktab::Writer) {
             tables,
             socket,
             socket6,
+            writers: Some(writers),
         },
         writer,
     )
@@ -340,5 +352,6 @@ pub fn twin(fx: &Fixture) -> Fixture {
         },
         socket: fx.socket,
         socket6: fx.socket6,
+        writers: None,
     }
 }

@@ -266,14 +266,14 @@ impl<K> Drop for Root<K> {
 /// Readers never lock; writers are serialized inside.
 ///
 /// ```
-/// use fib_trie::{FastLpm, LcTrie};
+/// use fib_trie::{FastLpm, TrieWriter};
 ///
 /// // The LC-trie is the source of truth; the fast structure is derived from it.
-/// let trie = LcTrie::<u32, u32>::new();
+/// let mut trie = TrieWriter::<u32, u32>::new();
 /// trie.insert(0x0a00_0000, 8, 1)?;
 /// trie.insert(0x0a01_0000, 16, 2)?;
 /// let fast = FastLpm::<u32>::new();
-/// fast.rebuild(&mut &trie);
+/// fast.rebuild(&mut &*trie);
 ///
 /// let guard = crossbeam_epoch::pin();
 /// assert_eq!(fast.lookup(0x0a01_0203, &guard), Some(2));
@@ -282,7 +282,7 @@ impl<K> Drop for Root<K> {
 ///
 /// // After each change of the source, tell the structure which prefix changed.
 /// trie.insert(0x0a02_0000, 15, 3)?;
-/// fast.update(0x0a02_0000, 15, &mut &trie);
+/// fast.update(0x0a02_0000, 15, &mut &*trie);
 /// assert_eq!(fast.lookup(0x0a03_0001, &guard), Some(3));
 /// # Ok::<(), fib_trie::PrefixError>(())
 /// ```
@@ -343,13 +343,13 @@ impl<K: TrieKey> FastLpm<K> {
     /// adds to what the core already overlaps on its own.)
     ///
     /// ```
-    /// use fib_trie::{FastLpm, LcTrie};
+    /// use fib_trie::{FastLpm, TrieWriter};
     ///
-    /// let trie = LcTrie::<u32, u32>::new();
+    /// let mut trie = TrieWriter::<u32, u32>::new();
     /// trie.insert(0x0a00_0000, 8, 1)?;
     /// trie.insert(0x0a01_0200, 24, 2)?;
     /// let fast = FastLpm::<u32>::new();
-    /// fast.rebuild(&mut &trie);
+    /// fast.rebuild(&mut &*trie);
     ///
     /// let keys = [0x0a01_0203, 0x0a05_0000, 0x0b00_0000];
     /// let mut out = [None; 3];
@@ -387,14 +387,14 @@ impl<K: TrieKey> FastLpm<K> {
     /// the nodes updates made since (padded to a cache line, without allocator overhead).
     ///
     /// ```
-    /// use fib_trie::{FastLpm, LcTrie};
+    /// use fib_trie::{FastLpm, TrieWriter};
     ///
-    /// let trie = LcTrie::<u32, u32>::new();
+    /// let mut trie = TrieWriter::<u32, u32>::new();
     /// for i in 0..2048u32 {
     ///     trie.insert(i << 12, 20, i)?;
     /// }
     /// let fast = FastLpm::<u32>::new();
-    /// fast.rebuild(&mut &trie);
+    /// fast.rebuild(&mut &*trie);
     /// // A wide first level (2^18 slots of 8 bytes) and its nodes, in 2 MiB chunks.
     /// assert_eq!(fast.first_level_bits(), 18);
     /// assert!(fast.bytes() >= 2 << 20 && fast.bytes() % (2 << 20) < 4096);
@@ -421,14 +421,14 @@ impl<K: TrieKey> FastLpm<K> {
     /// counting global allocator does not see them; add this to its count.
     ///
     /// ```
-    /// use fib_trie::{FastLpm, LcTrie};
+    /// use fib_trie::{FastLpm, TrieWriter};
     ///
-    /// let trie = LcTrie::<u32, u32>::new();
+    /// let mut trie = TrieWriter::<u32, u32>::new();
     /// for i in 0..2048u32 {
     ///     trie.insert(i << 12, 20, i)?;
     /// }
     /// let fast = FastLpm::<u32>::new();
-    /// fast.rebuild(&mut &trie);
+    /// fast.rebuild(&mut &*trie);
     /// assert!(FastLpm::<u32>::arena_bytes_in_process() >= 2 << 20);
     /// # Ok::<(), fib_trie::PrefixError>(())
     /// ```

@@ -1,0 +1,303 @@
+//! The writers: the one handle through which a [`Fib`] or a standalone [`LcTrie`] changes.
+//!
+//! Readers share the structure as an `Arc` and only read it: every method that changes it is
+//! on its writer, which is not `Clone` and takes `&mut self`, so a run loop holding the
+//! `Arc<Fib>` cannot change routes, and changes are serialized by the type system. The writer
+//! publishes each change with the structure's epoch scheme (a pointer swap, the old version
+//! retired into crossbeam-epoch's default collector), exactly as before the split. It derefs
+//! to the structure, so the writer reads as any reader does.
+//!
+//! A reader that must not write:
+//!
+//! ```compile_fail,E0624
+//! use fib_trie::{FibWriter, InsertFlags, Route, RouteType};
+//!
+//! let writer = FibWriter::<u32>::new();
+//! let fib = std::sync::Arc::clone(writer.reader());
+//! // `Fib::insert` is the writer's: private to the crate.
+//! fib.insert(&Route::reject(0, 0, 254, RouteType::Blackhole), InsertFlags::ADD);
+//! ```
+//!
+//! ```compile_fail,E0624
+//! let writer = fib_trie::TrieWriter::<u32, u32>::new();
+//! let trie = std::sync::Arc::clone(writer.reader());
+//! trie.insert(0, 0, 7);
+//! ```
+//!
+//! Nor does a table reached from a reader write:
+//!
+//! ```compile_fail,E0624
+//! use fib_trie::{FibWriter, InsertFlags, Route, RouteType};
+//!
+//! let writer = FibWriter::<u32>::new();
+//! let guard = crossbeam_epoch::pin();
+//! let main = writer.reader().table(254, &guard).unwrap();
+//! main.insert(&Route::reject(0, 0, 254, RouteType::Blackhole), InsertFlags::ADD);
+//! ```
+//!
+//! And there is one writer:
+//!
+//! ```compile_fail,E0599
+//! let writer = fib_trie::FibWriter::<u32>::new();
+//! let second = writer.clone();
+//! ```
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use crate::fib::{Fib, FibRule, RuleError};
+use crate::key::TrieKey;
+use crate::multipath::MultipathPolicy;
+use crate::node::Alias;
+use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
+use crate::table::FibTable;
+use crate::trie::{LcTrie, PrefixError};
+
+/// The one writer of a [`Fib`]: routes, rules and the multipath policy change only through
+/// it. Readers hold the `Arc<Fib>` of [`reader`](Self::reader); the writer derefs to the
+/// [`Fib`] for its own reads.
+///
+/// ```
+/// use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, Route};
+///
+/// let mut writer = FibWriter::<u32>::new();
+/// let fib = writer.reader().clone(); // for a run loop: read only
+/// writer.insert(&Route::unicast(0, 0, 254, vec![NextHop::new(Some(0x0a00_0001), 2)]), InsertFlags::ADD)?;
+///
+/// let guard = crossbeam_epoch::pin();
+/// assert_eq!(fib.lookup(&Flow::to(0x0808_0808), &guard).unwrap().plen, 0);
+/// // The writer and its readers see one FIB.
+/// assert_eq!(writer.lookup(&Flow::to(0x0808_0808), &guard), fib.lookup(&Flow::to(0x0808_0808), &guard));
+/// # Ok::<(), fib_trie::RouteError>(())
+/// ```
+#[derive(Debug)]
+pub struct FibWriter<K: TrieKey> {
+    fib: Arc<Fib<K>>,
+}
+
+impl<K: TrieKey> Default for FibWriter<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: TrieKey> Deref for FibWriter<K> {
+    type Target = Fib<K>;
+
+    fn deref(&self) -> &Fib<K> {
+        &self.fib
+    }
+}
+
+impl<K: TrieKey> FibWriter<K> {
+    /// A FIB with the local, main and default tables and the default rules, and its writer.
+    pub fn new() -> Self {
+        FibWriter {
+            fib: Arc::new(Fib::new()),
+        }
+    }
+
+    /// The FIB this writer changes, to share with readers.
+    pub fn reader(&self) -> &Arc<Fib<K>> {
+        &self.fib
+    }
+
+    /// Sets the policy [`Fib::multipath_policy`] answers (from the sysctls).
+    pub fn set_multipath_policy(&mut self, policy: MultipathPolicy) {
+        self.fib.set_multipath_policy(policy);
+    }
+
+    /// The table `id`, created (empty) if missing (`fib_new_table`).
+    pub fn table_or_create(&mut self, id: u32) -> Arc<FibTable<K>> {
+        self.fib.table_or_create(id)
+    }
+
+    /// Adds a route to its table, created if missing (`fib_table_insert`). Within a prefix,
+    /// routes are ordered by tos (descending), then metric (ascending); `flags` decide what
+    /// happens to existing routes of the same prefix, tos and metric (see [`InsertFlags`]).
+    ///
+    /// # Errors
+    /// [`RouteError::Exists`] (excl, or an identical route), [`RouteError::NotFound`] (nothing
+    /// to replace without `create`), or a validation error; the table is then unchanged.
+    pub fn insert(&mut self, route: &Route<K>, flags: InsertFlags) -> Result<(), RouteError> {
+        self.fib.insert(route, flags)
+    }
+
+    /// Adds many routes at once (an initial dump): each table that holds no route yet is built
+    /// in one go (its trie by [`TrieWriter::insert_many`]'s bulk build, its fast structure
+    /// once), much faster than one insert per route; routes of tables that already hold routes
+    /// are inserted one by one. The result is the tables that inserting each route with
+    /// [`InsertFlags::APPEND`] in the given order would give (identical routes are added once).
+    /// Returns how many routes were added.
+    ///
+    /// ```
+    /// use fib_trie::{FibWriter, Flow, NextHop, Route};
+    ///
+    /// let mut fib = FibWriter::<u32>::new();
+    /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
+    /// let routes = (0..1000u32).map(|i| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone()));
+    /// let routes: Vec<_> = routes.collect();
+    /// assert_eq!(fib.insert_many(&routes)?, 1000);
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(fib.lookup(&Flow::to(0x0b00_0305), &guard).unwrap().plen, 24);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// The first route that fails validation; nothing is added then. A route refused one by
+    /// one (in a table that held routes) ends the load with its error.
+    pub fn insert_many(&mut self, routes: &[Route<K>]) -> Result<usize, RouteError> {
+        self.fib.insert_many(routes)
+    }
+
+    /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.
+    ///
+    /// # Errors
+    /// [`RouteError::NotFound`] when the table or the route does not exist; a prefix error for
+    /// a bad prefix.
+    pub fn delete(&mut self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
+        self.fib.delete(selector)
+    }
+
+    /// Adds a rule after the rules of equal or lower priority. The first rule added or deleted
+    /// unmerges local and main (see [`Fib`]).
+    ///
+    /// # Errors
+    /// [`RuleError::Exists`] for a duplicate, [`RuleError::BadGoto`] for a goto that does not
+    /// jump forward, a prefix error for a non-canonical selector.
+    pub fn add_rule(&mut self, rule: FibRule<K>) -> Result<(), RuleError> {
+        self.fib.add_rule(rule)
+    }
+
+    /// Deletes the first rule equal to `rule`.
+    ///
+    /// # Errors
+    /// [`RuleError::NotFound`] when there is none.
+    pub fn delete_rule(&mut self, rule: &FibRule<K>) -> Result<(), RuleError> {
+        self.fib.delete_rule(rule)
+    }
+}
+
+/// The one writer of a standalone [`LcTrie`]: readers hold the `Arc<LcTrie>` of
+/// [`reader`](Self::reader); the writer derefs to the trie for its own reads.
+///
+/// ```
+/// use fib_trie::TrieWriter;
+///
+/// let mut writer = TrieWriter::<u32, &str>::new();
+/// writer.insert(0x0a00_0000, 8, "ten")?;
+/// let trie = writer.reader().clone();
+/// let guard = crossbeam_epoch::pin();
+/// assert_eq!(*trie.lookup(0x0a01_0203, &guard, |_| true).unwrap().value, "ten");
+/// # Ok::<(), fib_trie::PrefixError>(())
+/// ```
+#[derive(Debug)]
+pub struct TrieWriter<K: TrieKey, V> {
+    trie: Arc<LcTrie<K, V>>,
+}
+
+impl<K: TrieKey, V: Send + Sync + 'static> Default for TrieWriter<K, V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: TrieKey, V> Deref for TrieWriter<K, V> {
+    type Target = LcTrie<K, V>;
+
+    fn deref(&self) -> &LcTrie<K, V> {
+        &self.trie
+    }
+}
+
+impl<K: TrieKey, V: Send + Sync + 'static> TrieWriter<K, V> {
+    /// An empty trie and its writer.
+    pub fn new() -> Self {
+        TrieWriter {
+            trie: Arc::new(LcTrie::new()),
+        }
+    }
+
+    /// The trie this writer changes, to share with readers.
+    pub fn reader(&self) -> &Arc<LcTrie<K, V>> {
+        &self.trie
+    }
+
+    /// Adds one alias (`plen`, `value`) at `key`, after the aliases of the same length already
+    /// there. A convenience over [`modify`](Self::modify).
+    ///
+    /// # Errors
+    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
+    pub fn insert(&mut self, key: K, plen: u8, value: V) -> Result<(), PrefixError>
+    where
+        V: Clone,
+    {
+        self.trie.insert(key, plen, value)
+    }
+
+    /// Inserts many prefixes: the same trie contents (and so the same answers) as calling
+    /// [`insert`](Self::insert) for each in order, but on an empty trie much faster: the whole
+    /// trie is built at once, every tnode at its final width, and published with one store.
+    /// On a non-empty trie it inserts one by one. Returns how many aliases were added.
+    ///
+    /// ```
+    /// use fib_trie::TrieWriter;
+    ///
+    /// let mut trie = TrieWriter::<u32, &str>::new();
+    /// trie.insert_many([(0x0a00_0000, 8, "ten"), (0, 0, "default"), (0x0a01_0000, 16, "ten-one")])?;
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(*trie.lookup(0x0a01_0203, &guard, |_| true).unwrap().value, "ten-one");
+    /// assert_eq!(trie.alias_count(), 3);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`PrefixError`] when some `key/plen` is not a canonical prefix; nothing is inserted then.
+    pub fn insert_many(
+        &mut self,
+        prefixes: impl IntoIterator<Item = (K, u8, V)>,
+    ) -> Result<usize, PrefixError>
+    where
+        V: Clone,
+    {
+        self.trie.insert_many(prefixes)
+    }
+
+    /// Removes every alias of `key/plen` and returns how many there were.
+    ///
+    /// # Errors
+    /// [`PrefixError`] when `key/plen` is not a canonical prefix.
+    pub fn remove(&mut self, key: K, plen: u8) -> Result<usize, PrefixError>
+    where
+        V: Clone,
+    {
+        self.trie.remove(key, plen)
+    }
+
+    /// The writer's one entry point: finds the leaf of `key`, lets `change` compute its new
+    /// alias list from the current one (empty when there is no leaf), and publishes the result.
+    ///
+    /// `change` returns `Ok(None)` for "no change", `Ok(Some(list))` for the new list (an empty
+    /// list removes the leaf), or an error that is passed through with nothing changed. The list
+    /// is stably sorted by `slen`; every alias must satisfy `key`'s low `slen` bits being zero,
+    /// and `key` must be a canonical prefix of every alias (aliases that do not are dropped).
+    ///
+    /// Readers continue meanwhile and see the old or the new leaf.
+    ///
+    /// # Errors
+    /// Whatever `change` returns.
+    pub fn modify<E>(
+        &mut self,
+        key: K,
+        change: impl FnOnce(&[Alias<V>]) -> Result<Option<Vec<Alias<V>>>, E>,
+    ) -> Result<(), E> {
+        self.trie.modify(key, change)
+    }
+
+    /// Builds the direct table now, whatever the trie's size (for tests: small tries otherwise
+    /// do without it).
+    #[doc(hidden)]
+    pub fn enable_direct_table(&mut self) {
+        self.trie.enable_direct_table();
+    }
+}
