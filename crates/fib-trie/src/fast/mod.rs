@@ -20,6 +20,17 @@
 //! down into the leaves, so a lookup reads one first-level slot and one node per six bits
 //! below it, and never backtracks.
 //!
+//! IPv6 regions dense with prefixes take **direct nodes** instead of chains of nodes: a
+//! first-level slot (/18) holding at least [`DIRECT_AT`] longer prefixes points to 2^14 slots
+//! indexed by the key's bits 18 to 31, and such a /32 to 2^12 slots for bits 32 to 43 (see
+//! [`direct_bits`]). A key inside a /48 then costs four dependent loads (first-level slot,
+//! /32 slot, /44 slot, node), as in DPDK's rte_fib6, where six-bit nodes from /18 took six.
+//!
+//! ```text
+//!  IPv6 key:  [ 18: first level ][ 14: direct ][ 12: direct ][ 6 ][ 6 ] ...
+//!  slot[key >> 110] ──> direct[bits 18..32] ──> direct[bits 32..44] ──> node ──> ...
+//! ```
+//!
 //! # Memory
 //! A bulk build ([`FastLpm::rebuild`], and an update that widens the first level) places the
 //! wide first level and all its nodes in one arena of 2 MiB chunks, packed depth first,
@@ -67,8 +78,8 @@ pub const WIDE_AT: usize = 1024;
 const REBUILD_ALL_SLOTS: usize = 4096;
 
 /// The first-level width of a large table: 18 bits (IPv4: most prefixes are /24 or shorter,
-/// so one node below; IPv6: a /48 five nodes below, where 16 bits needed six, and /36 three,
-/// for 1 MiB of slots against 256 KiB).
+/// so one node below; IPv6: a dense /18 goes on to a direct node down to /32, and a dense /32
+/// to one down to /44; 1 MiB of slots, against 256 KiB for 16 bits).
 pub const fn wide_bits<K: TrieKey>() -> u8 {
     18
 }
@@ -130,9 +141,12 @@ pub trait PrefixSource<K: TrieKey> {
 /// its bulk build placed the slots (when wide) and nodes in.
 struct Root<K> {
     bits: u8,
-    /// `1 << bits` slots, in `arena` or in `boxed`.
+    /// `1 << bits` slots, in `arena`, or (`boxed`) a boxed slice of their own.
     slots: NonNull<Slot>,
-    boxed: Option<Box<[Slot]>>,
+    /// Whether `slots` came from `Box::into_raw` (a narrow root), to be boxed again and
+    /// freed with the root. (Not kept as a `Box`: moving a root would then assert the box's
+    /// uniqueness while lookups read through `slots`, which Miri's Tree Borrows reports.)
+    boxed: bool,
     arena: Arc<Arena>,
     _key: PhantomData<K>,
 }
@@ -151,11 +165,12 @@ impl<K: TrieKey> Root<K> {
                     // SAFETY: `slots` is fresh room for `len` slots, written once each here.
                     unsafe { slots.add(i).write(none()) };
                 }
-                (slots, None)
+                (slots, false)
             }
             None => {
-                let mut boxed: Box<[Slot]> = (0..len).map(|_| none()).collect();
-                (NonNull::from(&mut boxed[0]), Some(boxed))
+                let boxed: Box<[Slot]> = (0..len).map(|_| none()).collect();
+                let raw = NonNull::new(Box::into_raw(boxed)).expect("a box is never null");
+                (raw.cast::<Slot>(), true)
             }
         };
         Root {
@@ -172,14 +187,17 @@ impl<K: TrieKey> Root<K> {
     fn slots(&self) -> &[Slot] {
         // SAFETY: `slots` points to `1 << bits` initialised slots (`empty`) that live as long
         // as the root: in its arena (kept by `arena`, or by the builder until `arena` is set)
-        // or in `boxed`, which is never moved out of (a boxed slice's heap buffer does not
-        // move when the box does).
+        // or in a boxed slice of their own (`boxed`), freed when the root is dropped.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), 1 << self.bits) }
     }
 
     #[inline(always)]
     fn slot_index(&self, key: K) -> usize {
-        (key.top_u64() >> (64 - self.bits)) as usize
+        if K::BITS > 64 {
+            (key.top_u64() >> (64 - self.bits)) as usize
+        } else {
+            key.shr_in_width(K::BITS - self.bits).low_usize()
+        }
     }
 
     /// Hints the CPU to load `key`'s first-level slot.
@@ -195,8 +213,9 @@ impl<K: TrieKey> Root<K> {
         );
     }
 
-    /// The answer for `key`: its first-level slot, then one node per six bits until a leaf.
-    /// The root must be live (read under a pinned guard, or owned).
+    /// The answer for `key`: its first-level slot, then (IPv6) up to two direct slots, then
+    /// one node per six bits until a leaf. The root must be live (read under a pinned guard,
+    /// or owned).
     ///
     /// The hot loop works on the slots' raw tagged pointers (a node is told by its two low
     /// bits being clear, an answer by bit 0, with no decoding into an [`Entry`] and no null
@@ -341,7 +360,7 @@ unsafe fn direct_select(
 /// 4, 8 and 16 on bgp-full-v4 here).
 const AHEAD: usize = 8;
 
-// SAFETY: a root owns its slots (through `boxed` or `arena`); shared access is reads of
+// SAFETY: a root owns its slots (boxed, or in `arena`); shared access is reads of
 // atomic slots and of the immutable nodes they point to.
 unsafe impl<K: Send> Send for Root<K> {}
 // SAFETY: as above.
@@ -357,6 +376,14 @@ impl<K> Drop for Root<K> {
             // and subtrees replaced earlier were retired on their own. Its arena is still
             // alive (dropped with the root's fields, after this).
             unsafe { node::free_entry(Entry::decode(slot.load(Ordering::Relaxed)), &self.arena) };
+        }
+        if self.boxed {
+            let len = 1usize << self.bits;
+            // SAFETY: `slots` came from `Box::into_raw` of a boxed slice of `len` slots
+            // (`empty`), is boxed again once, here, and nothing uses it afterwards.
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), len))
+            });
         }
     }
 }
@@ -505,7 +532,7 @@ impl<K: TrieKey> FastLpm<K> {
         let guard = &epoch::pin();
         let root = self.root(guard);
         let mut bytes = size_of::<Root<K>>() + root.arena.bytes();
-        if root.boxed.is_some() {
+        if root.boxed {
             bytes += size_of_val(root.slots());
         }
         for slot in root.slots() {

@@ -823,6 +823,47 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_lookups_read_direct_slots_without_branching() {
+        use super::super::{Root, direct_select};
+        // A narrow IPv6 root whose slot 0x20 holds a direct node of four bits, whose slot 3
+        // holds one of two bits, whose slot 1 holds a node: the lookup's branch-free path.
+        let root = Root::<u128>::empty(8, None);
+        let leafy = new_node(&mut Place::Heap, 0, 1 | 1 << 32, &[], &[5, 6]);
+        let inner = new_direct(
+            &mut Place::Heap,
+            2,
+            &[
+                Entry::Leaf(1),
+                Entry::Node(leafy),
+                Entry::Leaf(3),
+                Entry::Leaf(4),
+            ],
+        );
+        let mut entries = [Entry::Leaf(9); 16];
+        entries[3] = Entry::Direct(inner, 2);
+        let outer = new_direct(&mut Place::Heap, 4, &entries);
+        root.slots()[0x20].store(Entry::Direct(outer, 4).encode(), Ordering::Relaxed);
+        root.slots()[0x21].store(Entry::Leaf(7).encode(), Ordering::Relaxed);
+        // The key's top 20 bits: slot (8), outer (4), inner (2), node position (6).
+        let key = |slot: u128, outer: u128, inner: u128, pos: u128| {
+            ((slot << 12) | (outer << 8) | (inner << 6) | pos) << 108
+        };
+        assert_eq!(root.descend(key(0x20, 3, 1, 40)), Some(6));
+        assert_eq!(root.descend(key(0x20, 3, 1, 0)), Some(5));
+        assert_eq!(root.descend(key(0x20, 3, 2, 0)), Some(3));
+        assert_eq!(root.descend(key(0x20, 5, 1, 0)), Some(9));
+        assert_eq!(root.descend(key(0x21, 3, 1, 40)), Some(7));
+        assert_eq!(root.descend(key(0x22, 0, 0, 0)), None);
+        // A step from an entry that is no direct node reads its slot again, key unmoved.
+        let slot: *const Slot = &root.slots()[0x21];
+        // SAFETY: `slot` is a live slot of `root`, and the entry is the one it holds.
+        let (p, at, top, used) = unsafe { direct_select(Entry::Leaf(7).encode(), slot, 77, 8) };
+        assert_eq!((raw_answer(p), at, top, used), (7, slot, 77, 8));
+        // Dropping the root frees the direct nodes and the node (Miri checks it).
+        drop(root);
+    }
+
+    #[test]
     fn tagged_entries() {
         for a in [0, 1, 12345, u32::MAX - 1, u32::MAX] {
             assert_eq!(Entry::decode(Entry::Leaf(a).encode()), Entry::Leaf(a));
