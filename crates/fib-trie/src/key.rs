@@ -51,6 +51,12 @@ pub trait TrieKey:
     fn highest_bit(self) -> Option<u8>;
     /// Two's complement negation, wrapping (`-x`, used for "this bit and every bit above").
     fn wrapping_neg(self) -> Self;
+    /// The top 64 bits (zeros below an IPv4 key's 32): a lookup's indices within its first
+    /// 64 bits come from here with `u64` shifts, cheaper than `u128` ones.
+    fn top_u64(self) -> u64;
+    /// `self << n` for `n < 64` (and `n < BITS`): a direct node's width, without the compare
+    /// and moves that a `u128` shift by any count takes.
+    fn shl_lt64(self, n: u8) -> Self;
 
     /// The mask of a prefix of length `plen` (its top `plen` bits set); `plen` is capped at `BITS`.
     fn prefix_mask(plen: u8) -> Self {
@@ -60,7 +66,7 @@ pub trait TrieKey:
 }
 
 macro_rules! impl_trie_key {
-    ($t:ty) => {
+    ($t:ty, $top:expr, $shl:expr) => {
         impl TrieKey for $t {
             const BITS: u8 = <$t>::BITS as u8;
             const ZERO: Self = 0;
@@ -94,12 +100,27 @@ macro_rules! impl_trie_key {
             fn wrapping_neg(self) -> Self {
                 <$t>::wrapping_neg(self)
             }
+            #[inline(always)]
+            fn top_u64(self) -> u64 {
+                $top(self)
+            }
+            #[inline(always)]
+            fn shl_lt64(self, n: u8) -> Self {
+                debug_assert!(n < 64 && u32::from(n) < <$t>::BITS);
+                $shl(self, u32::from(n) & 63)
+            }
         }
     };
 }
 
-impl_trie_key!(u32);
-impl_trie_key!(u128);
+impl_trie_key!(u32, |k: u32| u64::from(k) << 32, u32::wrapping_shl);
+// The two 64-bit halves, each shifted by less than 64 (`n < 64`; the low half's bits that
+// move up are shifted in two steps so that `n == 0` shifts none).
+impl_trie_key!(u128, |k: u128| (k >> 64) as u64, |k: u128, n: u32| {
+    let (hi, lo) = ((k >> 64) as u64, k as u64);
+    let hi = (hi << n) | ((lo >> 1) >> (63 - n));
+    (u128::from(hi) << 64) | u128::from(lo << n)
+});
 
 #[cfg(test)]
 mod tests {
@@ -111,6 +132,20 @@ mod tests {
         assert_eq!(TrieKey::shr(0x8000_0000_u32, 31), 1);
         assert_eq!(TrieKey::shl(1_u128, 128), 0);
         assert_eq!(TrieKey::shl(1_u128, 127), 1 << 127);
+    }
+
+    #[test]
+    fn top_bits_and_small_shifts() {
+        assert_eq!(0x8000_0001_u32.top_u64(), 0x8000_0001 << 32);
+        let k = 0x2001_0db8_0000_0001_ffff_0000_0000_0003_u128;
+        assert_eq!(k.top_u64(), 0x2001_0db8_0000_0001);
+        for n in [0, 1, 2, 14, 31, 63] {
+            assert_eq!(k.shl_lt64(n), k << n, "{n}");
+            assert_eq!(
+                0xdead_beef_u32.shl_lt64(n.min(31)),
+                0xdead_beef << n.min(31)
+            );
+        }
     }
 
     #[test]

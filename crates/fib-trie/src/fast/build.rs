@@ -1,7 +1,7 @@
 //! Building a subtree of the fast structure from the prefixes under it, leaf-pushed.
 
-use super::node::{Entry, Place, new_node, new_skip};
-use super::{STRIDE, index_at};
+use super::node::{Entry, Place, new_direct, new_node, new_skip};
+use super::{STRIDE, direct_bits, index_at};
 use crate::key::TrieKey;
 
 /// A prefix and its answer.
@@ -25,6 +25,9 @@ pub(crate) fn build<K: TrieKey>(
     debug_assert!(depth < K::BITS);
     if let Some(skip) = skip(place, key, depth, default, items) {
         return skip;
+    }
+    if let Some(bits) = direct_bits::<K>(depth, items.len()) {
+        return direct(place, key, depth, bits, default, items);
     }
     debug_assert!(
         items
@@ -81,7 +84,7 @@ pub(crate) fn assemble(place: &mut Place<'_>, entries: &[Entry; 64]) -> Entry {
     let mut last = None;
     for (i, e) in entries.iter().enumerate() {
         match *e {
-            Entry::Node(_) | Entry::Skip(_) => {
+            Entry::Node(_) | Entry::Skip(_) | Entry::Direct(..) => {
                 vector |= 1 << i;
                 children[c] = *e;
                 c += 1;
@@ -106,6 +109,47 @@ pub(crate) fn assemble(place: &mut Place<'_>, entries: &[Entry; 64]) -> Entry {
         &children[..c],
         &leaves[..l],
     ))
+}
+
+/// A direct node of `bits` bits for the region `key/depth` (as [`build`]): every position
+/// one slot, holding its answer or the entry built for the longer prefixes under it.
+fn direct<K: TrieKey>(
+    place: &mut Place<'_>,
+    key: K,
+    depth: u8,
+    bits: u8,
+    default: u32,
+    items: &[Item<K>],
+) -> Entry {
+    debug_assert!(
+        items
+            .iter()
+            .all(|i| (i.0 ^ key) & K::prefix_mask(depth) == K::ZERO)
+    );
+    let end = depth + bits;
+    let index = |k: K| k.shl(depth).shr_in_width(K::BITS - bits).low_usize();
+    // Leaf-pushed answers, as in `build`: (key, length) order puts every prefix after those
+    // covering it.
+    let mut answers = vec![default; 1 << bits];
+    for &(k, len, answer) in items.iter().filter(|(_, len, _)| *len <= end) {
+        let first = index(k);
+        answers[first..first + (1 << (end - len))].fill(answer);
+    }
+    let mut entries: Vec<Entry> = answers.iter().map(|&a| Entry::Leaf(a)).collect();
+    let mut rest = items;
+    while let Some(&(k, _, _)) = rest.first() {
+        let n = rest.iter().take_while(|i| index(i.0) == index(k)).count();
+        let longer: Vec<Item<K>> = rest[..n].iter().copied().filter(|i| i.1 > end).collect();
+        if !longer.is_empty() {
+            let i = index(k);
+            entries[i] = build(place, k & K::prefix_mask(end), end, answers[i], &longer);
+        }
+        rest = &rest[n..];
+    }
+    if entries.iter().all(|e| *e == entries[0]) && matches!(entries[0], Entry::Leaf(_)) {
+        return entries[0];
+    }
+    Entry::Direct(new_direct(place, bits, &entries), bits)
 }
 
 /// Bits a skip node must save before it replaces nodes: it costs one load, as a node does,

@@ -20,6 +20,17 @@
 //! down into the leaves, so a lookup reads one first-level slot and one node per six bits
 //! below it, and never backtracks.
 //!
+//! IPv6 regions dense with prefixes take **direct nodes** instead of chains of nodes: a
+//! first-level slot (/18) holding at least [`DIRECT_AT`] longer prefixes points to 2^14 slots
+//! indexed by the key's bits 18 to 31, and such a /32 to 2^12 slots for bits 32 to 43 (see
+//! [`direct_bits`]). A key inside a /48 then costs four dependent loads (first-level slot,
+//! /32 slot, /44 slot, node), as in DPDK's rte_fib6, where six-bit nodes from /18 took six.
+//!
+//! ```text
+//!  IPv6 key:  [ 18: first level ][ 14: direct ][ 12: direct ][ 6 ][ 6 ] ...
+//!  slot[key >> 110] ──> direct[bits 18..32] ──> direct[bits 32..44] ──> node ──> ...
+//! ```
+//!
 //! # Memory
 //! A bulk build ([`FastLpm::rebuild`], and an update that widens the first level) places the
 //! wide first level and all its nodes in one arena of 2 MiB chunks, packed depth first,
@@ -50,8 +61,9 @@ use crate::key::TrieKey;
 use arena::{Arena, ArenaBuilder};
 use build::{Item, assemble, build};
 use node::{
-    Entry, NODE_TAG, Place, SKIP_TAG, Slot, TAG_BITS, child_slot, entries, prefetch_addr,
-    raw_answer, raw_skip, retire, retire_shallow, skip_next, skip_prefix, skip_step_raw, step_raw,
+    DIRECT_TAG, Entry, NODE_TAG, Place, SKIP_TAG, Slot, TAG_BITS, child_slot, direct_slot,
+    direct_step_raw, entries, prefetch_addr, raw_answer, raw_skip, retire, retire_shallow,
+    skip_next, skip_prefix, skip_step_raw, step_raw,
 };
 
 /// The answer slots hold where no prefix covers a key.
@@ -66,11 +78,38 @@ pub const WIDE_AT: usize = 1024;
 const REBUILD_ALL_SLOTS: usize = 4096;
 
 /// The first-level width of a large table: 18 bits (IPv4: most prefixes are /24 or shorter,
-/// so one node below; IPv6: a /48 five nodes below, where 16 bits needed six, and /36 three,
-/// for 1 MiB of slots against 256 KiB).
+/// so one node below; IPv6: a dense /18 goes on to a direct node down to /32, and a dense /32
+/// to one down to /44; 1 MiB of slots, against 256 KiB for 16 bits).
 pub const fn wide_bits<K: TrieKey>() -> u8 {
     18
 }
+
+/// IPv6 regions with at least this many longer prefixes get a direct node (see
+/// [`direct_bits`]).
+const DIRECT_AT: usize = 64;
+/// A change under a direct node covering more of its slots than this rebuilds the node.
+const DIRECT_PATCH_SLOTS: usize = 256;
+
+/// The width of the direct node that the region at `depth` holding `count` longer prefixes
+/// gets, if any: only for IPv6, where prefixes are long and bunched in few regions. A dense
+/// /18 (a wide first-level slot) goes down to /32 in one step (2^14 slots, 128 KiB), a dense
+/// /32 to /44 (2^12 slots, 32 KiB): the lengths most prefixes have (/32, /40, /44, /48),
+/// which six-bit nodes from 18 reach only after two, four and five nodes. Elsewhere, and in
+/// sparse regions, six-bit nodes (a few dozen bytes each) are smaller for the same depth.
+pub(crate) fn direct_bits<K: TrieKey>(depth: u8, count: usize) -> Option<u8> {
+    if K::BITS != 128 || count < DIRECT_AT {
+        return None;
+    }
+    match depth {
+        18 => Some(14),
+        32 => Some(12),
+        _ => None,
+    }
+}
+const _: () = assert!(
+    wide_bits::<u128>() == 18,
+    "direct_bits assumes an 18-bit first level"
+);
 
 /// The six key bits (zero-padded past the key's end) that a node at `depth` consumes.
 #[inline(always)]
@@ -102,9 +141,12 @@ pub trait PrefixSource<K: TrieKey> {
 /// its bulk build placed the slots (when wide) and nodes in.
 struct Root<K> {
     bits: u8,
-    /// `1 << bits` slots, in `arena` or in `boxed`.
+    /// `1 << bits` slots, in `arena`, or (`boxed`) a boxed slice of their own.
     slots: NonNull<Slot>,
-    boxed: Option<Box<[Slot]>>,
+    /// Whether `slots` came from `Box::into_raw` (a narrow root), to be boxed again and
+    /// freed with the root. (Not kept as a `Box`: moving a root would then assert the box's
+    /// uniqueness while lookups read through `slots`, which Miri's Tree Borrows reports.)
+    boxed: bool,
     arena: Arc<Arena>,
     _key: PhantomData<K>,
 }
@@ -123,11 +165,12 @@ impl<K: TrieKey> Root<K> {
                     // SAFETY: `slots` is fresh room for `len` slots, written once each here.
                     unsafe { slots.add(i).write(none()) };
                 }
-                (slots, None)
+                (slots, false)
             }
             None => {
-                let mut boxed: Box<[Slot]> = (0..len).map(|_| none()).collect();
-                (NonNull::from(&mut boxed[0]), Some(boxed))
+                let boxed: Box<[Slot]> = (0..len).map(|_| none()).collect();
+                let raw = NonNull::new(Box::into_raw(boxed)).expect("a box is never null");
+                (raw.cast::<Slot>(), true)
             }
         };
         Root {
@@ -144,14 +187,17 @@ impl<K: TrieKey> Root<K> {
     fn slots(&self) -> &[Slot] {
         // SAFETY: `slots` points to `1 << bits` initialised slots (`empty`) that live as long
         // as the root: in its arena (kept by `arena`, or by the builder until `arena` is set)
-        // or in `boxed`, which is never moved out of (a boxed slice's heap buffer does not
-        // move when the box does).
+        // or in a boxed slice of their own (`boxed`), freed when the root is dropped.
         unsafe { std::slice::from_raw_parts(self.slots.as_ptr(), 1 << self.bits) }
     }
 
     #[inline(always)]
     fn slot_index(&self, key: K) -> usize {
-        key.shr_in_width(K::BITS - self.bits).low_usize()
+        if K::BITS > 64 {
+            (key.top_u64() >> (64 - self.bits)) as usize
+        } else {
+            key.shr_in_width(K::BITS - self.bits).low_usize()
+        }
     }
 
     /// Hints the CPU to load `key`'s first-level slot.
@@ -167,8 +213,9 @@ impl<K: TrieKey> Root<K> {
         );
     }
 
-    /// The answer for `key`: its first-level slot, then one node per six bits until a leaf.
-    /// The root must be live (read under a pinned guard, or owned).
+    /// The answer for `key`: its first-level slot, then (IPv6) up to two direct slots, then
+    /// one node per six bits until a leaf. The root must be live (read under a pinned guard,
+    /// or owned).
     ///
     /// The hot loop works on the slots' raw tagged pointers (a node is told by its two low
     /// bits being clear, an answer by bit 0, with no decoding into an [`Entry`] and no null
@@ -179,32 +226,75 @@ impl<K: TrieKey> Root<K> {
     fn descend(&self, key: K) -> Option<u32> {
         // SAFETY: `slot_index` is the key's top `bits` bits, below the `1 << bits` slots,
         // which live as long as the root (see `slots`).
-        let mut p =
-            unsafe { (*self.slots.as_ptr().add(self.slot_index(key))).load(Ordering::Acquire) };
-        // The key's bits from the next node's depth on, at the top (zeros shifted in past
+        let slot = unsafe { self.slots.as_ptr().add(self.slot_index(key)) }.cast_const();
+        // SAFETY: as above.
+        let p = unsafe { (*slot).load(Ordering::Acquire) };
+        if K::BITS == 128 {
+            // IPv6: a dense /18 holds a direct node down to /32, and a dense /32 one down
+            // to /44. Their slots are read without a branch on the entry's kind (see
+            // `direct_select`), then the node step below, so that most lookups take no
+            // branch that depends on the data before their answer. Until then the key's
+            // next bits come from its top 64 (`u64` shifts); the whole key is shifted only
+            // for a lookup that goes further.
+            // A first-level slot that holds an answer (most of the IPv6 space, covered by
+            // a short prefix or by none) answers at once: this branch follows the traffic
+            // (keys to announced prefixes almost never land on one, uniform keys almost
+            // always), so it is predicted well, and it spares those keys two loads.
+            if p.addr() & 1 != 0 {
+                let answer = raw_answer(p);
+                return (answer != NONE).then_some(answer);
+            }
+            let (top, used) = (key.top_u64() << self.bits, self.bits);
+            // SAFETY: `p` was read from `slot`, a slot of this live root.
+            let (p, slot, top, used) = unsafe { direct_select(p, slot, top, used) };
+            // SAFETY: as above, one level down.
+            let (p, _, top, used) = unsafe { direct_select(p, slot, top, used) };
+            return self
+                .node_or_answer(key, p, (top >> (64 - STRIDE)) as u32, || key.shl_lt64(used));
+        }
+        // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).
-        let mut rest = key.shl(self.bits);
-        // The first step reads the slot's node, or the static empty node when the slot
-        // holds an answer or a skip node, picked without a branch: a branch on the slot's
-        // kind would be mispredicted often (the key lands on an answer or on a node almost
-        // at random) and only found so once the slot's load returned, discarding the work
-        // of the keys after it. Only descending further (a child, a skip node) branches.
+        let rest = key.shl(self.bits);
+        let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
+        self.node_or_answer(key, p, index, || rest)
+    }
+
+    /// The lookup from the raw entry `p` (with `index` the key's six bits at its depth, and
+    /// `rest` giving all its bits from there on): one node step or `p`'s own answer, picked
+    /// without a branch, then [`walk`](Self::walk) if the key goes further.
+    ///
+    /// The step reads `p`'s node, or the static empty node when `p` holds an answer (or a
+    /// skip or direct node): a branch on the entry's kind would be mispredicted often (the
+    /// key lands on an answer or on a node almost at random) and only found so once the
+    /// entry's load returned, discarding the work of the keys after it. Only descending
+    /// further (a child, a skip or direct node) branches.
+    #[inline(always)]
+    fn node_or_answer(
+        &self,
+        key: K,
+        p: *mut node::Node,
+        index: u32,
+        rest: impl FnOnce() -> K,
+    ) -> Option<u32> {
         let is_node = p.addr() & TAG_BITS == NODE_TAG;
         let node = std::hint::select_unpredictable(is_node, p, node::empty_node());
-        let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
         // SAFETY: `node` is a node pointer read from a slot of this root, which is live (the
         // caller's guard keeps published nodes from being freed), or the static empty node.
         match unsafe { step_raw(node, index) } {
-            Ok(next) => {
-                p = next;
-                rest = rest.shl(STRIDE);
-            }
-            Err(answer) if p.addr() & TAG_BITS != SKIP_TAG => {
+            Ok(next) => self.walk(key, next, rest().shl(STRIDE)),
+            // A node's or an answer slot's answer; a skip or direct node goes on below.
+            Err(answer) if is_node || p.addr() & 1 != 0 => {
                 let answer = std::hint::select_unpredictable(is_node, answer, raw_answer(p));
-                return (answer != NONE).then_some(answer);
+                (answer != NONE).then_some(answer)
             }
-            Err(_) => {}
+            Err(_) => self.walk(key, p, rest()),
         }
+    }
+
+    /// The rest of a lookup from the raw entry `p`, with `rest` the key's bits from `p`'s
+    /// depth on (at the top).
+    #[inline(always)]
+    fn walk(&self, key: K, mut p: *mut node::Node, mut rest: K) -> Option<u32> {
         loop {
             match p.addr() & TAG_BITS {
                 NODE_TAG => {
@@ -219,6 +309,13 @@ impl<K: TrieKey> Root<K> {
                         }
                         Err(answer) => return (answer != NONE).then_some(answer),
                     }
+                }
+                DIRECT_TAG => {
+                    // SAFETY: `p` is a direct node's tagged pointer read from a slot of this
+                    // root, which is live (see above).
+                    let (next, bits) = unsafe { direct_step_raw(p, rest) };
+                    p = next;
+                    rest = rest.shl_lt64(bits);
                 }
                 // SAFETY: as above; skip nodes of a `FastLpm<K>` hold keys of type `K`.
                 SKIP_TAG => match unsafe { skip_step_raw(raw_skip(p), key) } {
@@ -237,11 +334,41 @@ impl<K: TrieKey> Root<K> {
     }
 }
 
+/// One branch-free step into a direct node: if the raw entry `p`, read from `at`, is a direct
+/// node, its slot for the top bits of `top` (the key's bits from depth `used` on), with `top`
+/// shifted past them and `used` counting them; else `at` read again (a hit in L1) and `top`
+/// and `used` as they were. Either way one load, whose address a conditional move picks: no
+/// branch on `p`'s kind, which is mispredicted for about one key in two when regions of both
+/// kinds are looked up (and a mispredicted branch that waits on a load discards the work of
+/// the keys after it).
+///
+/// # Safety
+/// `at` must be a live slot (of a live root, read under a pinned guard, or owned), and `p`
+/// the entry read from it.
+#[inline(always)]
+unsafe fn direct_select(
+    p: *mut node::Node,
+    at: *const Slot,
+    top: u64,
+    used: u8,
+) -> (*mut node::Node, *const Slot, u64, u8) {
+    let is_direct = p.addr() & TAG_BITS == DIRECT_TAG;
+    let (slots, bits) = node::raw_direct(p);
+    // Meaningless (and never read through) unless `p` is a direct node.
+    let index = top.wrapping_shr(64 - u32::from(bits)) as usize;
+    let at = std::hint::select_unpredictable(is_direct, slots.wrapping_add(index), at);
+    // SAFETY: `at` is the caller's live slot, or the slot of the live direct node `p` points
+    // to that `index` picks (`bits` bits of the key, below its `2^bits` slots).
+    let next = unsafe { (*at).load(Ordering::Acquire) };
+    let bits = std::hint::select_unpredictable(is_direct, bits, 0);
+    (next, at, top << bits, used + bits)
+}
+
 /// How many keys ahead [`FastLpm::lookup_batch`] prefetches first-level slots (best of 0,
 /// 4, 8 and 16 on bgp-full-v4 here).
 const AHEAD: usize = 8;
 
-// SAFETY: a root owns its slots (through `boxed` or `arena`); shared access is reads of
+// SAFETY: a root owns its slots (boxed, or in `arena`); shared access is reads of
 // atomic slots and of the immutable nodes they point to.
 unsafe impl<K: Send> Send for Root<K> {}
 // SAFETY: as above.
@@ -257,6 +384,14 @@ impl<K> Drop for Root<K> {
             // and subtrees replaced earlier were retired on their own. Its arena is still
             // alive (dropped with the root's fields, after this).
             unsafe { node::free_entry(Entry::decode(slot.load(Ordering::Relaxed)), &self.arena) };
+        }
+        if self.boxed {
+            let len = 1usize << self.bits;
+            // SAFETY: `slots` came from `Box::into_raw` of a boxed slice of `len` slots
+            // (`empty`), is boxed again once, here, and nothing uses it afterwards.
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.slots.as_ptr(), len))
+            });
         }
     }
 }
@@ -405,7 +540,7 @@ impl<K: TrieKey> FastLpm<K> {
         let guard = &epoch::pin();
         let root = self.root(guard);
         let mut bytes = size_of::<Root<K>>() + root.arena.bytes();
-        if root.boxed.is_some() {
+        if root.boxed {
             bytes += size_of_val(root.slots());
         }
         for slot in root.slots() {
@@ -538,16 +673,23 @@ impl<K: TrieKey> FastLpm<K> {
             return;
         }
         // Find the node whose six bits hold the prefix's last bit (or the deepest node on
-        // its path), remembering the slots on the way.
-        let mut path: Vec<(&Slot, u8)> = vec![(&root.slots()[root.slot_index(key)], root.bits)];
-        while let Some(&(slot, depth)) = path.last() {
+        // its path), remembering the slots on the way, and whether each may hold a lone
+        // answer (a first-level or direct-node slot may; a node's child slot may not).
+        let mut path: Vec<(&Slot, u8, bool)> =
+            vec![(&root.slots()[root.slot_index(key)], root.bits, true)];
+        while let Some(&(slot, depth, _)) = path.last() {
             match Entry::load(slot) {
                 Entry::Node(n) if plen > depth + STRIDE => {
                     // SAFETY: the writer lock is held and `guard` pinned: `n` is live.
                     match unsafe { child_slot(n, index_at(key, depth)) } {
-                        Some(child) => path.push((child, depth + STRIDE)),
+                        Some(child) => path.push((child, depth + STRIDE, false)),
                         None => break,
                     }
+                }
+                Entry::Direct(d, bits) if plen > depth + bits => {
+                    let index = key.shl(depth).shr_in_width(K::BITS - bits).low_usize();
+                    // SAFETY: as above; `index` is `bits` bits, below the node's `2^bits`.
+                    path.push((unsafe { direct_slot(d, index) }, depth + bits, true));
                 }
                 // A prefix below a skip node's prefix changes only what follows it; any
                 // other prefix in its region rebuilds the region (the slot holding it).
@@ -555,7 +697,7 @@ impl<K: TrieKey> FastLpm<K> {
                     // SAFETY: as above; skip nodes of a `FastLpm<K>` hold keys of type `K`.
                     let ((len, next), prefix) = unsafe { (skip_next(s), skip_prefix::<K>(s)) };
                     if plen > len && (key ^ prefix) & K::prefix_mask(len) == K::ZERO {
-                        path.push((next, len));
+                        path.push((next, len, false));
                     } else {
                         break;
                     }
@@ -565,7 +707,7 @@ impl<K: TrieKey> FastLpm<K> {
         }
         // Patch that node: only the positions the prefix covers (or the one its path leaves
         // through) get new entries, rebuilt from the source; the other children are kept.
-        if let Some(&(slot, depth)) = path.last()
+        if let Some(&(slot, depth, lone_ok)) = path.last()
             && let Entry::Node(n) = Entry::load(slot)
             && depth + STRIDE <= K::BITS
         {
@@ -585,9 +727,9 @@ impl<K: TrieKey> FastLpm<K> {
                 *e = region_entry(source, sub, depth + STRIDE, &mut items);
             }
             let patched = assemble(&mut Place::Heap, &new);
-            // A lone answer can only go into a first-level slot (else the parent is rebuilt
-            // below; `patched` then holds no node, nothing is lost).
-            if matches!(patched, Entry::Node(_)) || path.len() == 1 {
+            // A lone answer can only go into a first-level or direct slot (else the parent
+            // is rebuilt below; `patched` then holds no node, nothing is lost).
+            if !matches!(patched, Entry::Leaf(_)) || lone_ok {
                 slot.store(patched.encode(), Ordering::Release);
                 // SAFETY: `n` was just unlinked (its untouched children live on in the new
                 // node, so only the node itself is freed); the children of the patched
@@ -601,11 +743,37 @@ impl<K: TrieKey> FastLpm<K> {
                 return;
             }
         }
-        // Rebuild there; a child slot cannot hold a lone answer, so a subtree that became
-        // uniform is folded into its parent by rebuilding the parent instead.
-        while let Some((slot, depth)) = path.pop() {
+        // A direct node whose slots the prefix covers (it ends within the node's bits):
+        // those slots are rebuilt one by one, each published with one store (a lookup reads
+        // one slot, so it sees that slot before or after), unless there are many.
+        if let Some(&(slot, depth, _)) = path.last()
+            && let Entry::Direct(d, bits) = Entry::load(slot)
+            && plen > depth
+            && plen <= depth + bits
+        {
+            let count = 1usize << (depth + bits - plen);
+            if count <= DIRECT_PATCH_SLOTS {
+                let index = key.shl(depth).shr_in_width(K::BITS - bits).low_usize();
+                let first = index & !(count - 1);
+                let base = key & K::prefix_mask(depth);
+                for i in first..first + count {
+                    let sub = base | K::from_usize(i).shl(K::BITS - depth - bits);
+                    let entry = region_entry(source, sub, depth + bits, &mut items);
+                    // SAFETY: the writer lock is held and `guard` pinned: `d` is live, and
+                    // `i` is below its `2^bits` slots.
+                    let old = unsafe { direct_slot(d, i) }.swap(entry.encode(), Ordering::AcqRel);
+                    // SAFETY: the old subtree was just unlinked by the swap, and is retired
+                    // once.
+                    unsafe { retire(Entry::decode(old), &root.arena, guard) };
+                }
+                return;
+            }
+        }
+        // Rebuild there; a node's child slot cannot hold a lone answer, so a subtree that
+        // became uniform is folded into its parent by rebuilding the parent instead.
+        while let Some((slot, depth, lone_ok)) = path.pop() {
             let entry = region_entry(source, key & K::prefix_mask(depth), depth, &mut items);
-            if matches!(entry, Entry::Leaf(_)) && !path.is_empty() {
+            if matches!(entry, Entry::Leaf(_)) && !lone_ok {
                 continue;
             }
             let old = Entry::decode(slot.swap(entry.encode(), Ordering::AcqRel));

@@ -26,10 +26,24 @@
 //! +-----+------+--------------+---------------------+
 //! ```
 //!
+//! A **direct** node consumes `bits` key bits (an even number up to 14) with no population
+//! count: it is `2^bits` slots, and position `i`'s entry is slot `i`, which may hold any entry
+//! (a lone answer too). It stands where a region is dense (IPv6: a /18 holding many prefixes,
+//! down to /32 in one step; a /32 holding many, down to /44), so that a lookup there takes one
+//! load for as many bits as two or three nodes would take. Its width travels in its tagged
+//! pointer, so the step needs no header:
+//!
+//! ```text
+//! +--------+--------+--------+-- ... --+------------------+
+//! | slot 0 | slot 1 | slot 2 |         | slot 2^bits - 1  |     8 << bits bytes, 64-aligned
+//! +--------+--------+--------+-- ... --+------------------+
+//! ```
+//!
 //! A published node never changes except through its child slots, which the writer replaces
 //! with one atomic store (a rebuilt subtree); the replaced subtree is freed after an epoch
-//! grace period. Slots hold [`Entry`]s as tagged pointers: a node, a skip node (bit 1 set), or
-//! an answer shifted left by one with the low bit set.
+//! grace period. Slots hold [`Entry`]s as tagged pointers: a node (low three bits clear), a skip
+//! node (bit 1 set), a direct node (bit 2 set, its width over two in bits 3 to 5), or an answer
+//! shifted left by one with the low bit set.
 //!
 //! A bulk build places its nodes in an [`Arena`] (packed, in huge pages where the kernel
 //! allows); an update allocates each node it makes from the global allocator, padded to a
@@ -114,10 +128,19 @@ pub(crate) enum Entry {
     Node(NonNull<Node>),
     /// A skip node compares the key with a longer prefix.
     Skip(NonNull<Skip>),
+    /// A direct node of `2^bits` slots consumes the next `bits` (even, at most
+    /// [`MAX_DIRECT_BITS`]) bits.
+    Direct(NonNull<Slot>, u8),
 }
 
 /// The tag bit of a pointer to a skip node (bit 0 tags answers).
 const SKIP: usize = 2;
+/// The tag bit of a pointer to a direct node; bits 3 to 5 hold its width over two.
+const DIRECT: usize = 4;
+/// The widest direct node (its width over two fits in three bits).
+pub(crate) const MAX_DIRECT_BITS: u8 = 14;
+/// The alignment of a direct node (its tag and width take the low six bits).
+const DIRECT_ALIGN: usize = 64;
 
 impl Entry {
     /// The tagged pointer stored in a slot.
@@ -126,6 +149,12 @@ impl Entry {
             Entry::Leaf(a) => ptr::without_provenance_mut(((a as usize) << 1) | 1),
             Entry::Node(n) => n.as_ptr(),
             Entry::Skip(s) => s.as_ptr().map_addr(|a| a | SKIP).cast(),
+            Entry::Direct(d, bits) => {
+                debug_assert!(bits % 2 == 0 && (2..=MAX_DIRECT_BITS).contains(&bits));
+                d.as_ptr()
+                    .map_addr(|a| a | DIRECT | (usize::from(bits / 2) << 3))
+                    .cast()
+            }
         }
     }
 
@@ -139,6 +168,12 @@ impl Entry {
             // (with its provenance).
             match NonNull::new(p.map_addr(|a| a & !SKIP).cast::<Skip>()) {
                 Some(s) => Entry::Skip(s),
+                None => Entry::Leaf(super::NONE),
+            }
+        } else if p.addr() & DIRECT != 0 {
+            let (slots, bits) = raw_direct(p);
+            match NonNull::new(slots.cast_mut()) {
+                Some(d) => Entry::Direct(d, bits),
                 None => Entry::Leaf(super::NONE),
             }
         } else {
@@ -230,6 +265,64 @@ pub(crate) fn new_skip<K: TrieKey>(
     skip
 }
 
+fn direct_layout(bits: u8) -> Layout {
+    Layout::from_size_align(size_of::<Slot>() << bits, DIRECT_ALIGN)
+        .expect("a direct node is at most 128 KiB")
+}
+
+/// Allocates a direct node of `2^bits` slots holding `entries` (one per position).
+///
+/// # Panics
+/// If `bits` is odd, zero or above [`MAX_DIRECT_BITS`], or `entries` is not `2^bits` long.
+pub(crate) fn new_direct(place: &mut Place<'_>, bits: u8, entries: &[Entry]) -> NonNull<Slot> {
+    assert!(bits % 2 == 0 && (2..=MAX_DIRECT_BITS).contains(&bits));
+    assert_eq!(entries.len(), 1 << bits);
+    let slots = place.alloc(direct_layout(bits)).cast::<Slot>();
+    // SAFETY: `slots` is fresh room for `2^bits` slots (`direct_layout`), aligned for them;
+    // each is written once here before the pointer is returned.
+    unsafe {
+        for (i, e) in entries.iter().enumerate() {
+            slots.as_ptr().add(i).write(Slot::new(e.encode()));
+        }
+    }
+    slots
+}
+
+/// The slot at position `index` (< `2^bits`) of a direct node of `2^bits` slots.
+///
+/// # Safety
+/// `direct` must be live, and `index` below its `2^bits` slots.
+pub(crate) unsafe fn direct_slot<'a>(direct: NonNull<Slot>, index: usize) -> &'a Slot {
+    // SAFETY: the caller guarantees the node is live and the index in bounds.
+    unsafe { &*direct.as_ptr().add(index) }
+}
+
+/// The slots and width of the direct node a tagged pointer with [`DIRECT_TAG`] points to.
+#[inline(always)]
+pub(crate) fn raw_direct(p: *mut Node) -> (*const Slot, u8) {
+    let bits = ((p.addr() >> 3) & 7) as u8 * 2;
+    (
+        p.map_addr(|a| a & !(DIRECT_ALIGN - 1)).cast_const().cast(),
+        bits,
+    )
+}
+
+/// One step through a direct node on its tagged pointer: the raw entry of the slot that the
+/// top bits of `rest` pick, and the number of bits it consumed.
+///
+/// # Safety
+/// `p` must carry [`DIRECT_TAG`] and point to a live direct node (published and kept alive
+/// by a pinned guard, or owned).
+#[inline(always)]
+pub(crate) unsafe fn direct_step_raw<K: TrieKey>(p: *mut Node, rest: K) -> (*mut Node, u8) {
+    let (slots, bits) = raw_direct(p);
+    // The top `bits` (2 to 14) bits, from the top 64 with a `u64` shift.
+    let index = (rest.top_u64() >> (64 - bits)) as usize;
+    // SAFETY: the caller guarantees a live direct node of `2^bits` slots (its width is in its
+    // tag, written by `Entry::encode`); `index` is `bits` bits of the key, below `2^bits`.
+    (unsafe { (*slots.add(index)).load(Ordering::Acquire) }, bits)
+}
+
 /// One step through a skip node: the next entry and its depth if `key` matches the node's
 /// prefix, else the node's answer for every other key.
 ///
@@ -314,13 +407,15 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
     }
 }
 
-/// The low two bits of a slot's tagged pointer: [`NODE_TAG`], [`SKIP_TAG`], or an answer
-/// (bit 0 set).
-pub(crate) const TAG_BITS: usize = 3;
+/// The low three bits of a slot's tagged pointer: [`NODE_TAG`], [`SKIP_TAG`], [`DIRECT_TAG`],
+/// or an answer (bit 0 set).
+pub(crate) const TAG_BITS: usize = 7;
 /// The tag of a node pointer (nodes are at least 8-byte aligned).
 pub(crate) const NODE_TAG: usize = 0;
 /// The tag of a skip-node pointer.
 pub(crate) const SKIP_TAG: usize = SKIP;
+/// The tag of a direct-node pointer.
+pub(crate) const DIRECT_TAG: usize = DIRECT;
 
 /// The answer a tagged pointer with bit 0 set stands for.
 #[inline(always)]
@@ -471,6 +566,17 @@ pub(crate) unsafe fn heap_bytes(entry: Entry, arena: &Arena) -> usize {
                 };
                 own + heap_bytes(Entry::load(skip_next(s).1), arena)
             }
+            Entry::Direct(d, bits) => {
+                let mut bytes = if arena.contains(d.as_ptr()) {
+                    0
+                } else {
+                    direct_layout(bits).size()
+                };
+                for i in 0..1 << bits {
+                    bytes += heap_bytes(Entry::load(direct_slot(d, i)), arena);
+                }
+                bytes
+            }
         }
     }
 }
@@ -510,6 +616,17 @@ pub(crate) unsafe fn free_entry(entry: Entry, arena: &Arena) {
                 free_entry(Entry::decode(skip_next(s).1.load(Ordering::Relaxed)), arena);
                 if !arena.contains(s.as_ptr()) {
                     dealloc(s.as_ptr().cast(), Layout::new::<Skip>());
+                }
+            }
+            Entry::Direct(d, bits) => {
+                for i in 0..1 << bits {
+                    free_entry(
+                        Entry::decode(direct_slot(d, i).load(Ordering::Relaxed)),
+                        arena,
+                    );
+                }
+                if !arena.contains(d.as_ptr()) {
+                    dealloc(d.as_ptr().cast(), direct_layout(bits));
                 }
             }
         }
@@ -659,6 +776,91 @@ mod tests {
             assert_eq!(skip_step(skip, key ^ (1 << 80)), Err(1));
             free_entry(Entry::Skip(skip), &Arena::default());
         }
+    }
+
+    #[test]
+    fn direct_nodes_index_their_slots() {
+        // A direct node of four bits (16 slots): answers, a node and a nested direct node of
+        // two bits; the width travels in the tagged pointer.
+        let leafy = new_node(&mut Place::Heap, 0, 1 | 1 << 32, &[], &[5, 6]);
+        let inner = new_direct(
+            &mut Place::Heap,
+            2,
+            &[
+                Entry::Leaf(1),
+                Entry::Leaf(2),
+                Entry::Leaf(3),
+                Entry::Node(leafy),
+            ],
+        );
+        let mut entries = [Entry::Leaf(9); 16];
+        entries[3] = Entry::Direct(inner, 2);
+        entries[15] = Entry::Leaf(10);
+        let outer = new_direct(&mut Place::Heap, 4, &entries);
+        let entry = Entry::Direct(outer, 4);
+        assert_eq!(Entry::decode(entry.encode()), entry);
+        let raw = entry.encode();
+        assert_eq!(raw.addr() & TAG_BITS, DIRECT_TAG);
+        assert_eq!(raw_direct(raw), (outer.as_ptr().cast_const(), 4));
+        // SAFETY: the nodes are owned here and freed at the end.
+        unsafe {
+            // Key bits 0011 pick slot 3 (the inner node), then 11 its node.
+            let key = 0b00_1111_u32 << 26;
+            let (next, bits) = direct_step_raw(raw, key);
+            assert_eq!((Entry::decode(next), bits), (Entry::Direct(inner, 2), 4));
+            let (next, bits) = direct_step_raw(next, key << 4);
+            assert_eq!((Entry::decode(next), bits), (Entry::Node(leafy), 2));
+            assert_eq!(step_raw(next, 40), Err(6));
+            let (next, _) = direct_step_raw(raw, 0xf000_0000u32);
+            assert_eq!(raw_answer(next), 10);
+            let (next, _) = direct_step_raw(raw, 0u32);
+            assert_eq!(raw_answer(next), 9);
+            assert_eq!(Entry::load(direct_slot(outer, 3)), Entry::Direct(inner, 2));
+            // 16 and 4 slots of eight bytes, and one node padded to its cache line.
+            assert_eq!(heap_bytes(entry, &Arena::default()), 128 + 32 + NODE_ALIGN);
+            free_entry(entry, &Arena::default());
+        }
+    }
+
+    #[test]
+    fn ipv6_lookups_read_direct_slots_without_branching() {
+        use super::super::{Root, direct_select};
+        // A narrow IPv6 root whose slot 0x20 holds a direct node of four bits, whose slot 3
+        // holds one of two bits, whose slot 1 holds a node: the lookup's branch-free path.
+        let root = Root::<u128>::empty(8, None);
+        let leafy = new_node(&mut Place::Heap, 0, 1 | 1 << 32, &[], &[5, 6]);
+        let inner = new_direct(
+            &mut Place::Heap,
+            2,
+            &[
+                Entry::Leaf(1),
+                Entry::Node(leafy),
+                Entry::Leaf(3),
+                Entry::Leaf(4),
+            ],
+        );
+        let mut entries = [Entry::Leaf(9); 16];
+        entries[3] = Entry::Direct(inner, 2);
+        let outer = new_direct(&mut Place::Heap, 4, &entries);
+        root.slots()[0x20].store(Entry::Direct(outer, 4).encode(), Ordering::Relaxed);
+        root.slots()[0x21].store(Entry::Leaf(7).encode(), Ordering::Relaxed);
+        // The key's top 20 bits: slot (8), outer (4), inner (2), node position (6).
+        let key = |slot: u128, outer: u128, inner: u128, pos: u128| {
+            ((slot << 12) | (outer << 8) | (inner << 6) | pos) << 108
+        };
+        assert_eq!(root.descend(key(0x20, 3, 1, 40)), Some(6));
+        assert_eq!(root.descend(key(0x20, 3, 1, 0)), Some(5));
+        assert_eq!(root.descend(key(0x20, 3, 2, 0)), Some(3));
+        assert_eq!(root.descend(key(0x20, 5, 1, 0)), Some(9));
+        assert_eq!(root.descend(key(0x21, 3, 1, 40)), Some(7));
+        assert_eq!(root.descend(key(0x22, 0, 0, 0)), None);
+        // A step from an entry that is no direct node reads its slot again, key unmoved.
+        let slot: *const Slot = &root.slots()[0x21];
+        // SAFETY: `slot` is a live slot of `root`, and the entry is the one it holds.
+        let (p, at, top, used) = unsafe { direct_select(Entry::Leaf(7).encode(), slot, 77, 8) };
+        assert_eq!((raw_answer(p), at, top, used), (7, slot, 77, 8));
+        // Dropping the root frees the direct nodes and the node (Miri checks it).
+        drop(root);
     }
 
     #[test]

@@ -208,6 +208,12 @@ fn sparse_regions_skip_and_follow_changes() {
                     entry = unsafe { step(n, index_at(lone48, depth)) };
                     depth += STRIDE;
                 }
+                Entry::Direct(d, bits) => {
+                    let index = lone48.shl(depth).shr_in_width(128 - bits).low_usize();
+                    // SAFETY: read under `guard`.
+                    entry = Entry::load(unsafe { node::direct_slot(d, index) });
+                    depth += bits;
+                }
                 Entry::Skip(s) => {
                     skipped = true;
                     // SAFETY: read under `guard`.
@@ -240,4 +246,139 @@ fn sparse_regions_skip_and_follow_changes() {
         fast.update(key, plen, &mut &trie);
         agree(&fast, &trie, &probes(&prefixes, &[])).unwrap();
     }
+}
+
+/// The entries on `key`'s path, from its first-level slot down to its answer.
+fn path<K: TrieKey>(fast: &FastLpm<K>, key: K) -> Vec<Entry> {
+    let guard = &epoch::pin();
+    let root = fast.root(guard);
+    let mut entry = Entry::load(&root.slots()[root.slot_index(key)]);
+    let mut depth = root.bits;
+    let mut out = vec![entry];
+    loop {
+        (entry, depth) = match entry {
+            Entry::Leaf(_) => return out,
+            // SAFETY: read under `guard`.
+            Entry::Node(n) => (unsafe { step(n, index_at(key, depth)) }, depth + STRIDE),
+            Entry::Skip(s) => {
+                // SAFETY: read under `guard`.
+                let (len, next) = unsafe { skip_next(s) };
+                (Entry::load(next), len)
+            }
+            Entry::Direct(d, bits) => {
+                let index = key.shl(depth).shr_in_width(K::BITS - bits).low_usize();
+                // SAFETY: read under `guard`; `index` is below the node's `2^bits` slots.
+                let slot = unsafe { node::direct_slot(d, index) };
+                (Entry::load(slot), depth + bits)
+            }
+        };
+        out.push(entry);
+    }
+}
+
+/// A dense IPv6 /18 (many /32s, /40s, /44s and /48s, one /32 full of them) takes direct
+/// nodes (/18 to /32, /32 to /44), so that a /48 is four loads away; lookups, and updates of
+/// every kind through and around the direct nodes (a prefix covering a few of their slots,
+/// one covering many, one below them, removals that empty a slot), agree with the trie, and
+/// IPv4 never gets direct nodes.
+#[test]
+fn dense_ipv6_regions_go_direct_and_follow_changes() {
+    use rand::{RngExt, SeedableRng, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(16);
+    let trie = LcTrie::<u128, u32>::new();
+    // Enough prefixes elsewhere for the wide first level.
+    for i in 0..WIDE_AT as u128 {
+        trie.insert((0x3000 << 112) | (i << 96), 32, 1).unwrap();
+    }
+    let region = 0x2a00_u128 << 112; // 2a00::/18 (and /16)
+    let dense32 = region | (0x0123 << 96); // 2a00:123::/32
+    let mut prefixes = Vec::new();
+    let add = |prefixes: &mut Vec<(u128, u8)>, key: u128, plen: u8, answer: u32| {
+        let key = key & u128::prefix_mask(plen);
+        trie.insert(key, plen, answer).unwrap();
+        prefixes.push((key, plen));
+    };
+    for i in 0..600u32 {
+        let plen = [32, 40, 44, 48, 48, 36][i as usize % 6];
+        let key = region | (u128::from(rng.random::<u64>()) << 48) & !u128::prefix_mask(18);
+        add(&mut prefixes, key, plen, i % 7);
+    }
+    for i in 0..200u32 {
+        let plen = [40, 44, 48, 48, 47, 64][i as usize % 6];
+        let key = dense32 | (u128::from(rng.random::<u32>()) << 64);
+        add(&mut prefixes, key, plen, 100 + i % 5);
+    }
+    add(&mut prefixes, dense32, 32, 99);
+    let fast = FastLpm::<u128>::new();
+    fast.rebuild(&mut &trie);
+    let deep = prefixes.iter().rev().find(|p| p.1 == 48).unwrap().0 | 5;
+    let on_path = path(&fast, deep);
+    assert!(
+        matches!(
+            on_path[..],
+            [
+                Entry::Direct(_, 14),
+                Entry::Direct(_, 12),
+                Entry::Node(_),
+                Entry::Leaf(_)
+            ]
+        ),
+        "{on_path:?}"
+    );
+    let extra: Vec<u128> = (0..3000)
+        .map(|i| {
+            let base = if i % 2 == 0 { region } else { dense32 };
+            let keep = if i % 2 == 0 { 18 } else { 32 };
+            base | (rng.random::<u128>() & !u128::prefix_mask(keep))
+        })
+        .collect();
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    // Changes: (key, plen) with an answer to insert, or None to remove.
+    let mut changes: Vec<(u128, u8, Option<u32>)> = vec![
+        (region | (0x0456 << 96), 31, Some(500)), // two slots of the /18's direct node
+        (region | (0x0400 << 96), 24, Some(501)), // 256 of them
+        (region | (0x0800 << 96), 23, Some(502)), // 512: the direct node is rebuilt
+        (dense32 | (0x0ab << 84), 40, Some(503)), // 16 slots of the /32's
+        (dense32 | (0xabc << 84), 44, Some(504)), // one slot of it
+        (dense32 | (0xabc5 << 80), 48, Some(505)), // below it
+        (dense32 | (0x7 << 92), 36, Some(506)),   // 256 slots of it
+        (dense32 | (0x8 << 92), 33, Some(507)),   // 2048: rebuilt
+        (region, 16, Some(508)),                  // above the direct node
+        (region | (0x0456 << 96), 31, None),
+        (region | (0x0800 << 96), 23, None),
+        (dense32 | (0xabc << 84), 44, None),
+        (dense32, 32, None),
+        (region, 16, None),
+    ];
+    for &(k, l) in prefixes.iter().step_by(7) {
+        changes.push((k, l, None));
+    }
+    for (key, plen, answer) in changes {
+        match answer {
+            Some(a) => add(&mut prefixes, key, plen, a),
+            None => {
+                trie.remove(key, plen).unwrap();
+            }
+        }
+        fast.update(key, plen, &mut &trie);
+        agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    }
+    // Removing the most of it folds everything back.
+    for &(k, l) in &prefixes {
+        if trie.remove(k, l).is_ok() {
+            fast.update(k, l, &mut &trie);
+        }
+    }
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    fast.rebuild(&mut &trie);
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+}
+
+#[test]
+fn ipv4_never_goes_direct() {
+    for depth in 0..32 {
+        assert_eq!(direct_bits::<u32>(depth, 1 << 20), None);
+    }
+    assert_eq!(direct_bits::<u128>(18, DIRECT_AT - 1), None);
+    assert_eq!(direct_bits::<u128>(18, DIRECT_AT), Some(14));
 }
