@@ -18,38 +18,7 @@ use std::time::{Duration, Instant};
 use xfwd_lab::{Lab, Role, topology};
 
 mod common;
-use common::{XFWD, Xfwd};
-
-fn ip(ns: &str, line: &str) {
-    let out = Command::new("ip")
-        .args(["-n", ns])
-        .args(line.split_whitespace())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {ns} {line}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Report {
-    sent: u64,
-    unique: u64,
-    ttls: Vec<(u8, u64)>,
-}
-
-fn punts(stats: &serde_json::Value, reason: &str) -> u64 {
-    stats["pipeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|q| q["punts"].as_array().unwrap().iter())
-        .filter(|pair| pair[0] == reason)
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
-}
+use common::{ProbeReport as Report, XFWD, Xfwd, ip};
 
 /// 200 probes from `src` to `dst_addr`, captured on dst0.
 fn probe(lab: &Lab, src: IpAddr, dst_addr: &str) -> Report {
@@ -70,7 +39,7 @@ fn wait_punts(xfwd: &Xfwd, reason: &str, n: u64) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let stats = xfwd.stats().unwrap();
-        if punts(&stats, reason) >= n {
+        if common::pipeline(&stats, "punts", reason) >= n {
             return stats;
         }
         assert!(Instant::now() < deadline, "{stats:#}");
@@ -100,6 +69,10 @@ fn what_the_mirror_cannot_represent_is_forwarded_by_the_kernel() {
         &fwd,
         &format!("-6 route add 2001:db8:99::/64 from 2001:db8:0:1::/64 via {dst0_v6} dev fwd1"),
     );
+    // The kernel forwards what xfwd hands it: it must know dst0 (IPv4 and IPv6) first, or the
+    // probes wait in its own neighbour queue (and, while fwd1's link-local address is still
+    // tentative, it sends no neighbour solicitation at all) and outlast their capture.
+    common::resolve_dst(&fwd);
     let xfwd = Xfwd::start(&lab, 'k');
     let text = String::from_utf8_lossy(&xfwd.ask(&["show", "rules"]).stdout).into_owned();
     assert!(

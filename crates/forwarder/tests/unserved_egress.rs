@@ -10,38 +10,7 @@ use std::time::{Duration, Instant};
 use xfwd_lab::{Lab, Role, topology};
 
 mod common;
-use common::{XFWD, Xfwd};
-
-fn ip(ns: &str, line: &str) {
-    let out = Command::new("ip")
-        .args(["-n", ns])
-        .args(line.split_whitespace())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {ns} {line}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Report {
-    sent: u64,
-    unique: u64,
-    ttls: Vec<(u8, u64)>,
-}
-
-fn punts(stats: &serde_json::Value, reason: &str) -> u64 {
-    stats["pipeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|q| q["punts"].as_array().unwrap().iter())
-        .filter(|pair| pair[0] == reason)
-        .map(|pair| pair[1].as_u64().unwrap())
-        .sum()
-}
+use common::{ProbeReport as Report, XFWD, Xfwd, ip};
 
 #[test]
 fn routes_out_of_unserved_interfaces_are_forwarded_by_the_kernel() {
@@ -98,7 +67,7 @@ fn routes_out_of_unserved_interfaces_are_forwarded_by_the_kernel() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let stats = xfwd.stats().unwrap();
-        if punts(&stats, "unserved_egress") >= 200 {
+        if common::pipeline(&stats, "punts", "unserved_egress") >= 200 {
             break;
         }
         assert!(Instant::now() < deadline, "{stats:#}");

@@ -12,21 +12,7 @@ use std::time::{Duration, Instant};
 use xfwd_lab::{Lab, Role, topology};
 
 mod common;
-use common::{XFWD, Xfwd, pipeline};
-
-fn ip(ns: &str, line: &str) -> String {
-    let out = Command::new("ip")
-        .args(["-n", ns])
-        .args(line.split_whitespace())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {ns} {line}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{XFWD, Xfwd, ip, pipeline};
 
 #[derive(Debug, serde::Deserialize)]
 struct Report {

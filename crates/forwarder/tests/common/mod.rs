@@ -141,6 +141,33 @@ pub fn pipeline(stats: &serde_json::Value, group: &str, key: &str) -> u64 {
         .sum()
 }
 
+/// Runs `ip -n NS LINE` (LINE split on white space), fails the test on an error and returns
+/// what it printed.
+pub fn ip(ns: &str, line: &str) -> String {
+    let out = Command::new("ip")
+        .args(["-n", ns])
+        .args(line.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {line}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The part of pktgen's JSON receive report the lab tests read.
+#[derive(Debug, serde::Deserialize)]
+pub struct ProbeReport {
+    /// Probes sent.
+    pub sent: u64,
+    /// Distinct probes received.
+    pub unique: u64,
+    /// Received probes per IP TTL.
+    pub ttls: Vec<(u8, u64)>,
+}
+
 /// Writes `value` to `/proc/sys/net/{path}` in namespace `ns`.
 pub fn sysctl(ns: &str, path: &str, value: &str) {
     let path = format!("/proc/sys/net/{path}");
