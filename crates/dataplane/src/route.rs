@@ -701,7 +701,7 @@ fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route
 /// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, true), Some(false), "strict: via 1");
 /// assert_eq!(source_valid(&t, &g, 0x0a00_0005, 0x0808_0808, 0, 2, false), Some(true), "loose");
 /// assert_eq!(source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), Some(false), "no route back");
-/// t.fib4.insert(&Route::reject(0x0b00_0000, 8, 254, RouteType::Kernel), InsertFlags::ADD)?;
+/// writers.fib4.insert(&Route::reject(0x0b00_0000, 8, 254, RouteType::Kernel), InsertFlags::ADD)?;
 /// assert_eq!(source_valid(&t, &g, 0x0b00_0005, 0x0808_0808, 0, 1, false), None, "kernel decides");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
