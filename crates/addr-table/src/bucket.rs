@@ -143,6 +143,22 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
         }
     }
 
+    /// [`first_slot`](Self::first_slot) of a mask the caller took within
+    /// [`ALL_SLOTS`](Self::ALL_SLOTS): the trailing zeros alone (one instruction fewer on a
+    /// reader's path from the compare to the value's load).
+    ///
+    /// # Safety
+    /// `hits` is not zero and has no bit outside `ALL_SLOTS`.
+    #[inline(always)]
+    pub(crate) unsafe fn first_slot_within(hits: u32) -> usize {
+        debug_assert!(hits != 0 && hits & !Self::ALL_SLOTS == 0);
+        let i = hits.trailing_zeros() as usize;
+        // SAFETY: the caller's mask is a non-empty subset of the `SLOTS` low bits, so its
+        // lowest set bit is below `SLOTS` (`first_slot_within_agrees_with_first_slot`).
+        unsafe { std::hint::assert_unchecked(i < Self::SLOTS) };
+        i
+    }
+
     /// First word of slot `i`'s key.
     #[inline(always)]
     pub(crate) fn key_at(i: usize) -> usize {
@@ -520,6 +536,35 @@ impl Line {
             }
         }
     }
+
+    /// One attempt of [`find`](Self::find), for the hot path: `None` when the copy did not
+    /// validate (a writer changed the line meanwhile) or the key's slot is in a line that
+    /// holds a duplicate list; the caller then starts its lookup over with `find`, out of
+    /// line. So the common hit and miss are straight-line code, validated once, with neither
+    /// the retry loop nor the slot's list bit on their path.
+    #[inline(always)]
+    fn find_once<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Result<Found<V>, Meta>> {
+        let m = Meta(self.meta.load(Ordering::Acquire));
+        // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
+        let hits = self.matches::<K, V>(q) & m.occupied_mask() & Geometry::<K, V>::ALL_SLOTS;
+        if hits != 0 {
+            // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
+            let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
+            let mut w = [0; LINE_WORDS];
+            self.copy_words(
+                Geometry::<K, V>::payload_at(i),
+                &mut w[..Geometry::<K, V>::PAYLOAD],
+            );
+            fence(Ordering::Acquire);
+            // Validated, and no slot of the line holds a list (one test of the header): the
+            // words are a value that one store published.
+            return (self.meta.load(Ordering::Relaxed) == m.0 && !m.any_dups())
+                .then(|| Ok(Found::decode(false, &w)));
+        }
+        // A miss copies nothing: validate the header alone.
+        fence(Ordering::Acquire);
+        (self.meta.load(Ordering::Relaxed) == m.0).then_some(Err(m))
+    }
 }
 
 /// What a reader's walk of one bucket chain found.
@@ -530,6 +575,9 @@ pub(crate) enum Probe<V> {
     Absent,
     /// Not in this table; the bucket is migrating, so look in the `future` table.
     Moved,
+    /// Not decided by one attempt ([`BucketTable::find`] with `ONCE`): look up again with
+    /// the retrying read.
+    Retry,
 }
 
 /// A reader's validated copy of a slot's value part.
@@ -851,8 +899,12 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// # Safety
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
+    ///
+    /// With `ONCE`, each line is read by one attempt ([`Line::find_once`]) and the walk ends
+    /// in [`Probe::Retry`] when one did not decide; without, lines are read until a copy
+    /// validates ([`Line::find`]) and the walk never ends in `Retry`.
     #[inline(always)]
-    pub(crate) unsafe fn find(&self, q: &KeyWords) -> Probe<V> {
+    pub(crate) unsafe fn find<const ONCE: bool>(&self, q: &KeyWords) -> Probe<V> {
         let h = self.hash_of(q);
         let index = self.bucket_of_hash(h);
         // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
@@ -866,7 +918,15 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         // SAFETY: as above, `index` is below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
-            let m = match line.find::<K, V>(q) {
+            let read = if ONCE {
+                match line.find_once::<K, V>(q) {
+                    Some(read) => read,
+                    None => return Probe::Retry,
+                }
+            } else {
+                line.find::<K, V>(q)
+            };
+            let m = match read {
                 Ok(found) => return Probe::Hit(found),
                 // The common miss: neither an overflow line nor a rehash, one test.
                 Err(m) if !m.continues() => return Probe::Absent,
@@ -1228,6 +1288,23 @@ mod tests {
         assert_eq!(Geometry::<u64, u64>::SLOTS, 3);
         assert_eq!(Geometry::<u64, u64>::SIZE_PER_LINE, 2);
         assert_eq!(Geometry::<(), ()>::SLOTS, 6);
+    }
+
+    #[test]
+    fn first_slot_within_agrees_with_first_slot() {
+        fn check<K: Inline, V: Inline>() {
+            for hits in 1..=Geometry::<K, V>::ALL_SLOTS {
+                // SAFETY: `hits` is a non-empty subset of `ALL_SLOTS`.
+                let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
+                assert_eq!(i, Geometry::<K, V>::first_slot(hits));
+                assert!(i < Geometry::<K, V>::SLOTS && hits & (1 << i) != 0);
+            }
+        }
+        check::<u32, u32>();
+        check::<u32, u64>();
+        check::<u64, u64>();
+        check::<u128, u64>();
+        check::<(), ()>();
     }
 
     #[test]
