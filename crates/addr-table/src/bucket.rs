@@ -1326,6 +1326,29 @@ mod tests {
     }
 
     #[test]
+    fn one_read_decides_unless_the_line_holds_a_list() {
+        let line = Line::empty();
+        line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
+        line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
+        let once = |k: u32| line.find_once::<u32, u32>(&key_words(&k));
+        assert!(matches!(once(7), Some(Ok(f)) if f.value == 70 && f.list.is_null()));
+        assert!(matches!(once(8), Some(Err(m)) if !m.continues()));
+        // A list in slot 1: a hit anywhere in the line is left to the retrying read, which
+        // tells the list from the value; a miss is still decided.
+        let list = DupList::alloc(91, 90);
+        line.write_slot::<u32, u32>(1, 9, Payload::Dups(list));
+        let m = Meta(line.meta.load(Ordering::Relaxed));
+        line.meta.store(m.with(1, true).0, Ordering::Release);
+        assert!(once(7).is_none() && once(9).is_none());
+        assert!(matches!(once(8), Some(Err(_))));
+        let full = |k: u32| line.find::<u32, u32>(&key_words(&k));
+        assert!(matches!(full(7), Ok(f) if f.value == 70 && f.list.is_null()));
+        assert!(matches!(full(9), Ok(f) if std::ptr::eq(f.list, list)));
+        // SAFETY: allocated above, reachable from this test's line only, freed once.
+        unsafe { DupList::free(list) };
+    }
+
+    #[test]
     fn a_reader_sees_a_slot_replaced_in_place_as_a_new_generation() {
         let line = Line::empty();
         line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
