@@ -22,9 +22,12 @@
 //! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
 //! after an acquire fence: the copy is kept only when both loads agree (then decoded with
 //! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
-//! line again. A writer never changes the words of an occupied slot: it writes a free slot and
-//! then publishes it with one store of `meta` that sets the slot's bit (and, to replace a slot,
-//! clears the old one's in the same store), bumping the generation. A pair shared by two slots
+//! line again. A lookup's first read of each line is straight-line code, validated once
+//! (`Line::find_once`); a copy that does not validate, or a hit in a line that holds a
+//! duplicate list, sends the whole lookup, out of line, to the read that retries. A writer
+//! never changes the words of an occupied slot: it writes a free slot and then publishes it
+//! with one store of `meta` that sets the slot's bit (and, to replace a slot, clears the old
+//! one's in the same store), bumping the generation. A pair shared by two slots
 //! is rewritten whole by the one writer, the other half with its own value, so a reader sees
 //! the pair before or after, each whole. So a reader that copied an occupied slot while a
 //! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
