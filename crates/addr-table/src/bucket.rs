@@ -13,8 +13,9 @@
 //!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
 //!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
 //!       +----------+--------------+----------------+------------------------------------+
-//!  meta: bits 0..6 slot occupied, 6 CHAIN (an overflow line follows), 7 MOVED (look in the
-//!        future table too), 8..14 slot holds a DupList pointer, 16..64 generation
+//!  meta: bits 0..6 slot holds a key and its value, 6 CHAIN (an overflow line follows), 7 MOVED
+//!        (look in the future table too), 8..14 slot holds a key and a DupList pointer
+//!        (a slot is occupied when either of its two bits is set), 16..64 generation
 //! ```
 //!
 //! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
@@ -279,10 +280,10 @@ pub(crate) fn lanes_equal_scalar(lo: u64, hi: u64, key: u32) -> u32 {
 pub(crate) struct Meta(pub(crate) u64);
 
 impl Meta {
-    /// Whether slot `i` holds a key.
+    /// Whether slot `i` holds a key (with its value inline, bit `i`, or a list, bit `8 + i`).
     #[inline(always)]
     pub(crate) fn occupied(self, i: usize) -> bool {
-        self.0 & (1 << i) != 0
+        self.0 & (0x101 << i) != 0
     }
 
     /// Whether slot `i`'s value part is a `DupList` pointer.
@@ -300,6 +301,13 @@ impl Meta {
     /// Occupied slots, as a mask (bit `i` for slot `i`).
     #[inline(always)]
     pub(crate) fn occupied_mask(self) -> u32 {
+        ((self.0 | self.0 >> 8) & OCCUPIED) as u32
+    }
+
+    /// Slots that hold a key and its value inline (not a list), as a mask: the header's low
+    /// bits as they are, what a reader's hit path tests.
+    #[inline(always)]
+    pub(crate) fn inline_mask(self) -> u32 {
         (self.0 & OCCUPIED) as u32
     }
 
@@ -327,10 +335,12 @@ impl Meta {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
-    /// Slot `i` set (holding a `DupList` pointer when `dups`), next generation.
+    /// Slot `i` set (holding a `DupList` pointer when `dups`: bit `8 + i` instead of bit `i`),
+    /// next generation.
     pub(crate) fn with(self, i: usize, dups: bool) -> Meta {
         let cleared = self.0 & !(0x101 << i);
-        Meta((cleared | (1 << i) | (u64::from(dups) << (8 + i))).wrapping_add(GENERATION))
+        let bit = if dups { 1 << (8 + i) } else { 1 << i };
+        Meta((cleared | bit).wrapping_add(GENERATION))
     }
 
     /// Slot `from` cleared and slot `to` set (holding a `DupList` pointer when `dups`) in one
@@ -541,15 +551,17 @@ impl Line {
     }
 
     /// One attempt of [`find`](Self::find), for the hot path: `None` when the copy did not
-    /// validate (a writer changed the line meanwhile) or the key's slot is in a line that
-    /// holds a duplicate list; the caller then starts its lookup over with `find`, out of
-    /// line. So the common hit and miss are straight-line code, validated once, with neither
-    /// the retry loop nor the slot's list bit on their path.
+    /// validate (a writer changed the line meanwhile), or no slot holds the key with its
+    /// value inline and the line holds a duplicate list (the key's, maybe); the caller then
+    /// starts its lookup over with `find`, out of line. So the common hit and miss are
+    /// straight-line code, validated once, with neither the retry loop nor a list test on the
+    /// hit's path (a hit compares only slots whose inline bit is set).
     #[inline(always)]
     fn find_once<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Result<Found<V>, Meta>> {
         let m = Meta(self.meta.load(Ordering::Acquire));
-        // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
-        let hits = self.matches::<K, V>(q) & m.occupied_mask() & Geometry::<K, V>::ALL_SLOTS;
+        // Slots holding their value inline (a slot with a list has its bit at `8 + i`), of
+        // slots that exist: tells the compiler `i` below is one.
+        let hits = self.matches::<K, V>(q) & m.inline_mask() & Geometry::<K, V>::ALL_SLOTS;
         if hits != 0 {
             // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
             let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
@@ -559,14 +571,15 @@ impl Line {
                 &mut w[..Geometry::<K, V>::PAYLOAD],
             );
             fence(Ordering::Acquire);
-            // Validated, and no slot of the line holds a list (one test of the header): the
-            // words are a value that one store published.
-            return (self.meta.load(Ordering::Relaxed) == m.0 && !m.any_dups())
+            // Validated: the words are the value that one store published with slot `i`'s
+            // inline bit.
+            return (self.meta.load(Ordering::Relaxed) == m.0)
                 .then(|| Ok(Found::decode(false, &w)));
         }
-        // A miss copies nothing: validate the header alone.
+        // No inline slot has the key. A miss copies nothing: validate the header alone; a
+        // line with a list (whose key was not compared as a hit) is left to the full read.
         fence(Ordering::Acquire);
-        (self.meta.load(Ordering::Relaxed) == m.0).then_some(Err(m))
+        (self.meta.load(Ordering::Relaxed) == m.0 && !m.any_dups()).then_some(Err(m))
     }
 }
 
@@ -1329,21 +1342,27 @@ mod tests {
     }
 
     #[test]
-    fn one_read_decides_unless_the_line_holds_a_list() {
+    fn one_read_decides_an_inline_hit_and_a_miss_in_a_line_without_a_list() {
         let line = Line::empty();
         line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
         line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
         let once = |k: u32| line.find_once::<u32, u32>(&key_words(&k));
         assert!(matches!(once(7), Some(Ok(f)) if f.value == 70 && f.list.is_null()));
         assert!(matches!(once(8), Some(Err(m)) if !m.continues()));
-        // A list in slot 1: a hit anywhere in the line is left to the retrying read, which
-        // tells the list from the value; a miss is still decided.
+        // A list in slot 1: an inline hit is still decided; the list's key and a miss are
+        // left to the retrying read, which tells the list from a value.
         let list = DupList::alloc(91, 90);
         line.write_slot::<u32, u32>(1, 9, Payload::Dups(list));
         let m = Meta(line.meta.load(Ordering::Relaxed));
         line.meta.store(m.with(1, true).0, Ordering::Release);
-        assert!(once(7).is_none() && once(9).is_none());
-        assert!(matches!(once(8), Some(Err(_))));
+        assert!(matches!(once(7), Some(Ok(f)) if f.value == 70 && f.list.is_null()));
+        assert!(once(9).is_none() && once(8).is_none());
+        let m = Meta(line.meta.load(Ordering::Relaxed));
+        assert!(m.occupied(0) && m.occupied(1) && !m.occupied(2));
+        assert_eq!(
+            (m.occupied_mask(), m.inline_mask(), m.keys()),
+            (0b11, 0b01, 2)
+        );
         let full = |k: u32| line.find::<u32, u32>(&key_words(&k));
         assert!(matches!(full(7), Ok(f) if f.value == 70 && f.list.is_null()));
         assert!(matches!(full(9), Ok(f) if std::ptr::eq(f.list, list)));
