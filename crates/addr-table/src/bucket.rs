@@ -13,8 +13,9 @@
 //!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
 //!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
 //!       +----------+--------------+----------------+------------------------------------+
-//!  meta: bits 0..6 slot occupied, 6 CHAIN (an overflow line follows), 7 MOVED (look in the
-//!        future table too), 8..14 slot holds a DupList pointer, 16..64 generation
+//!  meta: bits 0..6 slot holds a key and its value, 6 CHAIN (an overflow line follows), 7 MOVED
+//!        (look in the future table too), 8..14 slot holds a key and a DupList pointer
+//!        (a slot is occupied when either of its two bits is set), 16..64 generation
 //! ```
 //!
 //! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
@@ -22,9 +23,12 @@
 //! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
 //! after an acquire fence: the copy is kept only when both loads agree (then decoded with
 //! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
-//! line again. A writer never changes the words of an occupied slot: it writes a free slot and
-//! then publishes it with one store of `meta` that sets the slot's bit (and, to replace a slot,
-//! clears the old one's in the same store), bumping the generation. A pair shared by two slots
+//! line again. A lookup's first read of each line is straight-line code, validated once
+//! (`Line::find_once`); a copy that does not validate, or a hit in a line that holds a
+//! duplicate list, sends the whole lookup, out of line, to the read that retries. A writer
+//! never changes the words of an occupied slot: it writes a free slot and then publishes it
+//! with one store of `meta` that sets the slot's bit (and, to replace a slot, clears the old
+//! one's in the same store), bumping the generation. A pair shared by two slots
 //! is rewritten whole by the one writer, the other half with its own value, so a reader sees
 //! the pair before or after, each whole. So a reader that copied an occupied slot while a
 //! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
@@ -141,6 +145,22 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
         } else {
             i.min(Self::SLOTS - 1)
         }
+    }
+
+    /// [`first_slot`](Self::first_slot) of a mask the caller took within
+    /// [`ALL_SLOTS`](Self::ALL_SLOTS): the trailing zeros alone (one instruction fewer on a
+    /// reader's path from the compare to the value's load).
+    ///
+    /// # Safety
+    /// `hits` is not zero and has no bit outside `ALL_SLOTS`.
+    #[inline(always)]
+    pub(crate) unsafe fn first_slot_within(hits: u32) -> usize {
+        debug_assert!(hits != 0 && hits & !Self::ALL_SLOTS == 0);
+        let i = hits.trailing_zeros() as usize;
+        // SAFETY: the caller's mask is a non-empty subset of the `SLOTS` low bits, so its
+        // lowest set bit is below `SLOTS` (`first_slot_within_agrees_with_first_slot`).
+        unsafe { std::hint::assert_unchecked(i < Self::SLOTS) };
+        i
     }
 
     /// First word of slot `i`'s key.
@@ -260,10 +280,10 @@ pub(crate) fn lanes_equal_scalar(lo: u64, hi: u64, key: u32) -> u32 {
 pub(crate) struct Meta(pub(crate) u64);
 
 impl Meta {
-    /// Whether slot `i` holds a key.
+    /// Whether slot `i` holds a key (with its value inline, bit `i`, or a list, bit `8 + i`).
     #[inline(always)]
     pub(crate) fn occupied(self, i: usize) -> bool {
-        self.0 & (1 << i) != 0
+        self.0 & (0x101 << i) != 0
     }
 
     /// Whether slot `i`'s value part is a `DupList` pointer.
@@ -281,6 +301,13 @@ impl Meta {
     /// Occupied slots, as a mask (bit `i` for slot `i`).
     #[inline(always)]
     pub(crate) fn occupied_mask(self) -> u32 {
+        ((self.0 | self.0 >> 8) & OCCUPIED) as u32
+    }
+
+    /// Slots that hold a key and its value inline (not a list), as a mask: the header's low
+    /// bits as they are, what a reader's hit path tests.
+    #[inline(always)]
+    pub(crate) fn inline_mask(self) -> u32 {
         (self.0 & OCCUPIED) as u32
     }
 
@@ -308,10 +335,12 @@ impl Meta {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
-    /// Slot `i` set (holding a `DupList` pointer when `dups`), next generation.
+    /// Slot `i` set (holding a `DupList` pointer when `dups`: bit `8 + i` instead of bit `i`),
+    /// next generation.
     pub(crate) fn with(self, i: usize, dups: bool) -> Meta {
         let cleared = self.0 & !(0x101 << i);
-        Meta((cleared | (1 << i) | (u64::from(dups) << (8 + i))).wrapping_add(GENERATION))
+        let bit = if dups { 1 << (8 + i) } else { 1 << i };
+        Meta((cleared | bit).wrapping_add(GENERATION))
     }
 
     /// Slot `from` cleared and slot `to` set (holding a `DupList` pointer when `dups`) in one
@@ -520,6 +549,38 @@ impl Line {
             }
         }
     }
+
+    /// One attempt of [`find`](Self::find), for the hot path: `None` when the copy did not
+    /// validate (a writer changed the line meanwhile), or no slot holds the key with its
+    /// value inline and the line holds a duplicate list (the key's, maybe); the caller then
+    /// starts its lookup over with `find`, out of line. So the common hit and miss are
+    /// straight-line code, validated once, with neither the retry loop nor a list test on the
+    /// hit's path (a hit compares only slots whose inline bit is set).
+    #[inline(always)]
+    fn find_once<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Result<Found<V>, Meta>> {
+        let m = Meta(self.meta.load(Ordering::Acquire));
+        // Slots holding their value inline (a slot with a list has its bit at `8 + i`), of
+        // slots that exist: tells the compiler `i` below is one.
+        let hits = self.matches::<K, V>(q) & m.inline_mask() & Geometry::<K, V>::ALL_SLOTS;
+        if hits != 0 {
+            // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
+            let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
+            let mut w = [0; LINE_WORDS];
+            self.copy_words(
+                Geometry::<K, V>::payload_at(i),
+                &mut w[..Geometry::<K, V>::PAYLOAD],
+            );
+            fence(Ordering::Acquire);
+            // Validated: the words are the value that one store published with slot `i`'s
+            // inline bit.
+            return (self.meta.load(Ordering::Relaxed) == m.0)
+                .then(|| Ok(Found::decode(false, &w)));
+        }
+        // No inline slot has the key. A miss copies nothing: validate the header alone; a
+        // line with a list (whose key was not compared as a hit) is left to the full read.
+        fence(Ordering::Acquire);
+        (self.meta.load(Ordering::Relaxed) == m.0 && !m.any_dups()).then_some(Err(m))
+    }
 }
 
 /// What a reader's walk of one bucket chain found.
@@ -530,6 +591,9 @@ pub(crate) enum Probe<V> {
     Absent,
     /// Not in this table; the bucket is migrating, so look in the `future` table.
     Moved,
+    /// Not decided by one attempt ([`BucketTable::find`] with `ONCE`): look up again with
+    /// the retrying read.
+    Retry,
 }
 
 /// A reader's validated copy of a slot's value part.
@@ -851,8 +915,12 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// # Safety
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
+    ///
+    /// With `ONCE`, each line is read by one attempt ([`Line::find_once`]) and the walk ends
+    /// in [`Probe::Retry`] when one did not decide; without, lines are read until a copy
+    /// validates ([`Line::find`]) and the walk never ends in `Retry`.
     #[inline(always)]
-    pub(crate) unsafe fn find(&self, q: &KeyWords) -> Probe<V> {
+    pub(crate) unsafe fn find<const ONCE: bool>(&self, q: &KeyWords) -> Probe<V> {
         let h = self.hash_of(q);
         let index = self.bucket_of_hash(h);
         // SAFETY: `index` is the high word of a product of a 64-bit number and `lines`, so
@@ -866,7 +934,15 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         // SAFETY: as above, `index` is below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
         loop {
-            let m = match line.find::<K, V>(q) {
+            let read = if ONCE {
+                match line.find_once::<K, V>(q) {
+                    Some(read) => read,
+                    None => return Probe::Retry,
+                }
+            } else {
+                line.find::<K, V>(q)
+            };
+            let m = match read {
                 Ok(found) => return Probe::Hit(found),
                 // The common miss: neither an overflow line nor a rehash, one test.
                 Err(m) if !m.continues() => return Probe::Absent,
@@ -1231,6 +1307,23 @@ mod tests {
     }
 
     #[test]
+    fn first_slot_within_agrees_with_first_slot() {
+        fn check<K: Inline, V: Inline>() {
+            for hits in 1..=Geometry::<K, V>::ALL_SLOTS {
+                // SAFETY: `hits` is a non-empty subset of `ALL_SLOTS`.
+                let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
+                assert_eq!(i, Geometry::<K, V>::first_slot(hits));
+                assert!(i < Geometry::<K, V>::SLOTS && hits & (1 << i) != 0);
+            }
+        }
+        check::<u32, u32>();
+        check::<u32, u64>();
+        check::<u64, u64>();
+        check::<u128, u64>();
+        check::<(), ()>();
+    }
+
+    #[test]
     fn meta_bits_and_generations() {
         let m = Meta(0).with(2, true);
         assert!(m.occupied(2) && m.dups(2) && !m.occupied(1));
@@ -1246,6 +1339,35 @@ mod tests {
         let m3 = m2.with(2, true);
         assert_eq!(m3.0 & 0xffff, m.0 & 0xffff);
         assert_ne!(m3, m);
+    }
+
+    #[test]
+    fn one_read_decides_an_inline_hit_and_a_miss_in_a_line_without_a_list() {
+        let line = Line::empty();
+        line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
+        line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
+        let once = |k: u32| line.find_once::<u32, u32>(&key_words(&k));
+        assert!(matches!(once(7), Some(Ok(f)) if f.value == 70 && f.list.is_null()));
+        assert!(matches!(once(8), Some(Err(m)) if !m.continues()));
+        // A list in slot 1: an inline hit is still decided; the list's key and a miss are
+        // left to the retrying read, which tells the list from a value.
+        let list = DupList::alloc(91, 90);
+        line.write_slot::<u32, u32>(1, 9, Payload::Dups(list));
+        let m = Meta(line.meta.load(Ordering::Relaxed));
+        line.meta.store(m.with(1, true).0, Ordering::Release);
+        assert!(matches!(once(7), Some(Ok(f)) if f.value == 70 && f.list.is_null()));
+        assert!(once(9).is_none() && once(8).is_none());
+        let m = Meta(line.meta.load(Ordering::Relaxed));
+        assert!(m.occupied(0) && m.occupied(1) && !m.occupied(2));
+        assert_eq!(
+            (m.occupied_mask(), m.inline_mask(), m.keys()),
+            (0b11, 0b01, 2)
+        );
+        let full = |k: u32| line.find::<u32, u32>(&key_words(&k));
+        assert!(matches!(full(7), Ok(f) if f.value == 70 && f.list.is_null()));
+        assert!(matches!(full(9), Ok(f) if std::ptr::eq(f.list, list)));
+        // SAFETY: allocated above, reachable from this test's line only, freed once.
+        unsafe { DupList::free(list) };
     }
 
     #[test]

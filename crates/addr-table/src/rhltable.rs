@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
 use crate::bucket::{
-    BucketTable, DupList, DupNode, Dups, Found, Geometry, Meta, Payload, Probe, key_words,
+    BucketTable, DupList, DupNode, Dups, Found, Geometry, KeyWords, Meta, Payload, Probe, key_words,
 };
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
@@ -291,16 +291,46 @@ where
         }
     }
 
-    /// A validated copy of the slot of `key`: old table first, then the newer one.
+    /// Panics unless `guard` pins the default collector (compared with the table's handle:
+    /// one load and one compare on the hot path).
     #[inline(always)]
-    fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
+    fn check_reader(&self, guard: &Guard) {
         match guard.collector() {
             Some(c) if *c == self.collector => {}
             // Not the default collector: the shared check panics, naming this crate.
             _ => foreign_guard(guard),
         }
+    }
+
+    /// A validated copy of the slot of `key`: old table first, then the newer one.
+    #[inline(always)]
+    fn lookup(&self, key: &K, guard: &Guard) -> Option<Found<V>> {
+        self.check_reader(guard);
         // The key's words, hashed and compared in every table searched.
         let q = key_words(key);
+        match self.walk::<true>(&q, guard) {
+            Some(found) => found,
+            // A line changed while it was read, or the key's line holds a duplicate list:
+            // look up again, out of line, with the read that retries until it validates.
+            None => self.lookup_slow(*key, guard),
+        }
+    }
+
+    /// [`lookup`](Self::lookup) after its first walk did not decide (cold): a new lookup
+    /// from the current table, each line read until a copy validates.
+    #[cold]
+    #[inline(never)]
+    fn lookup_slow(&self, key: K, guard: &Guard) -> Option<Found<V>> {
+        let q = key_words(&key);
+        self.walk::<false>(&q, guard).unwrap_or(None)
+    }
+
+    /// The reader's walk of the key with words `q`, old table first, then the newer one:
+    /// `None` when a line's read did not decide (only with `ONCE`, see
+    /// [`BucketTable::find`]). The caller pinned `guard` and checked its collector.
+    #[inline(always)]
+    fn walk<const ONCE: bool>(&self, q: &KeyWords, guard: &Guard) -> Option<Option<Found<V>>> {
+        let _ = guard;
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
             // SAFETY: `t` was loaded after `guard` was pinned, from `self.tbl` or from the
@@ -308,14 +338,15 @@ where
             // collector only after they became unreachable from `self.tbl`.
             let table = unsafe { &*t };
             // SAFETY: as above, the guard keeps this table and its lines alive.
-            match unsafe { table.find(&q) } {
-                Probe::Hit(found) => return Some(found),
-                Probe::Absent => return None,
+            match unsafe { table.find::<ONCE>(q) } {
+                Probe::Hit(found) => return Some(Some(found)),
+                Probe::Absent => return Some(None),
                 // `MOVED` is set after `future` (release), so this load sees it.
                 Probe::Moved => t = table.future.load(Ordering::Acquire),
+                Probe::Retry => return None,
             }
             if t.is_null() {
-                return None;
+                return Some(None);
             }
         }
     }
@@ -326,12 +357,7 @@ where
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn get(&self, key: &K, guard: &Guard) -> Option<V> {
-        let f = self.lookup(key, guard)?;
-        if f.list.is_null() {
-            return Some(f.value);
-        }
-        // SAFETY: the list was loaded from a live table after `guard` was pinned.
-        unsafe { Dups::of(f.payload()) }.next()
+        self.find_map(key, guard, |v| Some(*v))
     }
 
     /// A copy of the newest value with `key` for which `pred` holds (the kernel's walk of an
@@ -368,7 +394,29 @@ where
         guard: &Guard,
         mut f: impl FnMut(&V) -> Option<R>,
     ) -> Option<R> {
-        let found = self.lookup(key, guard)?;
+        self.check_reader(guard);
+        let q = key_words(key);
+        match self.walk::<true>(&q, guard) {
+            // One read decided: the key's only value (a line with a list does not decide),
+            // or no key. No `Found` is built on this path.
+            Some(Some(found)) if found.list.is_null() => f(&found.value),
+            Some(None) => None,
+            // As in `lookup`: again, out of line, the projection included.
+            _ => self.find_map_slow(*key, guard, f),
+        }
+    }
+
+    /// [`find_map`](Self::find_map) after its first walk did not decide (cold), as
+    /// [`lookup_slow`](Self::lookup_slow).
+    #[cold]
+    #[inline(never)]
+    fn find_map_slow<R>(
+        &self,
+        key: K,
+        guard: &Guard,
+        mut f: impl FnMut(&V) -> Option<R>,
+    ) -> Option<R> {
+        let found = self.lookup_slow(key, guard)?;
         if found.list.is_null() {
             return f(&found.value);
         }
