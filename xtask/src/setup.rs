@@ -45,8 +45,11 @@ pub const BPFFS: &str = "/sys/fs/bpf";
 #[derive(Debug, clap::Args)]
 pub struct Options {}
 
-/// Installs what is missing; quick and silent when everything is present.
+/// Installs what is missing; quick and silent when everything is present. The toolchain of
+/// the declared `rust-version` comes first (rustup, no root needed; see `msrv.rs`).
 pub fn run(_options: &Options) -> anyhow::Result<()> {
+    let root = crate::bench::workspace_root();
+    crate::msrv::install(&crate::msrv::declared(&root)?)?;
     let missing = missing_packages()?;
     let bpffs = bpffs_mounted()?;
     if missing.is_empty() && bpffs {
