@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, FibWriter, Flow, NextHop, Route, RouteSelector, TrieKey, TrieWriter};
+use fib_trie::{
+    FastLpmWriter, FibWriter, Flow, NextHop, Route, RouteSelector, TrieKey, TrieWriter,
+};
 use ipnet::{Ipv4Net, Ipv6Net};
 use poptrie::Poptrie;
 use prefix_trie::PrefixMap;
@@ -172,7 +174,7 @@ mod rte {
 struct Engines<K: Family> {
     fib: FibWriter<K>,
     trie: TrieWriter<K, u32>,
-    fast: FastLpm<K>,
+    fast: FastLpmWriter<K>,
     prefix_trie: PrefixMap<K::Net, u32>,
     poptrie: Poptrie<K::Pop, u32>,
     #[cfg(feature = "dpdk")]
@@ -206,7 +208,7 @@ fn engines<K: Family>(
     fib.insert_many(&fib_routes(p)).expect("routes load");
     let mut trie = TrieWriter::new();
     trie.insert_many(p.iter().copied()).expect("prefixes load");
-    let fast = FastLpm::new();
+    let mut fast = FastLpmWriter::new();
     fast.rebuild(&mut &*trie);
     let mut prefix_trie = PrefixMap::new();
     for &(k, l, v) in p {
@@ -514,7 +516,7 @@ fn build(c: &mut Criterion) {
     });
     g.bench_function(BenchmarkId::new("fast-lpm-rebuild", "bgp-full-v4"), |b| {
         b.iter_with_large_drop(|| {
-            let fast = FastLpm::new();
+            let mut fast = FastLpmWriter::new();
             fast.rebuild(&mut &*trie);
             fast
         })

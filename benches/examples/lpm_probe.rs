@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpm, Fib, FibWriter, Flow, LcTrie, NextHop, Route, TrieKey, TrieWriter};
+use fib_trie::{FastLpmWriter, Fib, FibWriter, Flow, LcTrie, NextHop, Route, TrieKey, TrieWriter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use xfwd_benches::data::routes;
@@ -93,7 +93,7 @@ fn run<K: TrieKey + Send + Sync>(
                 .map(|&(k, l, v)| (k, l, (v % 16) * 256 + u32::from(l))),
         )
         .unwrap();
-    let fast = FastLpm::new();
+    let mut fast = FastLpmWriter::new();
     if std::env::var("FIBLIKE").is_ok() {
         fast.rebuild(&mut &trie2);
     } else {

@@ -10,7 +10,8 @@
 
 use crossbeam_epoch as epoch;
 use fib_trie::{
-    FastLpm, FibWriter, Flow, LcTrie, NextHop, ReferenceLpm, Route as FibRoute, TrieKey, TrieWriter,
+    FastLpm, FastLpmWriter, FibWriter, Flow, LcTrie, NextHop, ReferenceLpm, Route as FibRoute,
+    TrieKey, TrieWriter,
 };
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 use xfwd_benches::data::PrefixAddr;
@@ -64,7 +65,7 @@ fn check<A: PrefixAddr, K: TrieKey>(
         .collect();
     compare(&trie, &reference, &keys);
     compare(&bulk, &reference, &keys);
-    let fast = FastLpm::<K>::new();
+    let mut fast = FastLpmWriter::<K>::new();
     fast.rebuild(&mut &*trie);
     let bounds = boundaries(&prefixes);
     compare_fast(&fast, &reference, &keys);

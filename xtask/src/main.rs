@@ -13,6 +13,7 @@ mod fuzz;
 mod lab;
 mod miri;
 mod mirror_oracle;
+mod msrv;
 mod package;
 mod setup;
 mod soak;

@@ -45,8 +45,15 @@ pub const BPFFS: &str = "/sys/fs/bpf";
 #[derive(Debug, clap::Args)]
 pub struct Options {}
 
-/// Installs what is missing; quick and silent when everything is present.
+/// Installs what is missing; quick and silent when everything is present. The toolchain of
+/// the declared `rust-version` comes first (rustup, no root needed; see `msrv.rs`); without
+/// rustup that is only a warning here (the build does not need it), and `cargo xtask test`'s
+/// msrv step fails instead.
 pub fn run(_options: &Options) -> anyhow::Result<()> {
+    let root = crate::bench::workspace_root();
+    if let Err(e) = crate::msrv::declared(&root).and_then(|v| crate::msrv::install(&v)) {
+        eprintln!("setup: warning: {e:#}");
+    }
     let missing = missing_packages()?;
     let bpffs = bpffs_mounted()?;
     if missing.is_empty() && bpffs {

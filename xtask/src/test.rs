@@ -1,5 +1,6 @@
 //! `cargo xtask test`: setup, every test, clippy and rustfmt, the library crates' packages and
-//! examples, xfwd's Debian package (as root), then a summary.
+//! examples, their build with the declared rust-version, xfwd's Debian package (as root), then
+//! a summary.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         },
     ];
     let mut cargo_steps: Vec<Command> = cargo_steps.into();
+    // The library crates and a target directory for the check of the declared rust-version.
+    let mut msrv = None;
     // The publishable library crates: `cargo package` builds each one's .crate from the files
     // it would publish and compiles it alone, against the packaged versions of its sibling
     // crates (cargo's local overlay of the unpublished ones), offline: a missing file, a path
@@ -87,6 +90,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                 c.args(["-p", &library.name]);
             }
             cargo_steps.push(c);
+            msrv = Some((
+                libraries.iter().map(|l| l.name.clone()).collect::<Vec<_>>(),
+                target.join("msrv"),
+            ));
             for library in &libraries {
                 for example in &library.examples {
                     let mut c = Command::new(&cargo);
@@ -128,6 +135,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         // `cargo test ...` rather than the toolchain's full path, for the summary.
         let label = describe(command).replacen(&cargo, "cargo", 1);
         step(label, &mut || exec(command));
+    }
+    // The declared rust-version, true: the library crates' lib targets compile with that
+    // toolchain (installed by setup) against Cargo.lock (`msrv.rs`), into a target directory
+    // of their own, kept between runs.
+    if let Some((names, target_dir)) = &msrv {
+        let root = crate::bench::workspace_root();
+        match crate::msrv::declared(&root) {
+            Ok(version) => step(
+                format!("msrv: cargo +{version} check --locked --lib (library crates)"),
+                &mut || crate::msrv::check(&version, names, target_dir),
+            ),
+            Err(e) => step("msrv".into(), &mut || Err(anyhow::anyhow!("{e:#}"))),
+        }
     }
     // A short run of every fuzz target from its seeds, so that a regression on the corpus
     // fails here; needs nightly and cargo-fuzz (`cargo xtask fuzz` installs the latter).

@@ -1173,12 +1173,9 @@ fn kernel_decides_routes_punt_and_nexthop_objects_route() {
     assert_eq!(o.verdict, Verdict::Punt(PuntReason::KernelRoute));
     // A route through a nexthop object forwards by the object's group, and follows a replace
     // (the generation bump is the mirror's).
-    let object = std::sync::Arc::new(fib_trie::NexthopObject::new(
-        1,
-        fib_trie::NexthopGroup::Blackhole,
-    ));
+    let mut object = fib_trie::NexthopWriter::new(1, fib_trie::NexthopGroup::Blackhole);
     fib.insert(
-        &fib_trie::Route::via_object(0x0909_0000, 16, 254, std::sync::Arc::clone(&object)),
+        &fib_trie::Route::via_object(0x0909_0000, 16, 254, std::sync::Arc::clone(object.reader())),
         fib_trie::InsertFlags::ADD,
     )
     .unwrap();

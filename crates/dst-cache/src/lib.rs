@@ -24,6 +24,10 @@
 //! control plane bumps the generation after each change it has published, and toggles caching
 //! off while custom policy rules exist. Time is the caller's monotonic `now`, in any unit.
 //!
+//! No epoch guards: unlike xfwd's epoch-protected table crates (whose public functions taking a
+//! `crossbeam_epoch::Guard` refuse one of a foreign collector), this crate has no `unsafe`,
+//! retires nothing and takes no `Guard`; a hit returns a copy of the decision.
+//!
 //! ```
 //! use std::net::Ipv4Addr;
 //! use dst_cache::{Config, Decision, DstCache, FlowKey, Generation, Lookup};

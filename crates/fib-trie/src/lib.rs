@@ -41,7 +41,9 @@
 //! [`LcTrie`] shared with readers has no method that changes it. Each has one writer,
 //! [`FibWriter`] or [`TrieWriter`] (not `Clone`; changes take `&mut self`), which makes the
 //! structure, hands readers its `Arc` ([`FibWriter::reader`]) and derefs to it for its own
-//! reads. The same rule holds in addr-table, policy-tree, neigh-table and udp-socktab.
+//! reads. So do a standalone [`FastLpm`] ([`FastLpmWriter`]) and a nexthop object
+//! ([`NexthopWriter`]: routes and lookups hold the `Arc<NexthopObject>`, which cannot replace its
+//! group). The same rule holds in addr-table, policy-tree, neigh-table and udp-socktab.
 //!
 //! Writers are serialized by a mutex per trie (another for the FIB's rules and table map) and
 //! never modify what a reader may be reading except through atomics:
@@ -61,7 +63,8 @@
 //!
 //! Guards: every public function taking a `Guard` panics unless the guard pins
 //! crossbeam-epoch's default collector (from `crossbeam_epoch::pin()`), the collector the
-//! writers retire into (two pointers compared, once per call; the functions it calls trust it).
+//! writers retire into (two pointers compared, once per call, once per batch for the batch
+//! lookups; the functions it calls trust it).
 //!
 //! # Example
 //! ```
@@ -113,7 +116,7 @@ pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;
-pub use nexthop::{NexthopGroup, NexthopObject};
+pub use nexthop::{NexthopGroup, NexthopObject, NexthopWriter};
 pub use node::Alias;
 pub use reference::ReferenceLpm;
 pub use route::{
@@ -127,7 +130,7 @@ pub use trie::{
     BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,
     LcTrie, MAX_WORK, Match, PrefixError, check_prefix,
 };
-pub use writer::{FibWriter, TrieWriter};
+pub use writer::{FastLpmWriter, FibWriter, TrieWriter};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -8,23 +8,53 @@
 //! themselves are not touched.
 //!
 //! Readers load the group under their epoch guard (the one they pinned for the batch); the
-//! writer ([`NexthopObject::replace`]) swaps the pointer and retires the old group with
+//! writer ([`NexthopWriter::replace`]) swaps the pointer and retires the old group with
 //! `defer_destroy`, so a reader holding it keeps a valid group until it unpins.
+//!
+//! Who writes shows in the types, as for the crate's other structures: an object's one writer
+//! is its [`NexthopWriter`] (not `Clone`, `&mut self` to replace); routes and readers hold the
+//! `Arc<NexthopObject>` of [`NexthopWriter::reader`], which has no method that changes it. An
+//! object made with [`NexthopObject::new`] alone has no writer: its group never changes.
 //!
 //! ```
 //! use std::sync::Arc;
-//! use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject, Route};
+//! use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopWriter, Route};
 //!
-//! let nh = Arc::new(NexthopObject::new(7, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)])));
+//! let mut nh = NexthopWriter::new(7, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)]));
 //! let mut fib = FibWriter::<u32>::new();
-//! fib.insert(&Route::via_object(0x0a00_0000, 8, 254, Arc::clone(&nh)), InsertFlags::ADD)?;
+//! fib.insert(&Route::via_object(0x0a00_0000, 8, 254, Arc::clone(nh.reader())), InsertFlags::ADD)?;
 //! nh.replace(NexthopGroup::hops(vec![NextHop::new(Some(9), 3)]));
 //! let guard = crossbeam_epoch::pin();
 //! let r = fib.lookup(&Flow::to(0x0a01_0101), &guard).unwrap();
 //! assert_eq!(r.nexthops()[0].gateway_same(), Some(9));
 //! # Ok::<(), fib_trie::RouteError>(())
 //! ```
+//!
+//! A reader cannot replace the group of an object it reached through a lookup:
+//!
+//! ```compile_fail,E0624
+//! use std::sync::Arc;
+//! use fib_trie::{FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopWriter, Route};
+//!
+//! let nh = NexthopWriter::new(7, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)]));
+//! let mut fib = FibWriter::<u32>::new();
+//! fib.insert(&Route::via_object(0x0a00_0000, 8, 254, Arc::clone(nh.reader())), InsertFlags::ADD)?;
+//! let guard = crossbeam_epoch::pin();
+//! let r = fib.lookup(&Flow::to(0x0a01_0101), &guard).unwrap();
+//! let object: &Arc<_> = r.alias.info.nh_object.as_ref().unwrap();
+//! object.replace(NexthopGroup::Blackhole); // private: the writer's
+//! # Ok::<(), fib_trie::RouteError>(())
+//! ```
+//!
+//! And an object has one writer:
+//!
+//! ```compile_fail,E0599
+//! let nh = fib_trie::NexthopWriter::<u32>::new(7, fib_trie::NexthopGroup::Blackhole);
+//! let second = nh.clone();
+//! ```
 
+use std::ops::Deref;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
@@ -139,7 +169,8 @@ pub struct NexthopObject<K> {
 }
 
 impl<K> NexthopObject<K> {
-    /// An object with this id and group.
+    /// An object with this id and group, which never changes (no writer has it); for an
+    /// object whose group is replaced, see [`NexthopWriter::new`].
     pub fn new(id: u32, group: NexthopGroup<K>) -> Self {
         NexthopObject {
             id,
@@ -173,8 +204,9 @@ impl<K> NexthopObject<K> {
     }
 
     /// Makes `group` the object's group: one store, seen by every route using the object. The
-    /// old group is freed once every reader that may hold it has unpinned.
-    pub fn replace(&self, group: NexthopGroup<K>) {
+    /// old group is freed once every reader that may hold it has unpinned. Private: only the
+    /// object's [`NexthopWriter`] replaces.
+    fn replace(&self, group: NexthopGroup<K>) {
         let guard = &epoch::pin();
         let old = self
             .current
@@ -190,6 +222,52 @@ impl<K> NexthopObject<K> {
         K: Clone,
     {
         self.load(&epoch::pin()).clone()
+    }
+}
+
+/// The one writer of a [`NexthopObject`]: the group changes only through it. Routes and
+/// readers hold the `Arc` of [`reader`](Self::reader); the writer derefs to the object for its
+/// own reads. Not `Clone`.
+///
+/// ```
+/// use fib_trie::{NexthopGroup, NexthopWriter};
+///
+/// let mut nh = NexthopWriter::<u32>::new(3, NexthopGroup::Blackhole);
+/// let object = std::sync::Arc::clone(nh.reader()); // for routes: read only
+/// nh.replace(NexthopGroup::Kernel);
+/// assert_eq!(object.snapshot(), NexthopGroup::Kernel);
+/// assert_eq!(nh.id(), 3);
+/// ```
+#[derive(Debug)]
+pub struct NexthopWriter<K> {
+    object: Arc<NexthopObject<K>>,
+}
+
+impl<K> NexthopWriter<K> {
+    /// A new object with this id and group, and its writer.
+    pub fn new(id: u32, group: NexthopGroup<K>) -> Self {
+        NexthopWriter {
+            object: Arc::new(NexthopObject::new(id, group)),
+        }
+    }
+
+    /// The object, for routes ([`Route::via_object`](crate::Route::via_object)) and readers.
+    pub fn reader(&self) -> &Arc<NexthopObject<K>> {
+        &self.object
+    }
+
+    /// Makes `group` the object's group: one store, seen by every route using the object. The
+    /// old group is freed once every reader that may hold it has unpinned.
+    pub fn replace(&mut self, group: NexthopGroup<K>) {
+        self.object.replace(group);
+    }
+}
+
+impl<K> Deref for NexthopWriter<K> {
+    type Target = NexthopObject<K>;
+
+    fn deref(&self) -> &NexthopObject<K> {
+        &self.object
     }
 }
 
@@ -236,7 +314,8 @@ mod tests {
 
     #[test]
     fn a_reader_keeps_the_group_it_loaded_across_a_replace() {
-        let obj = NexthopObject::<u32>::new(1, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)]));
+        let mut obj =
+            NexthopWriter::<u32>::new(1, NexthopGroup::hops(vec![NextHop::new(Some(1), 2)]));
         let guard = epoch::pin();
         let before = obj.load(&guard);
         obj.replace(NexthopGroup::Blackhole);

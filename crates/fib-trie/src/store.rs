@@ -188,7 +188,8 @@ impl<K: TrieKey> Store<K> {
         if fast
             && table.is_none()
             && self.fast_eligible(flow)
-            && let Some(found) = self.fast_result(self.fast.lookup(flow.dst, guard), flow, guard)
+            && let Some(found) =
+                self.fast_result(self.fast.lookup_pinned(flow.dst, guard), flow, guard)
         {
             return found;
         }

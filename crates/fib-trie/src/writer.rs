@@ -45,6 +45,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::fast::{FastLpm, PrefixSource};
 use crate::fib::{Fib, FibRule, RuleError};
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -299,5 +300,85 @@ impl<K: TrieKey, V: Send + Sync + 'static> TrieWriter<K, V> {
     #[doc(hidden)]
     pub fn enable_direct_table(&mut self) {
         self.trie.enable_direct_table();
+    }
+}
+
+/// The one writer of a standalone [`FastLpm`]: it makes the structure, hands readers its `Arc`
+/// ([`reader`](Self::reader)), derefs to it for its own reads and takes `&mut self` to rebuild
+/// or update it. Not `Clone`.
+///
+/// ```
+/// use fib_trie::{FastLpmWriter, TrieWriter};
+///
+/// let mut trie = TrieWriter::<u32, u32>::new();
+/// trie.insert(0x0a00_0000, 8, 1)?;
+/// let mut fast = FastLpmWriter::<u32>::new();
+/// fast.rebuild(&mut &*trie);
+/// let reader = std::sync::Arc::clone(fast.reader());
+/// trie.insert(0x0a01_0000, 16, 2)?;
+/// fast.update(0x0a01_0000, 16, &mut &*trie);
+/// assert_eq!(reader.lookup(0x0a01_0203, &crossbeam_epoch::pin()), Some(2));
+/// # Ok::<(), fib_trie::PrefixError>(())
+/// ```
+///
+/// A reader cannot rebuild or update:
+///
+/// ```compile_fail,E0624
+/// let trie = fib_trie::TrieWriter::<u32, u32>::new();
+/// let fast = fib_trie::FastLpmWriter::<u32>::new();
+/// let reader = std::sync::Arc::clone(fast.reader());
+/// reader.rebuild(&mut &*trie);
+/// ```
+///
+/// ```compile_fail,E0624
+/// let trie = fib_trie::TrieWriter::<u32, u32>::new();
+/// let fast = fib_trie::FastLpmWriter::<u32>::new();
+/// fast.reader().update(0, 0, &mut &*trie);
+/// ```
+///
+/// ```compile_fail,E0599
+/// let second = fib_trie::FastLpmWriter::<u32>::new().clone();
+/// ```
+#[derive(Debug)]
+pub struct FastLpmWriter<K: TrieKey> {
+    fast: Arc<FastLpm<K>>,
+}
+
+impl<K: TrieKey> Default for FastLpmWriter<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K: TrieKey> Deref for FastLpmWriter<K> {
+    type Target = FastLpm<K>;
+
+    fn deref(&self) -> &FastLpm<K> {
+        &self.fast
+    }
+}
+
+impl<K: TrieKey> FastLpmWriter<K> {
+    /// An empty structure (no key has an answer) and its writer.
+    pub fn new() -> Self {
+        FastLpmWriter {
+            fast: Arc::new(FastLpm::new()),
+        }
+    }
+
+    /// The structure this writer changes, to share with readers.
+    pub fn reader(&self) -> &Arc<FastLpm<K>> {
+        &self.fast
+    }
+
+    /// Rebuilds the whole structure from `source` and publishes it with one store.
+    pub fn rebuild(&mut self, source: &mut impl PrefixSource<K>) {
+        self.fast.rebuild(source);
+    }
+
+    /// Brings the structure in step with `source` after the prefix `key/plen` changed in it
+    /// (added, removed, or given another answer).
+    pub fn update(&mut self, key: K, plen: u8, source: &mut impl PrefixSource<K>) {
+        self.fast.update(key, plen, source);
     }
 }

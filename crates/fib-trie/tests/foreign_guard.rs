@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
 use fib_trie::{
-    FibAlias, FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject, Route, TrieWriter,
+    FastLpmWriter, FibAlias, FibWriter, Flow, InsertFlags, NextHop, NexthopGroup, NexthopObject,
+    Route, TrieWriter,
 };
 
 /// Runs `f` with a guard of a fresh collector and one of `unprotected()`; both must panic
@@ -111,6 +112,27 @@ fn trie_entry_points_refuse_a_foreign_guard() {
     refused("LcTrie::for_each", |g| trie.for_each(g, |_, _| {}));
     refused("LcTrie::stats", |g| {
         let _ = trie.stats(g);
+    });
+}
+
+#[test]
+fn fast_lpm_entry_points_refuse_a_foreign_guard() {
+    let mut trie = TrieWriter::<u32, u32>::new();
+    trie.insert(0x0a00_0000, 8, 1).unwrap();
+    let mut fast = FastLpmWriter::<u32>::new();
+    fast.rebuild(&mut &*trie);
+    let reader = Arc::clone(fast.reader());
+    assert_eq!(reader.lookup(0x0a01_0203, &epoch::pin()), Some(1));
+    refused("FastLpm::lookup", |g| {
+        let _ = reader.lookup(0x0a01_0203, g);
+    });
+    refused("FastLpm::lookup_batch", |g| {
+        let mut out = [None, None];
+        reader.lookup_batch(&[1, 2], &mut out, g);
+    });
+    // Checked before the batch's first key: an empty batch refuses too.
+    refused("FastLpm::lookup_batch (empty)", |g| {
+        reader.lookup_batch(&[], &mut [], g);
     });
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fib_trie::{
     FibWriter, Flow, InsertFlags, LookupError, NextHop, NextHopFlags, NexthopGroup, NexthopObject,
-    Route, RouteError, RouteSelector, RouteType,
+    NexthopWriter, Route, RouteError, RouteSelector, RouteType,
 };
 
 fn hop(gw: u32, ifindex: u32) -> NextHop<u32> {
@@ -16,10 +16,10 @@ fn hop(gw: u32, ifindex: u32) -> NextHop<u32> {
 #[test]
 fn replacing_an_object_changes_every_route_using_it() {
     let mut fib = FibWriter::<u32>::new();
-    let nh = Arc::new(NexthopObject::new(1, NexthopGroup::hops(vec![hop(1, 2)])));
+    let mut nh = NexthopWriter::new(1, NexthopGroup::hops(vec![hop(1, 2)]));
     for i in 0..1000u32 {
         fib.insert(
-            &Route::via_object(0x0a00_0000 | (i << 8), 24, 254, Arc::clone(&nh)),
+            &Route::via_object(0x0a00_0000 | (i << 8), 24, 254, Arc::clone(nh.reader())),
             InsertFlags::ADD,
         )
         .unwrap();
@@ -61,9 +61,9 @@ fn dead_object_hops_fall_through_to_a_shorter_prefix() {
     .unwrap();
     let mut dead = hop(1, 2);
     dead.flags = NextHopFlags::DEAD;
-    let nh = Arc::new(NexthopObject::new(4, NexthopGroup::hops(vec![dead])));
+    let mut nh = NexthopWriter::new(4, NexthopGroup::hops(vec![dead]));
     fib.insert(
-        &Route::via_object(0x0a00_0000, 8, 254, Arc::clone(&nh)),
+        &Route::via_object(0x0a00_0000, 8, 254, Arc::clone(nh.reader())),
         InsertFlags::ADD,
     )
     .unwrap();
@@ -138,12 +138,9 @@ fn deletes_select_by_object_id_and_misuse_is_refused() {
 #[test]
 fn lookups_racing_replaces_see_whole_groups() {
     let mut fib = FibWriter::<u32>::new();
-    let nh = Arc::new(NexthopObject::new(
-        1,
-        NexthopGroup::hops(vec![hop(1, 1), hop(1, 1)]),
-    ));
+    let mut nh = NexthopWriter::new(1, NexthopGroup::hops(vec![hop(1, 1), hop(1, 1)]));
     fib.insert(
-        &Route::via_object(0, 0, 254, Arc::clone(&nh)),
+        &Route::via_object(0, 0, 254, Arc::clone(nh.reader())),
         InsertFlags::ADD,
     )
     .unwrap();
@@ -178,8 +175,8 @@ fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
         InsertFlags::ADD,
     )
     .unwrap();
-    let objects: Vec<_> = (0..4u32)
-        .map(|i| Arc::new(NexthopObject::new(i, NexthopGroup::hops(vec![hop(i, 1)]))))
+    let mut objects: Vec<_> = (0..4u32)
+        .map(|i| NexthopWriter::new(i, NexthopGroup::hops(vec![hop(i, 1)])))
         .collect();
     // Nested prefixes through different objects, and a plain route between them.
     for (i, plen) in [8u8, 16, 24, 28].into_iter().enumerate() {
@@ -188,7 +185,7 @@ fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
                 0x0a0a_0a00 & !(u32::MAX >> plen),
                 plen,
                 254,
-                Arc::clone(&objects[i]),
+                Arc::clone(objects[i].reader()),
             ),
             InsertFlags::ADD,
         )
@@ -210,7 +207,7 @@ fn the_fast_structure_follows_object_replaces_as_the_walk_does() {
     // Every combination of groups for the four objects: the fast lookup equals the walk.
     for combo in 0..(groups.len().pow(4)) {
         let mut c = combo;
-        for o in &objects {
+        for o in &mut objects {
             o.replace(groups[c % groups.len()].clone());
             c /= groups.len();
         }

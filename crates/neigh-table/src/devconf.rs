@@ -38,6 +38,7 @@ use std::fmt;
 use crossbeam_epoch::Guard;
 
 use crate::cow_map::CowMap;
+use crate::guard::check_guard;
 
 /// `NETCONFA_IFINDEX_ALL`: the `all` entry.
 pub const NETCONF_ALL: i32 = -1;
@@ -175,8 +176,13 @@ impl DevConfTable {
     /// t.set_accept_local(NETCONF_ALL, true);
     /// assert!(t.accepts_local(4, &guard));
     /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector), even when no
+    /// entry is on.
     #[inline]
     pub fn accepts_local(&self, ifindex: u32, guard: &Guard) -> bool {
+        check_guard(guard);
         if self.accept_local.len() == 0 {
             return false;
         }
@@ -185,6 +191,9 @@ impl DevConfTable {
     }
 
     /// The entry of `ifindex` for a family, as reported.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     pub fn get(&self, v6: bool, ifindex: i32, guard: &Guard) -> Option<DevConf> {
         self.map.get(&(v6, ifindex), guard).copied()
     }
@@ -195,8 +204,13 @@ impl DevConfTable {
     }
 
     /// What the kernel does with a packet of family `v6` arriving on `ifindex`.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector), even when the
+    /// table is permissive and empty.
     #[inline]
     pub fn ingress(&self, ifindex: u32, v6: bool, guard: &Guard) -> Ingress {
+        check_guard(guard);
         if self.permissive && self.map.len() == 0 {
             return Ingress::Forward;
         }

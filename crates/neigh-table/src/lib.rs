@@ -24,8 +24,8 @@
 //!
 //! Guards: the writers retire replaced chains into crossbeam-epoch's default collector, so every
 //! reader function panics on a guard that does not pin it (one of another `Collector`, or
-//! `unprotected()`), which would not keep the returned entry alive: two pointers compared, once
-//! per call. addr-table, fib-trie, policy-tree and udp-socktab follow the same rule.
+//! `unprotected()`), which would not keep the returned entry alive, whether or not the call
+//! reads an entry: two pointers compared, once per call. addr-table, fib-trie, policy-tree and udp-socktab follow the same rule.
 //!
 //! ```
 //! use std::net::Ipv6Addr;

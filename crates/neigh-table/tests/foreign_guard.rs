@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crossbeam_epoch::{self as epoch, Collector, Guard};
-use neigh_table::{Link, LinkWriter, NeighWriter, Neighbour, NudState};
+use neigh_table::{DevConf, DevConfWriter, Link, LinkWriter, NeighWriter, Neighbour, NudState};
 
 /// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
 /// the crate's message.
@@ -63,4 +63,36 @@ fn readers_refuse_a_foreign_guard() {
     refused("LinkTable::by_name", |g| {
         let _ = links.by_name("eth0", g);
     });
+}
+
+#[test]
+fn devconf_readers_refuse_a_foreign_guard_whatever_the_table_holds() {
+    // Empty tables (a permissive one answers without an entry) and a filled one: the guard is
+    // refused in every case, not only when an entry is read.
+    let permissive = DevConfWriter::permissive();
+    let empty = DevConfWriter::followed();
+    let mut filled = DevConfWriter::followed();
+    filled.update(false, 3, DevConf::default());
+    filled.set_accept_local(3, true);
+    filled.set_force_forwarding(3, true);
+    for (name, t) in [
+        ("permissive", &permissive),
+        ("empty", &empty),
+        ("filled", &filled),
+    ] {
+        let guard = epoch::pin();
+        let _ = (t.accepts_local(3, &guard), t.ingress(3, true, &guard));
+        refused(&format!("DevConfTable::accepts_local ({name})"), |g| {
+            let _ = t.accepts_local(3, g);
+        });
+        refused(&format!("DevConfTable::ingress v4 ({name})"), |g| {
+            let _ = t.ingress(3, false, g);
+        });
+        refused(&format!("DevConfTable::ingress v6 ({name})"), |g| {
+            let _ = t.ingress(3, true, g);
+        });
+        refused(&format!("DevConfTable::get ({name})"), |g| {
+            let _ = t.get(false, 3, g);
+        });
+    }
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fib_trie::{NextHop, NextHopFlags, NexthopGroup, NexthopObject};
+use fib_trie::{NextHop, NextHopFlags, NexthopGroup, NexthopObject, NexthopWriter};
 
 use crate::key::IpKey;
 use crate::map::NexthopSpec;
@@ -21,10 +21,10 @@ use crate::map::NexthopSpec;
 pub struct NexthopEntry {
     /// What the kernel reported.
     pub spec: NexthopSpec,
-    /// The object IPv4 routes use.
-    pub v4: Arc<NexthopObject<u32>>,
+    /// The object IPv4 routes use (its writer: [`NexthopWriter::reader`] is the object).
+    pub v4: NexthopWriter<u32>,
     /// The object IPv6 routes use.
-    pub v6: Arc<NexthopObject<u128>>,
+    pub v6: NexthopWriter<u128>,
 }
 
 /// The nexthop objects of one namespace, by id.
@@ -63,13 +63,13 @@ pub trait ObjectFamily: IpKey {
 
 impl ObjectFamily for u32 {
     fn object(entry: &NexthopEntry) -> &Arc<NexthopObject<u32>> {
-        &entry.v4
+        entry.v4.reader()
     }
 }
 
 impl ObjectFamily for u128 {
     fn object(entry: &NexthopEntry) -> &Arc<NexthopObject<u128>> {
-        &entry.v6
+        entry.v6.reader()
     }
 }
 
@@ -113,8 +113,8 @@ impl Nexthops {
             }
             e.spec = spec;
         } else {
-            let v4 = Arc::new(NexthopObject::new(id, NexthopGroup::Kernel));
-            let v6 = Arc::new(NexthopObject::new(id, NexthopGroup::Kernel));
+            let v4 = NexthopWriter::new(id, NexthopGroup::Kernel);
+            let v6 = NexthopWriter::new(id, NexthopGroup::Kernel);
             self.by_id.insert(id, NexthopEntry { spec, v4, v6 });
         }
         self.refresh(id);
@@ -162,13 +162,17 @@ impl Nexthops {
     }
 
     /// Re-resolves `id` and the groups containing it.
-    fn refresh(&self, id: u32) {
+    fn refresh(&mut self, id: u32) {
         let mut ids = vec![id];
         ids.extend(self.groups_containing(id));
         for i in ids {
-            if let Some(e) = self.by_id.get(&i) {
-                e.v4.replace(self.resolve::<u32>(&e.spec));
-                e.v6.replace(self.resolve::<u128>(&e.spec));
+            let Some(spec) = self.by_id.get(&i).map(|e| &e.spec) else {
+                continue;
+            };
+            let (v4, v6) = (self.resolve::<u32>(spec), self.resolve::<u128>(spec));
+            if let Some(e) = self.by_id.get_mut(&i) {
+                e.v4.replace(v4);
+                e.v6.replace(v6);
             }
         }
     }

@@ -419,3 +419,109 @@ fn memory_redump_cycles() {
         );
     }
 }
+
+/// `RTM_NEWNEIGH` (or `DELNEIGH`) for `10.0.0.2` on `ifindex`, reachable at `mac`.
+fn neigh_msg(ifindex: u32, mac: u8, new: bool) -> crate::map::Mapped {
+    use netlink_packet_route::neighbour::{
+        NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+    };
+    let mut m = NeighbourMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.ifindex = ifindex;
+    m.header.state = NeighbourState::Reachable;
+    m.attributes = vec![
+        NeighbourAttribute::Destination(NeighbourAddress::Inet(Ipv4Addr::new(10, 0, 0, 2))),
+        NeighbourAttribute::LinkLayerAddress(vec![2, 0, 0, 0, 0, mac]),
+    ];
+    if new {
+        wire(RouteNetlinkMessage::NewNeighbour(m), NLM_F_CREATE, false)
+    } else {
+        wire(RouteNetlinkMessage::DelNeighbour(m), 0, false)
+    }
+}
+
+/// `RTM_NEWADDR` (or `DELADDR`) for `10.0.0.1/24` on `ifindex`.
+fn addr_msg(ifindex: u32, new: bool) -> crate::map::Mapped {
+    use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+    let mut m = AddressMessage::default();
+    m.header.family = AddressFamily::Inet;
+    m.header.prefix_len = 24;
+    m.header.index = ifindex;
+    m.attributes = vec![
+        AddressAttribute::Address(Ipv4Addr::new(10, 0, 0, 1).into()),
+        AddressAttribute::Local(Ipv4Addr::new(10, 0, 0, 1).into()),
+    ];
+    if new {
+        wire(RouteNetlinkMessage::NewAddress(m), NLM_F_CREATE, false)
+    } else {
+        wire(RouteNetlinkMessage::DelAddress(m), 0, false)
+    }
+}
+
+/// `RTM_NEWLINK` (or `DELLINK`) for `ifindex`, named `d<ifindex>`.
+fn link_msg(ifindex: u32, new: bool) -> crate::map::Mapped {
+    use netlink_packet_route::link::{LinkAttribute, LinkMessage};
+    let mut m = LinkMessage::default();
+    m.header.index = ifindex;
+    m.attributes = vec![
+        LinkAttribute::IfName(format!("d{ifindex}")),
+        LinkAttribute::Address(vec![2, 0, 0, 0, 0, 1]),
+        LinkAttribute::Mtu(1500),
+    ];
+    if new {
+        wire(RouteNetlinkMessage::NewLink(m), 0, false)
+    } else {
+        wire(RouteNetlinkMessage::DelLink(m), 0, false)
+    }
+}
+
+#[test]
+fn deletes_of_unknown_links_neighbours_and_addresses_are_ignored_and_event_order_does_not_matter() {
+    let (mut applier, tables, _) = applier();
+    let neighbour = |t: &MirroredTables, ifindex: u32| {
+        let guard = crossbeam_epoch::pin();
+        t.neigh
+            .lookup_v4(ifindex, Ipv4Addr::new(10, 0, 0, 2), &guard)
+            .and_then(|n| n.lladdr)
+    };
+    let local = |t: &MirroredTables| {
+        let guard = crossbeam_epoch::pin();
+        t.addrs.dev_find(Ipv4Addr::new(10, 0, 0, 1), None, &guard)
+    };
+    let link = |t: &MirroredTables, ifindex: u32| {
+        let guard = crossbeam_epoch::pin();
+        t.links.get(ifindex, &guard).map(|l| l.name.clone())
+    };
+    // Deletes of objects never seen (their adds were lost, or preceded the dump): nothing
+    // happens, and nothing appears.
+    applier.apply(neigh_msg(4, 2, false));
+    applier.apply(addr_msg(4, false));
+    applier.apply(link_msg(4, false));
+    assert_eq!(
+        (neighbour(&tables, 4), local(&tables), link(&tables, 4)),
+        (None, None, None)
+    );
+    // Events of different groups arrive in any order (one socket per group): a neighbour and
+    // an address of a link before the link itself.
+    applier.apply(neigh_msg(4, 2, true));
+    applier.apply(addr_msg(4, true));
+    applier.apply(link_msg(4, true));
+    assert_eq!(neighbour(&tables, 4), Some([2, 0, 0, 0, 0, 2]));
+    assert_eq!(local(&tables), Some(4));
+    assert_eq!(link(&tables, 4).as_deref(), Some("d4"));
+    // A new MAC replaces the old; the same message twice changes nothing; deletes twice are
+    // one delete.
+    applier.apply(neigh_msg(4, 3, true));
+    applier.apply(neigh_msg(4, 3, true));
+    assert_eq!(neighbour(&tables, 4), Some([2, 0, 0, 0, 0, 3]));
+    applier.apply(neigh_msg(4, 3, false));
+    applier.apply(neigh_msg(4, 3, false));
+    assert_eq!(neighbour(&tables, 4), None);
+    applier.apply(addr_msg(4, false));
+    applier.apply(addr_msg(4, false));
+    assert_eq!(local(&tables), None);
+    // A delete on another interface than the object's does not remove it.
+    applier.apply(addr_msg(4, true));
+    applier.apply(addr_msg(5, false));
+    assert_eq!(local(&tables), Some(4));
+}

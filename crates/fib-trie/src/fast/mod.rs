@@ -57,6 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::guard::check_guard;
 use crate::key::TrieKey;
 use arena::{Arena, ArenaBuilder};
 use build::{Item, assemble, build};
@@ -398,20 +399,30 @@ impl<K> Drop for Root<K> {
 
 /// A longest-prefix-match structure over `u32` answers, kept in step with a [`PrefixSource`].
 ///
-/// Readers never lock; writers are serialized inside.
+/// Readers never lock. Who writes shows in the types, as for the crate's other structures: a
+/// `FastLpm` shared with readers has no method that changes it; its one writer,
+/// [`FastLpmWriter`](crate::FastLpmWriter) (not `Clone`, `&mut self` to rebuild or update),
+/// makes it, hands readers its `Arc` and derefs to it. (Inside a [`FibTable`](crate::FibTable)
+/// the table's writer keeps it in step.)
+///
+/// # Panics
+/// [`lookup`](Self::lookup) and [`lookup_batch`](Self::lookup_batch) panic unless `guard` is
+/// from `crossbeam_epoch::pin()` (the default collector, which replaced nodes are retired
+/// into): checked once per call, so once per batch for `lookup_batch`.
 ///
 /// ```
-/// use fib_trie::{FastLpm, TrieWriter};
+/// use fib_trie::{FastLpmWriter, TrieWriter};
 ///
 /// // The LC-trie is the source of truth; the fast structure is derived from it.
 /// let mut trie = TrieWriter::<u32, u32>::new();
 /// trie.insert(0x0a00_0000, 8, 1)?;
 /// trie.insert(0x0a01_0000, 16, 2)?;
-/// let fast = FastLpm::<u32>::new();
+/// let mut fast = FastLpmWriter::<u32>::new();
 /// fast.rebuild(&mut &*trie);
+/// let reader = std::sync::Arc::clone(fast.reader()); // for lookups: read only
 ///
 /// let guard = crossbeam_epoch::pin();
-/// assert_eq!(fast.lookup(0x0a01_0203, &guard), Some(2));
+/// assert_eq!(reader.lookup(0x0a01_0203, &guard), Some(2));
 /// assert_eq!(fast.lookup(0x0a02_0203, &guard), Some(1));
 /// assert_eq!(fast.lookup(0x0b00_0000, &guard), None);
 ///
@@ -463,8 +474,18 @@ impl<K: TrieKey> FastLpm<K> {
     }
 
     /// The answer of the longest prefix covering `key`, if any.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
     #[inline]
     pub fn lookup(&self, key: K, guard: &Guard) -> Option<u32> {
+        check_guard(guard);
+        self.lookup_pinned(key, guard)
+    }
+
+    /// [`lookup`](Self::lookup) under a guard the caller already checked.
+    #[inline]
+    pub(crate) fn lookup_pinned(&self, key: K, guard: &Guard) -> Option<u32> {
         self.root(guard).descend(key)
     }
 
@@ -478,12 +499,12 @@ impl<K: TrieKey> FastLpm<K> {
     /// adds to what the core already overlaps on its own.)
     ///
     /// ```
-    /// use fib_trie::{FastLpm, TrieWriter};
+    /// use fib_trie::{FastLpmWriter, TrieWriter};
     ///
     /// let mut trie = TrieWriter::<u32, u32>::new();
     /// trie.insert(0x0a00_0000, 8, 1)?;
     /// trie.insert(0x0a01_0200, 24, 2)?;
-    /// let fast = FastLpm::<u32>::new();
+    /// let mut fast = FastLpmWriter::<u32>::new();
     /// fast.rebuild(&mut &*trie);
     ///
     /// let keys = [0x0a01_0203, 0x0a05_0000, 0x0b00_0000];
@@ -494,8 +515,10 @@ impl<K: TrieKey> FastLpm<K> {
     /// ```
     ///
     /// # Panics
-    /// If `out` is shorter than `keys`.
+    /// If `out` is shorter than `keys`, or `guard` is not from `crossbeam_epoch::pin()` (the
+    /// default collector; checked once for the batch).
     pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>], guard: &Guard) {
+        check_guard(guard);
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
         let out = &mut out[..keys.len()];
@@ -522,13 +545,13 @@ impl<K: TrieKey> FastLpm<K> {
     /// the nodes updates made since (padded to a cache line, without allocator overhead).
     ///
     /// ```
-    /// use fib_trie::{FastLpm, TrieWriter};
+    /// use fib_trie::{FastLpm, FastLpmWriter, TrieWriter};
     ///
     /// let mut trie = TrieWriter::<u32, u32>::new();
     /// for i in 0..2048u32 {
     ///     trie.insert(i << 12, 20, i)?;
     /// }
-    /// let fast = FastLpm::<u32>::new();
+    /// let mut fast = FastLpmWriter::<u32>::new();
     /// fast.rebuild(&mut &*trie);
     /// // A wide first level (2^18 slots of 8 bytes) and its nodes, in 2 MiB chunks.
     /// assert_eq!(fast.first_level_bits(), 18);
@@ -556,13 +579,13 @@ impl<K: TrieKey> FastLpm<K> {
     /// counting global allocator does not see them; add this to its count.
     ///
     /// ```
-    /// use fib_trie::{FastLpm, TrieWriter};
+    /// use fib_trie::{FastLpm, FastLpmWriter, TrieWriter};
     ///
     /// let mut trie = TrieWriter::<u32, u32>::new();
     /// for i in 0..2048u32 {
     ///     trie.insert(i << 12, 20, i)?;
     /// }
-    /// let fast = FastLpm::<u32>::new();
+    /// let mut fast = FastLpmWriter::<u32>::new();
     /// fast.rebuild(&mut &*trie);
     /// assert!(FastLpm::<u32>::arena_bytes_in_process() >= 2 << 20);
     /// # Ok::<(), fib_trie::PrefixError>(())
@@ -575,8 +598,9 @@ impl<K: TrieKey> FastLpm<K> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Rebuilds the whole structure from `source` and publishes it with one store.
-    pub fn rebuild(&self, source: &mut impl PrefixSource<K>) {
+    /// Rebuilds the whole structure from `source` and publishes it with one store (the writer's:
+    /// [`FastLpmWriter::rebuild`](crate::FastLpmWriter::rebuild), or the table's).
+    pub(crate) fn rebuild(&self, source: &mut impl PrefixSource<K>) {
         let mut items = self.lock();
         self.rebuild_locked(source, &mut items, &epoch::pin());
     }
@@ -649,8 +673,8 @@ impl<K: TrieKey> FastLpm<K> {
     }
 
     /// Brings the structure in step with `source` after the prefix `key/plen` changed in it
-    /// (added, removed, or given another answer).
-    pub fn update(&self, key: K, plen: u8, source: &mut impl PrefixSource<K>) {
+    /// (added, removed, or given another answer); the writer's, as [`rebuild`](Self::rebuild).
+    pub(crate) fn update(&self, key: K, plen: u8, source: &mut impl PrefixSource<K>) {
         let mut items = self.lock();
         let guard = &epoch::pin();
         let root = self.root(guard);
