@@ -98,7 +98,7 @@ impl ErrorHeaders {
         self.l2.header_len() + self.ip.header_len() + self.ip.payload_len()
     }
 
-    /// Writes the headers into `out[..len]`, the quote being already at `out[len..]` (so
+    /// Writes the headers into `out[..headers_len]`, the quote being already after them (so
     /// `out` is exactly the error frame, [`frame_len`](Self::frame_len) bytes), and the ICMP
     /// checksum over the message.
     ///
