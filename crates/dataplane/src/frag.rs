@@ -3,7 +3,7 @@
 use crate::pool::FramePool;
 use crate::verdict::DropReason;
 use crate::wire::ethernet;
-use crate::wire::ipv4::{self, DF, Ipv4Packet, MF, OFFSET_MASK, copied_options};
+use crate::wire::ipv4::{self, DF, FRAGMENT_UNIT, Ipv4Packet, MF, OFFSET_MASK, copied_options};
 
 /// The smallest MTU an IPv4 link may have (RFC 791): 60 bytes of header and 8 of data.
 pub const MIN_V4_MTU: u32 = 68;
@@ -29,15 +29,17 @@ pub fn fragment_v4<P: FramePool>(
     let l2 = ethernet::HEADER_LEN;
     let ip = Ipv4Packet::new_unchecked(&frame[l2..l2 + ip_len]);
     let hlen = ip.header_len();
-    let mtu = usize::try_from(mtu).unwrap_or(usize::MAX).min(0xffff);
-    if mtu < MIN_V4_MTU as usize || mtu < hlen + 8 {
+    let mtu = usize::try_from(mtu)
+        .unwrap_or(usize::MAX)
+        .min(ipv4::MAX_TOTAL_LEN);
+    if mtu < MIN_V4_MTU as usize || mtu < hlen + FRAGMENT_UNIT {
         return Err(DropReason::BadMtu);
     }
-    let mut later_options = [0u8; 40];
+    let mut later_options = [0u8; ipv4::MAX_OPTIONS_LEN];
     let later_opts_len = copied_options(ip.options(), &mut later_options);
     let later_hlen = ipv4::HEADER_LEN + later_opts_len;
     let word = ip.flags_offset();
-    let base = usize::from(word & OFFSET_MASK) * 8;
+    let base = usize::from(word & OFFSET_MASK) * FRAGMENT_UNIT;
     let last_mf = word & MF != 0;
     let payload = ip.payload();
 
@@ -46,7 +48,7 @@ pub fn fragment_v4<P: FramePool>(
     while pos < payload.len() || (pos == 0 && payload.is_empty()) {
         let first = pos == 0;
         let this_hlen = if first { hlen } else { later_hlen };
-        let room = (mtu - this_hlen) & !7;
+        let room = (mtu - this_hlen) / FRAGMENT_UNIT * FRAGMENT_UNIT;
         let n = (payload.len() - pos).min(room);
         let last = pos + n == payload.len();
         let total = l2 + this_hlen + n;
@@ -58,22 +60,25 @@ pub fn fragment_v4<P: FramePool>(
             pool.free(handle);
             return Err(DropReason::PoolEmpty);
         }
-        let out = &mut chunk[..total];
-        out[..l2].copy_from_slice(&frame[..l2]);
+        // The fragment: the Ethernet header, the IP header (every option in the first, the
+        // copied ones in the others), then its share of the payload.
+        let (eth, packet) = chunk[..total].split_at_mut(l2);
+        eth.copy_from_slice(&frame[..l2]);
+        let (header, data) = packet.split_at_mut(this_hlen);
         if first {
-            out[l2..l2 + hlen].copy_from_slice(&frame[l2..l2 + hlen]);
+            header.copy_from_slice(&ip.packet()[..hlen]);
         } else {
-            out[l2..l2 + ipv4::HEADER_LEN].copy_from_slice(&frame[l2..l2 + ipv4::HEADER_LEN]);
-            out[l2 + ipv4::HEADER_LEN..l2 + later_hlen]
-                .copy_from_slice(&later_options[..later_opts_len]);
+            let (fixed, options) = header.split_at_mut(ipv4::HEADER_LEN);
+            fixed.copy_from_slice(&ip.packet()[..ipv4::HEADER_LEN]);
+            options.copy_from_slice(&later_options[..later_opts_len]);
         }
-        out[l2 + this_hlen..].copy_from_slice(&payload[pos..pos + n]);
+        data.copy_from_slice(&payload[pos..pos + n]);
         {
-            let mut h = Ipv4Packet::new_unchecked(&mut out[l2..]);
+            let mut h = Ipv4Packet::new_unchecked(header);
             h.set_version_header_len(this_hlen);
             h.set_total_len((this_hlen + n) as u16);
             let mf = if last { last_mf } else { true };
-            let offset = (((base + pos) / 8) as u16) & OFFSET_MASK;
+            let offset = (((base + pos) / FRAGMENT_UNIT) as u16) & OFFSET_MASK;
             h.set_flags_offset(
                 (word & !(DF | MF | OFFSET_MASK)) | if mf { MF } else { 0 } | offset,
             );

@@ -45,11 +45,18 @@ struct Waiting {
     oif: u32,
     next_hop: u128,
     /// The next hop's family (ND or ARP).
-    next_hop_v6: bool,
+    next_hop_family: Family,
     frames: usize,
     /// The frames' charge: lengths plus [`HOLD_FRAME_OVERHEAD`] each.
     bytes: usize,
     last_request: u64,
+}
+
+impl Waiting {
+    /// Whether this is the neighbour `next_hop` (of `family`) on `oif`.
+    fn is(&self, oif: u32, next_hop: u128, family: Family) -> bool {
+        self.oif == oif && self.next_hop == next_hop && self.next_hop_family == family
+    }
 }
 
 /// What became of a held frame at release.
@@ -73,10 +80,11 @@ struct Held {
     oif: u32,
     next_hop: u128,
     /// The next hop's family (ND or ARP); IPv6 for an IPv4 packet on a route `via inet6`.
-    next_hop_v6: bool,
+    next_hop_family: Family,
     /// The route's MTU when held (the link's, or the route's `mtu` metric if lower).
     mtu: u32,
-    v6: bool,
+    /// The packet's family.
+    family: Family,
     since: u64,
 }
 
@@ -130,7 +138,7 @@ impl HoldBuffer {
         if self.resolutions.len() < self.resolution_cap {
             self.resolutions.push_back(Resolution {
                 ifindex: w.oif,
-                addr: ip_of(Family::from_v6(w.next_hop_v6), w.next_hop),
+                addr: ip_of(w.next_hop_family, w.next_hop),
             });
             counters.resolutions += 1;
         } else {
@@ -138,7 +146,7 @@ impl HoldBuffer {
         }
     }
 
-    /// Copies `frame` (untagged Ethernet header, then the IP packet of family `v6`) to wait
+    /// Copies `frame` (untagged Ethernet header, then the IP packet of `family`) to wait
     /// for the neighbour `hop.next_hop` (of its own family) on `hop.oif`; asks for a
     /// resolution when it is the neighbour's first frame or the last request is older than the
     /// retry interval.
@@ -151,26 +159,26 @@ impl HoldBuffer {
         &mut self,
         frame: &[u8],
         hop: &Hop,
-        v6: bool,
+        family: Family,
         now: u64,
         counters: &mut Counters,
     ) -> Result<(), DropReason> {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
-        let (oif, next_hop, next_hop_v6) = (hop.oif, hop.next_hop, hop.next_hop_v6);
+        let (oif, next_hop, next_hop_family) = (hop.oif, hop.next_hop, hop.next_hop_family);
         let charge = frame.len() + HOLD_FRAME_OVERHEAD;
         let idx = self
             .waiting
             .iter()
-            .position(|w| w.oif == oif && w.next_hop == next_hop && w.next_hop_v6 == next_hop_v6);
+            .position(|w| w.is(oif, next_hop, next_hop_family));
         while let Some(i) = idx
             && self.waiting[i].bytes + charge > self.bytes_per_neighbour
         {
             // The neighbour's oldest frame makes room (the kernel's `unres_discards`). A
             // waiting neighbour always has a held frame; if not, stop rather than loop.
             let Some(oldest) = self.held.iter().position(|h| {
-                h.oif == oif && h.next_hop == next_hop && h.next_hop_v6 == next_hop_v6
+                h.oif == oif && h.next_hop == next_hop && h.next_hop_family == next_hop_family
             }) else {
                 break;
             };
@@ -195,9 +203,9 @@ impl HoldBuffer {
             len: frame.len(),
             oif,
             next_hop,
-            next_hop_v6,
+            next_hop_family,
             mtu: hop.mtu,
-            v6,
+            family,
             since: now,
         });
         match idx {
@@ -214,7 +222,7 @@ impl HoldBuffer {
                 let w = Waiting {
                     oif,
                     next_hop,
-                    next_hop_v6,
+                    next_hop_family,
                     frames: 1,
                     bytes: charge,
                     last_request: now,
@@ -282,9 +290,11 @@ impl HoldBuffer {
                 // Keep the order of the remaining frames (a neighbour's frames leave in order).
                 self.held.remove(i);
                 self.free.push(h.slot);
-                if let Some(w) = self.waiting.iter().position(|w| {
-                    w.oif == h.oif && w.next_hop == h.next_hop && w.next_hop_v6 == h.next_hop_v6
-                }) {
+                if let Some(w) = self
+                    .waiting
+                    .iter()
+                    .position(|w| w.is(h.oif, h.next_hop, h.next_hop_family))
+                {
                     self.waiting[w].frames -= 1;
                     self.waiting[w].bytes -= h.len + HOLD_FRAME_OVERHEAD;
                     if self.waiting[w].frames == 0 {
@@ -322,12 +332,9 @@ impl HoldBuffer {
         pool: &mut P,
         counters: &mut Counters,
     ) -> Outcome {
-        let Some(dst_mac) = neighbour_mac(
-            tables,
-            guard,
-            h.oif,
-            ip_of(Family::from_v6(h.next_hop_v6), h.next_hop),
-        ) else {
+        let Some(dst_mac) =
+            neighbour_mac(tables, guard, h.oif, ip_of(h.next_hop_family, h.next_hop))
+        else {
             return Outcome::Waiting;
         };
         let Some(link) = tables.links.get(h.oif, guard) else {
@@ -347,7 +354,7 @@ impl HoldBuffer {
         let mtu = h.mtu.min(link.mtu);
         if ip_len > mtu as usize {
             // Fragment what may be (DF clear, held whole), drop what the MTU shrank under.
-            if h.v6 || Ipv4Packet::new_unchecked(&frame[L2_LEN..]).dont_frag() {
+            if h.family == Family::V6 || Ipv4Packet::new_unchecked(&frame[L2_LEN..]).dont_frag() {
                 return Outcome::Dropped;
             }
             return match frag::fragment_v4(frame, ip_len, mtu, h.oif, pool) {

@@ -4,12 +4,13 @@
 
 use crate::parse::Meta;
 use crate::verdict::IcmpError;
-use crate::wire::ethernet::{self, EthernetFrame};
-use crate::wire::icmp::{IcmpPacket, v4_type, v6_type};
-use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
-use crate::wire::ipv6::{Ipv6Packet, Ipv6Repr};
+use crate::wire::Family;
+use crate::wire::ethernet::{EthernetFrame, EthernetRepr};
+use crate::wire::icmp::{IcmpPacket, IcmpRepr, v4_type, v6_type};
+use crate::wire::ip::IpRepr;
+use crate::wire::ipv4::{self, Ipv4Repr};
+use crate::wire::ipv6::Ipv6Repr;
 use crate::wire::l4::protocol;
-use crate::wire::{Family, checksum};
 
 /// The largest ICMPv4 error: 576 bytes of IP (RFC 1812 4.3.2.3), as the kernel sends.
 pub const MAX_V4_ERROR: usize = 576;
@@ -71,110 +72,105 @@ pub fn quote_len(meta: &Meta) -> usize {
     meta.ip_len.min(room)
 }
 
-/// The link-layer header of an error: back to the sender, with the tag it came with.
-#[derive(Clone, Copy, Debug)]
-pub struct ReplyL2 {
-    /// The original's source MAC.
-    pub dst: [u8; 6],
-    /// Our MAC on the ingress interface.
-    pub src: [u8; 6],
-    /// The original's tag control information, if tagged.
-    pub tci: Option<u16>,
+/// The headers of an ICMP error frame as values: back to the sender (its MAC, with the tag it
+/// came with), from our address on the ingress interface, the message of the error. Built by
+/// [`error_headers`] for either family; [`emit`](Self::emit) writes them in front of the quote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ErrorHeaders {
+    /// The link-layer header: to the original's source MAC from ours, with its tag.
+    pub l2: EthernetRepr,
+    /// The IP header (its payload: the ICMP header and the quote).
+    pub ip: IpRepr,
+    /// The ICMP message.
+    pub icmp: IcmpRepr,
 }
 
-impl ReplyL2 {
-    /// The header's length.
-    pub fn header_len(&self) -> usize {
-        if self.tci.is_some() {
-            ethernet::TAGGED_HEADER_LEN
-        } else {
-            ethernet::HEADER_LEN
-        }
+impl ErrorHeaders {
+    /// The length of the headers (link layer, IP, ICMP) before the quote.
+    #[inline]
+    pub const fn headers_len(&self) -> usize {
+        self.l2.header_len() + self.ip.header_len() + ICMP_HEADER_LEN
+    }
+
+    /// The length of the whole error frame (the headers and the quote).
+    #[inline]
+    pub const fn frame_len(&self) -> usize {
+        self.l2.header_len() + self.ip.header_len() + self.ip.payload_len()
+    }
+
+    /// Writes the headers into `out[..headers_len]`, the quote being already after them (so
+    /// `out` is exactly the error frame, [`frame_len`](Self::frame_len) bytes), and the ICMP
+    /// checksum over the message.
+    ///
+    /// # Panics
+    /// If `out` is shorter than the headers.
+    pub fn emit(&self, out: &mut [u8]) {
+        debug_assert_eq!(out.len(), self.frame_len());
+        let (l2, packet) = out.split_at_mut(self.l2.header_len());
+        self.l2.emit(&mut EthernetFrame::new_unchecked(l2));
+        let (header, message) = packet.split_at_mut(self.ip.header_len());
+        self.ip.emit(header);
+        self.icmp
+            .emit(&mut IcmpPacket::new_unchecked(message), &self.ip);
+    }
+
+    /// Writes the error frame into `out` (exactly [`frame_len`](Self::frame_len) bytes): the
+    /// quote copied from `quote` (its [`frame_len`](Self::frame_len) minus
+    /// [`headers_len`](Self::headers_len) bytes), then the headers in front of it.
+    ///
+    /// # Panics
+    /// If `out` or `quote` has another length.
+    pub fn emit_quoting(&self, out: &mut [u8], quote: &[u8]) {
+        out[self.headers_len()..].copy_from_slice(quote);
+        self.emit(out);
     }
 }
 
-/// The addresses and fields of the error's IP header.
-#[derive(Clone, Copy, Debug)]
-pub struct ErrorIp {
-    /// The error's IP version (the original's).
-    pub family: Family,
-    /// Our address on the ingress interface.
-    pub src: u128,
-    /// The original's source.
-    pub dst: u128,
-    /// The original's TOS (IPv4: the error keeps its TOS bits with precedence "internetwork
-    /// control", as the kernel does).
-    pub tos: u8,
-    /// The IPv4 identification.
-    pub ident: u16,
-}
-
-/// The length of the error's headers (link layer, IP, ICMP) before the quote.
-pub fn headers_len(l2: &ReplyL2, family: Family) -> usize {
-    l2.header_len() + family.header_len() + ICMP_HEADER_LEN
-}
-
-/// Writes the headers of an error into `out[..headers_len]`, the quote being already at
-/// `out[headers_len..]` (so `out` is exactly the error frame). `mtu` goes into "fragmentation
-/// needed" and "packet too big" errors.
-pub fn write_error(out: &mut [u8], l2: &ReplyL2, ip: &ErrorIp, kind: IcmpError, mtu: u32) {
-    let l2_len = l2.header_len();
-    {
-        let mut eth = EthernetFrame::new_unchecked(&mut out[..l2_len]);
-        eth.set_dst_addr(l2.dst);
-        eth.set_src_addr(l2.src);
-        let inner = ip.family.ethertype();
-        match l2.tci {
-            Some(tci) => eth.set_vlan_tag(tci, inner),
-            None => eth.set_ethertype(inner),
-        }
-    }
-    let (ty, code) = kind.type_code();
-    let rest: [u8; 4] = match kind {
-        IcmpError::FragNeeded => {
-            let m = mtu.min(0xffff) as u16;
-            let [a, b] = m.to_be_bytes();
-            [0, 0, a, b]
-        }
-        IcmpError::V6PacketTooBig => mtu.to_be_bytes(),
-        _ => [0; 4],
-    };
-    let packet = &mut out[l2_len..];
-    let (header, icmp) = packet.split_at_mut(ip.family.header_len());
-    let icmp_len = icmp.len() as u32;
-    let mut message = IcmpPacket::new_unchecked(&mut icmp[..]);
-    message.set_type_code(ty, code);
-    message.set_rest(rest);
-    if ip.family.is_v6() {
-        Ipv6Repr {
-            src: ip.src.into(),
-            dst: ip.dst.into(),
+/// The headers of the error `kind` about the packet `meta` describes, quoting `quote` bytes of
+/// it, from `src` (our address on the ingress interface, of the packet's family) with IPv4
+/// identification `ident`; `mtu` goes into "fragmentation needed" and "packet too big".
+///
+/// IPv4 errors keep the original's TOS bits with precedence "internetwork control" and no DF,
+/// as the kernel's; IPv6 errors have traffic class 0. Both have [`ERROR_TTL`].
+pub fn error_headers(
+    meta: &Meta,
+    src: u128,
+    ident: u16,
+    kind: IcmpError,
+    mtu: u32,
+    quote: usize,
+) -> ErrorHeaders {
+    let payload_len = ICMP_HEADER_LEN + quote;
+    let ip = match meta.family {
+        Family::V6 => IpRepr::Ipv6(Ipv6Repr {
+            src: src.into(),
+            dst: meta.src.into(),
             next_header: protocol::ICMPV6,
             hop_limit: ERROR_TTL,
             traffic_class: 0,
-            payload_len: icmp_len as usize,
-        }
-        .emit(&mut Ipv6Packet::new_unchecked(&mut header[..]));
-        message.fill_checksum(checksum::pseudo_v6(
-            ip.src.to_be_bytes(),
-            ip.dst.to_be_bytes(),
-            protocol::ICMPV6,
-            icmp_len,
-        ));
-    } else {
-        Ipv4Repr {
-            src: (ip.src as u32).into(),
-            dst: (ip.dst as u32).into(),
+            payload_len,
+        }),
+        Family::V4 => IpRepr::Ipv4(Ipv4Repr {
+            src: (src as u32).into(),
+            dst: meta.src4().into(),
             protocol: protocol::ICMP,
             ttl: ERROR_TTL,
-            tos: (ip.tos & ipv4::TOS_BITS) | ipv4::PREC_INTERNETWORK_CONTROL,
-            ident: ip.ident,
+            tos: (meta.tos & ipv4::TOS_BITS) | ipv4::PREC_INTERNETWORK_CONTROL,
+            ident,
             // ICMP sockets do not set DF (`IP_PMTUDISC_DONT`), nor do the kernel's errors.
             dont_frag: false,
-            payload_len: icmp_len as usize,
-        }
-        .emit(&mut Ipv4Packet::new_unchecked(&mut header[..]));
-        message.fill_checksum(0);
+            payload_len,
+        }),
+    };
+    ErrorHeaders {
+        l2: EthernetRepr {
+            dst: meta.src_mac,
+            src: meta.dst_mac,
+            ethertype: meta.family.ethertype(),
+            tci: meta.tci,
+        },
+        ip,
+        icmp: kind.repr(mtu),
     }
 }
 
@@ -237,6 +233,34 @@ mod tests {
         let mut later = meta(false, 17, None);
         later.later_fragment = true;
         assert!(!may_send(&later));
+    }
+
+    /// The headers of an error read back as what they were built from, with a right ICMP
+    /// checksum, in both families and with a tag.
+    #[test]
+    fn error_headers_read_back() {
+        for (v6, tci) in [(false, None), (true, Some(7)), (false, Some(100))] {
+            let mut m = meta(v6, 17, None);
+            (m.src, m.src_mac, m.dst_mac, m.tci, m.ip_len) = (9, [2; 6], [4; 6], tci, 40);
+            let quote = quote_len(&m);
+            let error = error_headers(&m, 5, 77, IcmpError::V6TimeExceeded, 0, quote);
+            let mut out = vec![0xeeu8; error.frame_len()];
+            error.emit_quoting(&mut out, &[0xab; 40]);
+            let eth = EthernetFrame::new_checked(&out[..]).unwrap();
+            assert_eq!(EthernetRepr::parse(&eth), Ok(error.l2));
+            assert_eq!((error.l2.dst, error.l2.tci), ([2; 6], tci));
+            let family = Family::from_v6(v6);
+            let ip = IpRepr::parse(family, eth.payload()).unwrap();
+            assert_eq!(ip, error.ip);
+            assert_eq!(ip.hop_limit(), ERROR_TTL);
+            assert_eq!(ip.protocol(), family.icmp_protocol());
+            let message = &eth.payload()[ip.header_len()..];
+            let icmp = IcmpPacket::new_checked(message).unwrap();
+            let pseudo = if v6 { ip.pseudo_header() } else { 0 };
+            assert!(icmp.verify_checksum(pseudo));
+            assert_eq!(IcmpRepr::parse(family, &icmp), Some(IcmpRepr::TimeExceeded));
+            assert_eq!(&message[ICMP_HEADER_LEN..], &[0xab; 40]);
+        }
     }
 
     #[test]

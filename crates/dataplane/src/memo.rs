@@ -123,7 +123,8 @@ impl LocalFilter {
 struct EgressSlot {
     oif: u32,
     next_hop: u128,
-    v6: bool,
+    /// The next hop's family.
+    family: Family,
     /// The route generation plus one (0: empty).
     generation: u64,
     answer: Result<LinkAnswer, DropReason>,
@@ -149,7 +150,7 @@ impl EgressMemo {
         let empty = EgressSlot {
             oif: 0,
             next_hop: 0,
-            v6: false,
+            family: Family::V4,
             generation: 0,
             answer: Err(DropReason::NoEgressLink),
             route_mtu: None,
@@ -171,7 +172,7 @@ impl EgressMemo {
         generation: u64,
         e: &Egress,
     ) -> Route {
-        let v6 = e.next_hop_v6;
+        let family = e.next_hop_family;
         if let Some(punt) = route::unserved(tables, e.oif) {
             return punt;
         }
@@ -188,7 +189,7 @@ impl EgressMemo {
             if slot.generation == tag
                 && slot.oif == e.oif
                 && slot.next_hop == e.next_hop
-                && slot.v6 == v6
+                && slot.family == family
             {
                 if slot.route_mtu != e.route_mtu
                     || slot.multipath != e.multipath
@@ -202,7 +203,7 @@ impl EgressMemo {
                 return slot.route;
             }
         }
-        let answer = route::link_answer(tables, guard, v6, e.oif, e.next_hop);
+        let answer = route::link_answer(tables, guard, family, e.oif, e.next_hop);
         let route = route::complete(e, answer);
         if answer.map_or(true, |link| link.dst_mac.is_some()) {
             // A slot of another generation, else the first after the others move down one
@@ -217,7 +218,7 @@ impl EgressMemo {
             ways[index] = EgressSlot {
                 oif: e.oif,
                 next_hop: e.next_hop,
-                v6,
+                family,
                 generation: tag,
                 answer,
                 route_mtu: e.route_mtu,
@@ -243,7 +244,7 @@ const INGRESS_ANSWERS: usize = 1024;
 #[derive(Clone, Copy, Debug)]
 struct DeviceSlot {
     iif: u32,
-    v6: bool,
+    family: Family,
     /// The memo's epoch the verdict was taken in (0: empty).
     epoch: u32,
     check: IngressCheck,
@@ -284,8 +285,8 @@ pub(crate) struct NextHopKey {
     pub(crate) oif: u32,
     /// The route's `mtu` metric, 0 if not set.
     pub(crate) route_mtu: u32,
-    /// Whether the gateway is an IPv6 address.
-    pub(crate) next_hop_v6: bool,
+    /// The gateway's family.
+    pub(crate) next_hop_family: Family,
     /// The packet's family (the switches' family).
     pub(crate) family: Family,
 }
@@ -334,7 +335,7 @@ impl IngressMemo {
             epoch: 1,
             devices: [DeviceSlot {
                 iif: 0,
-                v6: false,
+                family: Family::V4,
                 epoch: 0,
                 check: IngressCheck::Pass,
             }; INGRESS_DEVICES],
@@ -420,7 +421,7 @@ impl AnswerSlot {
             next_hop: 0,
             oif: 0,
             route_mtu: 0,
-            next_hop_v6: false,
+            next_hop_family: Family::V4,
             family: Family::V4,
         },
         route: Route::Local,
@@ -444,17 +445,17 @@ impl MemoSwitches<'_> {
 
 impl IngressSwitches for MemoSwitches<'_> {
     #[inline]
-    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck {
+    fn check(&mut self, family: Family, iif: u32) -> IngressCheck {
         let epoch = self.memo.epoch;
-        let index = ((iif as usize) << 1 | usize::from(v6)) & (INGRESS_DEVICES - 1);
+        let index = ((iif as usize) << 1 | usize::from(family.is_v6())) & (INGRESS_DEVICES - 1);
         let slot = &mut self.memo.devices[index];
-        if slot.epoch == epoch && slot.iif == iif && slot.v6 == v6 {
+        if slot.epoch == epoch && slot.iif == iif && slot.family == family {
             return slot.check;
         }
-        let check = route::ingress_check(self.tables, self.guard, v6, iif);
+        let check = route::ingress_check(self.tables, self.guard, family, iif);
         *slot = DeviceSlot {
             iif,
-            v6,
+            family,
             epoch,
             check,
         };
@@ -567,7 +568,7 @@ mod tests {
         let egress = |route_mtu, multipath| Egress {
             oif: 2,
             next_hop: u128::from(u32::from(gw)),
-            next_hop_v6: false,
+            next_hop_family: Family::V4,
             multipath,
             route_mtu,
             source_checked: false,
@@ -623,7 +624,7 @@ mod tests {
         let egress = |oif, gw: Ipv4Addr| Egress {
             oif,
             next_hop: u128::from(u32::from(gw)),
-            next_hop_v6: false,
+            next_hop_family: Family::V4,
             multipath: false,
             route_mtu: None,
             source_checked: false,
@@ -661,13 +662,13 @@ mod tests {
             next_hop: 0x0a00_0201,
             oif: 2,
             route_mtu: 0,
-            next_hop_v6: false,
+            next_hop_family: Family::V4,
             family: Family::V4,
         };
         let hop = |dst_mac| Hop {
             oif: 2,
             next_hop: key.next_hop,
-            next_hop_v6: false,
+            next_hop_family: Family::V4,
             src_mac: [2, 0, 0, 0, 0, 2],
             dst_mac,
             mtu: 1500,

@@ -24,14 +24,20 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use crate::wire::Family;
+use crate::wire::icmp::{v4_code, v4_type, v6_type};
+
 /// The kernel's `XRLIM_BURST_FACTOR`: a destination's bucket holds six messages.
 pub const BURST_FACTOR: u64 = 6;
 /// The kernel's default `icmp_ratemask`: destination unreachable (3), source quench (4), time
 /// exceeded (11), parameter problem (12).
-pub const DEFAULT_V4_RATEMASK: u32 = 0x1818;
+pub const DEFAULT_V4_RATEMASK: u32 = 1 << v4_type::DEST_UNREACHABLE
+    | 1 << v4_type::SOURCE_QUENCH
+    | 1 << v4_type::TIME_EXCEEDED
+    | 1 << v4_type::PARAMETER_PROBLEM;
 /// The kernel's default IPv6 `icmp/ratemask` over the error types 0-127: all but "packet too
 /// big" (2).
-pub const DEFAULT_V6_RATEMASK: u128 = !(1 << 2);
+pub const DEFAULT_V6_RATEMASK: u128 = !(1 << v6_type::PACKET_TOO_BIG);
 /// The kernel's default `icmp_ratelimit` and IPv6 `icmp/ratelimit`, milliseconds.
 pub const DEFAULT_INTERVAL_MS: u32 = 1000;
 
@@ -45,6 +51,8 @@ const EPOCH_MS: u64 = 1 << 32;
 const NEW_PEER_MS: u64 = 60_000;
 /// Compare-and-swap attempts before a message is refused.
 const TRIES: usize = 8;
+/// The IPv6 interval halves for every this many bits the route back is shorter than /128.
+const V6_BITS_PER_HALVING: u32 = 32;
 
 /// The per-destination ICMP error limiter of one namespace, shared by all its queues (in
 /// [`Tables::icmp_peers`](crate::Tables::icmp_peers)).
@@ -142,14 +150,16 @@ impl PeerLimiter {
     /// monotonic); takes its token (`icmpv4_mask_allow`, then `icmpv4_xrlim_allow`).
     pub fn allow_v4(&self, dst: u32, icmp_type: u8, code: u8, now: u64) -> bool {
         // ICMP_DEST_UNREACH / ICMP_FRAG_NEEDED: path MTU discovery is never limited.
-        if icmp_type > 18 || (icmp_type == 3 && code == 4) {
+        if icmp_type > v4_type::LAST_KNOWN
+            || (icmp_type == v4_type::DEST_UNREACHABLE && code == v4_code::FRAG_NEEDED)
+        {
             return true;
         }
         if self.v4_mask.load(Ordering::Relaxed) & (1 << icmp_type) == 0 {
             return true;
         }
         let interval = u64::from(self.v4_interval_ms.load(Ordering::Relaxed));
-        self.take(u128::from(dst), false, interval, now)
+        self.take(u128::from(dst), Family::V4, interval, now)
     }
 
     /// Whether an ICMPv6 error of `icmp_type` may go to `dst` at `now` (nanoseconds), where
@@ -157,31 +167,33 @@ impl PeerLimiter {
     /// (`icmpv6_mask_allow`, then `icmpv6_xrlim_allow`: the interval is halved for every 32
     /// bits the route is shorter than /128, "more bandwidth to wider prefixes").
     pub fn allow_v6(&self, dst: u128, icmp_type: u8, route_plen: u8, now: u64) -> bool {
-        if icmp_type >= 128 {
+        if icmp_type >= v6_type::FIRST_INFORMATIONAL {
             return true;
         }
-        let mask = if icmp_type < 64 {
+        // The mask's 128 bits, in two words.
+        let word = u64::BITS as u8;
+        let mask = if icmp_type < word {
             self.v6_mask_low.load(Ordering::Relaxed) >> icmp_type
         } else {
-            self.v6_mask_high.load(Ordering::Relaxed) >> (icmp_type - 64)
+            self.v6_mask_high.load(Ordering::Relaxed) >> (icmp_type - word)
         };
         if mask & 1 == 0 {
             return true;
         }
         let mut interval = u64::from(self.v6_interval_ms.load(Ordering::Relaxed));
-        if route_plen < 128 {
-            interval >>= (128 - u32::from(route_plen)) >> 5;
+        if u32::from(route_plen) < u128::BITS {
+            interval >>= (u128::BITS - u32::from(route_plen)) / V6_BITS_PER_HALVING;
         }
-        self.take(dst, true, interval, now)
+        self.take(dst, Family::V6, interval, now)
     }
 
     /// Takes one message's credit (`interval` ms) from `dst`'s bucket.
-    fn take(&self, dst: u128, v6: bool, interval: u64, now: u64) -> bool {
+    fn take(&self, dst: u128, family: Family, interval: u64, now: u64) -> bool {
         if interval == 0 {
             return true;
         }
         let now = (now / 1_000_000 + EPOCH_MS) & TIME_MASK;
-        let hash = self.hash(dst, v6);
+        let hash = self.hash(dst, family);
         let slot = &self.slots[(hash as usize) & (self.slots.len() - 1)];
         let tag = hash >> TIME_BITS;
         let cap = interval.saturating_mul(BURST_FACTOR);
@@ -212,13 +224,13 @@ impl PeerLimiter {
     }
 
     /// A keyed hash of the destination and its family (a multiply-xorshift over the seed).
-    fn hash(&self, dst: u128, v6: bool) -> u64 {
+    fn hash(&self, dst: u128, family: Family) -> u64 {
         let mix = |x: u64| {
             let x = (x ^ (x >> 32)).wrapping_mul(0xd6e8_feb8_6659_fd93);
             (x ^ (x >> 32)).wrapping_mul(0xd6e8_feb8_6659_fd93) ^ (x >> 29)
         };
         let low = mix((dst as u64) ^ self.seed);
-        let high = mix(((dst >> 64) as u64) ^ low ^ u64::from(v6));
+        let high = mix(((dst >> 64) as u64) ^ low ^ u64::from(family.is_v6()));
         mix(high ^ self.seed.rotate_left(17))
     }
 }
@@ -228,6 +240,12 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+
+    #[test]
+    fn the_default_masks_are_the_kernels() {
+        assert_eq!(DEFAULT_V4_RATEMASK, 0x1818);
+        assert_eq!(DEFAULT_V6_RATEMASK, !4);
+    }
 
     const MS: u64 = 1_000_000;
 

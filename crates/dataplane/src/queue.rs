@@ -9,12 +9,12 @@ use policy_tree::{Action, Check, Direction};
 use crate::config::{Config, ConfigError};
 use crate::counters::Counters;
 use crate::hold::{HoldBuffer, Resolution};
-use crate::icmp::{self, ErrorIp, ReplyL2};
+use crate::icmp;
 use crate::memo::{EgressMemo, IngressMemo, LocalFilter};
 use crate::parse::{self, L2_LEN, Meta};
 use crate::pool::FramePool;
 use crate::ratelimit::TokenBucket;
-use crate::route::{self, Hop, Reject, Route, flow_hash, ip_of};
+use crate::route::{self, Hop, Route, flow_hash, ip_of};
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::Family;
@@ -352,19 +352,15 @@ impl Queue {
         if b.snapshot.behind && route.may_be_stale() {
             return Verdict::Punt(PuntReason::MirrorBehind);
         }
-        let v6 = meta.family.is_v6();
         let kind = match route {
             Route::Forward(hop) => return self.forward(b, frame, meta, hop, pool),
             Route::Local => return self.local(b, frame, meta),
             Route::Punt(reason) => return Verdict::Punt(reason),
             Route::Drop(reason) => return Verdict::Drop(reason),
-            Route::Reject(Reject::Blackhole) => return Verdict::Drop(DropReason::Blackhole),
-            Route::Reject(Reject::NoRoute) if v6 => IcmpError::V6NoRoute,
-            Route::Reject(Reject::NoRoute) => IcmpError::NetUnreachable,
-            Route::Reject(Reject::Unreachable) if v6 => IcmpError::V6NoRoute,
-            Route::Reject(Reject::Unreachable) => IcmpError::HostUnreachable,
-            Route::Reject(Reject::Prohibit) if v6 => IcmpError::V6AdminProhibited,
-            Route::Reject(Reject::Prohibit) => IcmpError::AdminProhibited,
+            Route::Reject(reject) => match reject.error(meta.family) {
+                Some(kind) => kind,
+                None => return Verdict::Drop(DropReason::Blackhole),
+            },
         };
         self.icmp_error(b, frame, meta, kind, 0, pool)
     }
@@ -514,7 +510,7 @@ impl Queue {
         match hop.dst_mac {
             None => match self
                 .hold
-                .hold(bytes, hop, meta.family.is_v6(), b.now, &mut self.counters)
+                .hold(bytes, hop, meta.family, b.now, &mut self.counters)
             {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
@@ -649,24 +645,12 @@ impl Queue {
             return dropped;
         };
         self.ident = self.ident.wrapping_add(1);
-        let l2 = ReplyL2 {
-            dst: meta.src_mac,
-            src: meta.dst_mac,
-            tci: meta.tci,
-        };
-        let ip = ErrorIp {
-            family: meta.family,
-            src,
-            dst: meta.src,
-            tos: meta.tos,
-            ident: self.ident,
-        };
         let quote = icmp::quote_len(meta);
-        let headers = icmp::headers_len(&l2, meta.family);
+        let error = icmp::error_headers(meta, src, self.ident, kind, mtu, quote);
+        let (headers, total) = (error.headers_len(), error.frame_len());
         let ip_start = frame.offset + meta.l2_len;
         if let Some(start) = icmp::room_in_place(frame.chunk, ip_start, quote, headers) {
-            let total = headers + quote;
-            icmp::write_error(&mut frame.chunk[start..start + total], &l2, &ip, kind, mtu);
+            error.emit(&mut frame.chunk[start..start + total]);
             frame.offset = start;
             frame.len = total;
             self.counters.icmp_sent[kind as usize] += 1;
@@ -678,13 +662,14 @@ impl Queue {
             return Verdict::Drop(DropReason::PoolEmpty);
         };
         let chunk = pool.chunk(handle);
-        let total = headers + quote;
         if chunk.len() < total {
             pool.free(handle);
             return Verdict::Drop(DropReason::PoolEmpty);
         }
-        chunk[headers..total].copy_from_slice(&frame.chunk[ip_start..ip_start + quote]);
-        icmp::write_error(&mut chunk[..total], &l2, &ip, kind, mtu);
+        error.emit_quoting(
+            &mut chunk[..total],
+            &frame.chunk[ip_start..ip_start + quote],
+        );
         pool.send(handle, 0, total, frame.ifindex);
         self.counters.icmp_sent[kind as usize] += 1;
         Verdict::Consumed

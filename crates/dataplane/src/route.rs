@@ -12,7 +12,7 @@ use neigh_table::Ingress;
 use crate::Tables;
 use crate::memo::NextHopKey;
 use crate::parse::Meta;
-use crate::verdict::{DropReason, PuntReason};
+use crate::verdict::{DropReason, IcmpError, PuntReason};
 use crate::wire::Family;
 use crate::wire::icmp::{self, v4_type, v6_type};
 use crate::wire::ipv4::{self, Ipv4Packet};
@@ -31,9 +31,10 @@ pub struct Hop {
     /// The next hop's address: the gateway, or the destination itself on a connected route
     /// (an IPv4 address in the low 32 bits).
     pub next_hop: u128,
-    /// Whether `next_hop` is an IPv6 address, resolved with ND: always for IPv6 packets, and
-    /// for IPv4 packets on a route `via inet6` (RFC 8950, BGP unnumbered).
-    pub next_hop_v6: bool,
+    /// The family of `next_hop`, which decides how the neighbour is resolved (IPv6: ND,
+    /// IPv4: ARP): always IPv6 for IPv6 packets, and for IPv4 packets on a route `via inet6`
+    /// (RFC 8950, BGP unnumbered).
+    pub next_hop_family: Family,
     /// The egress interface's MAC address.
     pub src_mac: [u8; 6],
     /// The next hop's MAC address, when the neighbour is usable.
@@ -99,6 +100,22 @@ impl Cacheable for Route {
             Route::Punt(_) | Route::Drop(_) => false,
             Route::Local | Route::Reject(_) => true,
         }
+    }
+}
+
+impl Reject {
+    /// The ICMP error a reject route answers a packet of `family` with (`None`: a blackhole,
+    /// silent). IPv6 has no "host unreachable" for unreachable routes: the kernel's
+    /// `ip6_pkt_discard` sends "no route" for both.
+    pub const fn error(self, family: Family) -> Option<IcmpError> {
+        Some(match (family, self) {
+            (_, Reject::Blackhole) => return None,
+            (Family::V4, Reject::NoRoute) => IcmpError::NetUnreachable,
+            (Family::V4, Reject::Unreachable) => IcmpError::HostUnreachable,
+            (Family::V4, Reject::Prohibit) => IcmpError::AdminProhibited,
+            (Family::V6, Reject::NoRoute | Reject::Unreachable) => IcmpError::V6NoRoute,
+            (Family::V6, Reject::Prohibit) => IcmpError::V6AdminProhibited,
+        })
     }
 }
 
@@ -244,20 +261,24 @@ fn fib_lookup_in<K: FamilyKey>(
 pub(crate) trait FamilyKey: TrieKey {
     /// The key of an address in the pipeline's `u128` form (IPv4 in the low 32 bits).
     fn narrow(addr: u128) -> Self;
-    /// A route's gateway in the pipeline's `u128` form, and whether it is an IPv6 address.
-    fn widen(gateway: Gateway<Self>) -> (u128, bool);
+    /// The family of the packets this FIB routes.
+    const FAMILY: Family;
+    /// A route's gateway in the pipeline's `u128` form, and its family.
+    fn widen(gateway: Gateway<Self>) -> (u128, Family);
     /// The family's FIB.
     fn fib(tables: &Tables) -> &Fib<Self>;
 }
 
 impl FamilyKey for u32 {
+    const FAMILY: Family = Family::V4;
+
     #[inline(always)]
     fn narrow(addr: u128) -> u32 {
         addr as u32
     }
 
     #[inline(always)]
-    fn widen(gateway: Gateway<u32>) -> (u128, bool) {
+    fn widen(gateway: Gateway<u32>) -> (u128, Family) {
         widen4(gateway)
     }
 
@@ -268,13 +289,15 @@ impl FamilyKey for u32 {
 }
 
 impl FamilyKey for u128 {
+    const FAMILY: Family = Family::V6;
+
     #[inline(always)]
     fn narrow(addr: u128) -> u128 {
         addr
     }
 
     #[inline(always)]
-    fn widen(gateway: Gateway<u128>) -> (u128, bool) {
+    fn widen(gateway: Gateway<u128>) -> (u128, Family) {
         widen6(gateway)
     }
 
@@ -301,17 +324,20 @@ pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
     }
     let ports_at = match meta.proto {
         _ if meta.fragment => None,
-        6 | 17 | 33 | 132 | 136 | 50 => Some(l4),
-        51 => Some(l4 + 4),
+        protocol::TCP
+        | protocol::UDP
+        | protocol::DCCP
+        | protocol::SCTP
+        | protocol::UDPLITE
+        | protocol::ESP => Some(l4),
+        protocol::AH => Some(l4 + AH_SPI_OFFSET),
         _ => None,
     };
+    // Two 16-bit ports, or a 32-bit SPI read as two halves.
     let (sport, dport) = ports_at
-        .and_then(|at| frame.get(at..at + 4))
-        .map_or((0, 0), |b| {
-            (
-                u16::from_be_bytes([b[0], b[1]]),
-                u16::from_be_bytes([b[2], b[3]]),
-            )
+        .and_then(|at| frame.get(at..)?.first_chunk::<4>())
+        .map_or((0, 0), |&[s0, s1, d0, d1]| {
+            (u16::from_be_bytes([s0, s1]), u16::from_be_bytes([d0, d1]))
         });
     HashKeys {
         src: meta.src,
@@ -325,6 +351,9 @@ pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
         },
     }
 }
+
+/// Where AH's SPI is: after its next header, payload length and reserved fields.
+const AH_SPI_OFFSET: usize = 4;
 
 /// The flow label of the IPv6 header at `at`.
 fn flowlabel(frame: &[u8], at: usize) -> u32 {
@@ -399,21 +428,21 @@ pub(crate) fn fib_flow<K>(src: K, dst: K, tos: u8, iif: u32) -> Flow<K> {
     }
 }
 
-/// An IPv4 route's gateway in the pipeline's `u128` form, and whether it is an IPv6 address
-/// (`via inet6`, RFC 8950: the neighbour is the IPv6 one).
+/// An IPv4 route's gateway in the pipeline's `u128` form, and its family (IPv6 for `via
+/// inet6`, RFC 8950: the neighbour is the IPv6 one).
 #[inline]
-pub(crate) fn widen4(gateway: Gateway<u32>) -> (u128, bool) {
+pub(crate) fn widen4(gateway: Gateway<u32>) -> (u128, Family) {
     match gateway {
-        Gateway::Same(g) => (u128::from(g), false),
-        Gateway::Inet6(g) => (g, true),
+        Gateway::Same(g) => (u128::from(g), Family::V4),
+        Gateway::Inet6(g) => (g, Family::V6),
     }
 }
 
 /// An IPv6 route's gateway in the pipeline's `u128` form (always IPv6).
 #[inline]
-pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, bool) {
+pub(crate) fn widen6(gateway: Gateway<u128>) -> (u128, Family) {
     match gateway {
-        Gateway::Same(g) | Gateway::Inet6(g) => (g, true),
+        Gateway::Same(g) | Gateway::Inet6(g) => (g, Family::V6),
     }
 }
 
@@ -435,13 +464,13 @@ pub(crate) fn fib_answer<K: TrieKey>(
     dst: u128,
     policy: MultipathPolicy,
     keys: impl FnOnce(HashFields) -> HashKeys,
-    widen: impl Fn(Gateway<K>) -> (u128, bool),
+    widen: impl Fn(Gateway<K>) -> (u128, Family),
 ) -> Result<Egress, Route> {
-    let v6 = K::BITS == 128;
+    let family = Family::from_v6(K::BITS == 128);
     let r = match result {
         Ok(r) => r,
         // IPv4 with forwarding off answers "host unreachable" to every lookup failure.
-        Err(e) if !v6 => {
+        Err(e) if family == Family::V4 => {
             return Err(refused_lookup(switches, flow.iif).unwrap_or(Route::Reject(e.into())));
         }
         Err(e) => return Err(Route::Reject(e.into())),
@@ -449,7 +478,7 @@ pub(crate) fn fib_answer<K: TrieKey>(
     let route_type = r.route_type();
     let mut source_checked = false;
     if !matches!(route_type, RouteType::Local | RouteType::Anycast) {
-        match switches.check(v6, flow.iif) {
+        match switches.check(family, flow.iif) {
             IngressCheck::Pass => {}
             IngressCheck::Refused(route) => return Err(route),
             IngressCheck::ValidateSource { strict } => {
@@ -481,13 +510,13 @@ pub(crate) fn single_gateway<K: FamilyKey>(r: &FibResult<'_, K>) -> Option<NextH
     if !only.is_alive() || only.weight == 0 {
         return None;
     }
-    let (next_hop, next_hop_v6) = K::widen(only.gateway?);
+    let (next_hop, next_hop_family) = K::widen(only.gateway?);
     Some(NextHopKey {
         next_hop,
         oif: only.ifindex,
         route_mtu: r.alias.info.metrics.mtu().unwrap_or(0),
-        next_hop_v6,
-        family: Family::from_v6(K::BITS == 128),
+        next_hop_family,
+        family: K::FAMILY,
     })
 }
 
@@ -553,7 +582,7 @@ fn unicast_egress<K: TrieKey>(
     dst: u128,
     policy: MultipathPolicy,
     keys: impl FnOnce(HashFields) -> HashKeys,
-    widen: impl Fn(Gateway<K>) -> (u128, bool),
+    widen: impl Fn(Gateway<K>) -> (u128, Family),
     source_checked: bool,
 ) -> Result<Egress, Route> {
     match r.route_type() {
@@ -586,11 +615,13 @@ fn unicast_egress<K: TrieKey>(
     let Some(nh) = nh else {
         return Err(Route::Reject(Reject::NoRoute));
     };
-    let (next_hop, next_hop_v6) = nh.gateway.map_or((dst, K::BITS == 128), widen);
+    // A connected route: the destination is the neighbour, of the packet's family.
+    let connected = (dst, Family::from_v6(K::BITS == 128));
+    let (next_hop, next_hop_family) = nh.gateway.map_or(connected, widen);
     Ok(Egress {
         oif: nh.ifindex,
         next_hop,
-        next_hop_v6,
+        next_hop_family,
         multipath,
         route_mtu: r.alias.info.metrics.mtu(),
         source_checked,
@@ -617,8 +648,8 @@ pub(crate) enum IngressCheck {
 /// [`IngressMemo`](crate::memo::IngressMemo)). Both give the answers of [`ingress_check`] and
 /// [`source_valid`].
 pub(crate) trait IngressSwitches {
-    /// [`ingress_check`] for a packet of family `v6` arriving on `iif`.
-    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck;
+    /// [`ingress_check`] for a packet of `family` arriving on `iif`.
+    fn check(&mut self, family: Family, iif: u32) -> IngressCheck;
     /// [`source_valid`] for an IPv4 packet from `src` to `dst`.
     fn source_valid(
         &mut self,
@@ -638,8 +669,8 @@ pub(crate) struct TableSwitches<'t> {
 
 impl IngressSwitches for TableSwitches<'_> {
     #[inline]
-    fn check(&mut self, v6: bool, iif: u32) -> IngressCheck {
-        ingress_check(self.tables, self.guard, v6, iif)
+    fn check(&mut self, family: Family, iif: u32) -> IngressCheck {
+        ingress_check(self.tables, self.guard, family, iif)
     }
 
     #[inline]
@@ -659,13 +690,18 @@ impl IngressSwitches for TableSwitches<'_> {
 /// off, IPv4 answers "host unreachable" whatever the route (`ip_route_input_slow`) and IPv6
 /// drops (`ip6_forward`); with `rp_filter` on, the source is validated; switches not known
 /// (yet): the kernel decides. A function of the device table alone (`tables.devconf`).
-pub(crate) fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) -> IngressCheck {
-    match tables.devconf.ingress(iif, v6, guard) {
+pub(crate) fn ingress_check(
+    tables: &Tables,
+    guard: &Guard,
+    family: Family,
+    iif: u32,
+) -> IngressCheck {
+    match tables.devconf.ingress(iif, family.is_v6(), guard) {
         Ingress::Forward => IngressCheck::Pass,
-        Ingress::ForwardingOff if v6 => {
-            IngressCheck::Refused(Route::Drop(DropReason::ForwardingOff))
-        }
-        Ingress::ForwardingOff => IngressCheck::Refused(Route::Reject(Reject::Unreachable)),
+        Ingress::ForwardingOff => IngressCheck::Refused(match family {
+            Family::V6 => Route::Drop(DropReason::ForwardingOff),
+            Family::V4 => Route::Reject(Reject::Unreachable),
+        }),
         Ingress::RpFilter { strict } => IngressCheck::ValidateSource { strict },
         Ingress::Unknown => IngressCheck::Refused(Route::Punt(PuntReason::IngressConf)),
     }
@@ -675,7 +711,7 @@ pub(crate) fn ingress_check(tables: &Tables, guard: &Guard, v6: bool, iif: u32) 
 /// `iif`, when the ingress device's switches change it: forwarding off makes every lookup
 /// failure "host unreachable"; unknown switches leave it to the kernel.
 fn refused_lookup(switches: &mut impl IngressSwitches, iif: u32) -> Option<Route> {
-    match switches.check(false, iif) {
+    match switches.check(Family::V4, iif) {
         IngressCheck::Refused(route) => Some(route),
         IngressCheck::Pass | IngressCheck::ValidateSource { .. } => None,
     }
@@ -739,8 +775,8 @@ pub struct Egress {
     pub oif: u32,
     /// The gateway, or the destination on a connected route.
     pub next_hop: u128,
-    /// Whether `next_hop` is an IPv6 address ([`Hop::next_hop_v6`]).
-    pub next_hop_v6: bool,
+    /// The family of `next_hop` ([`Hop::next_hop_family`]).
+    pub next_hop_family: Family,
     /// The route had several next hops.
     pub multipath: bool,
     /// The route's `mtu` metric, if set.
@@ -758,7 +794,7 @@ impl Egress {
             next_hop: self.next_hop,
             oif: self.oif,
             route_mtu: self.route_mtu.unwrap_or(0),
-            next_hop_v6: self.next_hop_v6,
+            next_hop_family: self.next_hop_family,
             family,
         }
     }
@@ -772,7 +808,7 @@ pub fn egress(tables: &Tables, guard: &Guard, e: &Egress) -> Route {
     }
     complete(
         e,
-        link_answer(tables, guard, e.next_hop_v6, e.oif, e.next_hop),
+        link_answer(tables, guard, e.next_hop_family, e.oif, e.next_hop),
     )
 }
 
@@ -799,14 +835,14 @@ pub struct LinkAnswer {
 }
 
 /// What the link and neighbour tables say about a next hop: the link's MAC and MTU and the
-/// neighbour's usable MAC, or why the link cannot be used. `v6` is the next hop's family.
+/// neighbour's usable MAC, or why the link cannot be used. `family` is the next hop's.
 ///
 /// # Errors
 /// [`DropReason::NoEgressLink`], [`DropReason::EgressDown`], [`DropReason::EgressNotEthernet`].
 pub fn link_answer(
     tables: &Tables,
     guard: &Guard,
-    v6: bool,
+    family: Family,
     oif: u32,
     next_hop: u128,
 ) -> Result<LinkAnswer, DropReason> {
@@ -819,7 +855,7 @@ pub fn link_answer(
     let Some(src_mac) = link.mac else {
         return Err(DropReason::EgressNotEthernet);
     };
-    let dst_mac = neighbour_mac(tables, guard, oif, ip_of(Family::from_v6(v6), next_hop));
+    let dst_mac = neighbour_mac(tables, guard, oif, ip_of(family, next_hop));
     Ok(LinkAnswer {
         src_mac,
         dst_mac,
@@ -834,7 +870,7 @@ pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
         Ok(link) => Route::Forward(Hop {
             oif: e.oif,
             next_hop: e.next_hop,
-            next_hop_v6: e.next_hop_v6,
+            next_hop_family: e.next_hop_family,
             src_mac: link.src_mac,
             dst_mac: link.dst_mac,
             mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),

@@ -131,7 +131,7 @@ impl Default for Lane {
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
-                next_hop_v6: false,
+                next_hop_family: Family::V4,
                 multipath: false,
                 route_mtu: None,
                 source_checked: false,

@@ -2,7 +2,8 @@
 
 use udp_socktab::SockId;
 
-use crate::wire::icmp::{v4_code, v4_type, v6_code, v6_type};
+use crate::wire::Family;
+use crate::wire::icmp::{IcmpRepr, v4_code, v6_code};
 
 /// Defines a reason enum with a stable snake_case name per variant (for metrics labels) and
 /// the list of all variants (for counters indexed by reason).
@@ -186,32 +187,48 @@ reasons! {
 }
 
 impl IcmpError {
+    /// The family of the error (and of the packet it is about).
+    pub const fn family(self) -> Family {
+        match self {
+            IcmpError::NetUnreachable
+            | IcmpError::HostUnreachable
+            | IcmpError::AdminProhibited
+            | IcmpError::FragNeeded
+            | IcmpError::TimeExceeded => Family::V4,
+            IcmpError::V6NoRoute
+            | IcmpError::V6AdminProhibited
+            | IcmpError::V6BeyondScope
+            | IcmpError::V6PacketTooBig
+            | IcmpError::V6TimeExceeded => Family::V6,
+        }
+    }
+
+    /// The message, with `mtu` as the next hop's MTU of "fragmentation needed" and "packet
+    /// too big".
+    pub const fn repr(self, mtu: u32) -> IcmpRepr {
+        let code = match self {
+            IcmpError::FragNeeded | IcmpError::V6PacketTooBig => {
+                return IcmpRepr::PacketTooBig { mtu };
+            }
+            IcmpError::TimeExceeded | IcmpError::V6TimeExceeded => return IcmpRepr::TimeExceeded,
+            IcmpError::NetUnreachable => v4_code::NET_UNREACHABLE,
+            IcmpError::HostUnreachable => v4_code::HOST_UNREACHABLE,
+            IcmpError::AdminProhibited => v4_code::ADMIN_PROHIBITED,
+            IcmpError::V6NoRoute => v6_code::NO_ROUTE,
+            IcmpError::V6AdminProhibited => v6_code::ADMIN_PROHIBITED,
+            IcmpError::V6BeyondScope => v6_code::BEYOND_SCOPE,
+        };
+        IcmpRepr::DstUnreachable { code }
+    }
+
     /// The ICMP type and code.
     pub const fn type_code(self) -> (u8, u8) {
-        match self {
-            IcmpError::NetUnreachable => (v4_type::DEST_UNREACHABLE, v4_code::NET_UNREACHABLE),
-            IcmpError::HostUnreachable => (v4_type::DEST_UNREACHABLE, v4_code::HOST_UNREACHABLE),
-            IcmpError::AdminProhibited => (v4_type::DEST_UNREACHABLE, v4_code::ADMIN_PROHIBITED),
-            IcmpError::FragNeeded => (v4_type::DEST_UNREACHABLE, v4_code::FRAG_NEEDED),
-            IcmpError::TimeExceeded => (v4_type::TIME_EXCEEDED, v4_code::TTL_EXCEEDED),
-            IcmpError::V6NoRoute => (v6_type::DEST_UNREACHABLE, v6_code::NO_ROUTE),
-            IcmpError::V6AdminProhibited => (v6_type::DEST_UNREACHABLE, v6_code::ADMIN_PROHIBITED),
-            IcmpError::V6BeyondScope => (v6_type::DEST_UNREACHABLE, v6_code::BEYOND_SCOPE),
-            IcmpError::V6PacketTooBig => (v6_type::PACKET_TOO_BIG, 0),
-            IcmpError::V6TimeExceeded => (v6_type::TIME_EXCEEDED, v6_code::HOP_LIMIT_EXCEEDED),
-        }
+        self.repr(0).type_code(self.family())
     }
 
     /// Whether the error is IPv6's.
     pub const fn is_v6(self) -> bool {
-        matches!(
-            self,
-            IcmpError::V6NoRoute
-                | IcmpError::V6AdminProhibited
-                | IcmpError::V6BeyondScope
-                | IcmpError::V6PacketTooBig
-                | IcmpError::V6TimeExceeded
-        )
+        self.family().is_v6()
     }
 
     /// Whether the rate limit applies: every error but the path-MTU ones, as the kernel exempts

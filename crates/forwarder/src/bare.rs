@@ -13,13 +13,11 @@
 use std::time::Instant;
 
 use crossbeam_epoch::Guard;
+use dataplane::wire::ethernet::{self, EthernetFrame};
 use dataplane::{Counters, DropReason, Frame, FramePool, Verdict};
 
 use crate::board::{Publisher, SharedCounters};
 use crate::engine::Engine;
-
-/// The length of an Ethernet header: the least a frame must have to be rewritten.
-const ETHERNET_HEADER_LEN: usize = 14;
 
 /// One direction: frames from `ingress` leave through `egress` with these MACs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,13 +84,15 @@ impl Engine for Bare {
             let header = frame
                 .chunk
                 .get_mut(frame.offset..end)
-                .filter(|bytes| bytes.len() >= ETHERNET_HEADER_LEN);
+                // An Ethernet header is the least a frame must have to be rewritten.
+                .filter(|bytes| bytes.len() >= ethernet::HEADER_LEN);
             frame.verdict = match (route, header) {
                 (None, _) => Verdict::Drop(DropReason::UnknownIngress),
                 (Some(_), None) => Verdict::Drop(DropReason::Truncated),
                 (Some(route), Some(bytes)) => {
-                    bytes[..6].copy_from_slice(&route.dst_mac);
-                    bytes[6..12].copy_from_slice(&route.src_mac);
+                    let mut eth = EthernetFrame::new_unchecked(bytes);
+                    eth.set_dst_addr(route.dst_mac);
+                    eth.set_src_addr(route.src_mac);
                     Verdict::Transmit {
                         ifindex: route.egress,
                     }

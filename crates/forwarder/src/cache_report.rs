@@ -84,11 +84,7 @@ impl CachedRoute {
         match route {
             Route::Forward(hop) => {
                 entry.oif = Some(hop.oif);
-                entry.next_hop = Some(if hop.next_hop_v6 {
-                    IpAddr::V6(hop.next_hop.into())
-                } else {
-                    IpAddr::V4((hop.next_hop as u32).into())
-                });
+                entry.next_hop = Some(dataplane::route::ip_of(hop.next_hop_family, hop.next_hop));
                 entry.lladdr = hop.dst_mac.map(mac_text);
                 entry.mtu = Some(hop.mtu);
             }

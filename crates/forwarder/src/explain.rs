@@ -17,6 +17,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use dataplane::wire::Family;
+use dataplane::wire::ethernet::EthernetFrame;
+use dataplane::wire::icmp::IcmpPacket;
+use dataplane::wire::ip::IpRepr;
+use dataplane::wire::ipv4::Ipv4Packet;
+use dataplane::wire::ipv6::Ipv6Packet;
 use dataplane::{HeapPool, Queue, Tables, Verdict};
 use serde::Serialize;
 
@@ -304,22 +310,30 @@ pub fn explain(
 
 /// The TTL or hop limit of an untagged Ethernet frame's IP packet.
 fn ip_ttl(frame: &[u8]) -> Option<u8> {
-    match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
-        0x0800 => frame.get(14 + 8).copied(),
-        0x86dd => frame.get(14 + 7).copied(),
-        _ => None,
-    }
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let family = Family::of_ethertype(eth.ethertype())?;
+    IpRepr::parse(family, eth.payload())
+        .ok()
+        .map(|ip| ip.hop_limit())
 }
 
 /// The ICMP (or ICMPv6) type and code of an untagged Ethernet frame carrying an ICMP error.
 fn icmp_of(frame: &[u8]) -> Option<(u8, u8)> {
-    match u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]) {
-        0x0800 if *frame.get(14 + 9)? == 1 => {
-            let ihl = usize::from(frame.get(14)? & 0x0f) * 4;
-            Some((*frame.get(14 + ihl)?, *frame.get(14 + ihl + 1)?))
+    let eth = EthernetFrame::new_checked(frame).ok()?;
+    let family = Family::of_ethertype(eth.ethertype())?;
+    let type_code = |protocol: u8, message: &[u8]| {
+        let icmp = IcmpPacket::new_checked(message).ok()?;
+        (protocol == family.icmp_protocol()).then(|| (icmp.msg_type(), icmp.code()))
+    };
+    match family {
+        Family::V4 => {
+            let ip = Ipv4Packet::new_checked(eth.payload()).ok()?;
+            type_code(ip.protocol(), ip.payload())
         }
-        0x86dd if *frame.get(14 + 6)? == 58 => Some((*frame.get(14 + 40)?, *frame.get(14 + 41)?)),
-        _ => None,
+        Family::V6 => {
+            let ip = Ipv6Packet::new_checked(eth.payload()).ok()?;
+            type_code(ip.next_header(), ip.payload())
+        }
     }
 }
 

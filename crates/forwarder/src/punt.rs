@@ -22,6 +22,7 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 
 use anyhow::{Context, bail};
+use dataplane::wire::ethernet::{self, EthernetFrame};
 
 use crate::rtnl;
 
@@ -96,10 +97,10 @@ impl Punt {
     /// # Errors
     /// When the frame is shorter than an Ethernet header or the write fails.
     pub fn inject(&self, frame: &mut [u8]) -> std::io::Result<()> {
-        if frame.len() < 14 {
+        if frame.len() < ethernet::HEADER_LEN {
             return Err(std::io::Error::other("runt frame"));
         }
-        frame[..6].copy_from_slice(&self.mac);
+        EthernetFrame::new_unchecked(&mut frame[..]).set_dst_addr(self.mac);
         (&self.file).write_all(frame)
     }
 }

@@ -11,11 +11,12 @@ use fib_trie::{Flow, Scope};
 
 use crate::route::{self, Egress, Hop, Route};
 use crate::verdict::DropReason;
-use crate::wire::ethernet::{EthernetFrame, HEADER_LEN as ETH_LEN};
-use crate::wire::ipv4::{self, Ipv4Packet, Ipv4Repr};
-use crate::wire::ipv6::{self, Ipv6Packet, Ipv6Repr};
-use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
-use crate::wire::{Family, checksum};
+use crate::wire::Family;
+use crate::wire::ethernet::{ADDR_LEN, EthernetFrame, EthernetRepr, HEADER_LEN as ETH_LEN};
+use crate::wire::ip::IpRepr;
+use crate::wire::ipv4::{self, Ipv4Repr};
+use crate::wire::ipv6::{self, Ipv6Repr};
+use crate::wire::l4::{UDP_HEADER_LEN, UdpRepr, protocol};
 use crate::{Queue, Tables, Verdict};
 
 /// The loopback interface's index, the input interface of output route lookups (as the
@@ -172,42 +173,43 @@ pub(crate) fn output_route(
     if src != 0 {
         return Ok((egress, src));
     }
-    let chosen = if family.is_v6() {
-        let prefsrc = tables
-            .fib6
-            .lookup(&out_flow(src, dst, tos), guard)
-            .ok()
-            .and_then(|r| r.alias.info.prefsrc);
-        prefsrc.or_else(|| {
-            tables
-                .addrs
-                .select_src_v6(egress.oif, Ipv6Addr::from(dst), guard)
-                .map(u128::from)
-        })
-    } else {
-        let flow = out_flow(src as u32, dst as u32, tos);
-        let found = tables.fib4.lookup(&flow, guard).ok();
-        let prefsrc = found.as_ref().and_then(|r| r.alias.info.prefsrc);
-        // `fib_result_prefsrc`: the route's preferred source, else an address of the next
-        // hop's device by `inet_select_addr(dev, gateway, route scope)`.
-        prefsrc.map(u128::from).or_else(|| {
-            let scope = found.map_or(0, |r| r.alias.info.scope.0);
-            // An IPv6 gateway (`via inet6`): `fib_info_update_nhc_saddr` passes
-            // `fib_nh_gw4`, which shares its bytes with the IPv6 address (the first four).
-            let gateway = (egress.next_hop != dst || egress.next_hop_v6).then(|| {
-                let g = if egress.next_hop_v6 {
-                    (egress.next_hop >> 96) as u32
-                } else {
-                    egress.next_hop as u32
-                };
-                Ipv4Addr::from(g)
-            });
-            tables
-                .addrs
-                .select_src_v4(egress.oif, gateway, addr_table::Scope(scope), guard)
-                .map(|a| u128::from(u32::from(a)))
-        })
-    };
+    let chosen =
+        if family.is_v6() {
+            let prefsrc = tables
+                .fib6
+                .lookup(&out_flow(src, dst, tos), guard)
+                .ok()
+                .and_then(|r| r.alias.info.prefsrc);
+            prefsrc.or_else(|| {
+                tables
+                    .addrs
+                    .select_src_v6(egress.oif, Ipv6Addr::from(dst), guard)
+                    .map(u128::from)
+            })
+        } else {
+            let flow = out_flow(src as u32, dst as u32, tos);
+            let found = tables.fib4.lookup(&flow, guard).ok();
+            let prefsrc = found.as_ref().and_then(|r| r.alias.info.prefsrc);
+            // `fib_result_prefsrc`: the route's preferred source, else an address of the next
+            // hop's device by `inet_select_addr(dev, gateway, route scope)`.
+            prefsrc.map(u128::from).or_else(|| {
+                let scope = found.map_or(0, |r| r.alias.info.scope.0);
+                // An IPv6 gateway (`via inet6`): `fib_info_update_nhc_saddr` passes
+                // `fib_nh_gw4`, which shares its bytes with the IPv6 address (the first four).
+                let gateway = (egress.next_hop != dst || egress.next_hop_family == Family::V6)
+                    .then(|| match egress.next_hop_family {
+                        Family::V6 => {
+                            let [a, b, c, d, ..] = egress.next_hop.to_be_bytes();
+                            Ipv4Addr::new(a, b, c, d)
+                        }
+                        Family::V4 => Ipv4Addr::from(egress.next_hop as u32),
+                    });
+                tables
+                    .addrs
+                    .select_src_v4(egress.oif, gateway, addr_table::Scope(scope), guard)
+                    .map(|a| u128::from(u32::from(a)))
+            })
+        };
     chosen.map(|s| (egress, s)).ok_or(SendError::NoSource)
 }
 
@@ -215,7 +217,7 @@ fn out_flow<K: Copy + Default>(src: K, dst: K, tos: u8) -> Flow<K> {
     Flow {
         dst,
         src,
-        tos: tos & 0xfc,
+        tos: tos & route::DSCP_MASK,
         iif: LOOPBACK_IFINDEX,
         oif: 0,
         mark: 0,
@@ -243,60 +245,48 @@ pub(crate) fn emit(
         .checked_sub(ETH_LEN + ip_len + UDP_HEADER_LEN)
         .ok_or(SendError::TooBig)?;
     if payload + len > chunk.len()
-        || (a.family == Family::V4
-            && usize::from(udp_len) + ipv4::HEADER_LEN > usize::from(u16::MAX))
+        || (a.family == Family::V4 && usize::from(udp_len) + ipv4::HEADER_LEN > ipv4::MAX_TOTAL_LEN)
     {
         return Err(SendError::TooBig);
     }
     let (eth, rest) = chunk[start..payload + len].split_at_mut(ETH_LEN);
-    let mut eth = EthernetFrame::new_unchecked(eth);
-    eth.set_dst_addr([0; 6]);
-    eth.set_src_addr([0; 6]);
-    eth.set_ethertype(a.family.ethertype());
-    let (ip, datagram) = rest.split_at_mut(ip_len);
-    let pseudo = match a.family {
-        Family::V6 => {
-            let (src, dst) = (a.src.to_be_bytes(), a.dst.to_be_bytes());
-            Ipv6Repr {
-                src: src.into(),
-                dst: dst.into(),
-                next_header: protocol::UDP,
-                hop_limit: ttl,
-                traffic_class: 0,
-                payload_len: usize::from(udp_len),
-            }
-            .emit(&mut Ipv6Packet::new_unchecked(ip));
-            checksum::pseudo_v6(src, dst, protocol::UDP, u32::from(udp_len))
-        }
-        Family::V4 => {
-            let (src, dst) = ((a.src as u32).to_be_bytes(), (a.dst as u32).to_be_bytes());
-            // ID 0 with DF: what the kernel sends for an unconnected UDP socket under the
-            // default path-MTU discovery (`IP_PMTUDISC_WANT`).
-            Ipv4Repr {
-                src: src.into(),
-                dst: dst.into(),
-                protocol: protocol::UDP,
-                ttl,
-                tos: 0,
-                ident: 0,
-                dont_frag: true,
-                payload_len: usize::from(udp_len),
-            }
-            .emit(&mut Ipv4Packet::new_unchecked(ip));
-            checksum::pseudo_v4(src, dst, protocol::UDP, u32::from(udp_len))
-        }
+    EthernetRepr {
+        dst: [0; ADDR_LEN],
+        src: [0; ADDR_LEN],
+        ethertype: a.family.ethertype(),
+        tci: None,
+    }
+    .emit(&mut EthernetFrame::new_unchecked(eth));
+    let payload_len = usize::from(udp_len);
+    let ip = match a.family {
+        Family::V6 => IpRepr::Ipv6(Ipv6Repr {
+            src: a.src.into(),
+            dst: a.dst.into(),
+            next_header: protocol::UDP,
+            hop_limit: ttl,
+            traffic_class: 0,
+            payload_len,
+        }),
+        // ID 0 with DF: what the kernel sends for an unconnected UDP socket under the
+        // default path-MTU discovery (`IP_PMTUDISC_WANT`).
+        Family::V4 => IpRepr::Ipv4(Ipv4Repr {
+            src: (a.src as u32).into(),
+            dst: (a.dst as u32).into(),
+            protocol: protocol::UDP,
+            ttl,
+            tos: 0,
+            ident: 0,
+            dont_frag: true,
+            payload_len,
+        }),
     };
-    let mut udp = UdpPacket::new_unchecked(&mut datagram[..]);
-    udp.set_src_port(a.sport);
-    udp.set_dst_port(a.dport);
-    udp.set_len(udp_len);
-    udp.set_checksum(0);
-    // RFC 768: a computed checksum of zero is sent as all ones (zero means "none").
-    let sum = match !checksum::fold(checksum::sum(datagram, pseudo)) {
-        0 => 0xffff,
-        c => c,
-    };
-    UdpPacket::new_unchecked(datagram).set_checksum(sum);
+    let (header, datagram) = rest.split_at_mut(ip_len);
+    ip.emit(header);
+    UdpRepr {
+        src_port: a.sport,
+        dst_port: a.dport,
+    }
+    .emit(datagram, &ip);
     Ok(start)
 }
 
@@ -321,7 +311,7 @@ impl Queue {
         now: u64,
         chunk: &mut [u8],
         (start, len): (usize, usize),
-        v6: bool,
+        family: Family,
         egress: &Egress,
     ) -> Result<Verdict, SendError> {
         if route::unserved(tables, egress.oif).is_some() {
@@ -332,7 +322,7 @@ impl Queue {
             route::link_answer(
                 tables,
                 guard,
-                egress.next_hop_v6,
+                egress.next_hop_family,
                 egress.oif,
                 egress.next_hop,
             ),
@@ -351,7 +341,7 @@ impl Queue {
                 eth.set_dst_addr(mac);
                 Ok(Verdict::Transmit { ifindex: hop.oif })
             }
-            None => self.hold_local(frame, &hop, v6, now),
+            None => self.hold_local(frame, &hop, family, now),
         }
     }
 
@@ -359,10 +349,10 @@ impl Queue {
         &mut self,
         frame: &[u8],
         hop: &Hop,
-        v6: bool,
+        family: Family,
         now: u64,
     ) -> Result<Verdict, SendError> {
-        match self.hold.hold(frame, hop, v6, now, &mut self.counters) {
+        match self.hold.hold(frame, hop, family, now, &mut self.counters) {
             Ok(()) => Ok(Verdict::Held),
             Err(_) => Err(SendError::HoldFull),
         }

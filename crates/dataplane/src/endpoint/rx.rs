@@ -55,18 +55,17 @@ fn datagram(frame: &Frame<'_>, payload: u16) -> Option<Datagram> {
     );
     let len = usize::from(udp.len()).checked_sub(UDP_HEADER_LEN)?;
     bytes.get(p..p + len)?;
-    let (family, src, dst, ttl) = match ip.first()? >> 4 {
-        IPV4_VERSION => {
+    let (family, src, dst, ttl) = match Family::of_packet(ip)? {
+        Family::V4 => {
             let h = Ipv4Packet::new_unchecked(ip.first_chunk::<{ ipv4::HEADER_LEN }>()?);
             let (src, dst) = (h.src_addr(), h.dst_addr());
             (Family::V4, IpAddr::V4(src), IpAddr::V4(dst), h.ttl())
         }
-        IPV6_VERSION => {
+        Family::V6 => {
             let h = Ipv6Packet::new_unchecked(ip.first_chunk::<{ ipv6::HEADER_LEN }>()?);
             let (src, dst) = (h.src_addr(), h.dst_addr());
             (Family::V6, IpAddr::V6(src), IpAddr::V6(dst), h.hop_limit())
         }
-        _ => return None,
     };
     Some(Datagram {
         family,
@@ -79,10 +78,6 @@ fn datagram(frame: &Frame<'_>, payload: u16) -> Option<Datagram> {
         len,
     })
 }
-
-/// The version fields of IPv4 and IPv6.
-const IPV4_VERSION: u8 = 4;
-const IPV6_VERSION: u8 = 6;
 
 /// One run loop's view of the endpoints (from [`Endpoints::rx`](super::Endpoints::rx)).
 pub struct EndpointRx {
@@ -259,7 +254,7 @@ fn send_one<P: FramePool>(
             now,
             chunk,
             (start, end - start),
-            a.family.is_v6(),
+            a.family,
             &egress,
         )?;
         Ok((verdict, start, end - start))
@@ -307,7 +302,7 @@ fn answer(
             Egress {
                 oif: frame.ifindex,
                 next_hop: a.dst,
-                next_hop_v6: true,
+                next_hop_family: Family::V6,
                 multipath: false,
                 route_mtu: None,
                 source_checked: false,
@@ -323,7 +318,7 @@ fn answer(
             now,
             frame.chunk,
             (start, flen),
-            a.family.is_v6(),
+            a.family,
             &egress,
         )?;
         Ok((verdict, start, flen))

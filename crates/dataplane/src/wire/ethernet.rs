@@ -31,6 +31,11 @@ mod field {
 pub const HEADER_LEN: usize = field::ETHERTYPE.end;
 /// The length of an Ethernet header with one VLAN tag.
 pub const TAGGED_HEADER_LEN: usize = field::INNER_ETHERTYPE.end;
+/// The VLAN identifier's bits in the tag control information (below them the priority and
+/// the drop-eligible bit).
+pub const VID_MASK: u16 = 0x0fff;
+/// The length of a MAC address.
+pub const ADDR_LEN: usize = 6;
 
 /// A typed view of an Ethernet frame over any buffer (smoltcp's `wire` style): accessors read
 /// the buffer in place; setters exist only for mutable buffers.
@@ -119,7 +124,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     #[inline]
     pub fn vlan_id(&self) -> Option<u16> {
         self.is_tagged()
-            .then(|| get16(self.buffer.as_ref(), field::TCI) & 0x0fff)
+            .then(|| get16(self.buffer.as_ref(), field::TCI) & VID_MASK)
     }
 
     /// The whole tag control information (priority, DEI, VLAN id) of a tagged frame.
@@ -193,6 +198,80 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
         let buf = self.buffer.as_mut();
         buf[field::TCI].copy_from_slice(&tci.to_be_bytes());
         buf[field::INNER_ETHERTYPE].copy_from_slice(&inner.to_be_bytes());
+    }
+}
+
+/// An Ethernet II header as a value, in the manner of smoltcp's `EthernetRepr`: the addresses,
+/// the EtherType of the payload and, for a tagged frame, the 802.1Q tag control information.
+/// [`parse`](Self::parse) reads a checked view; [`emit`](Self::emit) writes the header (tagged
+/// with an 802.1Q TPID when `tci` is set) into a view over at least
+/// [`header_len`](Self::header_len) bytes.
+///
+/// ```
+/// use dataplane::wire::ethernet::{EthernetFrame, EthernetRepr, TAGGED_HEADER_LEN, ethertype};
+/// let repr = EthernetRepr {
+///     dst: [2, 0, 0, 0, 0, 1],
+///     src: [2, 0, 0, 0, 0, 2],
+///     ethertype: ethertype::IPV6,
+///     tci: Some(100),
+/// };
+/// let mut bytes = [0u8; TAGGED_HEADER_LEN];
+/// repr.emit(&mut EthernetFrame::new_unchecked(&mut bytes[..]));
+/// let frame = EthernetFrame::new_checked(&bytes[..])?;
+/// assert_eq!((frame.vlan_id(), frame.header_len()), (Some(100), repr.header_len()));
+/// assert_eq!(EthernetRepr::parse(&frame)?, repr);
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EthernetRepr {
+    /// The destination MAC address.
+    pub dst: [u8; ADDR_LEN],
+    /// The source MAC address.
+    pub src: [u8; ADDR_LEN],
+    /// The payload's EtherType (behind the tag, if tagged).
+    pub ethertype: u16,
+    /// The tag control information (priority, drop-eligible bit, VLAN id) of a tagged frame.
+    pub tci: Option<u16>,
+}
+
+impl EthernetRepr {
+    /// The fields of a view.
+    ///
+    /// # Errors
+    /// As [`EthernetFrame::check_len`].
+    #[inline]
+    pub fn parse<T: AsRef<[u8]>>(frame: &EthernetFrame<T>) -> Result<EthernetRepr, WireError> {
+        frame.check_len()?;
+        Ok(EthernetRepr {
+            dst: frame.dst_addr(),
+            src: frame.src_addr(),
+            ethertype: frame.inner_ethertype(),
+            tci: frame.tci(),
+        })
+    }
+
+    /// The length of the header it emits.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        if self.tci.is_some() {
+            TAGGED_HEADER_LEN
+        } else {
+            HEADER_LEN
+        }
+    }
+
+    /// Writes the header into the first [`header_len`](Self::header_len) bytes of `frame`.
+    ///
+    /// # Panics
+    /// If the buffer is shorter than the header.
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut EthernetFrame<T>) {
+        frame.set_dst_addr(self.dst);
+        frame.set_src_addr(self.src);
+        match self.tci {
+            Some(tci) => frame.set_vlan_tag(tci, self.ethertype),
+            None => frame.set_ethertype(self.ethertype),
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! ICMP and ICMPv6 headers: type, code, checksum and the four bytes of the message that follow
 //! (unused, or the MTU of "fragmentation needed" and "packet too big").
 
-use super::{Field, WireError, checksum, get16};
+use super::ip::IpRepr;
+use super::{Family, Field, WireError, checksum, get16};
 
 mod field {
     use super::Field;
@@ -54,7 +55,13 @@ pub mod v6_code {
     pub const BEYOND_SCOPE: u8 = 2;
     /// Time exceeded: hop limit exceeded in transit.
     pub const HOP_LIMIT_EXCEEDED: u8 = 0;
+    /// Packet too big: the only code (the originator sets 0).
+    pub const PACKET_TOO_BIG: u8 = 0;
 }
+
+/// The largest MTU an ICMPv4 "fragmentation needed" carries: its next-hop MTU field is the low
+/// 16 bits of the message's four bytes (RFC 1191 4).
+pub const MAX_V4_NEXT_HOP_MTU: u32 = u16::MAX as u32;
 
 /// ICMPv6 message types the pipeline tells apart (RFC 4443, RFC 4861).
 pub mod v6_type {
@@ -124,6 +131,13 @@ impl<T: AsRef<[u8]>> IcmpPacket<T> {
         self.buffer.as_ref()[field::CODE]
     }
 
+    /// The four bytes of message after the checksum (unused, or an MTU).
+    #[inline]
+    pub fn rest(&self) -> [u8; 4] {
+        let b = &self.buffer.as_ref()[field::REST];
+        [b[0], b[1], b[2], b[3]]
+    }
+
     /// The checksum field.
     #[inline]
     pub fn checksum(&self) -> u16 {
@@ -164,6 +178,130 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> IcmpPacket<T> {
     }
 }
 
+/// An ICMP or ICMPv6 error message as a value, in the manner of smoltcp's `Icmpv4Repr` /
+/// `Icmpv6Repr` but for both families at once: the errors a router sends mean the same in
+/// both, and the family of the IP header the message travels in picks the type numbers and the
+/// layout of the four bytes after the checksum. The quoted packet is not part of the value:
+/// the pipeline leaves it in place (or copies it once) behind the headers.
+///
+/// ```
+/// use dataplane::wire::Family;
+/// use dataplane::wire::icmp::{IcmpRepr, v4_code, v4_type, v6_type};
+/// let too_big = IcmpRepr::PacketTooBig { mtu: 1400 };
+/// assert_eq!(too_big.type_code(Family::V4), (v4_type::DEST_UNREACHABLE, v4_code::FRAG_NEEDED));
+/// assert_eq!(too_big.type_code(Family::V6), (v6_type::PACKET_TOO_BIG, 0));
+/// assert_eq!(too_big.rest(Family::V4), [0, 0, 0x05, 0x78]);
+/// assert_eq!(IcmpRepr::TimeExceeded.type_code(Family::V6), (v6_type::TIME_EXCEEDED, 0));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IcmpRepr {
+    /// Destination unreachable (ICMP type 3, ICMPv6 type 1) with a code of the family
+    /// ([`v4_code`], [`v6_code`]); not "fragmentation needed", which is
+    /// [`PacketTooBig`](Self::PacketTooBig).
+    DstUnreachable {
+        /// The code.
+        code: u8,
+    },
+    /// Larger than the next hop's MTU: ICMP "fragmentation needed and DF set" (type 3 code 4,
+    /// the MTU in 16 bits, at most [`MAX_V4_NEXT_HOP_MTU`]), ICMPv6 "packet too big" (type
+    /// 2, the MTU in 32 bits).
+    PacketTooBig {
+        /// The next hop's MTU.
+        mtu: u32,
+    },
+    /// The TTL / hop limit ran out in transit (ICMP type 11, ICMPv6 type 3, code 0).
+    TimeExceeded,
+}
+
+impl IcmpRepr {
+    /// The message's type and code in `family`.
+    #[inline]
+    pub const fn type_code(&self, family: Family) -> (u8, u8) {
+        match (family, self) {
+            (Family::V4, IcmpRepr::DstUnreachable { code }) => (v4_type::DEST_UNREACHABLE, *code),
+            (Family::V4, IcmpRepr::PacketTooBig { .. }) => {
+                (v4_type::DEST_UNREACHABLE, v4_code::FRAG_NEEDED)
+            }
+            (Family::V4, IcmpRepr::TimeExceeded) => (v4_type::TIME_EXCEEDED, v4_code::TTL_EXCEEDED),
+            (Family::V6, IcmpRepr::DstUnreachable { code }) => (v6_type::DEST_UNREACHABLE, *code),
+            (Family::V6, IcmpRepr::PacketTooBig { .. }) => {
+                (v6_type::PACKET_TOO_BIG, v6_code::PACKET_TOO_BIG)
+            }
+            (Family::V6, IcmpRepr::TimeExceeded) => {
+                (v6_type::TIME_EXCEEDED, v6_code::HOP_LIMIT_EXCEEDED)
+            }
+        }
+    }
+
+    /// The four bytes after the checksum in `family`: the MTU of a
+    /// [`PacketTooBig`](Self::PacketTooBig) (IPv4: in the low 16 bits, capped), else unused
+    /// (zero).
+    #[inline]
+    pub const fn rest(&self, family: Family) -> [u8; 4] {
+        match (family, self) {
+            (Family::V4, IcmpRepr::PacketTooBig { mtu }) => {
+                let mtu = if *mtu > MAX_V4_NEXT_HOP_MTU {
+                    MAX_V4_NEXT_HOP_MTU
+                } else {
+                    *mtu
+                };
+                let [_, _, high, low] = mtu.to_be_bytes();
+                [0, 0, high, low]
+            }
+            (Family::V6, IcmpRepr::PacketTooBig { mtu }) => mtu.to_be_bytes(),
+            _ => [0; 4],
+        }
+    }
+
+    /// The error a message of `family` carries, if it is one this type describes.
+    #[inline]
+    pub fn parse<T: AsRef<[u8]>>(family: Family, packet: &IcmpPacket<T>) -> Option<IcmpRepr> {
+        let [_, _, high, low] = packet.rest();
+        match (family, packet.msg_type(), packet.code()) {
+            (Family::V4, v4_type::DEST_UNREACHABLE, v4_code::FRAG_NEEDED) => {
+                Some(IcmpRepr::PacketTooBig {
+                    mtu: u32::from(u16::from_be_bytes([high, low])),
+                })
+            }
+            (Family::V4, v4_type::DEST_UNREACHABLE, code) => {
+                Some(IcmpRepr::DstUnreachable { code })
+            }
+            (Family::V4, v4_type::TIME_EXCEEDED, v4_code::TTL_EXCEEDED) => {
+                Some(IcmpRepr::TimeExceeded)
+            }
+            (Family::V6, v6_type::DEST_UNREACHABLE, code) => {
+                Some(IcmpRepr::DstUnreachable { code })
+            }
+            (Family::V6, v6_type::PACKET_TOO_BIG, _) => Some(IcmpRepr::PacketTooBig {
+                mtu: u32::from_be_bytes(packet.rest()),
+            }),
+            (Family::V6, v6_type::TIME_EXCEEDED, v6_code::HOP_LIMIT_EXCEEDED) => {
+                Some(IcmpRepr::TimeExceeded)
+            }
+            _ => None,
+        }
+    }
+
+    /// Writes the message's header into `packet` (the whole message: the quote already in
+    /// place after [`HEADER_LEN`]) and its checksum, which for ICMPv6 covers `ip`'s
+    /// pseudo-header; `ip` is the header the message travels in (its family picks the
+    /// numbers).
+    ///
+    /// # Panics
+    /// If the buffer is shorter than [`HEADER_LEN`].
+    #[inline]
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut IcmpPacket<T>, ip: &IpRepr) {
+        let family = ip.family();
+        let (msg_type, code) = self.type_code(family);
+        packet.set_type_code(msg_type, code);
+        packet.set_rest(self.rest(family));
+        packet.fill_checksum(match family {
+            Family::V4 => 0,
+            Family::V6 => ip.pseudo_header(),
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -174,6 +312,30 @@ mod tests {
             IcmpPacket::new_checked(&[0u8; HEADER_LEN - 1][..]).err(),
             Some(WireError::Truncated)
         );
+    }
+
+    #[test]
+    fn every_error_round_trips_in_both_families() {
+        for family in [Family::V4, Family::V6] {
+            for repr in [
+                IcmpRepr::DstUnreachable { code: 1 },
+                IcmpRepr::PacketTooBig { mtu: 1280 },
+                IcmpRepr::TimeExceeded,
+            ] {
+                let mut message = [0u8; HEADER_LEN];
+                let mut icmp = IcmpPacket::new_unchecked(&mut message[..]);
+                let (t, c) = repr.type_code(family);
+                icmp.set_type_code(t, c);
+                icmp.set_rest(repr.rest(family));
+                assert_eq!(IcmpRepr::parse(family, &icmp), Some(repr), "{family:?}");
+            }
+        }
+        // The IPv4 field holds 16 bits of MTU.
+        let huge = IcmpRepr::PacketTooBig { mtu: 70_000 };
+        assert_eq!(huge.rest(Family::V4), [0, 0, 0xff, 0xff]);
+        assert_eq!(huge.rest(Family::V6), 70_000u32.to_be_bytes());
+        let echo = IcmpPacket::new_unchecked([8u8, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(IcmpRepr::parse(Family::V4, &echo), None);
     }
 
     #[test]

@@ -20,12 +20,20 @@ mod field {
 
 /// The length of a header without options.
 pub const HEADER_LEN: usize = field::DST.end;
+/// The version field of IPv4 headers.
+pub const VERSION: u8 = 4;
+/// The largest total length (header and payload) the 16-bit length field can say.
+pub const MAX_TOTAL_LEN: usize = u16::MAX as usize;
 /// The "don't fragment" flag in the flags/offset word.
 pub const DF: u16 = 0x4000;
 /// The "more fragments" flag in the flags/offset word.
 pub const MF: u16 = 0x2000;
-/// The fragment offset bits (in units of 8 bytes) of the flags/offset word.
+/// The fragment offset bits (in units of [`FRAGMENT_UNIT`] bytes) of the flags/offset word.
 pub const OFFSET_MASK: u16 = 0x1fff;
+/// The unit of fragment offsets: every fragment's data but the last's is a multiple of it.
+pub const FRAGMENT_UNIT: usize = 8;
+/// The longest options field (IHL 15: 60 bytes of header).
+pub const MAX_OPTIONS_LEN: usize = 40;
 /// The four TOS bits of RFC 1349 in the TOS byte (between the precedence and the last bit).
 pub const TOS_BITS: u8 = 0x1e;
 /// Precedence "internetwork control" (6) in the TOS byte: what the kernel's ICMP errors carry
@@ -249,7 +257,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// header length can break [`check_len`](Self::check_len).
     #[inline]
     pub fn set_version_header_len(&mut self, hlen: usize) {
-        self.buf_mut()[field::VER_IHL] = 0x40 | ((hlen / 4) as u8 & 0x0f);
+        self.buf_mut()[field::VER_IHL] = (VERSION << 4) | ((hlen / 4) as u8 & 0x0f);
     }
 
     /// Writes the DSCP/ECN byte.
@@ -452,7 +460,7 @@ pub mod option {
 /// assert_eq!(copied_options(&opts, &mut out), 4);
 /// assert_eq!(&out[..4], &[0x83, 3, 4, 0]);
 /// ```
-pub fn copied_options(options: &[u8], out: &mut [u8; 40]) -> usize {
+pub fn copied_options(options: &[u8], out: &mut [u8; MAX_OPTIONS_LEN]) -> usize {
     let mut i = 0;
     let mut n = 0;
     while i < options.len() {

@@ -16,6 +16,8 @@ mod field {
 
 /// The length of the fixed header.
 pub const HEADER_LEN: usize = field::DST.end;
+/// The version field of IPv6 headers.
+pub const VERSION: u8 = 6;
 
 /// The link-local unicast prefix fe80::/10 (RFC 4291 2.5.6), as (value, length).
 pub const LINK_LOCAL: (u128, u32) = (0xfe80 << 112, 10);
@@ -216,7 +218,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
     /// Writes version 6, the traffic class and the flow label.
     #[inline]
     pub fn set_version_tc_flow(&mut self, tc: u8, flow: u32) {
-        let w = (6u32 << 28) | (u32::from(tc) << 20) | (flow & 0x000f_ffff);
+        let w = (u32::from(VERSION) << 28) | (u32::from(tc) << 20) | (flow & FLOW_LABEL_MASK);
         self.buffer.as_mut()[field::VER_TC_FLOW].copy_from_slice(&w.to_be_bytes());
     }
 

@@ -1,7 +1,8 @@
 //! The upper-layer fields the pipeline needs: ports for policy lookups (ICMP type and code in
 //! their place, as xfrm selectors use them), and the UDP header for local delivery.
 
-use super::{Field, WireError, get16};
+use super::ip::IpRepr;
+use super::{Field, WireError, checksum, get16};
 
 /// IP protocol numbers.
 pub mod protocol {
@@ -13,6 +14,10 @@ pub mod protocol {
     pub const UDP: u8 = 17;
     /// DCCP.
     pub const DCCP: u8 = 33;
+    /// IPsec ESP (its SPI where ports would be).
+    pub const ESP: u8 = 50;
+    /// IPsec AH (its SPI after four bytes of header).
+    pub const AH: u8 = 51;
     /// ICMPv6.
     pub const ICMPV6: u8 = 58;
     /// SCTP.
@@ -125,6 +130,14 @@ impl<T: AsRef<[u8]>> UdpPacket<T> {
     pub fn checksum(&self) -> u16 {
         get16(self.buffer.as_ref(), field::CHECKSUM)
     }
+
+    /// Whether the checksum over the buffer (header and payload) and `ip`'s pseudo-header is
+    /// right (a zero checksum, "none", counts as right over IPv4).
+    #[inline]
+    pub fn verify_checksum(&self, ip: &IpRepr) -> bool {
+        (self.checksum() == 0 && ip.family() == super::Family::V4)
+            || checksum::fold(checksum::sum(self.buffer.as_ref(), ip.pseudo_header())) == 0xffff
+    }
 }
 
 /// The setters of a UDP header; the length can break [`UdpPacket::new_checked`]'s check.
@@ -162,5 +175,67 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpPacket<T> {
     #[inline]
     pub fn set_checksum(&mut self, value: u16) {
         self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&value.to_be_bytes());
+    }
+}
+
+/// What a UDP checksum that computes to zero is sent as: all ones, since zero means "no
+/// checksum" (RFC 768).
+pub const UDP_CHECKSUM_ZERO: u16 = 0xffff;
+
+/// A UDP header as a value, in the manner of smoltcp's `UdpRepr`: the ports;
+/// [`emit`](Self::emit) writes them with the length and the checksum over a payload already in
+/// place.
+///
+/// ```
+/// use std::net::Ipv4Addr;
+/// use dataplane::wire::ip::IpRepr;
+/// use dataplane::wire::ipv4::Ipv4Repr;
+/// use dataplane::wire::l4::{UdpPacket, UdpRepr, protocol};
+/// let mut datagram = *b"headers!hello";
+/// let ip = IpRepr::Ipv4(Ipv4Repr {
+///     src: Ipv4Addr::new(192, 0, 2, 1),
+///     dst: Ipv4Addr::new(198, 51, 100, 7),
+///     protocol: protocol::UDP,
+///     ttl: 64,
+///     tos: 0,
+///     ident: 0,
+///     dont_frag: true,
+///     payload_len: datagram.len(),
+/// });
+/// UdpRepr { src_port: 862, dst_port: 40000 }.emit(&mut datagram, &ip);
+/// let udp = UdpPacket::new_checked(&datagram[..])?;
+/// assert_eq!((udp.src_port(), udp.dst_port(), udp.len()), (862, 40000, 13));
+/// assert!(udp.verify_checksum(&ip));
+/// # Ok::<(), dataplane::wire::WireError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdpRepr {
+    /// The source port.
+    pub src_port: u16,
+    /// The destination port.
+    pub dst_port: u16,
+}
+
+impl UdpRepr {
+    /// Writes the header at the start of `datagram` (the whole datagram: the payload already
+    /// after [`UDP_HEADER_LEN`]), its length and its checksum over `ip`'s pseudo-header, whose
+    /// payload length must be the datagram's.
+    ///
+    /// # Panics
+    /// If the datagram is shorter than [`UDP_HEADER_LEN`] or longer than 65,535 bytes.
+    #[inline]
+    pub fn emit(&self, datagram: &mut [u8], ip: &IpRepr) {
+        debug_assert_eq!(ip.payload_len(), datagram.len());
+        let len = u16::try_from(datagram.len()).expect("a UDP length");
+        let mut udp = UdpPacket::new_unchecked(&mut datagram[..]);
+        udp.set_src_port(self.src_port);
+        udp.set_dst_port(self.dst_port);
+        udp.set_len(len);
+        udp.set_checksum(0);
+        let sum = match !checksum::fold(checksum::sum(datagram, ip.pseudo_header())) {
+            0 => UDP_CHECKSUM_ZERO,
+            c => c,
+        };
+        UdpPacket::new_unchecked(datagram).set_checksum(sum);
     }
 }

@@ -6,6 +6,7 @@
 pub mod checksum;
 pub mod ethernet;
 pub mod icmp;
+pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
 pub mod l4;
@@ -18,6 +19,9 @@ pub(crate) type Field = core::ops::Range<usize>;
 pub(crate) fn get16(buf: &[u8], field: Field) -> u16 {
     u16::from_be_bytes([buf[field.start], buf[field.start + 1]])
 }
+
+/// Where the version field sits in the first byte of an IP header (its high nibble).
+const VERSION_SHIFT: u8 = 4;
 
 /// Why a view refused a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +83,41 @@ impl Family {
         match self {
             Family::V4 => ipv4::HEADER_LEN,
             Family::V6 => ipv6::HEADER_LEN,
+        }
+    }
+
+    /// The family of an IP packet by its version field (the high nibble of its first byte).
+    ///
+    /// ```
+    /// use dataplane::wire::Family;
+    /// assert_eq!(Family::of_packet(&[0x45, 0]), Some(Family::V4));
+    /// assert_eq!(Family::of_packet(&[0x60]), Some(Family::V6));
+    /// assert_eq!((Family::of_packet(&[0x50]), Family::of_packet(&[])), (None, None));
+    /// ```
+    #[inline]
+    pub fn of_packet(packet: &[u8]) -> Option<Family> {
+        match packet.first()? >> VERSION_SHIFT {
+            ipv4::VERSION => Some(Family::V4),
+            ipv6::VERSION => Some(Family::V6),
+            _ => None,
+        }
+    }
+
+    /// The version field of the family's header.
+    #[inline]
+    pub const fn version(self) -> u8 {
+        match self {
+            Family::V4 => ipv4::VERSION,
+            Family::V6 => ipv6::VERSION,
+        }
+    }
+
+    /// The protocol number of the family's ICMP (1 for ICMP, 58 for ICMPv6).
+    #[inline]
+    pub const fn icmp_protocol(self) -> u8 {
+        match self {
+            Family::V4 => l4::protocol::ICMP,
+            Family::V6 => l4::protocol::ICMPV6,
         }
     }
 
