@@ -351,7 +351,7 @@ impl Queue {
                 eth.set_dst_addr(mac);
                 Ok(Verdict::Transmit { ifindex: hop.oif })
             }
-            None => self.hold_local(frame, &hop, v6, now),
+            None => self.hold_local(frame, &hop, v6, now, tables, guard),
         }
     }
 
@@ -361,8 +361,13 @@ impl Queue {
         hop: &Hop,
         v6: bool,
         now: u64,
+        tables: &Tables,
+        guard: &Guard,
     ) -> Result<Verdict, SendError> {
-        match self.hold.hold(frame, hop, v6, now, &mut self.counters) {
+        match self
+            .hold
+            .hold(frame, hop, v6, now, &mut self.counters, tables, guard)
+        {
             Ok(()) => Ok(Verdict::Held),
             Err(_) => Err(SendError::HoldFull),
         }
