@@ -175,9 +175,31 @@ pub struct Interval {
     /// what an interval's loss is attributed to.
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
+    /// Where xfwd's memory was at the end of the interval, bytes (its `stats`' `memory`:
+    /// `heap_in_use`, `heap_free`, `heap_mapped`, `fast_arenas`); empty if not read.
+    #[serde(default)]
+    pub memory: Vec<(String, u64)>,
 }
 
 impl Interval {
+    /// One of [`Interval::memory`]'s figures, in KiB (0 if not read).
+    pub fn memory_kib(&self, name: &str) -> u64 {
+        self.memory
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, b)| b / 1024)
+    }
+
+    /// Live memory: heap in use, blocks mapped on their own and the fast structures' arenas
+    /// (KiB); resident memory less this is the allocator's free memory still resident and
+    /// what is not allocated at all (code, stacks, the UMEM).
+    pub fn live_kib(&self) -> u64 {
+        ["heap_in_use", "heap_mapped", "fast_arenas"]
+            .iter()
+            .map(|n| self.memory_kib(n))
+            .sum()
+    }
+
     /// Probes lost on the receiving side of the lab after xfwd transmitted them: dst0's
     /// receive ring full (fwd1's TX drops, `lab:dst_ingress`) or the receiver's socket
     /// (`lab:rx_socket`); at most the interval's loss.
@@ -884,7 +906,12 @@ fn timeline(
             }
         };
         let rss = xfwd.rss_kib();
-        let now_counters = xfwd.stats().map(|s| loss_counters(&s)).unwrap_or_default();
+        let stats = xfwd.stats();
+        let memory: Vec<(String, u64)> = stats
+            .as_ref()
+            .and_then(|s| serde_json::from_value(s["memory"].clone()).ok())
+            .unwrap_or_default();
+        let now_counters = stats.map(|s| loss_counters(&s)).unwrap_or_default();
         let mut counters = counter_growth(&last_counters, &now_counters);
         // Losses outside xfwd, as the lab sees them: probes that never reached fwd0, ring
         // drops on the way in and out, the receiver's socket.
@@ -922,6 +949,7 @@ fn timeline(
             excused,
             instance,
             counters,
+            memory,
         });
         // Memory is compared in like states only: the whole table loaded and settled (no
         // fault in this interval nor in the SETTLED ones before it), after the warm-up.
@@ -992,6 +1020,7 @@ mod tests {
             excused,
             instance: 0,
             counters: Vec::new(),
+            memory: Vec::new(),
         }
     }
 
