@@ -4,13 +4,14 @@
 //! routing daemon installs them again) builds new trie nodes while the old ones wait for the
 //! epoch to pass, then frees the old ones. glibc keeps freed memory in its arenas for reuse
 //! and returns to the kernel only what lies at the top of a heap, so resident memory stays at
-//! the high-water mark of such a cycle (measured: +8% after one delete and re-add of 20k
-//! routes, `docs/benchmarks/soak.md`). [`Trimmer`] calls `malloc_trim(0)` (which also
-//! releases free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
+//! the high-water mark of such a cycle. [`Trimmer`] calls `malloc_trim(0)` (which also
+//! releases whole free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
 //! thread once the tables have changed and have then been quiet for a moment (or every
-//! 10 s under steady churn), never on a run loop. It lowers the level (53 → 37 MiB on 20k
-//! routes) but does not bring it back after each mass cycle: what remains is open (soak
-//! report).
+//! 10 s under steady churn), never on a run loop. What a trim cannot return (free pieces
+//! smaller than a page between live nodes) the mirror avoids: it collects its epoch garbage
+//! as it goes, and rebuilds worn tables in bulk on a thread of its own, in an arena of their
+//! own (`docs/forwarder.md`, "Memory after mass changes"). [`memory`] says where the memory
+//! is.
 //!
 //! [`fix_mmap_threshold`] keeps large temporary buffers (a dump's record of routes, the events
 //! kept during a dump, a dump of a whole table) out of the heap: glibc's default threshold
