@@ -105,15 +105,13 @@ pub const CI_MINUTES: f64 = 2.0;
 
 impl Options {
     /// The soak of `cargo xtask test`: two minutes on 20,000 routes, a fault every 15 s (each
-    /// kind at least twice, the kill once). Memory is held to 20% growth, not the 5% goal.
-    /// Since 2026-11-28 memory returns to its level after each mass delete and re-add (the
-    /// mirror collects its epoch garbage and rebuilds worn tables in bulk on a thread of their
-    /// own: the 8-minute soak on 100,000 routes ends at +2% and comes back to the bulk-loaded
-    /// level after every fault), but the largest "settled" sample still catches the mirror
-    /// mid-recovery or before a trim (+61.9% in that soak, debug build under load 25). The
-    /// 2-minute soak was not re-run with these changes, so the bound stays at 20% (+10.3%
-    /// measured on 2026-11-25 before them), a regression guard with room for spread, not the
-    /// goal (`docs/benchmarks/soak.md`).
+    /// kind at least twice, the kill once). Memory is held to 10% growth: since 2026-11-28
+    /// memory returns to its level after each mass delete and re-add (the mirror collects its
+    /// epoch garbage and rebuilds worn tables in bulk on a thread of their own), and this soak
+    /// measured +4.5% (42.2 → 44.1 MiB, debug build, load 16-23; +10.3% on 2026-11-25 before
+    /// those changes), so 10% leaves room for run-to-run spread and catches a return of the
+    /// steps. The 8-minute soak on 100,000 routes still exceeds 5% on its largest "settled"
+    /// sample (the mirror mid-recovery or before a trim; `docs/benchmarks/soak.md`).
     pub fn ci() -> Self {
         Options {
             minutes: CI_MINUTES,
@@ -124,7 +122,7 @@ impl Options {
             fault_every: 15,
             warm_up: 10,
             prefix: "xfwd-soakci".into(),
-            max_rss_growth: 20.0,
+            max_rss_growth: 10.0,
             report: false,
         }
     }
