@@ -105,14 +105,13 @@ pub const CI_MINUTES: f64 = 2.0;
 
 impl Options {
     /// The soak of `cargo xtask test`: two minutes on 20,000 routes, a fault every 15 s (each
-    /// kind at least twice, the kill once). Memory is held to 20% growth, not the 5% goal:
-    /// each mass delete and re-add with a route re-dump leaves the level a few MiB higher once
-    /// (+10.3% on 2026-11-25 after the events queued during a dump were kept as bytes and the
-    /// mmap threshold fixed, 41.5 → 45.8 MiB, under load 11-14; before: +21% to +37%,
-    /// `docs/benchmarks/soak.md`), so the bound catches a regression beyond today's behaviour
-    /// with room for run-to-run spread, not the goal. What remains is the re-dump's own
-    /// upserts into a non-empty FIB (`netlink_mirror`'s ignored test
-    /// `sync_tests::memory_redump_cycles`: a level reached in two cycles, no growth after).
+    /// kind at least twice, the kill once). Memory is held to 10% growth: since 2026-11-28
+    /// memory returns to its level after each mass delete and re-add (the mirror collects its
+    /// epoch garbage and rebuilds worn tables in bulk on a thread of their own), and this soak
+    /// measured +4.5% (42.2 → 44.1 MiB, debug build, load 16-23; +10.3% on 2026-11-25 before
+    /// those changes), so 10% leaves room for run-to-run spread and catches a return of the
+    /// steps. The 8-minute soak on 100,000 routes still exceeds 5% on its largest "settled"
+    /// sample (the mirror mid-recovery or before a trim; `docs/benchmarks/soak.md`).
     pub fn ci() -> Self {
         Options {
             minutes: CI_MINUTES,
@@ -123,7 +122,7 @@ impl Options {
             fault_every: 15,
             warm_up: 10,
             prefix: "xfwd-soakci".into(),
-            max_rss_growth: 20.0,
+            max_rss_growth: 10.0,
             report: false,
         }
     }
@@ -175,9 +174,31 @@ pub struct Interval {
     /// what an interval's loss is attributed to.
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
+    /// Where xfwd's memory was at the end of the interval, bytes (its `stats`' `memory`:
+    /// `heap_in_use`, `heap_free`, `heap_mapped`, `fast_arenas`); empty if not read.
+    #[serde(default)]
+    pub memory: Vec<(String, u64)>,
 }
 
 impl Interval {
+    /// One of [`Interval::memory`]'s figures, in KiB (0 if not read).
+    pub fn memory_kib(&self, name: &str) -> u64 {
+        self.memory
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, b)| b / 1024)
+    }
+
+    /// Live memory: heap in use, blocks mapped on their own and the fast structures' arenas
+    /// (KiB); resident memory less this is the allocator's free memory still resident and
+    /// what is not allocated at all (code, stacks, the UMEM).
+    pub fn live_kib(&self) -> u64 {
+        ["heap_in_use", "heap_mapped", "fast_arenas"]
+            .iter()
+            .map(|n| self.memory_kib(n))
+            .sum()
+    }
+
     /// Probes lost on the receiving side of the lab after xfwd transmitted them: dst0's
     /// receive ring full (fwd1's TX drops, `lab:dst_ingress`) or the receiver's socket
     /// (`lab:rx_socket`); at most the interval's loss.
@@ -884,7 +905,12 @@ fn timeline(
             }
         };
         let rss = xfwd.rss_kib();
-        let now_counters = xfwd.stats().map(|s| loss_counters(&s)).unwrap_or_default();
+        let stats = xfwd.stats();
+        let memory: Vec<(String, u64)> = stats
+            .as_ref()
+            .and_then(|s| serde_json::from_value(s["memory"].clone()).ok())
+            .unwrap_or_default();
+        let now_counters = stats.map(|s| loss_counters(&s)).unwrap_or_default();
         let mut counters = counter_growth(&last_counters, &now_counters);
         // Losses outside xfwd, as the lab sees them: probes that never reached fwd0, ring
         // drops on the way in and out, the receiver's socket.
@@ -922,6 +948,7 @@ fn timeline(
             excused,
             instance,
             counters,
+            memory,
         });
         // Memory is compared in like states only: the whole table loaded and settled (no
         // fault in this interval nor in the SETTLED ones before it), after the warm-up.
@@ -992,6 +1019,7 @@ mod tests {
             excused,
             instance: 0,
             counters: Vec::new(),
+            memory: Vec::new(),
         }
     }
 

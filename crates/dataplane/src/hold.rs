@@ -155,6 +155,15 @@ impl HoldBuffer {
     /// the byte budget, the neighbour's oldest frame is dropped (counted `hold_full`), then
     /// this one is queued (so a neighbour always keeps its newest frame). A frame that finds
     /// no free slot in the whole buffer is refused.
+    ///
+    /// The budget is the egress device's `unres_qlen_bytes` of the next hop's table (ARP or
+    /// ND) as mirrored into `tables.devconf`, else the configured
+    /// [`hold_bytes_per_neighbour`](crate::Config::hold_bytes_per_neighbour); the buffer's
+    /// slots bound all neighbours together.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the frame, its hop and the batch's tables, clock and counters"
+    )]
     pub(crate) fn hold(
         &mut self,
         frame: &[u8],
@@ -162,18 +171,24 @@ impl HoldBuffer {
         family: Family,
         now: u64,
         counters: &mut Counters,
+        tables: &Tables,
+        guard: &Guard,
     ) -> Result<(), DropReason> {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
         let (oif, next_hop, next_hop_family) = (hop.oif, hop.next_hop, hop.next_hop_family);
+        let budget = tables
+            .devconf
+            .queue_bytes(oif, next_hop_family.is_v6(), guard)
+            .map_or(self.bytes_per_neighbour, |b| b as usize);
         let charge = frame.len() + HOLD_FRAME_OVERHEAD;
         let idx = self
             .waiting
             .iter()
             .position(|w| w.is(oif, next_hop, next_hop_family));
         while let Some(i) = idx
-            && self.waiting[i].bytes + charge > self.bytes_per_neighbour
+            && self.waiting[i].bytes + charge > budget
         {
             // The neighbour's oldest frame makes room (the kernel's `unres_discards`). A
             // waiting neighbour always has a held frame; if not, stop rather than loop.

@@ -508,10 +508,15 @@ impl Queue {
     ) -> Verdict {
         let bytes = frame.bytes();
         match hop.dst_mac {
-            None => match self
-                .hold
-                .hold(bytes, hop, meta.family, b.now, &mut self.counters)
-            {
+            None => match self.hold.hold(
+                bytes,
+                hop,
+                meta.family,
+                b.now,
+                &mut self.counters,
+                b.tables,
+                b.guard,
+            ) {
                 Ok(()) => Verdict::Held,
                 Err(reason) => Verdict::Drop(reason),
             },

@@ -868,6 +868,50 @@ fn a_neighbour_holds_as_many_frames_as_the_kernels_default_unres_qlen_bytes() {
 }
 
 #[test]
+fn the_egress_devices_mirrored_unres_qlen_bytes_sizes_a_neighbours_budget() {
+    // The mirror reads `net.ipv4.neigh.DEV.unres_qlen_bytes` into the device switches; a
+    // device set to 10 full-size frames' worth holds 10, whatever the configured default.
+    let mut fx = fixture();
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let full = udp4(HOST4, [100, 65, 0, 1], 64, 53, 1514 - 42);
+    let ten = 10 * (1514 + HOLD_FRAME_OVERHEAD) as u32;
+    assert!(
+        fx.writers()
+            .devconf
+            .set_queue_bytes(false, OUT as i32, Some(ten))
+    );
+    // The ND table's value is another device setting: it does not apply to an IPv4 neighbour.
+    assert!(
+        fx.writers()
+            .devconf
+            .set_queue_bytes(true, OUT as i32, Some(1))
+    );
+    fx.tables.generation.bump();
+    for i in 0..15 {
+        assert_eq!(
+            run_on(&mut queue, &fx, &full, 256, i).verdict,
+            Verdict::Held
+        );
+    }
+    assert_eq!(queue.held(), 10);
+    assert_eq!(queue.counters().held_discarded, 5);
+    // Forgotten (the device went away, or the value could not be read): the default again.
+    assert!(
+        fx.writers()
+            .devconf
+            .set_queue_bytes(false, OUT as i32, None)
+    );
+    fx.tables.generation.bump();
+    for i in 15..40 {
+        assert_eq!(
+            run_on(&mut queue, &fx, &full, 256, i).verdict,
+            Verdict::Held
+        );
+    }
+    assert_eq!(queue.held(), 35, "the kernel's default holds 101");
+}
+
+#[test]
 fn a_held_frame_is_fragmented_at_release_by_its_route_mtu() {
     let mut fx = fixture();
     fx.writers()

@@ -407,6 +407,52 @@ impl<K: TrieKey> Fib<K> {
         Ok(added)
     }
 
+    /// [`FibWriter::compact`](crate::FibWriter::compact). Writer only.
+    pub(crate) fn compact(&self, worn: impl Fn(usize, usize) -> bool) -> usize {
+        let _writer = self.lock();
+        let guard = &epoch::pin();
+        let snap = self.load(guard);
+        let mut ids: Vec<u32> = snap.tables.keys().copied().collect();
+        ids.sort_unstable();
+        let mut compacted = 0;
+        // Merged local and main share one store, which the snapshot also holds (the merged
+        // lookup walks it): rebuilt once for both, and a snapshot holding the new one
+        // published.
+        if snap.merged.is_some()
+            && let (Some(local), Some(main)) =
+                (snap.tables.get(&ids::LOCAL), snap.tables.get(&ids::MAIN))
+            && local.shares_store(main)
+        {
+            ids.retain(|&id| id != ids::LOCAL && id != ids::MAIN);
+            let (changes, routes) = main.wear();
+            if worn(changes, routes)
+                && let Some(store) = FibTable::compact(&[local, main])
+            {
+                self.publish(
+                    Snapshot::with_rules(
+                        snap.tables.clone(),
+                        snap.rules.clone(),
+                        snap.custom_rules,
+                        Some(store),
+                    ),
+                    guard,
+                );
+                compacted += 1;
+            }
+        }
+        for id in ids {
+            let table = &snap.tables[&id];
+            let (changes, routes) = table.wear();
+            if worn(changes, routes) && FibTable::compact(&[table]).is_some() {
+                compacted += 1;
+            }
+        }
+        // The old stores wait in this thread's bag: hand them to the global queue (see
+        // `insert_many`).
+        guard.flush();
+        compacted
+    }
+
     /// [`FibWriter::delete`](crate::FibWriter::delete). Writer only.
     pub(crate) fn delete(&self, selector: &RouteSelector<K>) -> Result<FibAlias<K>, RouteError> {
         let guard = &epoch::pin();

@@ -130,7 +130,7 @@ pub use trie::{
     BATCH, HALVE_THRESHOLD, HALVE_THRESHOLD_ROOT, INFLATE_THRESHOLD, INFLATE_THRESHOLD_ROOT,
     LcTrie, MAX_WORK, Match, PrefixError, check_prefix,
 };
-pub use writer::{FastLpmWriter, FibWriter, TrieWriter};
+pub use writer::{COMPACT_MIN_CHANGES, FastLpmWriter, FibWriter, TrieWriter};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -38,6 +38,9 @@ pub(crate) struct Store<K: TrieKey> {
     /// Shared by two tables (merged local and main): lookups of one table filter by table.
     pub(crate) shared: bool,
     infos: Mutex<Infos<K>>,
+    /// Prefixes changed one by one since the store was built (its wear: see
+    /// [`FibWriter::compact`](crate::FibWriter::compact)).
+    changes: AtomicUsize,
 }
 
 impl<K: TrieKey> Store<K> {
@@ -66,6 +69,7 @@ impl<K: TrieKey> Store<K> {
                 set,
                 dying: Vec::new(),
             }),
+            changes: AtomicUsize::new(0),
         };
         store.reindex();
         store
@@ -88,6 +92,8 @@ impl<K: TrieKey> Store<K> {
         });
         self.tos_routes.store(tos_routes, Ordering::Release);
         self.rebuild_fast(full);
+        // The trie was just loaded at once: as packed as a compaction would make it.
+        self.changes.store(0, Ordering::Relaxed);
     }
 
     /// Builds the fast structure anew from the trie (turning it off if `broken`).
@@ -99,6 +105,11 @@ impl<K: TrieKey> Store<K> {
         }
         self.fast_ok
             .store(!broken && !source.missing, Ordering::Release);
+    }
+
+    /// Prefixes changed one by one since the store was built.
+    pub(crate) fn changes(&self) -> usize {
+        self.changes.load(Ordering::Relaxed)
     }
 
     /// The store's trie as the fast structure's source.
@@ -147,6 +158,7 @@ impl<K: TrieKey> Store<K> {
         before: Option<(FibAlias<K>, usize)>,
         guard: &Guard,
     ) {
+        self.changes.fetch_add(1, Ordering::Relaxed);
         let after = self.answer_at(key, slen, guard);
         let same = match (&before, &after) {
             (Some((a, i)), Some((b, j))) => AnswerKey::of(a, 0, *i) == AnswerKey::of(b, 0, *j),

@@ -584,6 +584,60 @@ impl<K: TrieKey> FibTable<K> {
         })
     }
 
+    /// How worn this table's store is: prefixes changed one by one since it was built, and
+    /// the routes it holds (of every table sharing it).
+    pub(crate) fn wear(&self) -> (usize, usize) {
+        let guard = &crossbeam_epoch::pin();
+        let store = self.store.load(guard);
+        (store.changes(), store.trie.alias_count())
+    }
+
+    /// Whether `self` and `other` share one store (merged local and main).
+    pub(crate) fn shares_store(&self, other: &FibTable<K>) -> bool {
+        let guard = &crossbeam_epoch::pin();
+        Arc::ptr_eq(self.store.load(guard), other.store.load(guard))
+    }
+
+    /// Builds the store `tables` share anew, in bulk, from the routes it holds now, and swaps
+    /// it in for each of them; returns the new store (`None` if they no longer share one).
+    /// Lookups see the same routes before and after; readers that loaded the old store keep
+    /// using it until they unpin, after which its nodes are freed together.
+    ///
+    /// Why: a trie changed one prefix at a time (a mass delete and re-add of routes) ends up
+    /// with the same routes in more memory than a bulk-built one: its fast structure's arena
+    /// keeps every node updates replaced, updates' nodes come from the heap one by one, and
+    /// the allocator's free lists are left in pieces between long-lived nodes.
+    pub(crate) fn compact(tables: &[&FibTable<K>]) -> Option<Arc<Store<K>>> {
+        let first = tables.first()?;
+        first.write(|shared, _infos| {
+            let guard = &crossbeam_epoch::pin();
+            if !tables
+                .iter()
+                .all(|t| Arc::ptr_eq(t.store.load(guard), first.store.load(guard)))
+            {
+                return None;
+            }
+            let trie = LcTrie::new();
+            let mut routes = Vec::with_capacity(shared.trie.alias_count());
+            shared.trie.for_each(guard, |key, aliases| {
+                routes.extend(
+                    aliases
+                        .iter()
+                        .map(|a| (key, K::BITS - a.slen, a.value.clone())),
+                );
+            });
+            trie.insert_many(routes)
+                .expect("prefixes of a trie are canonical");
+            let mut store = Store::with_trie(trie);
+            store.shared = shared.shared;
+            let store = Arc::new(store);
+            for t in tables {
+                t.store.swap(Arc::clone(&store), guard);
+            }
+            Some(store)
+        })
+    }
+
     /// Gives `local` and `main`, while they share a store, each its own (`fib_unmerge`): both
     /// new tries are built (bulk) from the shared one under its writer lock, then swapped in.
     /// Readers that loaded the shared store keep using it, unchanged, until they unpin.

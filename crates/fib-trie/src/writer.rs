@@ -54,6 +54,10 @@ use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector};
 use crate::table::FibTable;
 use crate::trie::{LcTrie, PrefixError};
 
+/// The fewest prefixes changed one by one that make a table worn enough for
+/// [`FibWriter::compact`] (smaller tables are cheap to leave as they are).
+pub const COMPACT_MIN_CHANGES: usize = 4096;
+
 /// The one writer of a [`Fib`]: routes, rules and the multipath policy change only through
 /// it. Readers hold the `Arc<Fib>` of [`reader`](Self::reader); the writer derefs to the
 /// [`Fib`] for its own reads.
@@ -149,6 +153,44 @@ impl<K: TrieKey> FibWriter<K> {
     /// one (in a table that held routes) ends the load with its error.
     pub fn insert_many(&mut self, routes: &[Route<K>]) -> Result<usize, RouteError> {
         self.fib.insert_many(routes)
+    }
+
+    /// Rebuilds in bulk each table worn by changes made one route at a time: at least
+    /// [`COMPACT_MIN_CHANGES`] prefixes changed since it was built, and at least as many as
+    /// it holds routes (a mass delete and re-add, or a whole table's worth of churn). Returns
+    /// how many tables (merged local and main count once) were rebuilt.
+    ///
+    /// Lookups answer the same before and after. A table built one route at a time holds
+    /// the same routes in more memory than one built in bulk: its fast structure's arena
+    /// keeps the nodes updates replaced (until its next bulk build), the updates' own nodes
+    /// come from the heap one by one, and the allocator is left with free pieces between
+    /// long-lived nodes that it cannot return to the kernel. Rebuilt, the table takes what a
+    /// bulk load takes, and the old nodes are freed together once readers have unpinned (a
+    /// `malloc_trim` then returns most of them). Costs one bulk build of the table (about as
+    /// long as loading it at start), taken by the writer: call it when the writer is idle.
+    ///
+    /// ```
+    /// use fib_trie::{FibWriter, InsertFlags, NextHop, Route, RouteSelector, COMPACT_MIN_CHANGES};
+    ///
+    /// let mut fib = FibWriter::<u32>::new();
+    /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
+    /// let routes: Vec<_> = (0..5000u32)
+    ///     .map(|i| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone()))
+    ///     .collect();
+    /// fib.insert_many(&routes)?;
+    /// assert_eq!(fib.compact(), 0, "just built in bulk");
+    /// for r in &routes {
+    ///     fib.delete(&RouteSelector::new(r.prefix, r.plen, r.table))?;
+    ///     fib.insert(r, InsertFlags::ADD)?;
+    /// }
+    /// assert!(2 * routes.len() >= COMPACT_MIN_CHANGES);
+    /// assert_eq!(fib.compact(), 1, "local and main, merged, count once");
+    /// assert_eq!(fib.compact(), 0);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    pub fn compact(&mut self) -> usize {
+        self.fib
+            .compact(|changes, routes| changes >= COMPACT_MIN_CHANGES.max(routes))
     }
 
     /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.

@@ -152,6 +152,48 @@ fn memory_returns_to_its_level_after_mass_delete_and_re_add() {
     );
 }
 
+/// A table worn by a mass delete and re-add one route at a time holds its routes in more
+/// memory than a bulk load (the fast structure's arena with its dead nodes, the updates' nodes
+/// from the heap); `compact` rebuilds it in bulk and the live bytes return to the bulk
+/// level, cycle after cycle.
+#[test]
+fn compaction_returns_a_worn_table_to_the_bulk_level() {
+    let _alone = alone();
+    let routes = routes(30_000);
+    let mut fib = FibWriter::<u32>::new();
+    fib.insert_many(&routes).unwrap();
+    // The steady state of vectors that keep their capacity (see above).
+    cycle(&mut fib, &routes, false);
+    assert_eq!(fib.compact(), 1);
+    cycle(&mut fib, &routes, true);
+    assert_eq!(fib.compact(), 0, "a bulk load leaves nothing to compact");
+    let bulk = live();
+    let mut worn = Vec::new();
+    let mut compacted = Vec::new();
+    for _ in 0..3 {
+        cycle(&mut fib, &routes, false);
+        worn.push(live());
+        assert_eq!(fib.compact(), 1, "60,000 changes of 30,000 routes");
+        assert_eq!(fib.compact(), 0, "compacted already");
+        compacted.push(live());
+    }
+    assert!(
+        compacted.iter().all(|&c| c <= bulk + bulk / 100),
+        "live bytes after a bulk load {bulk}; after each cycle of single changes {worn:?}, \
+         then compacted {compacted:?} (allowed 1% more)"
+    );
+    assert!(
+        worn.iter().all(|&w| w > bulk + bulk / 20),
+        "a worn table should take more than a bulk-loaded one (else compaction is moot): \
+         bulk {bulk}, worn {worn:?}"
+    );
+    let guard = epoch::pin();
+    for r in routes.iter().step_by(97) {
+        let hit = fib.lookup(&fib_trie::Flow::to(r.prefix), &guard).unwrap();
+        assert!(hit.plen >= r.plen);
+    }
+}
+
 /// The run loops' pins collect garbage, but what the writer retired last stays in its own
 /// thread-local bag until it retires more: a quiet writer must not keep a cycle's garbage.
 #[test]

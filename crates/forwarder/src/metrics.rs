@@ -467,6 +467,7 @@ mod tests {
                 send_errors: vec![("no_route".into(), 1), ("hold_full".into(), 0)],
             }],
             diverted: vec!["tc: fwd0 root: qdisc htb".into()],
+            memory: Vec::new(),
         }
     }
 

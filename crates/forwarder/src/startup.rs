@@ -157,6 +157,7 @@ pub fn routing(
             .iter()
             .map(crate::endpoints::EndpointSnapshot::from)
             .collect();
+        stats.memory = crate::trim::memory();
         let ms = mirror.stats();
         stats.mirror = vec![
             ("applied".into(), ms.applied),
@@ -166,6 +167,7 @@ pub fn routing(
             ("dump_restarts".into(), ms.dump_restarts),
             ("resyncs".into(), ms.resyncs),
             ("route_redumps".into(), ms.route_redumps),
+            ("compactions".into(), ms.compactions),
             ("behind".into(), ms.behind),
             ("overruns".into(), ms.overruns),
             ("errors".into(), ms.errors.values().sum()),

@@ -4,13 +4,14 @@
 //! routing daemon installs them again) builds new trie nodes while the old ones wait for the
 //! epoch to pass, then frees the old ones. glibc keeps freed memory in its arenas for reuse
 //! and returns to the kernel only what lies at the top of a heap, so resident memory stays at
-//! the high-water mark of such a cycle (measured: +8% after one delete and re-add of 20k
-//! routes, `docs/benchmarks/soak.md`). [`Trimmer`] calls `malloc_trim(0)` (which also
-//! releases free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
+//! the high-water mark of such a cycle. [`Trimmer`] calls `malloc_trim(0)` (which also
+//! releases whole free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
 //! thread once the tables have changed and have then been quiet for a moment (or every
-//! 10 s under steady churn), never on a run loop. It lowers the level (53 → 37 MiB on 20k
-//! routes) but does not bring it back after each mass cycle: what remains is open (soak
-//! report).
+//! 10 s under steady churn), never on a run loop. What a trim cannot return (free pieces
+//! smaller than a page between live nodes) the mirror avoids: it collects its epoch garbage
+//! as it goes, and rebuilds worn tables in bulk on a thread of its own, in an arena of their
+//! own (`docs/forwarder.md`, "Memory after mass changes"). [`memory`] says where the memory
+//! is.
 //!
 //! [`fix_mmap_threshold`] keeps large temporary buffers (a dump's record of routes, the events
 //! kept during a dump, a dump of a whole table) out of the heap: glibc's default threshold
@@ -102,6 +103,35 @@ pub fn trim() -> bool {
     }
 }
 
+/// Where the process's memory is, as the allocator and the tables count it, in bytes:
+/// `heap_in_use` (glibc's `uordblks`: allocated blocks in its heaps), `heap_free` (`fordblks`:
+/// free blocks in its heaps, resident or returned by a trim), `heap_mapped` (`hblkhd`: blocks
+/// mapped on their own, at least the mmap threshold each), `fast_arenas` (the FIBs' fast
+/// structures' arenas, mapped apart from the allocator). Empty where the C library is not
+/// glibc (the arenas alone then).
+///
+/// ```
+/// let memory = forwarder::trim::memory();
+/// assert!(memory.iter().any(|(name, _)| name == "fast_arenas"));
+/// ```
+pub fn memory() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 takes nothing and returns a copy of glibc's counters, taken under
+        // its arenas' locks; it is safe to call from any thread at any time.
+        let m = unsafe { libc::mallinfo2() };
+        out.push(("heap_in_use".to_owned(), m.uordblks as u64));
+        out.push(("heap_free".to_owned(), m.fordblks as u64));
+        out.push(("heap_mapped".to_owned(), m.hblkhd as u64));
+    }
+    out.push((
+        "fast_arenas".to_owned(),
+        (fib_trie::FastLpm::<u32>::arena_bytes_in_process()) as u64,
+    ));
+    out
+}
+
 /// The mmap threshold [`fix_mmap_threshold`] sets: glibc's default starting value.
 pub const MMAP_THRESHOLD: usize = 128 << 10;
 
@@ -145,6 +175,16 @@ mod tests {
             );
             drop(big);
         }
+    }
+
+    #[test]
+    fn memory_counts_what_is_allocated() {
+        let before = memory();
+        let heap = |m: &[(String, u64)]| m.iter().find(|(n, _)| n == "heap_in_use").unwrap().1;
+        let blocks: Vec<Box<[u8; 1024]>> = (0..4096).map(|_| Box::new([1u8; 1024])).collect();
+        let after = memory();
+        assert!(heap(&after) >= heap(&before) + (4 << 20) - (64 << 10));
+        drop(blocks);
     }
 
     #[test]

@@ -99,6 +99,10 @@ pub struct DevConfTable {
     /// `net.ipv6.conf.DEV.force_forwarding` (not in netconf: read from sysctl), by ifindex;
     /// only the devices where it is on.
     force_forwarding: CowMap<i32, ()>,
+    /// `net.ipv{4,6}.neigh.DEV.unres_qlen_bytes` (the neighbour table's `QUEUE_LENBYTES`;
+    /// not notified by the kernel: read from sysctl), by (IPv6, ifindex): the bytes the
+    /// kernel queues per unresolved neighbour on that device.
+    queue_bytes: CowMap<(bool, i32), u32>,
     /// Forward everything when nothing is known (a table nobody follows).
     permissive: bool,
 }
@@ -119,6 +123,7 @@ impl DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
             force_forwarding: CowMap::new(),
+            queue_bytes: CowMap::new(),
             permissive: true,
         }
     }
@@ -129,6 +134,7 @@ impl DevConfTable {
             map: CowMap::new(),
             accept_local: CowMap::new(),
             force_forwarding: CowMap::new(),
+            queue_bytes: CowMap::new(),
             permissive: false,
         }
     }
@@ -148,6 +154,7 @@ impl DevConfTable {
     pub(crate) fn remove(&self, ifindex: i32) -> bool {
         self.accept_local.remove_where(|i, _| *i == ifindex);
         self.force_forwarding.remove_where(|i, _| *i == ifindex);
+        self.queue_bytes.remove_where(|(_, i), _| *i == ifindex);
         !self.map.remove_where(|(_, i), _| *i == ifindex).is_empty()
     }
 
@@ -159,6 +166,46 @@ impl DevConfTable {
     /// [`DevConfWriter::set_force_forwarding`](crate::DevConfWriter::set_force_forwarding). Writer only.
     pub(crate) fn set_force_forwarding(&self, ifindex: i32, on: bool) -> bool {
         set_flag(&self.force_forwarding, ifindex, on)
+    }
+
+    /// [`DevConfWriter::set_queue_bytes`](crate::DevConfWriter::set_queue_bytes). Writer only.
+    pub(crate) fn set_queue_bytes(&self, v6: bool, ifindex: i32, bytes: Option<u32>) -> bool {
+        let guard = crossbeam_epoch::pin();
+        if self.queue_bytes.get(&(v6, ifindex), &guard).copied() == bytes {
+            return false;
+        }
+        match bytes {
+            Some(b) => {
+                self.queue_bytes.upsert((v6, ifindex), b);
+            }
+            None => {
+                self.queue_bytes.remove_where(|k, _| *k == (v6, ifindex));
+            }
+        }
+        true
+    }
+
+    /// The bytes the kernel queues per unresolved neighbour (`unres_qlen_bytes`) of the ARP
+    /// (`v6` false) or ND table on `ifindex`, if the mirror has read it.
+    ///
+    /// ```
+    /// use neigh_table::DevConfWriter;
+    ///
+    /// let mut t = DevConfWriter::followed();
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(t.queue_bytes(3, false, &guard), None);
+    /// assert!(t.set_queue_bytes(false, 3, Some(65_536)));
+    /// assert!(!t.set_queue_bytes(false, 3, Some(65_536)), "unchanged");
+    /// assert_eq!(t.queue_bytes(3, false, &guard), Some(65_536));
+    /// assert_eq!(t.queue_bytes(3, true, &guard), None, "ND has its own");
+    /// ```
+    #[inline]
+    pub fn queue_bytes(&self, ifindex: u32, v6: bool, guard: &Guard) -> Option<u32> {
+        if self.queue_bytes.len() == 0 {
+            return None;
+        }
+        let i = i32::try_from(ifindex).ok()?;
+        self.queue_bytes.get(&(v6, i), guard).copied()
     }
 
     /// Whether an IPv4 packet arriving on `ifindex` may carry one of the host's own addresses

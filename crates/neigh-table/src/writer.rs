@@ -254,4 +254,12 @@ impl DevConfWriter {
     pub fn set_force_forwarding(&mut self, ifindex: i32, on: bool) -> bool {
         self.table.set_force_forwarding(ifindex, on)
     }
+
+    /// Sets (or forgets, `None`) the bytes the kernel queues per unresolved neighbour of the
+    /// ARP (`v6` false) or ND table on `ifindex` (`unres_qlen_bytes`); whether it changed.
+    /// Forgotten with the device ([`remove`](Self::remove)). See
+    /// [`DevConfTable::queue_bytes`](crate::DevConfTable::queue_bytes).
+    pub fn set_queue_bytes(&mut self, v6: bool, ifindex: i32, bytes: Option<u32>) -> bool {
+        self.table.set_queue_bytes(v6, ifindex, bytes)
+    }
 }

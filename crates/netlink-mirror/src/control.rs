@@ -114,6 +114,8 @@ pub(crate) struct Control {
     pub spdinfo_polled: Instant,
     /// When the multipath hash sysctls were last read.
     pub sysctls_polled: Instant,
+    /// Rebuilds worn FIB tables on a thread of their own.
+    pub compactor: crate::compact::Compactor,
 }
 
 /// How often the multipath hash sysctls are read (the kernel announces no sysctl change).
@@ -612,6 +614,12 @@ impl Control {
                 changed |= w.devconf.set_accept_local(ifindex, on);
                 let forced = crate::netns::force_forwarding(&link.name);
                 changed |= w.devconf.set_force_forwarding(ifindex, forced);
+                // The hold buffer's budget per unresolved neighbour (the kernel does not
+                // notify changes of neighbour table parameters).
+                for v6 in [false, true] {
+                    let bytes = crate::netns::unres_qlen_bytes(v6, &link.name);
+                    changed |= w.devconf.set_queue_bytes(v6, ifindex, bytes);
+                }
             }
         }
         if changed {
@@ -723,9 +731,32 @@ impl Control {
         }
         if caught_up && !self.applier.routes_need_redump {
             self.lagging(false);
+            self.compact_worn();
         }
         self.send_requests();
         Ok(())
+    }
+
+    /// Rebuilds in bulk the FIB tables that changes applied one route at a time have worn
+    /// ([`fib_trie::FibWriter::compact`]: at least as many prefixes changed as the table
+    /// holds routes, e.g. a mass delete and re-add after a link flap), once caught up with
+    /// the kernel. Without it such a table keeps the same routes in more memory than after
+    /// its bulk load at start, and the allocator keeps pieces of the old nodes resident
+    /// (`docs/forwarder.md`, "Memory after mass changes"); on a thread of its own (see
+    /// [`crate::compact`]). Lookups answer the same; the
+    /// generation is bumped all the same, so that nothing keeps an answer of the old
+    /// structures.
+    fn compact_worn(&mut self) {
+        let w = &mut self.applier.writers;
+        let rebuilt = self.compactor.compact(&mut w.fib4, &mut w.fib6);
+        if rebuilt > 0 {
+            self.applier
+                .counters
+                .compactions
+                .fetch_add(rebuilt as u64, Ordering::Relaxed);
+            self.applier.tables.generation.bump();
+            tracing::debug!(tables = rebuilt, "worn FIB tables rebuilt in bulk");
+        }
     }
 
     /// Reads and applies up to `limit` datagrams of route events, or until none is queued;

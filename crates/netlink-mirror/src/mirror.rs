@@ -158,6 +158,7 @@ impl Mirror {
                         },
                         spdinfo_polled: Instant::now(),
                         sysctls_polled: Instant::now(),
+                        compactor: crate::compact::Compactor::default(),
                     };
                     control.run();
                 })

@@ -89,6 +89,23 @@ pub(crate) fn force_forwarding(device: &str) -> bool {
             .is_ok_and(|s| s.trim() == "1")
 }
 
+/// `net.ipv{4,6}.neigh.{device}.unres_qlen_bytes` of the calling thread's namespace: the
+/// bytes the kernel queues per unresolved neighbour of the ARP (`v6` false) or ND table on
+/// that device; `None` when it cannot be read (no such device, no IPv6).
+pub(crate) fn unres_qlen_bytes(v6: bool, device: &str) -> Option<u32> {
+    if device.contains('/') {
+        return None;
+    }
+    let family = if v6 { "ipv6" } else { "ipv4" };
+    std::fs::read_to_string(format!(
+        "/proc/sys/net/{family}/neigh/{device}/unres_qlen_bytes"
+    ))
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
 /// The multipath hash policies (IPv4, IPv6) of the calling thread's namespace:
 /// `net.ipv{4,6}.fib_multipath_hash_policy` and `_fields`, and
 /// `net.ipv4.fib_multipath_hash_seed` (both families), and `net.ipv4.fib_multipath_use_neigh`

@@ -23,6 +23,9 @@ pub struct MirrorStats {
     /// Route re-dumps after a link went down or away (the kernel flushes IPv4 routes then
     /// without notifications).
     pub route_redumps: u64,
+    /// FIB tables rebuilt in bulk after changes made one route at a time wore them (a mass
+    /// delete and re-add, or a table's worth of churn; [`fib_trie::FibWriter::compact`]).
+    pub compactions: u64,
     /// Overruns seen (`ENOBUFS` from a receive).
     pub overruns: u64,
     /// Times the mirror knew it lagged the kernel (a synchronisation, a route re-dump or a
@@ -60,6 +63,7 @@ pub(crate) struct Counters {
     pub dump_restarts: AtomicU64,
     pub resyncs: AtomicU64,
     pub route_redumps: AtomicU64,
+    pub compactions: AtomicU64,
     pub overruns: AtomicU64,
     pub behind: AtomicU64,
     pub resolve_requested: AtomicU64,
@@ -105,6 +109,7 @@ impl Counters {
             dump_restarts: get(&self.dump_restarts),
             resyncs: get(&self.resyncs),
             route_redumps: get(&self.route_redumps),
+            compactions: get(&self.compactions),
             overruns: get(&self.overruns),
             behind: get(&self.behind),
             errors: self

@@ -331,14 +331,46 @@ fn datagram(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
 /// the allocations of the dump's own routes.
 #[test]
 #[ignore = "diagnosis, prints resident memory; not a check"]
+#[allow(unsafe_code)]
 fn memory_redump_cycles() {
     use crate::nl_nexthop::RtnlMessage;
     use crate::pending::PendingEvents;
-    fn rss_kib() -> u64 {
+    fn rss_kib() -> String {
         let s = std::fs::read_to_string("/proc/self/statm").unwrap();
         let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
-        pages * 4
+        // SAFETY: mallinfo2 takes nothing and reads glibc's counters.
+        let m = unsafe { libc::mallinfo2() };
+        format!(
+            "rss {} KiB (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
+            pages * 4,
+            m.arena / 1024,
+            m.uordblks / 1024,
+            m.fordblks / 1024,
+            m.hblkhd / 1024,
+            fib_trie::FastLpm::<u32>::arena_bytes_in_process() / 1024
+        )
     }
+    let trim = || {
+        // SAFETY: malloc_trim takes no pointers.
+        unsafe { libc::malloc_trim(0) };
+    };
+    if std::env::var("XFWD_MMAP_FIXED").is_ok() {
+        // SAFETY: mallopt takes two integers.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) };
+    }
+    let fast = |tables: &MirroredTables| {
+        let guard = crossbeam_epoch::pin();
+        tables.fib4.table(254, &guard).map(|t| {
+            let f = t.fast_stats();
+            let s = t.trie(&guard).stats(&guard);
+            format!(
+                "fast {} KiB, trie {} KiB ({} tnodes)",
+                f.structure_bytes / 1024,
+                s.bytes / 1024,
+                s.tnodes
+            )
+        })
+    };
     fn settle() {
         for _ in 0..2000 {
             crossbeam_epoch::pin().flush();
@@ -346,9 +378,6 @@ fn memory_redump_cycles() {
     }
     let (mut applier, tables, _) = applier();
     let rs = prefixes(100_000, 7);
-    resync(&mut applier, &rs);
-    settle();
-    eprintln!("loaded: {} KiB", rss_kib());
     let adds: Vec<Vec<u8>> = rs
         .iter()
         .map(|r| {
@@ -358,6 +387,10 @@ fn memory_redump_cycles() {
             )
         })
         .collect();
+    resync(&mut applier, &rs);
+    settle();
+    trim();
+    eprintln!("loaded: {}; {:?}", rss_kib(), fast(&tables));
     // XFWD_PENDING=decoded keeps the events decoded, as the control thread did before;
     // XFWD_PENDING=none queues none (the re-dump alone).
     let mode = std::env::var("XFWD_PENDING").unwrap_or_default();
@@ -373,11 +406,16 @@ fn memory_redump_cycles() {
         }
     );
     let mut pending = PendingEvents::default();
+    let mut compactor = crate::compact::Compactor::default();
     let mut kept: Vec<(u16, RtnlMessage)> = Vec::new();
-    for cycle in 0..6 {
+    let cycles: usize = std::env::var("XFWD_CYCLES").map_or(6, |c| c.parse().unwrap());
+    for cycle in 0..cycles {
         for r in &rs {
             applier.apply(del_route(r));
         }
+        settle();
+        trim();
+        eprintln!("cycle {cycle} emptied: {}; {:?}", rss_kib(), fast(&tables));
         // The re-dump begins with the FIB not empty (as in the soak, where other routes
         // remain), so that its routes are inserted one by one.
         applier.apply(new_route(&rs[0]));
@@ -411,13 +449,27 @@ fn memory_redump_cycles() {
         crate::control::apply_kept::<RtnlMessage>(&mut pending, &mut applier, |a, flags, msg| {
             crate::control::apply_route_event(a, &msg, flags);
         });
+        match std::env::var("XFWD_COMPACT").as_deref() {
+            Ok("here") => eprintln!("compacted {}", applier.writers.fib4.compact()),
+            Ok(_) => {
+                let w = &mut applier.writers;
+                eprintln!("compacted {}", compactor.compact(&mut w.fib4, &mut w.fib6));
+            }
+            Err(_) => {}
+        }
         settle();
+        trim();
         eprintln!(
-            "cycle {cycle}: queued {queued}; {} KiB; routes {}",
+            "cycle {cycle}: queued {queued}; {}; routes {}; {:?}",
             rss_kib(),
-            main_routes(&tables).len()
+            main_routes(&tables).len(),
+            fast(&tables)
         );
     }
+    drop((pending, applier, tables, compactor));
+    settle();
+    trim();
+    eprintln!("dropped: {}", rss_kib());
 }
 
 /// `RTM_NEWNEIGH` (or `DELNEIGH`) for `10.0.0.2` on `ifindex`, reachable at `mac`.

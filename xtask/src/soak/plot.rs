@@ -11,6 +11,7 @@ use super::Results;
 const SIZE: (u32, u32) = (960, 640);
 const RED: RGBColor = RGBColor(0xd6, 0x27, 0x28);
 const BLUE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
+const GREEN: RGBColor = RGBColor(0x2c, 0xa0, 0x2c);
 const SHADE: RGBColor = RGBColor(0xee, 0xee, 0xee);
 
 /// Two stacked charts into `path` (SVG): memory (MiB) above, loss (packets per interval)
@@ -46,7 +47,7 @@ pub fn plot(path: &Path, results: &Results) -> anyhow::Result<()> {
 
     let mut memory = ChartBuilder::on(&upper)
         .caption(
-            "xfwd resident memory (MiB); grey: fault windows",
+            "xfwd memory (MiB): resident (blue), live allocations (green); grey: fault windows",
             ("sans-serif", 20),
         )
         .margin(12)
@@ -76,6 +77,16 @@ pub fn plot(path: &Path, results: &Results) -> anyhow::Result<()> {
                     .filter(|i| i.instance == instance && i.rss_kib > 0)
                     .map(|i| (i.t, mib(i.rss_kib))),
                 BLUE.stroke_width(2),
+            ))
+            .map_err(|e| draw_error(&e))?;
+        memory
+            .draw_series(LineSeries::new(
+                results
+                    .intervals
+                    .iter()
+                    .filter(|i| i.instance == instance && i.live_kib() > 0)
+                    .map(|i| (i.t, mib(i.live_kib()))),
+                GREEN.stroke_width(1),
             ))
             .map_err(|e| draw_error(&e))?;
     }

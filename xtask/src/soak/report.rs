@@ -110,6 +110,7 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         verdict(results.mirror_equal)
     );
     let _ = writeln!(out, "![memory and loss over time](soak/memory-loss.svg)\n");
+    memory_table(&mut out, results);
     let _ = writeln!(out, "## Faults\n");
     let _ = writeln!(
         out,
@@ -184,4 +185,50 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         }
     }
     out
+}
+
+/// Where xfwd's memory was in the settled samples of the last instance after its warm-up:
+/// the first (the baseline) and the largest, and at the end (when xfwd reported it).
+fn memory_table(out: &mut String, results: &Results) {
+    let last = results
+        .intervals
+        .iter()
+        .map(|i| i.instance)
+        .max()
+        .unwrap_or(0);
+    let mine: Vec<&super::Interval> = results
+        .intervals
+        .iter()
+        .filter(|i| i.instance == last && !i.memory.is_empty())
+        .collect();
+    let (Some(first), Some(end)) = (
+        mine.iter().find(|i| i.rss_kib == results.rss_baseline_kib),
+        mine.last(),
+    ) else {
+        return;
+    };
+    let largest = mine
+        .iter()
+        .filter(|i| i.t >= first.t)
+        .max_by_key(|i| i.rss_kib)
+        .unwrap_or(first);
+    let _ = writeln!(
+        out,
+        "Where the memory was (MiB; the allocator's own counts, `xfwd stats`' `memory`):\n\n| sample | t (s) | resident | heap in use | heap free | mapped blocks | fast arenas | resident less live |\n|---|---|---|---|---|---|---|---|"
+    );
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    for (name, i) in [("baseline", first), ("largest", largest), ("end", end)] {
+        let _ = writeln!(
+            out,
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            i.t,
+            mib(i.rss_kib),
+            mib(i.memory_kib("heap_in_use")),
+            mib(i.memory_kib("heap_free")),
+            mib(i.memory_kib("heap_mapped")),
+            mib(i.memory_kib("fast_arenas")),
+            mib(i.rss_kib.saturating_sub(i.live_kib())),
+        );
+    }
+    let _ = writeln!(out);
 }

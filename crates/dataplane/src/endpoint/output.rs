@@ -341,7 +341,7 @@ impl Queue {
                 eth.set_dst_addr(mac);
                 Ok(Verdict::Transmit { ifindex: hop.oif })
             }
-            None => self.hold_local(frame, &hop, family, now),
+            None => self.hold_local(frame, &hop, family, now, tables, guard),
         }
     }
 
@@ -351,8 +351,13 @@ impl Queue {
         hop: &Hop,
         family: Family,
         now: u64,
+        tables: &Tables,
+        guard: &Guard,
     ) -> Result<Verdict, SendError> {
-        match self.hold.hold(frame, hop, family, now, &mut self.counters) {
+        match self
+            .hold
+            .hold(frame, hop, family, now, &mut self.counters, tables, guard)
+        {
             Ok(()) => Ok(Verdict::Held),
             Err(_) => Err(SendError::HoldFull),
         }
