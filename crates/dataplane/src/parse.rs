@@ -295,7 +295,9 @@ fn untagged<T: AsRef<[u8]>>(eth: &EthernetFrame<T>, family: Family, meta: &mut M
 /// checked once, the total length inside the frame and the checksum valid. Gives what
 /// [`parse_into`]'s general path would give such a frame; `None` for every other frame
 /// (tagged, IPv6, options, a bad length or checksum: the general path finds the verdict).
-#[inline]
+/// Always inlined: as a call, its saves and the result through memory cost about a fifth of
+/// the parse stage's instructions.
+#[inline(always)]
 fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> {
     let (l2, rest) = frame.split_first_chunk::<{ ethernet::HEADER_LEN }>()?;
     let l3 = rest.first_chunk::<{ ipv4::HEADER_LEN }>()?;
@@ -523,8 +525,8 @@ fn v6_scope(src: u128, dst: u128) -> Result<(), Verdict> {
 /// The common IPv6 frame in one step: untagged, UDP or TCP right after the fixed header (no
 /// extension header, not ICMPv6), the payload inside the frame, read through one fixed-size
 /// view whose bounds are checked once. Gives what [`parse_into`]'s general path would give
-/// such a frame; `None` for every other frame.
-#[inline]
+/// such a frame; `None` for every other frame. Always inlined, as [`parse_plain_v4`].
+#[inline(always)]
 fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> {
     let (l2, rest) = frame.split_first_chunk::<{ ethernet::HEADER_LEN }>()?;
     let l3 = rest.first_chunk::<{ ipv6::HEADER_LEN }>()?;

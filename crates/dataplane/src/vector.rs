@@ -20,7 +20,7 @@
 //! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
-//! 8. the rewrite of every plain transmit (TTL, MACs);
+//! 8. the rewrite of every plain transmit (TTL, MACs), in one pass with
 //! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
@@ -49,10 +49,9 @@ pub(crate) const VECTOR: usize = 64;
 pub(crate) enum Step {
     /// Decided.
     Done(Verdict),
-    /// Parsed and not an own source: the route cache is next.
+    /// Parsed and not an own source: the route cache may answer (the probe stage), else
+    /// (a route-cache miss with `token` set, or a bypass) the tables decide.
     #[default]
-    Probe,
-    /// A route-cache miss (`token` set) or bypass: the tables decide.
     Miss,
     /// The same key as the missed lane at this index, just before it: takes its answer.
     Same(usize),
@@ -70,8 +69,8 @@ pub(crate) enum Step {
 /// one flow costs one probe).
 #[derive(Clone, Copy, Debug)]
 enum RunAnswer {
-    /// A hit: the route is this lane's.
-    Routed(usize),
+    /// A hit: this route.
+    Routed(Route),
     /// A miss this lane (the run's first) will fill: the repeat takes its answer then.
     Same(usize),
     /// Bypassed: the repeat is probed itself.
@@ -176,14 +175,13 @@ impl Queue {
             self.stage_policy(b, frames, lanes);
         }
         self.stage_decide(b, frames, lanes, pool);
-        stage_rewrite(frames, lanes);
-        self.stage_count(frames, lanes);
+        self.stage_rewrite(frames, lanes);
     }
 
     /// Stage 1: Parse and validate, link-layer checks; then `fib_validate_source`: one of our
     /// own addresses as the source is a martian (the filter first, the address table only
     /// for addresses that may be local).
-    /// Lists the lanes that go on to the route (`Step::Probe`) in `routable`, in order, and
+    /// Lists the lanes that go on to the route (`Step::Miss`) in `routable`, in order, and
     /// returns how many.
     #[inline(never)]
     fn stage_parse(
@@ -194,23 +192,28 @@ impl Queue {
         routable: &mut [u8; VECTOR],
     ) -> usize {
         let mut n = 0;
+        // Each outcome writes its own step (one assignment of a merged value costs the whole
+        // 16-byte step through the stack on every frame).
         for (i, (frame, lane)) in frames.iter().zip(lanes.iter_mut()).enumerate() {
-            lane.step = match self.admit_into(b, frame, &mut lane.meta) {
-                Ok(()) => {
-                    let m = &lane.meta;
-                    let own = m.family == Family::V4
-                        && self.locals.may_be_local(Family::V4, m.src)
-                        && route::is_local_dst(b.tables, b.guard, Family::V4, m.src);
-                    if own {
-                        Step::Done(route::own_source(b.tables, b.guard, frame.ifindex))
-                    } else {
-                        routable[n] = i as u8;
-                        n += 1;
-                        Step::Probe
-                    }
-                }
-                Err(verdict) => Step::Done(verdict),
-            };
+            if let Err(verdict) = self.admit_into(b, frame, &mut lane.meta) {
+                lane.step = Step::Done(verdict);
+                continue;
+            }
+            let m = &lane.meta;
+            let own = m.family == Family::V4
+                && self.locals.may_be_local(Family::V4, m.src)
+                && route::is_local_dst(b.tables, b.guard, Family::V4, m.src);
+            if own {
+                lane.step = Step::Done(route::own_source(b.tables, b.guard, frame.ifindex));
+                continue;
+            }
+            if let Some(slot) = routable.get_mut(n) {
+                *slot = i as u8;
+            }
+            n += 1;
+            // The probe stage sets a token where the cache misses.
+            lane.token = None;
+            lane.step = Step::Miss;
         }
         n
     }
@@ -230,12 +233,8 @@ impl Queue {
         routable: &[u8],
         fill: &mut [u8; VECTOR],
     ) -> usize {
-        // Every routable lane goes to the tables unless the cache answers it below.
-        for &i in routable {
-            let lane = &mut lanes[usize::from(i)];
-            lane.token = None;
-            lane.step = Step::Miss;
-        }
+        // Every routable lane (`Step::Miss`, no token) goes to the tables unless the cache
+        // answers it below.
         let Some(cache) = &mut self.cache else {
             return 0;
         };
@@ -244,6 +243,9 @@ impl Queue {
         let mut fills = 0;
         // The key of the last admitted lane, and how a repeat of it is answered.
         let mut run: Option<(FlowKey, RunAnswer)> = None;
+        // The run's repeats answered since the cache last heard of it: told to the cache at
+        // once, before its next probe (so that it sees them in the same order).
+        let mut repeats = 0u32;
         while admitted != 0 {
             let i = usize::from(routable[admitted.trailing_zeros() as usize]);
             admitted &= admitted - 1;
@@ -251,9 +253,9 @@ impl Queue {
             if let Some((k, answer)) = &run {
                 if *k == key {
                     match *answer {
-                        RunAnswer::Routed(from) => {
-                            cache.repeat_hit();
-                            lanes[i].route = lanes[from].route;
+                        RunAnswer::Routed(route) => {
+                            repeats += 1;
+                            lanes[i].route = route;
                             lanes[i].step = Step::Routed;
                             continue;
                         }
@@ -267,12 +269,16 @@ impl Queue {
                     }
                 }
             }
+            if repeats > 0 {
+                cache.repeat_hits(repeats);
+                repeats = 0;
+            }
             let lane = &mut lanes[i];
             let answer = match cache.probe(&key, b.snapshot, b.now) {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
-                    RunAnswer::Routed(i)
+                    RunAnswer::Routed(route)
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
@@ -283,6 +289,9 @@ impl Queue {
                 Lookup::Bypass => RunAnswer::Probe,
             };
             run = Some((key, answer));
+        }
+        if repeats > 0 {
+            cache.repeat_hits(repeats);
         }
         fills
     }
@@ -376,18 +385,20 @@ impl Queue {
                 lane.step = Step::Done(Verdict::Punt(PuntReason::MirrorBehind));
                 continue;
             }
-            lane.step = match &lane.route {
-                // The common case, decided inline: every check of `forward_checks` passes and
-                // the neighbour is known.
-                Route::Forward(hop)
-                    if meta.ttl > 1
-                        && !b.out_policies
-                        && meta.ip_len <= hop.mtu as usize
-                        && hop.dst_mac.is_some()
-                        && !meta.src_is_v6_link_local() =>
+            // The common case, decided inline: every check of `forward_checks` passes and the
+            // neighbour is known (its own assignment: only the step's tag is written).
+            if let Route::Forward(hop) = &lane.route {
+                if meta.ttl > 1
+                    && !b.out_policies
+                    && meta.ip_len <= hop.mtu as usize
+                    && hop.dst_mac.is_some()
+                    && !meta.src_is_v6_link_local()
                 {
-                    Step::Rewrite
+                    lane.step = Step::Rewrite;
+                    continue;
                 }
+            }
+            lane.step = match &lane.route {
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
                     Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
                     Ok(too_big) => {
@@ -401,13 +412,21 @@ impl Queue {
         }
     }
 
-    /// Stage 9: Verdicts and counters (the plain transmits counted at once).
+    /// Stages 8 and 9 in one pass: the rewrite of every plain transmit (TTL / hop limit,
+    /// MACs), then every frame's verdict and counters (the plain transmits counted at once,
+    /// per vector).
     #[inline(never)]
-    fn stage_count(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
+    fn stage_rewrite(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
         let mut transmits = 0;
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
-            let verdict = match lane.step {
-                Step::Done(verdict) => verdict,
+            let verdict = match (lane.step, &lane.route) {
+                (Step::Rewrite, Route::Forward(hop)) => {
+                    rewrite(frame, &lane.meta, hop);
+                    frame.verdict = Verdict::Transmit { ifindex: hop.oif };
+                    transmits += 1;
+                    continue;
+                }
+                (Step::Done(verdict), _) => verdict,
                 // Every stage above moves each lane on; none is left behind.
                 _ => Verdict::Pending,
             };
@@ -546,15 +565,4 @@ fn take_fib_answer<K: FamilyKey>(
         K::widen,
     );
     lane.take_fib_answer(answer);
-}
-
-/// Stage 8: Rewrite the plain transmits (TTL / hop limit, MACs).
-#[inline(never)]
-fn stage_rewrite(frames: &mut [Frame<'_>], lanes: &mut [Lane]) {
-    for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
-        if let (Step::Rewrite, Route::Forward(hop)) = (lane.step, &lane.route) {
-            rewrite(frame, &lane.meta, hop);
-            lane.step = Step::Done(Verdict::Transmit { ifindex: hop.oif });
-        }
-    }
 }

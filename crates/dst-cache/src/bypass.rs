@@ -129,6 +129,20 @@ impl Bypass {
         self.skipped = 0;
     }
 
+    /// What `n` calls of `if !self.is_off() { self.record(true) }` do, with one step per
+    /// window instead of one per hit.
+    #[inline]
+    pub(crate) fn record_hits(&mut self, mut n: u32) {
+        while n > 0 && !self.is_off() {
+            // While on, `seen` stays below the window (it is reset when it reaches it).
+            let take = n.min(self.config.window.saturating_sub(self.seen)).max(1);
+            self.seen += take - 1;
+            self.hits += take - 1;
+            self.record(true);
+            n -= take;
+        }
+    }
+
     /// Whether the cache is bypassed now.
     pub(crate) fn is_off(&self) -> bool {
         self.mode == Mode::Off
@@ -156,6 +170,45 @@ mod tests {
 
     /// `admit_many` gives the answers and leaves the state `admit` one at a time would, for
     /// every run length, whichever the block position.
+    /// `record_hits(n)` is `n` recorded hits while on, through window ends and the switch to
+    /// off (after which hits are not recorded).
+    #[test]
+    fn record_hits_equals_hits_one_at_a_time() {
+        for window in [1, 2, 5, 64] {
+            for enter_below_permille in [0, 500, 1000] {
+                let config = BypassConfig {
+                    window,
+                    enter_below_permille,
+                    ..small()
+                };
+                let (mut one, mut many) = (Bypass::new(config), Bypass::new(config));
+                for (i, n) in [0u32, 1, 3, 7, 64, 2, 130, 1]
+                    .into_iter()
+                    .cycle()
+                    .take(60)
+                    .enumerate()
+                {
+                    // A miss now and then, so that the mode may switch off.
+                    if i % 3 == 0 && !one.is_off() {
+                        one.record(false);
+                        many.record(false);
+                    }
+                    for _ in 0..n {
+                        if !one.is_off() {
+                            one.record(true);
+                        }
+                    }
+                    many.record_hits(n);
+                    assert_eq!(
+                        (many.mode, many.seen, many.hits, many.skipped),
+                        (one.mode, one.seen, one.hits, one.skipped),
+                        "window {window}, n {n}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn admit_many_equals_admit_one_at_a_time() {
         for probe_every in [1, 3, 4, 64, 100] {

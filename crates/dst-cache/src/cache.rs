@@ -370,6 +370,28 @@ impl<V> DstCache<V> {
         }
     }
 
+    /// `n` calls of [`repeat_hit`](Self::repeat_hit) at once (a run of frames of one flow,
+    /// counted once per run instead of once per frame).
+    ///
+    /// ```
+    /// use dst_cache::{Config, Decision, DstCache};
+    /// let mut one = DstCache::<Decision>::new(Config::default())?;
+    /// let mut many = DstCache::<Decision>::new(Config::default())?;
+    /// for _ in 0..5 {
+    ///     one.repeat_hit();
+    /// }
+    /// many.repeat_hits(5);
+    /// assert_eq!(one.counters(), many.counters());
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn repeat_hits(&mut self, n: u32) {
+        self.counters.hits += u64::from(n);
+        if let Some(bypass) = &mut self.bypass {
+            bypass.record_hits(n);
+        }
+    }
+
     /// Whether the adaptive bypass currently keeps the cache out of use.
     pub fn is_bypassing(&self) -> bool {
         self.bypass.as_ref().is_some_and(Bypass::is_off)

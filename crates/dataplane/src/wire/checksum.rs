@@ -32,7 +32,7 @@ pub fn fold(mut acc: u64) -> u16 {
 /// Whether an IPv4 header without options (its checksum field included) sums to all ones,
 /// as a valid header does. Summed in the machine's byte order: the ones' complement sum is
 /// independent of byte order (RFC 1071 section 2(B)), and all ones is the same in either, so
-/// no byte is swapped; the sum is folded in fixed steps.
+/// no byte is swapped; the sum is checked by its remainder modulo 0xffff.
 ///
 /// ```
 /// use dataplane::wire::checksum::{checksum, header_valid};
@@ -48,13 +48,10 @@ pub fn header_valid(header: &[u8; 20]) -> bool {
     for w in header.as_chunks::<4>().0 {
         acc += u64::from(u32::from_ne_bytes(*w));
     }
-    // Below 2^35: to 32 bits plus a carry, then to 16 bits in three steps (each keeps the
-    // value modulo 0xffff; the last leaves at most 0xffff).
-    let acc = (acc & 0xffff_ffff) + (acc >> 32);
-    let acc = (acc & 0xffff) + (acc >> 16);
-    let acc = (acc & 0xffff) + (acc >> 16);
-    let acc = (acc & 0xffff) + (acc >> 16);
-    acc == 0xffff
+    // Folding keeps the value modulo 0xffff and leaves a non-zero sum in 1..=0xffff, so the
+    // sum folds to all ones exactly when it is a non-zero multiple of 0xffff: one remainder
+    // by a constant (a multiplication) instead of four folding steps.
+    acc != 0 && acc % 0xffff == 0
 }
 
 /// The Internet checksum of `data` (the complement of the folded sum).
