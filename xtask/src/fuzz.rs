@@ -121,22 +121,42 @@ pub fn available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn ensure_cargo_fuzz() -> anyhow::Result<()> {
-    let have = Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        exec(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
-            .context("fuzz: installing cargo-fuzz")?;
+/// The target directory every fuzz crate builds into: shared, so that the crates the two
+/// fuzz workspaces have in common (the tables, libfuzzer-sys) are built once.
+fn target_dir() -> PathBuf {
+    root().join("target/fuzz")
+}
+
+/// The fuzz crates, each once, in [`TARGETS`]' order.
+pub fn crates() -> Vec<&'static str> {
+    let mut out: Vec<&str> = Vec::new();
+    for (krate, _) in TARGETS {
+        if !out.contains(&krate) {
+            out.push(krate);
+        }
     }
-    Ok(())
+    out
+}
+
+/// Builds every target of one fuzz crate in one cargo invocation (optimised, with
+/// AddressSanitizer: `cargo fuzz build -O`), into the shared [`target_dir`].
+///
+/// # Errors
+/// When the build fails.
+pub fn build(krate: &str) -> anyhow::Result<()> {
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(root().join(krate))
+        .args(["+nightly", "fuzz", "build", "-O", "--target-dir"])
+        .arg(target_dir());
+    exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
 }
 
 /// Runs one target until `limit` and reads its final statistics.
 ///
 /// # Errors
 /// When the target cannot be built or run; a crash is an [`Outcome`] with `crashed`.
+/// Expects the target built ([`build`]); `cargo fuzz run` only checks that it is up to date.
 pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Outcome> {
     let dir = root().join(krate);
     let corpus = root().join("target/fuzz-corpus").join(target);
@@ -145,18 +165,13 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args(["+nightly", "fuzz", "run", "-O", target])
+        .args(["+nightly", "fuzz", "run", "-O", "--target-dir"])
+        .arg(target_dir())
+        .arg(target)
         .arg(&corpus);
     if seeds.is_dir() {
         command.arg(&seeds);
     }
-    // Built first, so that the run's time is the fuzzing's alone.
-    exec(
-        Command::new("cargo")
-            .current_dir(&dir)
-            .args(["+nightly", "fuzz", "build", "-O", target]),
-    )
-    .with_context(|| format!("fuzz: building {target}"))?;
     let stop = match limit {
         Limit::Seconds(s) => format!("-max_total_time={s}"),
         Limit::Runs(n) => format!("-runs={n}"),
@@ -273,7 +288,13 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         None => TARGETS.to_vec(),
     };
-    ensure_cargo_fuzz()?;
+    crate::setup::fuzz_tools()?;
+    // Built first, each crate once, so that a run's time is the fuzzing's alone.
+    for krate in crates() {
+        if chosen.iter().any(|(k, _)| *k == krate) {
+            build(krate)?;
+        }
+    }
     let limit = match options.runs {
         Some(n) => Limit::Runs(n),
         None => Limit::Seconds(options.seconds),
