@@ -2,9 +2,10 @@
 //! CPU changes, lookups) against `udp_socktab::reference`, through the differential model of
 //! the crate's proptest (`crates/udp-socktab/tests/world/mod.rs`, included here): after every
 //! call the writer and the reference agree on its result and on every socket's state and
-//! group, lookups agree on the receiving socket, and at the end of one input in four (by its
+//! group, lookups agree on the receiving socket, and at the end of one input in sixteen (by its
 //! first byte) every lookup the pools can form agrees (2,322 lookups, each a scan of the
-//! reference: done after every input, they held the target at 41 executions per second).
+//! reference: done after every input, they held the target at 41 executions per second; in
+//! one input of four, they still took 41% of its time, perf 2026-11-28).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -80,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
             break;
         }
     }
-    if seed[0] & 3 == 0 {
+    if seed[0] & 15 == 0 {
         if let Err(e) = world.sweep() {
             panic!("sweep: {e}");
         }

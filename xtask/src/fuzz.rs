@@ -1,9 +1,10 @@
-//! `cargo xtask fuzz [TARGET] [--seconds N | --runs N] [--markdown]`: runs cargo-fuzz targets
+//! `cargo xtask fuzz [TARGET] [--seconds N] [--runs N] [--markdown]`: runs cargo-fuzz targets
 //! with nightly, installing cargo-fuzz first if it is missing, and prints for each how much
 //! ran: executions, executions per second, coverage (libFuzzer's `cov` and `ft`), corpus size,
 //! and whether it found a crash; `--markdown` prints the same as the table of
 //! `docs/fuzzing.md`. `--runs N` stops each target after N executions (the campaign:
-//! `cargo xtask fuzz --runs 10000000 --markdown`).
+//! `cargo xtask fuzz --runs 10000000 --markdown`); with `--seconds` as well, a target also
+//! stops at that time, whichever comes first.
 //!
 //! Targets live in two crates outside the workspace: `crates/dataplane/fuzz` (the parsers and
 //! the pipeline) and `fuzz/` (table operations against their references, netlink messages
@@ -50,8 +51,11 @@ pub const EPOCH_TARGETS: [&str; 5] = [
 
 /// Default run time per target.
 const DEFAULT_SECONDS: u64 = 60;
-/// Run time per target of the smoke run inside `cargo xtask test`.
-pub const SMOKE_SECONDS: u64 = 20;
+/// Run time per target of the smoke run inside `cargo xtask test`: the committed seeds
+/// replayed, then fuzzing for the rest. 10 s rather than the 20: eleven targets, so
+/// 2 minutes of CI's budget instead of 4 (the smoke catches a regression on the corpus; the
+/// campaigns do the searching).
+pub const SMOKE_SECONDS: u64 = 10;
 
 /// Options of `cargo xtask fuzz`.
 #[derive(Debug, clap::Args)]
@@ -59,10 +63,11 @@ pub struct Options {
     /// The target (pipeline, ethernet, ipv4, ipv6, l4, fib_ops, policy_ops, addr_ops,
     /// netlink, socktab_ops, config); every target in turn when omitted.
     target: Option<String>,
-    /// How long to fuzz each target, in seconds.
-    #[arg(long, default_value_t = DEFAULT_SECONDS, conflicts_with = "runs")]
-    seconds: u64,
-    /// Stop each target after this many executions instead (no time limit).
+    /// How long to fuzz each target, in seconds (60 without `--runs`; with it, a time cap).
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Stop each target after this many executions instead (no time limit unless
+    /// `--seconds` is given too).
     #[arg(long)]
     runs: Option<u64>,
     /// Print the outcome as the Markdown table of `docs/fuzzing.md`.
@@ -77,6 +82,32 @@ pub enum Limit {
     Seconds(u64),
     /// After this many executions.
     Runs(u64),
+    /// After this many executions or seconds, whichever comes first.
+    RunsWithin(u64, u64),
+}
+
+/// libFuzzer flags of one target beyond the run's limit.
+///
+/// - `-detect_leaks=0` for [`EPOCH_TARGETS`];
+/// - `-max_len` where a longer input only repeats more of the same operations: libFuzzer's
+///   default (the largest seed, at least 4,096 bytes) let inputs of hundreds of operations,
+///   each on a fresh table, dominate the campaign's time; the limits keep every operation
+///   kind and the table sizes the targets' doc comments name reachable.
+pub fn target_flags(target: &str) -> Vec<&'static str> {
+    let mut flags = Vec::new();
+    if EPOCH_TARGETS.contains(&target) {
+        flags.push("-detect_leaks=0");
+    }
+    flags.extend(match target {
+        // 5 or 6 bytes per operation: about a hundred, over a few nested /16s.
+        "fib_ops" => ["-max_len=512"].as_slice(),
+        // 8 bytes per operation: 64 adds and deletes with their lookups.
+        "policy_ops" => &["-max_len=512"],
+        // The target stops at 200 operations of 8 bytes after its 8-byte seed.
+        "socktab_ops" => &["-max_len=1608"],
+        _ => &[],
+    });
+    flags
 }
 
 /// What one run did, from libFuzzer's final statistics.
@@ -121,22 +152,42 @@ pub fn available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn ensure_cargo_fuzz() -> anyhow::Result<()> {
-    let have = Command::new("cargo")
-        .args(["fuzz", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !have {
-        exec(Command::new("cargo").args(["install", "cargo-fuzz", "--locked"]))
-            .context("fuzz: installing cargo-fuzz")?;
+/// The target directory every fuzz crate builds into: shared, so that the crates the two
+/// fuzz workspaces have in common (the tables, libfuzzer-sys) are built once.
+fn target_dir() -> PathBuf {
+    root().join("target/fuzz")
+}
+
+/// The fuzz crates, each once, in [`TARGETS`]' order.
+pub fn crates() -> Vec<&'static str> {
+    let mut out: Vec<&str> = Vec::new();
+    for (krate, _) in TARGETS {
+        if !out.contains(&krate) {
+            out.push(krate);
+        }
     }
-    Ok(())
+    out
+}
+
+/// Builds every target of one fuzz crate in one cargo invocation (optimised, with
+/// AddressSanitizer: `cargo fuzz build -O`), into the shared [`target_dir`].
+///
+/// # Errors
+/// When the build fails.
+pub fn build(krate: &str) -> anyhow::Result<()> {
+    let mut command = Command::new("cargo");
+    command
+        .current_dir(root().join(krate))
+        .args(["+nightly", "fuzz", "build", "-O", "--target-dir"])
+        .arg(target_dir());
+    exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
 }
 
 /// Runs one target until `limit` and reads its final statistics.
 ///
 /// # Errors
 /// When the target cannot be built or run; a crash is an [`Outcome`] with `crashed`.
+/// Expects the target built ([`build`]); `cargo fuzz run` only checks that it is up to date.
 pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Outcome> {
     let dir = root().join(krate);
     let corpus = root().join("target/fuzz-corpus").join(target);
@@ -145,26 +196,20 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args(["+nightly", "fuzz", "run", "-O", target])
+        .args(["+nightly", "fuzz", "run", "-O", "--target-dir"])
+        .arg(target_dir())
+        .arg(target)
         .arg(&corpus);
     if seeds.is_dir() {
         command.arg(&seeds);
     }
-    // Built first, so that the run's time is the fuzzing's alone.
-    exec(
-        Command::new("cargo")
-            .current_dir(&dir)
-            .args(["+nightly", "fuzz", "build", "-O", target]),
-    )
-    .with_context(|| format!("fuzz: building {target}"))?;
     let stop = match limit {
-        Limit::Seconds(s) => format!("-max_total_time={s}"),
-        Limit::Runs(n) => format!("-runs={n}"),
+        Limit::Seconds(s) => vec![format!("-max_total_time={s}")],
+        Limit::Runs(n) => vec![format!("-runs={n}")],
+        Limit::RunsWithin(n, s) => vec![format!("-runs={n}"), format!("-max_total_time={s}")],
     };
-    command.args(["--", &stop, "-print_final_stats=1"]);
-    if EPOCH_TARGETS.contains(&target) {
-        command.arg("-detect_leaks=0");
-    }
+    command.arg("--").args(&stop).arg("-print_final_stats=1");
+    command.args(target_flags(target));
     eprintln!("fuzz: {target} ({limit:?})");
     let started = std::time::Instant::now();
     let output = command
@@ -273,10 +318,17 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         None => TARGETS.to_vec(),
     };
-    ensure_cargo_fuzz()?;
-    let limit = match options.runs {
-        Some(n) => Limit::Runs(n),
-        None => Limit::Seconds(options.seconds),
+    crate::setup::fuzz_tools()?;
+    // Built first, each crate once, so that a run's time is the fuzzing's alone.
+    for krate in crates() {
+        if chosen.iter().any(|(k, _)| *k == krate) {
+            build(krate)?;
+        }
+    }
+    let limit = match (options.runs, options.seconds) {
+        (Some(n), Some(s)) => Limit::RunsWithin(n, s),
+        (Some(n), None) => Limit::Runs(n),
+        (None, s) => Limit::Seconds(s.unwrap_or(DEFAULT_SECONDS)),
     };
     let mut outcomes = Vec::new();
     for (krate, target) in chosen {

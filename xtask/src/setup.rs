@@ -1,4 +1,6 @@
-//! `cargo xtask setup`: the system dependencies of the build and the tests.
+//! `cargo xtask setup`: the system dependencies of the build and the tests, and the tools the
+//! fuzz smoke of `cargo xtask test` needs (a nightly toolchain and cargo-fuzz, see
+//! [`fuzz_tools`]).
 
 use std::process::Command;
 
@@ -38,6 +40,13 @@ pub const PACKAGES: &[&str] = &[
     "zlib1g-dev",
 ];
 
+/// The toolchain the fuzz targets build with (cargo-fuzz needs nightly's sanitizer flags);
+/// `cargo xtask miri` uses the same one.
+pub const NIGHTLY: &str = "nightly";
+/// cargo-fuzz, at a pinned version: `cargo xtask test` builds and runs every fuzz target with
+/// it.
+pub const CARGO_FUZZ_VERSION: &str = "0.13.1";
+
 /// Where bpffs must be mounted (libxdp pins its dispatcher programs there).
 pub const BPFFS: &str = "/sys/fs/bpf";
 
@@ -54,6 +63,8 @@ pub fn run(_options: &Options) -> anyhow::Result<()> {
     if let Err(e) = crate::msrv::declared(&root).and_then(|v| crate::msrv::install(&v)) {
         eprintln!("setup: warning: {e:#}");
     }
+    // Not root's to do: rustup and cargo install into the user's own directories.
+    fuzz_tools()?;
     let missing = missing_packages()?;
     let bpffs = bpffs_mounted()?;
     if missing.is_empty() && bpffs {
@@ -103,6 +114,57 @@ pub fn run(_options: &Options) -> anyhow::Result<()> {
             .context("setup: mounting bpffs")?;
     }
     Ok(())
+}
+
+/// Installs what the fuzz smoke needs when it is missing: [`NIGHTLY`] with rustup's minimal
+/// profile (rustc, cargo and the standard library, whose sanitizer runtimes cargo-fuzz links),
+/// and cargo-fuzz [`CARGO_FUZZ_VERSION`] built with its own lock file (`--locked`). On a
+/// fresh machine this takes about two minutes (the toolchain's download, and cargo-fuzz's
+/// build, 40 s of CPU).
+pub fn fuzz_tools() -> anyhow::Result<()> {
+    let nightly = Command::new("rustc")
+        .arg(format!("+{NIGHTLY}"))
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !nightly {
+        eprintln!("setup: installing the {NIGHTLY} toolchain (minimal profile)");
+        exec(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            NIGHTLY,
+            "--profile",
+            "minimal",
+        ]))
+        .context("setup: installing the nightly toolchain")?;
+    }
+    let have = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    if !have
+        .as_deref()
+        .is_some_and(|v| is_cargo_fuzz_version(v, CARGO_FUZZ_VERSION))
+    {
+        eprintln!("setup: installing cargo-fuzz {CARGO_FUZZ_VERSION}");
+        exec(Command::new("cargo").args([
+            "install",
+            "cargo-fuzz",
+            "--version",
+            &format!("={CARGO_FUZZ_VERSION}"),
+            "--locked",
+            "--force",
+        ]))
+        .context("setup: installing cargo-fuzz")?;
+    }
+    Ok(())
+}
+
+/// Whether `cargo fuzz --version`'s output (`cargo-fuzz 0.13.1`) names `version`.
+fn is_cargo_fuzz_version(output: &str, version: &str) -> bool {
+    output.split_whitespace().nth(1) == Some(version)
 }
 
 /// The packages of [`PACKAGES`] that dpkg does not list as installed.
@@ -161,6 +223,14 @@ mod tests {
         let wanted = ["clang", "m4", "libelf-dev", "libpcap-dev"];
         assert_eq!(not_installed(&wanted, listing), ["m4", "libpcap-dev"]);
         assert_eq!(not_installed(&wanted, ""), wanted);
+    }
+
+    #[test]
+    fn reads_cargo_fuzz_version() {
+        assert!(is_cargo_fuzz_version("cargo-fuzz 0.13.1\n", "0.13.1"));
+        assert!(!is_cargo_fuzz_version("cargo-fuzz 0.12.0\n", "0.13.1"));
+        assert!(!is_cargo_fuzz_version("cargo-fuzz 0.13.10\n", "0.13.1"));
+        assert!(!is_cargo_fuzz_version("", "0.13.1"));
     }
 
     #[test]

@@ -150,8 +150,15 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
     }
     // A short run of every fuzz target from its seeds, so that a regression on the corpus
-    // fails here; needs nightly and cargo-fuzz (`cargo xtask fuzz` installs the latter).
+    // fails here: setup installed nightly and cargo-fuzz; each fuzz crate is built once (all
+    // its targets, in the shared target directory), then each target replays its seeds and
+    // fuzzes for the rest of its time.
     if crate::fuzz::available() {
+        for krate in crate::fuzz::crates() {
+            step(format!("fuzz build {krate}"), &mut || {
+                crate::fuzz::build(krate)
+            });
+        }
         for (krate, target) in crate::fuzz::TARGETS {
             step(
                 format!("fuzz {target} ({} s)", crate::fuzz::SMOKE_SECONDS),
@@ -170,9 +177,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             );
         }
     } else {
-        eprintln!(
-            "fuzz smoke skipped: needs nightly and cargo-fuzz (`cargo xtask fuzz` installs it)"
-        );
+        step("fuzz smoke".into(), &mut || {
+            bail!("fuzz: nightly or cargo-fuzz missing after setup")
+        });
     }
     // The unsafe code of the table crates under Miri (`cargo xtask miri`).
     if crate::miri::available() {
