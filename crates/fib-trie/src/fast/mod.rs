@@ -267,11 +267,19 @@ impl<K: TrieKey> Root<K> {
             // SAFETY: as above, one level down: `slot` is at depth 32 if it is a first
             // direct node's slot, else it is the first-level slot again (no direct node).
             let (p, _, second) = unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
-            let used = self.bits
-                + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
-                + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0);
-            let index = ((top << used) >> (64 - STRIDE)) as u32;
-            return self.node_or_answer(key, p, index, || key.shl_lt64(used));
+            // The key's bits from the node's depth on, at the top: past the first level,
+            // then past each direct node taken (a constant shift, picked).
+            let rest = top << self.bits;
+            let rest = std::hint::select_unpredictable(first, rest << FIRST_DIRECT_BITS, rest);
+            let rest = std::hint::select_unpredictable(second, rest << SECOND_DIRECT_BITS, rest);
+            let index = (rest >> (64 - STRIDE)) as u32;
+            // The depth, for the lookups that go further (a child, a skip node) only.
+            let used = move || {
+                self.bits
+                    + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
+                    + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0)
+            };
+            return self.node_or_answer(key, p, index, || key.shl_lt64(used()));
         }
         // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).

@@ -823,6 +823,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a wide root's 2^18 slots take minutes; Miri checks `direct_select` below"
+    )]
     fn ipv6_lookups_read_direct_slots_without_branching() {
         use super::super::{FIRST_DIRECT_BITS, Root, SECOND_DIRECT_BITS, direct_select, wide_bits};
         // A wide IPv6 root whose slot 0x2001 holds a first direct node (14 bits, /18 to
@@ -863,6 +867,39 @@ mod tests {
         assert_eq!((raw_answer(p), at, direct), (7, slot, false));
         // Dropping the root frees the direct nodes and the node (Miri checks it).
         drop(root);
+    }
+
+    #[test]
+    fn direct_select_reads_fixed_width_slots() {
+        use super::super::{FIRST_DIRECT_BITS, SECOND_DIRECT_BITS, direct_select};
+        // The lookup's two direct steps on their own (a wide root is too large for Miri): a
+        // slot holding a first direct node (14 bits), whose slot 3 holds a second (12 bits).
+        let mut second = vec![Entry::Leaf(4); 1 << SECOND_DIRECT_BITS];
+        second[0xabc] = Entry::Leaf(1);
+        let second = new_direct(&mut Place::Heap, SECOND_DIRECT_BITS, &second);
+        let mut first = vec![Entry::Leaf(9); 1 << FIRST_DIRECT_BITS];
+        first[3] = Entry::Direct(second, SECOND_DIRECT_BITS);
+        let first = new_direct(&mut Place::Heap, FIRST_DIRECT_BITS, &first);
+        let entry = Entry::Direct(first, FIRST_DIRECT_BITS);
+        let slot = Slot::new(entry.encode());
+        // The key's top 64 bits: 18 (any), 14 (first), 12 (second), the rest.
+        let top = |first: u64, second: u64| (0x2001 << 46) | (first << 32) | (second << 20) | 77;
+        let walk = |top: u64| {
+            let at: *const Slot = &slot;
+            // SAFETY: `slot` and the direct nodes are owned here and live; the widths are the
+            // ones `direct_bits` gives at depths 18 and 32.
+            unsafe {
+                let (p, at, one) = direct_select::<32, FIRST_DIRECT_BITS>(entry.encode(), at, top);
+                let (p, _, two) = direct_select::<44, SECOND_DIRECT_BITS>(p, at, top);
+                (raw_answer(p), one, two)
+            }
+        };
+        assert_eq!(walk(top(3, 0xabc)), (1, true, true));
+        assert_eq!(walk(top(3, 0xfff)), (4, true, true));
+        assert_eq!(walk(top(0x3fff, 0xabc)), (9, true, false));
+        assert_eq!(walk(top(0, 0)), (9, true, false));
+        // SAFETY: the nodes are owned here, and freed once.
+        unsafe { free_entry(entry, &Arena::default()) };
     }
 
     #[test]
