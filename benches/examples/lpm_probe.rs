@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpmWriter, Fib, FibWriter, Flow, LcTrie, NextHop, Route, TrieKey, TrieWriter};
+use fib_trie::{FastLpmWriter, FibWriter, Flow, NextHop, Route, TrieKey, TrieWriter};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use xfwd_benches::data::routes;
@@ -95,9 +95,9 @@ fn run<K: TrieKey + Send + Sync>(
         .unwrap();
     let mut fast = FastLpmWriter::new();
     if std::env::var("FIBLIKE").is_ok() {
-        fast.rebuild(&mut &trie2);
+        fast.rebuild(&mut &*trie2);
     } else {
-        fast.rebuild(&mut &trie);
+        fast.rebuild(&mut &*trie);
     }
 
     let mut fib = FibWriter::new();
@@ -238,13 +238,13 @@ fn update() {
     fib.insert_many(&routes).unwrap();
     let n = env_usize("KEYS", 100_000);
     let t = Instant::now();
-    changes(&fib, &fresh, n);
+    changes(&mut fib, &fresh, n);
     let per = t.elapsed().as_secs_f64() * 1e9 / (2 * n) as f64;
     println!("v4 update: {per:.0} ns per change (insert or delete of a /24)");
 }
 
 #[inline(never)]
-fn changes(fib: &Fib<u32>, fresh: &[u32], n: usize) {
+fn changes(fib: &mut FibWriter<u32>, fresh: &[u32], n: usize) {
     let hop = vec![NextHop::new(None, 3)];
     for i in 0..n {
         let route = Route::unicast(fresh[i % fresh.len()], 24, 254, hop.clone());

@@ -91,25 +91,37 @@ const DIRECT_AT: usize = 64;
 /// A change under a direct node covering more of its slots than this rebuilds the node.
 const DIRECT_PATCH_SLOTS: usize = 256;
 
+/// The width of the direct node under a wide first-level slot (depth 18, down to /32).
+pub(crate) const FIRST_DIRECT_BITS: u8 = 14;
+/// The width of the direct node under a first direct node's slot (depth 32, down to /44).
+pub(crate) const SECOND_DIRECT_BITS: u8 = 12;
+
 /// The width of the direct node that the region at `depth` holding `count` longer prefixes
 /// gets, if any: only for IPv6, where prefixes are long and bunched in few regions. A dense
 /// /18 (a wide first-level slot) goes down to /32 in one step (2^14 slots, 128 KiB), a dense
 /// /32 to /44 (2^12 slots, 32 KiB): the lengths most prefixes have (/32, /40, /44, /48),
 /// which six-bit nodes from 18 reach only after two, four and five nodes. Elsewhere, and in
 /// sparse regions, six-bit nodes (a few dozen bytes each) are smaller for the same depth.
+///
+/// The width is fixed by the depth (the lookup's first two direct steps rely on it: a direct
+/// node in a first-level slot has [`FIRST_DIRECT_BITS`], one in its slots
+/// [`SECOND_DIRECT_BITS`], so that the lookup needs no width from the tagged pointer).
 pub(crate) fn direct_bits<K: TrieKey>(depth: u8, count: usize) -> Option<u8> {
     if K::BITS != 128 || count < DIRECT_AT {
         return None;
     }
     match depth {
-        18 => Some(14),
-        32 => Some(12),
+        18 => Some(FIRST_DIRECT_BITS),
+        32 => Some(SECOND_DIRECT_BITS),
         _ => None,
     }
 }
 const _: () = assert!(
-    wide_bits::<u128>() == 18,
-    "direct_bits assumes an 18-bit first level"
+    wide_bits::<u128>() == 18
+        && NARROW_BITS != 18
+        && 18 + FIRST_DIRECT_BITS == 32
+        && 32 + SECOND_DIRECT_BITS + STRIDE <= 64,
+    "direct_bits assumes an 18-bit first level, and the lookup a node's six bits in the top 64"
 );
 
 /// The six key bits (zero-padded past the key's end) that a node at `depth` consumes.
@@ -245,13 +257,30 @@ impl<K: TrieKey> Root<K> {
                 let answer = raw_answer(p);
                 return (answer != NONE).then_some(answer);
             }
-            let (top, used) = (key.top_u64() << self.bits, self.bits);
-            // SAFETY: `p` was read from `slot`, a slot of this live root.
-            let (p, slot, top, used) = unsafe { direct_select(p, slot, top, used) };
-            // SAFETY: as above, one level down.
-            let (p, _, top, used) = unsafe { direct_select(p, slot, top, used) };
-            return self
-                .node_or_answer(key, p, (top >> (64 - STRIDE)) as u32, || key.shl_lt64(used));
+            // Direct nodes have fixed widths by depth (`direct_bits`): one in a first-level
+            // slot is at depth 18 (only a wide root has them) and takes bits 18 to 31, one in
+            // its slots takes bits 32 to 43. The key's bits are read at those fixed places
+            // from its top 64, with constant shifts; no width is decoded.
+            let top = key.top_u64();
+            // SAFETY: `p` was read from `slot`, a slot of this live root (at depth `bits`;
+            // if it holds a direct node, the depth is 18, see above).
+            let (p, slot, first) = unsafe { direct_select::<32, FIRST_DIRECT_BITS>(p, slot, top) };
+            // SAFETY: as above, one level down: `slot` is at depth 32 if it is a first
+            // direct node's slot, else it is the first-level slot again (no direct node).
+            let (p, _, second) = unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
+            // The key's bits from the node's depth on, at the top: past the first level,
+            // then past each direct node taken (a constant shift, picked).
+            let rest = top << self.bits;
+            let rest = std::hint::select_unpredictable(first, rest << FIRST_DIRECT_BITS, rest);
+            let rest = std::hint::select_unpredictable(second, rest << SECOND_DIRECT_BITS, rest);
+            let index = (rest >> (64 - STRIDE)) as u32;
+            // The depth, for the lookups that go further (a child, a skip node) only.
+            let used = move || {
+                self.bits
+                    + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
+                    + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0)
+            };
+            return self.node_or_answer(key, p, index, || key.shl_lt64(used()));
         }
         // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).
@@ -335,34 +364,36 @@ impl<K: TrieKey> Root<K> {
     }
 }
 
-/// One branch-free step into a direct node: if the raw entry `p`, read from `at`, is a direct
-/// node, its slot for the top bits of `top` (the key's bits from depth `used` on), with `top`
-/// shifted past them and `used` counting them; else `at` read again (a hit in L1) and `top`
-/// and `used` as they were. Either way one load, whose address a conditional move picks: no
-/// branch on `p`'s kind, which is mispredicted for about one key in two when regions of both
-/// kinds are looked up (and a mispredicted branch that waits on a load discards the work of
-/// the keys after it).
+/// One branch-free step into a direct node of the fixed width `BITS` whose bits end at depth
+/// `END`: if the raw entry `p`, read from `at`, is a direct node, its slot for the key's bits
+/// `END - BITS` to `END - 1` (taken from `top`, the key's top 64 bits), and `true`; else `at`
+/// read again (a hit in L1) and `false`. Either way one load, whose address a conditional
+/// move picks: no branch on `p`'s kind, which is mispredicted for about one key in two when
+/// regions of both kinds are looked up (and a mispredicted branch that waits on a load
+/// discards the work of the keys after it).
 ///
 /// # Safety
 /// `at` must be a live slot (of a live root, read under a pinned guard, or owned), and `p`
-/// the entry read from it.
+/// the entry read from it; if `p` is a direct node, it must be one of `2^BITS` slots (a
+/// direct node at depth `END - BITS`: `direct_bits` fixes the width by the depth).
 #[inline(always)]
-unsafe fn direct_select(
+unsafe fn direct_select<const END: u8, const BITS: u8>(
     p: *mut node::Node,
     at: *const Slot,
     top: u64,
-    used: u8,
-) -> (*mut node::Node, *const Slot, u64, u8) {
+) -> (*mut node::Node, *const Slot, bool) {
+    const { assert!(BITS > 0 && BITS <= END && END <= 64) };
     let is_direct = p.addr() & TAG_BITS == DIRECT_TAG;
-    let (slots, bits) = node::raw_direct(p);
+    debug_assert!(!is_direct || node::raw_direct(p).1 == BITS);
+    let slots = node::raw_direct(p).0;
     // Meaningless (and never read through) unless `p` is a direct node.
-    let index = top.wrapping_shr(64 - u32::from(bits)) as usize;
+    let index = ((top >> (64 - END)) & ((1 << BITS) - 1)) as usize;
     let at = std::hint::select_unpredictable(is_direct, slots.wrapping_add(index), at);
     // SAFETY: `at` is the caller's live slot, or the slot of the live direct node `p` points
-    // to that `index` picks (`bits` bits of the key, below its `2^bits` slots).
+    // to that `index` picks (`BITS` bits of the key, below its `2^BITS` slots: the caller
+    // guarantees the width).
     let next = unsafe { (*at).load(Ordering::Acquire) };
-    let bits = std::hint::select_unpredictable(is_direct, bits, 0);
-    (next, at, top << bits, used + bits)
+    (next, at, is_direct)
 }
 
 /// How many keys ahead [`FastLpm::lookup_batch`] prefetches first-level slots (best of 0,

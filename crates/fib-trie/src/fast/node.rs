@@ -823,44 +823,83 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "a wide root's 2^18 slots take minutes; Miri checks `direct_select` below"
+    )]
     fn ipv6_lookups_read_direct_slots_without_branching() {
-        use super::super::{Root, direct_select};
-        // A narrow IPv6 root whose slot 0x20 holds a direct node of four bits, whose slot 3
-        // holds one of two bits, whose slot 1 holds a node: the lookup's branch-free path.
-        let root = Root::<u128>::empty(8, None);
+        use super::super::{FIRST_DIRECT_BITS, Root, SECOND_DIRECT_BITS, direct_select, wide_bits};
+        // A wide IPv6 root whose slot 0x2001 holds a first direct node (14 bits, /18 to
+        // /32), whose slot 3 holds a second (12 bits, /32 to /44), whose slot 1 holds a
+        // node: the lookup's branch-free path, with the widths fixed by depth.
+        let root = Root::<u128>::empty(wide_bits::<u128>(), None);
         let leafy = new_node(&mut Place::Heap, 0, 1 | 1 << 32, &[], &[5, 6]);
-        let inner = new_direct(
-            &mut Place::Heap,
-            2,
-            &[
-                Entry::Leaf(1),
-                Entry::Node(leafy),
-                Entry::Leaf(3),
-                Entry::Leaf(4),
-            ],
+        let mut second = vec![Entry::Leaf(4); 1 << SECOND_DIRECT_BITS];
+        second[0] = Entry::Leaf(1);
+        second[1] = Entry::Node(leafy);
+        second[2] = Entry::Leaf(3);
+        let second = new_direct(&mut Place::Heap, SECOND_DIRECT_BITS, &second);
+        let mut first = vec![Entry::Leaf(9); 1 << FIRST_DIRECT_BITS];
+        first[3] = Entry::Direct(second, SECOND_DIRECT_BITS);
+        let first = new_direct(&mut Place::Heap, FIRST_DIRECT_BITS, &first);
+        root.slots()[0x2001].store(
+            Entry::Direct(first, FIRST_DIRECT_BITS).encode(),
+            Ordering::Relaxed,
         );
-        let mut entries = [Entry::Leaf(9); 16];
-        entries[3] = Entry::Direct(inner, 2);
-        let outer = new_direct(&mut Place::Heap, 4, &entries);
-        root.slots()[0x20].store(Entry::Direct(outer, 4).encode(), Ordering::Relaxed);
-        root.slots()[0x21].store(Entry::Leaf(7).encode(), Ordering::Relaxed);
-        // The key's top 20 bits: slot (8), outer (4), inner (2), node position (6).
-        let key = |slot: u128, outer: u128, inner: u128, pos: u128| {
-            ((slot << 12) | (outer << 8) | (inner << 6) | pos) << 108
+        root.slots()[0x2002].store(Entry::Leaf(7).encode(), Ordering::Relaxed);
+        // The key's top 50 bits: slot (18), first (14), second (12), node position (6).
+        let key = |slot: u128, first: u128, second: u128, pos: u128| {
+            ((slot << 32) | (first << 18) | (second << 6) | pos) << 78
         };
-        assert_eq!(root.descend(key(0x20, 3, 1, 40)), Some(6));
-        assert_eq!(root.descend(key(0x20, 3, 1, 0)), Some(5));
-        assert_eq!(root.descend(key(0x20, 3, 2, 0)), Some(3));
-        assert_eq!(root.descend(key(0x20, 5, 1, 0)), Some(9));
-        assert_eq!(root.descend(key(0x21, 3, 1, 40)), Some(7));
-        assert_eq!(root.descend(key(0x22, 0, 0, 0)), None);
-        // A step from an entry that is no direct node reads its slot again, key unmoved.
-        let slot: *const Slot = &root.slots()[0x21];
+        assert_eq!(root.descend(key(0x2001, 3, 1, 40)), Some(6));
+        assert_eq!(root.descend(key(0x2001, 3, 1, 0)), Some(5));
+        assert_eq!(root.descend(key(0x2001, 3, 2, 0)), Some(3));
+        assert_eq!(root.descend(key(0x2001, 3, 0xfff, 63)), Some(4));
+        assert_eq!(root.descend(key(0x2001, 5, 1, 0)), Some(9));
+        assert_eq!(root.descend(key(0x2001, 0x3fff, 0xfff, 63)), Some(9));
+        assert_eq!(root.descend(key(0x2002, 3, 1, 40)), Some(7));
+        assert_eq!(root.descend(key(0x2003, 0, 0, 0)), None);
+        // A step from an entry that is no direct node reads its slot again.
+        let slot: *const Slot = &root.slots()[0x2002];
         // SAFETY: `slot` is a live slot of `root`, and the entry is the one it holds.
-        let (p, at, top, used) = unsafe { direct_select(Entry::Leaf(7).encode(), slot, 77, 8) };
-        assert_eq!((raw_answer(p), at, top, used), (7, slot, 77, 8));
+        let (p, at, direct) =
+            unsafe { direct_select::<32, FIRST_DIRECT_BITS>(Entry::Leaf(7).encode(), slot, 77) };
+        assert_eq!((raw_answer(p), at, direct), (7, slot, false));
         // Dropping the root frees the direct nodes and the node (Miri checks it).
         drop(root);
+    }
+
+    #[test]
+    fn direct_select_reads_fixed_width_slots() {
+        use super::super::{FIRST_DIRECT_BITS, SECOND_DIRECT_BITS, direct_select};
+        // The lookup's two direct steps on their own (a wide root is too large for Miri): a
+        // slot holding a first direct node (14 bits), whose slot 3 holds a second (12 bits).
+        let mut second = vec![Entry::Leaf(4); 1 << SECOND_DIRECT_BITS];
+        second[0xabc] = Entry::Leaf(1);
+        let second = new_direct(&mut Place::Heap, SECOND_DIRECT_BITS, &second);
+        let mut first = vec![Entry::Leaf(9); 1 << FIRST_DIRECT_BITS];
+        first[3] = Entry::Direct(second, SECOND_DIRECT_BITS);
+        let first = new_direct(&mut Place::Heap, FIRST_DIRECT_BITS, &first);
+        let entry = Entry::Direct(first, FIRST_DIRECT_BITS);
+        let slot = Slot::new(entry.encode());
+        // The key's top 64 bits: 18 (any), 14 (first), 12 (second), the rest.
+        let top = |first: u64, second: u64| (0x2001 << 46) | (first << 32) | (second << 20) | 77;
+        let walk = |top: u64| {
+            let at: *const Slot = &slot;
+            // SAFETY: `slot` and the direct nodes are owned here and live; the widths are the
+            // ones `direct_bits` gives at depths 18 and 32.
+            unsafe {
+                let (p, at, one) = direct_select::<32, FIRST_DIRECT_BITS>(entry.encode(), at, top);
+                let (p, _, two) = direct_select::<44, SECOND_DIRECT_BITS>(p, at, top);
+                (raw_answer(p), one, two)
+            }
+        };
+        assert_eq!(walk(top(3, 0xabc)), (1, true, true));
+        assert_eq!(walk(top(3, 0xfff)), (4, true, true));
+        assert_eq!(walk(top(0x3fff, 0xabc)), (9, true, false));
+        assert_eq!(walk(top(0, 0)), (9, true, false));
+        // SAFETY: the nodes are owned here, and freed once.
+        unsafe { free_entry(entry, &Arena::default()) };
     }
 
     #[test]
