@@ -205,6 +205,17 @@ impl<K: TrieKey> Store<K> {
             && self.fast_ok.load(Ordering::Acquire)
     }
 
+    /// The store-wide half of [`fast_eligible`](Self::fast_eligible) as it is now, for a
+    /// batch of flows: [`FastGate::admits`] then tests only the flow's own fields.
+    #[inline(always)]
+    pub(crate) fn fast_gate(&self) -> FastGate {
+        let open = self.fast_ok.load(Ordering::Acquire);
+        FastGate {
+            open,
+            any_tos: open && self.tos_routes.load(Ordering::Acquire) == 0,
+        }
+    }
+
     /// The fast structure's answers for `dsts` into `ids` (see [`FastLpm::lookup_batch`]).
     #[inline]
     pub(crate) fn fast_batch(&self, dsts: &[K], ids: &mut [Option<u32>], guard: &Guard) {
@@ -250,6 +261,33 @@ impl<K: TrieKey> Store<K> {
             answers: self.answers.len(),
             answer_bytes: self.answers.bytes(),
         }
+    }
+}
+
+/// [`Store::fast_eligible`] with the store's state read once ([`Store::fast_gate`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastGate {
+    /// The fast structure follows the trie.
+    open: bool,
+    /// No route has a tos selector: a flow's tos changes no answer.
+    any_tos: bool,
+}
+
+impl FastGate {
+    /// A gate no flow passes.
+    pub(crate) const CLOSED: FastGate = FastGate {
+        open: false,
+        any_tos: false,
+    };
+
+    /// Whether the fast structure can answer `flow`, as [`Store::fast_eligible`] said when
+    /// the gate was taken.
+    #[inline(always)]
+    pub(crate) fn admits<K: TrieKey>(&self, flow: &Flow<K>) -> bool {
+        self.open
+            && flow.oif == 0
+            && flow.scope == Scope::UNIVERSE
+            && (flow.tos == 0 || self.any_tos)
     }
 }
 
