@@ -580,37 +580,38 @@ impl<K: TrieKey> Fib<K> {
                 } else {
                     None
                 };
-                let fast = match (id, merged) {
-                    (Some(id), Some(merged)) => merged.fast_result(id, flow, guard),
+                // A usable route without a nexthop object, the common answer, as
+                // `finish_merged` would give it; every answer goes out through this one call of
+                // `emit`, which the compiler may then inline, leaving out what it does not read
+                // (such as the prefix).
+                let plain = match (id, merged) {
+                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, flow, guard),
                     _ => None,
                 };
-                // A usable route, the common answer, as `finish_merged` would give it; every
-                // answer goes out through this one call of `emit`, which the compiler may then
-                // inline with what it leaves unread (such as the prefix).
-                let result = match fast {
-                    Some(Some(r)) if usable(r.route_type()) => Ok(r),
-                    fast => self.lookup_slow(snap, fast, flow, guard),
+                let result = match plain {
+                    Some(r) if usable(r.route_type()) => Ok(r),
+                    _ => self.lookup_slow(snap, id, flow, guard),
                 };
                 emit(base + j, result);
             }
         }
     }
 
-    /// [`lookup_batch`](Self::lookup_batch)'s answer for `flow` other than a usable fast one:
-    /// the fast structure's (`found`, if it answered), else the merged trie's walk, then the
-    /// default table; with custom rules, the rules.
+    /// [`lookup_batch`](Self::lookup_batch)'s answer for `flow` other than a usable fast one
+    /// without a nexthop object: the fast structure's answer (`id`, if the flow went to it),
+    /// else the merged trie's walk, then the default table; with custom rules, the rules.
     #[inline(never)]
     fn lookup_slow<'g>(
         &self,
         snap: &'g Snapshot<K>,
-        found: Option<Option<FibResult<'g, K>>>,
+        id: Option<Option<u32>>,
         flow: &Flow<K>,
         guard: &'g Guard,
     ) -> Result<FibResult<'g, K>, LookupError> {
         let Some(merged) = &snap.merged else {
             return self.lookup_with(flow, guard, true);
         };
-        let found = match found {
+        let found = match id.and_then(|id| merged.fast_result(id, flow, guard)) {
             Some(found) => found,
             None => merged.lookup(None, flow, guard, false),
         };

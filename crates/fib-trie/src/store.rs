@@ -19,7 +19,7 @@ use crate::answers::{AnswerKey, Answers};
 use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
 use crate::node::Alias;
-use crate::route::{FibAlias, RouteInfo, Scope};
+use crate::route::{FibAlias, Resolved, RouteInfo, Scope};
 use crate::table::{FibResult, Flow, accept, accept_static, lookup_raw};
 use crate::trie::LcTrie;
 
@@ -203,6 +203,35 @@ impl<K: TrieKey> Store<K> {
             && flow.scope == Scope::UNIVERSE
             && (flow.tos == 0 || self.tos_routes.load(Ordering::Acquire) == 0)
             && self.fast_ok.load(Ordering::Acquire)
+    }
+
+    /// The result of a fast-structure answer `id` for an eligible `flow` when its route has
+    /// no nexthop object (the common case: [`fast_result`](Self::fast_result) without the
+    /// object's group to judge); `None` for every other answer, which `fast_result` decides.
+    #[inline(always)]
+    pub(crate) fn fast_plain<'g>(
+        &'g self,
+        id: u32,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Option<FibResult<'g, K>> {
+        let a = self.answers.get(id, guard)?;
+        let alias = &a.alias;
+        if alias.info.nh_object.is_some() {
+            return None;
+        }
+        // `alias.resolve(guard)` of a route without a nexthop object.
+        Some(FibResult {
+            prefix: flow.dst & K::prefix_mask(a.plen),
+            plen: a.plen,
+            alias,
+            nh_sel: a.nh_sel,
+            path: Resolved {
+                route_type: alias.route_type,
+                nexthops: &alias.info.nexthops,
+                buckets: &[],
+            },
+        })
     }
 
     /// The store-wide half of [`fast_eligible`](Self::fast_eligible) as it is now, for a
