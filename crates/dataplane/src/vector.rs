@@ -453,11 +453,14 @@ fn stage_fib(
     lanes: &mut [Lane],
     routable: &[u8],
 ) -> usize {
-    let mut v4 = [0u8; VECTOR];
-    let mut v6 = [0u8; VECTOR];
-    let (mut n4, mut n6) = (0, 0);
+    // Per family, the lanes to look up and their FIB flows, built in the same pass.
+    let mut v4 = Gather::<u32>::new();
+    let mut v6 = Gather::<u128>::new();
     for &i in routable {
-        let lane = &mut lanes[usize::from(i)];
+        let (Some(lane), Some(frame)) = (lanes.get_mut(usize::from(i)), frames.get(usize::from(i)))
+        else {
+            continue;
+        };
         if let Step::Miss = lane.step {
             let m = &lane.meta;
             if locals.may_be_local(m.family, m.dst)
@@ -467,23 +470,44 @@ fn stage_fib(
                 lane.step = lane.resolved();
             } else {
                 match m.family {
-                    Family::V6 => {
-                        v6[n6] = i;
-                        n6 += 1;
-                    }
-                    Family::V4 => {
-                        v4[n4] = i;
-                        n4 += 1;
-                    }
+                    Family::V6 => v6.push(i, m, frame.ifindex),
+                    Family::V4 => v4.push(i, m, frame.ifindex),
                 }
             }
         }
     }
-    fib_lookups::<u32>(b, ingress, frames, lanes, &v4[..n4])
-        + fib_lookups::<u128>(b, ingress, frames, lanes, &v6[..n6])
+    fib_lookups(b, ingress, frames, lanes, &v4) + fib_lookups(b, ingress, frames, lanes, &v6)
 }
 
-/// The FIB lookups of the lanes at `indices`, all of the family whose key is `K`, as one
+/// The lanes of one family that go to the FIB, and their flows (index `k` of both is the
+/// `k`-th lookup).
+struct Gather<K> {
+    lanes: [u8; VECTOR],
+    flows: [fib_trie::Flow<K>; VECTOR],
+    n: usize,
+}
+
+impl<K: FamilyKey> Gather<K> {
+    #[inline(always)]
+    fn new() -> Self {
+        Gather {
+            lanes: [0; VECTOR],
+            flows: [fib_trie::Flow::to(K::ZERO); VECTOR],
+            n: 0,
+        }
+    }
+
+    /// Adds lane `i` (parsed as `m`, arrived on `iif`).
+    #[inline(always)]
+    fn push(&mut self, i: u8, m: &Meta, iif: u32) {
+        let at = self.n & (VECTOR - 1);
+        self.lanes[at] = i;
+        self.flows[at] = route::fib_flow(K::narrow(m.src), K::narrow(m.dst), m.tos, iif);
+        self.n += 1;
+    }
+}
+
+/// The FIB lookups of the lanes `gather` holds, all of the family whose key is `K`, as one
 /// batch (`Fib::lookup_batch`: the walks overlap their cache misses). Returns how many of
 /// them go on to the egress stage.
 #[inline(always)]
@@ -492,32 +516,21 @@ fn fib_lookups<K: FamilyKey>(
     ingress: &mut IngressMemo,
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
-    indices: &[u8],
+    gather: &Gather<K>,
 ) -> usize {
-    if indices.is_empty() {
+    let n = gather.n.min(VECTOR);
+    if n == 0 {
         return 0;
     }
     let mut egresses = 0;
     let fib = K::fib(b.tables);
-    let key = K::narrow;
-    let mut flows = [fib_trie::Flow::to(key(0)); VECTOR];
-    for (flow, &i) in flows.iter_mut().zip(indices) {
-        let m = &lanes[usize::from(i)].meta;
-        *flow = route::fib_flow(
-            key(m.src),
-            key(m.dst),
-            m.tos,
-            frames[usize::from(i)].ifindex,
-        );
-    }
     let mut switches = ingress.switches(b.tables, b.guard);
     // Read once per batch (the mirror changes it at most once a second).
     let policy = fib.multipath_policy();
-    fib.lookup_batch(&flows[..indices.len()], b.guard, |k, result| {
-        let (Some(&i), Some(flow)) = (indices.get(k), flows.get(k)) else {
-            return;
-        };
-        let i = usize::from(i);
+    fib.lookup_batch(&gather.flows[..n], b.guard, |k, result| {
+        // `k` is below `n`, at most `VECTOR`.
+        let at = k & (VECTOR - 1);
+        let (i, flow) = (usize::from(gather.lanes[at]), &gather.flows[at]);
         let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
             return;
         };

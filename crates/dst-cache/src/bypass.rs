@@ -20,9 +20,12 @@ pub(crate) struct Bypass {
     seen: u32,
     /// Hits among them.
     hits: u32,
-    /// Lookups seen in the current block of `probe_every` (off).
+    /// Lookups seen in the current block of `interval` (off).
     skipped: u32,
-    /// The position (1..=`probe_every`) of the probe in the current block (off): drawn anew
+    /// One lookup in this many is a probe (off): `probe_every` when the cache turned off,
+    /// doubled by every probe window that keeps it off, up to `probe_every_max`.
+    interval: u32,
+    /// The position (1..=`interval`) of the probe in the current block (off): drawn anew
     /// for every block, so that traffic with a period (a replayed trace, a round-robin
     /// generator) cannot keep probing the same flows and fake a hit rate.
     target: u32,
@@ -38,6 +41,7 @@ impl Bypass {
             seen: 0,
             hits: 0,
             skipped: 0,
+            interval: config.probe_every,
             target: config.probe_every,
             rng: 0x9e37_79b9_7f4a_7c15,
         }
@@ -51,11 +55,11 @@ impl Bypass {
         x ^= x >> 7;
         x ^= x << 17;
         self.rng = x;
-        1 + (x % u64::from(self.config.probe_every)) as u32
+        1 + (x % u64::from(self.interval)) as u32
     }
 
     /// Whether this lookup may use the cache (always while on; while off, one in each block of
-    /// `probe_every` lookups, at a pseudo-random position in the block).
+    /// `interval` lookups, at a pseudo-random position in the block).
     #[inline]
     pub(crate) fn admit(&mut self) -> bool {
         match self.mode {
@@ -63,7 +67,7 @@ impl Bypass {
             Mode::Off => {
                 self.skipped += 1;
                 let admitted = self.skipped == self.target;
-                if self.skipped >= self.config.probe_every {
+                if self.skipped >= self.interval {
                     self.skipped = 0;
                     self.target = self.next_target();
                 }
@@ -74,7 +78,7 @@ impl Bypass {
 
     /// [`admit`](Self::admit) for the next `n` lookups (at most 64) at once: bit `i` of the
     /// answer says whether the `i`-th of them may use the cache. The same answers and state as
-    /// `n` calls, in a few steps per block of `probe_every` rather than one per lookup.
+    /// `n` calls, in a few steps per block of `interval` rather than one per lookup.
     #[inline]
     pub(crate) fn admit_many(&mut self, n: u32) -> u64 {
         debug_assert!(n <= 64);
@@ -92,7 +96,7 @@ impl Bypass {
                     mask |= 1 << at;
                 }
             }
-            let left_in_block = self.config.probe_every - self.skipped;
+            let left_in_block = self.interval - self.skipped;
             if left_in_block <= n - done {
                 done += left_in_block;
                 self.skipped = 0;
@@ -119,11 +123,23 @@ impl Bypass {
         }
         // Compare hits / window with threshold / 1000 without division.
         let meets = u64::from(self.hits) * 1000 >= u64::from(threshold) * u64::from(window);
-        self.mode = match (self.mode, meets) {
-            (Mode::On, false) => Mode::Off,
-            (Mode::Off, true) => Mode::On,
-            (mode, _) => mode,
-        };
+        match (self.mode, meets) {
+            (Mode::On, false) => {
+                self.mode = Mode::Off;
+                self.interval = self.config.probe_every;
+                self.target = self.target.min(self.interval);
+            }
+            (Mode::Off, true) => self.mode = Mode::On,
+            // Still no use: probe half as often, down to one in `probe_every_max`.
+            (Mode::Off, false) => {
+                self.interval = self
+                    .interval
+                    .saturating_mul(2)
+                    .min(self.config.probe_every_max)
+                    .max(self.config.probe_every);
+            }
+            (Mode::On, true) => {}
+        }
         self.seen = 0;
         self.hits = 0;
         self.skipped = 0;
@@ -248,8 +264,48 @@ mod tests {
             enter_below_permille: 300,
             resume_at_permille: 500,
             probe_every: 4,
+            probe_every_max: 4,
             probe_window: 5,
         }
+    }
+
+    /// Every probe window that keeps the cache off doubles the block, up to
+    /// `probe_every_max`; turning off anew starts again from `probe_every`.
+    #[test]
+    fn probes_back_off_while_they_keep_missing() {
+        let config = BypassConfig {
+            probe_every_max: 16,
+            ..small()
+        };
+        let mut b = Bypass::new(config);
+        let turn_off = |b: &mut Bypass| {
+            for _ in 0..10 {
+                assert!(b.admit());
+                b.record(false);
+            }
+            assert!(b.is_off());
+        };
+        turn_off(&mut b);
+        // Admitted lookups in 64 lookups, then a failed window of probes.
+        let mut per_block = Vec::new();
+        for _ in 0..5 {
+            per_block.push(b.interval);
+            let admitted = (0..64).filter(|_| b.admit()).count();
+            assert_eq!(admitted, 64 / b.interval as usize);
+            for _ in 0..5 {
+                b.record(false);
+            }
+            assert!(b.is_off());
+        }
+        assert_eq!(per_block, [4, 8, 16, 16, 16]);
+        // Back on, then off again: one in four once more.
+        for _ in 0..5 {
+            b.record(true);
+        }
+        assert!(!b.is_off());
+        turn_off(&mut b);
+        assert_eq!(b.interval, 4);
+        assert_eq!((0..64).filter(|_| b.admit()).count(), 16);
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //!   per-cache key (foldhash's quality hasher, seeded per cache and per process), so a sender
 //!   cannot aim at a bucket without knowing the key; and the **adaptive bypass**
 //!   ([`BypassConfig`]) turns the cache off when its hit rate falls below a threshold, probing
-//!   one lookup in `probe_every` to notice when it would pay again, so that a miss-only stream
-//!   costs little more than no cache at all.
+//!   one lookup in `probe_every` (and fewer, down to one in `probe_every_max`, while the probes
+//!   keep missing) to notice when it would pay again, so that a miss-only stream costs little
+//!   more than no cache at all.
 //!
 //! The kernel's merged mechanism, the per-batch [`RouteHint`], is here as the baseline.
 //!

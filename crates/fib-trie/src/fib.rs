@@ -10,7 +10,7 @@ use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector, RouteType};
-use crate::store::Store;
+use crate::store::{FastGate, Store};
 use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
 
 /// What a matching rule does (`FR_ACT_*`).
@@ -582,52 +582,90 @@ impl<K: TrieKey> Fib<K> {
         const GROUP: usize = 64;
         check_guard(guard);
         let snap = self.load(guard);
-        let Some(merged) = &snap.merged else {
-            for (i, flow) in flows.iter().enumerate() {
-                emit(i, self.lookup_with(flow, guard, true));
-            }
-            return;
-        };
-        let default = |flow: &Flow<K>| {
-            snap.default
-                .as_ref()
-                .map(|t| t.lookup_pinned(flow, guard, true))
-        };
+        // The store-wide half of `fast_eligible`, read once per call: the batch's flows see
+        // the store as it was when the call began, as if looked up at that instant. With
+        // custom rules (no merged store) no flow is eligible: each is looked up alone.
+        let merged = snap.merged.as_deref();
+        let gate = merged.map_or(FastGate::CLOSED, Store::fast_gate);
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];
         for (g, group) in flows.chunks(GROUP).enumerate() {
-            let mut n = 0;
-            for (j, flow) in group.iter().enumerate() {
-                if merged.fast_eligible(flow) {
-                    dsts[n] = flow.dst;
-                    at[n] = j as u8;
-                    n += 1;
-                }
+            let base = g * GROUP;
+            // The common case: every flow of the group goes to the fast structure; its
+            // answers are then the group's in order.
+            let mut all = true;
+            for (d, flow) in dsts.iter_mut().zip(group) {
+                *d = flow.dst;
+                all &= gate.admits(flow);
             }
-            merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
+            let n = if all {
+                group.len()
+            } else {
+                let mut n = 0;
+                for (j, flow) in group.iter().enumerate() {
+                    if gate.admits(flow) {
+                        dsts[n] = flow.dst;
+                        at[n] = j as u8;
+                        n += 1;
+                    }
+                }
+                n
+            };
+            if let Some(merged) = merged {
+                merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
+            }
             let mut k = 0;
             for (j, flow) in group.iter().enumerate() {
-                let fast = if k < n && usize::from(at[k]) == j {
+                // The flow's fast answer, if it went to the fast structure.
+                let id = if all {
+                    Some(ids[j & (GROUP - 1)])
+                } else if k < n && usize::from(at[k]) == j {
                     k += 1;
-                    merged.fast_result(ids[k - 1], flow, guard)
+                    Some(ids[k - 1])
                 } else {
                     None
                 };
-                // A usable route, the common answer, as `finish_merged` would give it.
-                if let Some(Some(r)) = fast {
-                    if usable(r.route_type()) {
-                        emit(g * GROUP + j, Ok(r));
-                        continue;
-                    }
-                }
-                let found = match fast {
-                    Some(found) => found,
-                    None => merged.lookup(None, flow, guard, false),
+                // A usable route without a nexthop object, the common answer, as
+                // `finish_merged` would give it; every answer goes out through this one call of
+                // `emit`, which the compiler may then inline, leaving out what it does not read
+                // (such as the prefix).
+                let plain = match (id, merged) {
+                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, flow, guard),
+                    _ => None,
                 };
-                emit(g * GROUP + j, finish_merged(found, || default(flow)));
+                let result = match plain {
+                    Some(r) if usable(r.route_type()) => Ok(r),
+                    _ => self.lookup_slow(snap, id, flow, guard),
+                };
+                emit(base + j, result);
             }
         }
+    }
+
+    /// [`lookup_batch`](Self::lookup_batch)'s answer for `flow` other than a usable fast one
+    /// without a nexthop object: the fast structure's answer (`id`, if the flow went to it),
+    /// else the merged trie's walk, then the default table; with custom rules, the rules.
+    #[inline(never)]
+    fn lookup_slow<'g>(
+        &self,
+        snap: &'g Snapshot<K>,
+        id: Option<Option<u32>>,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Result<FibResult<'g, K>, LookupError> {
+        let Some(merged) = &snap.merged else {
+            return self.lookup_with(flow, guard, true);
+        };
+        let found = match id.and_then(|id| merged.fast_result(id, flow, guard)) {
+            Some(found) => found,
+            None => merged.lookup(None, flow, guard, false),
+        };
+        finish_merged(found, || {
+            snap.default
+                .as_ref()
+                .map(|t| t.lookup_pinned(flow, guard, true))
+        })
     }
 
     /// [`lookup`](Self::lookup) by the LC-trie's walk alone (the kernel's algorithm), never

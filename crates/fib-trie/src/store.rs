@@ -19,7 +19,7 @@ use crate::answers::{AnswerKey, Answers};
 use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
 use crate::node::Alias;
-use crate::route::{FibAlias, RouteInfo, Scope};
+use crate::route::{FibAlias, Resolved, RouteInfo, Scope};
 use crate::table::{FibResult, Flow, accept, accept_static, lookup_raw};
 use crate::trie::LcTrie;
 
@@ -218,6 +218,46 @@ impl<K: TrieKey> Store<K> {
             && self.fast_ok.load(Ordering::Acquire)
     }
 
+    /// The result of a fast-structure answer `id` for an eligible `flow` when its route has
+    /// no nexthop object (the common case: [`fast_result`](Self::fast_result) without the
+    /// object's group to judge); `None` for every other answer, which `fast_result` decides.
+    #[inline(always)]
+    pub(crate) fn fast_plain<'g>(
+        &'g self,
+        id: u32,
+        flow: &Flow<K>,
+        guard: &'g Guard,
+    ) -> Option<FibResult<'g, K>> {
+        let a = self.answers.get(id, guard)?;
+        let alias = &a.alias;
+        if alias.info.nh_object.is_some() {
+            return None;
+        }
+        // `alias.resolve(guard)` of a route without a nexthop object.
+        Some(FibResult {
+            prefix: flow.dst & K::prefix_mask(a.plen),
+            plen: a.plen,
+            alias,
+            nh_sel: a.nh_sel,
+            path: Resolved {
+                route_type: alias.route_type,
+                nexthops: &alias.info.nexthops,
+                buckets: &[],
+            },
+        })
+    }
+
+    /// The store-wide half of [`fast_eligible`](Self::fast_eligible) as it is now, for a
+    /// batch of flows: [`FastGate::admits`] then tests only the flow's own fields.
+    #[inline(always)]
+    pub(crate) fn fast_gate(&self) -> FastGate {
+        let open = self.fast_ok.load(Ordering::Acquire);
+        FastGate {
+            open,
+            any_tos: open && self.tos_routes.load(Ordering::Acquire) == 0,
+        }
+    }
+
     /// The fast structure's answers for `dsts` into `ids` (see [`FastLpm::lookup_batch`]).
     #[inline]
     pub(crate) fn fast_batch(&self, dsts: &[K], ids: &mut [Option<u32>], guard: &Guard) {
@@ -263,6 +303,33 @@ impl<K: TrieKey> Store<K> {
             answers: self.answers.len(),
             answer_bytes: self.answers.bytes(),
         }
+    }
+}
+
+/// [`Store::fast_eligible`] with the store's state read once ([`Store::fast_gate`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastGate {
+    /// The fast structure follows the trie.
+    open: bool,
+    /// No route has a tos selector: a flow's tos changes no answer.
+    any_tos: bool,
+}
+
+impl FastGate {
+    /// A gate no flow passes.
+    pub(crate) const CLOSED: FastGate = FastGate {
+        open: false,
+        any_tos: false,
+    };
+
+    /// Whether the fast structure can answer `flow`, as [`Store::fast_eligible`] said when
+    /// the gate was taken.
+    #[inline(always)]
+    pub(crate) fn admits<K: TrieKey>(&self, flow: &Flow<K>) -> bool {
+        self.open
+            && flow.oif == 0
+            && flow.scope == Scope::UNIVERSE
+            && (flow.tos == 0 || self.any_tos)
     }
 }
 
