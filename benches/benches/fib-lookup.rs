@@ -350,9 +350,10 @@ fn group<K: Family>(
     g.bench_function(BenchmarkId::new("fast-lpm", table), |b| {
         streamed(b, &cursor, |at| {
             let guard = epoch::pin();
-            keys[at..at + CHUNK].iter().fold(0, |s, &k| {
-                fold(s, e.fast.lookup(k, &guard).map_or(0, u64::from))
-            })
+            let view = e.fast.view(&guard);
+            keys[at..at + CHUNK]
+                .iter()
+                .fold(0, |s, &k| fold(s, view.lookup(k).map_or(0, u64::from)))
         });
     });
     g.bench_function(BenchmarkId::new("fast-lpm-batched", table), |b| {

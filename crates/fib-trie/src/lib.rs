@@ -112,7 +112,7 @@ mod writer;
 pub use crossbeam_epoch;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
-pub use fast::{FastLpm, PrefixSource, WIDE_AT, wide_bits};
+pub use fast::{FastLpm, FastLpmView, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;

@@ -126,6 +126,9 @@ fn fast_lpm_entry_points_refuse_a_foreign_guard() {
     refused("FastLpm::lookup", |g| {
         let _ = reader.lookup(0x0a01_0203, g);
     });
+    refused("FastLpm::view", |g| {
+        let _ = reader.view(g).lookup(0x0a01_0203);
+    });
     refused("FastLpm::lookup_batch", |g| {
         let mut out = [None, None];
         reader.lookup_batch(&[1, 2], &mut out, g);

@@ -480,6 +480,39 @@ impl<K: TrieKey> Default for FastLpm<K> {
     }
 }
 
+/// A [`FastLpm`] read under one pinned, checked guard ([`FastLpm::view`]): the structure and
+/// the guard stay borrowed while the view lives, so the root it holds cannot be freed under it.
+pub struct FastLpmView<'a, K: TrieKey> {
+    root: &'a Root<K>,
+}
+
+impl<K: TrieKey> FastLpmView<'_, K> {
+    /// The answer of the longest prefix covering `key`, if any: [`FastLpm::lookup`] without
+    /// its guard check (made once, when the view was taken).
+    ///
+    /// ```
+    /// use fib_trie::{FastLpmWriter, TrieWriter};
+    ///
+    /// let mut trie = TrieWriter::<u128, u32>::new();
+    /// trie.insert(0x2001_0db8 << 96, 32, 7)?;
+    /// let mut fast = FastLpmWriter::<u128>::new();
+    /// fast.rebuild(&mut &*trie);
+    /// let guard = crossbeam_epoch::pin();
+    /// assert_eq!(fast.view(&guard).lookup(0x2001_0db8_0001 << 80), Some(7));
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    #[inline]
+    pub fn lookup(&self, key: K) -> Option<u32> {
+        self.root.descend(key)
+    }
+}
+
+impl<K: TrieKey> std::fmt::Debug for FastLpmView<'_, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FastLpmView").finish_non_exhaustive()
+    }
+}
+
 impl<K: TrieKey> std::fmt::Debug for FastLpm<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FastLpm")
@@ -512,6 +545,37 @@ impl<K: TrieKey> FastLpm<K> {
     pub fn lookup(&self, key: K, guard: &Guard) -> Option<u32> {
         check_guard(guard);
         self.lookup_pinned(key, guard)
+    }
+
+    /// A reader's view of this structure under `guard`, checked once: its
+    /// [`lookup`](FastLpmView::lookup)s then skip the per-call guard check that
+    /// [`lookup`](Self::lookup) makes, for a reader that looks up key after key under one pin
+    /// (a run loop's batch). The view reads the root published when it was taken; changes
+    /// below the root that a writer publishes later are still seen.
+    ///
+    /// ```
+    /// use fib_trie::{FastLpmWriter, TrieWriter};
+    ///
+    /// let mut trie = TrieWriter::<u32, u32>::new();
+    /// trie.insert(0x0a00_0000, 8, 1)?;
+    /// let mut fast = FastLpmWriter::<u32>::new();
+    /// fast.rebuild(&mut &*trie);
+    ///
+    /// let guard = crossbeam_epoch::pin();
+    /// let view = fast.view(&guard);
+    /// assert_eq!(view.lookup(0x0a01_0203), Some(1));
+    /// assert_eq!(view.lookup(0x0b00_0000), None);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
+    #[inline]
+    pub fn view<'a>(&'a self, guard: &'a Guard) -> FastLpmView<'a, K> {
+        check_guard(guard);
+        FastLpmView {
+            root: self.root(guard),
+        }
     }
 
     /// [`lookup`](Self::lookup) under a guard the caller already checked.

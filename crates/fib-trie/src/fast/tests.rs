@@ -36,10 +36,12 @@ fn agree<K: TrieKey>(
     let guard = &epoch::pin();
     let mut batch = vec![None; keys.len()];
     fast.lookup_batch(keys, &mut batch, guard);
+    let view = fast.view(guard);
     for (&key, b) in keys.iter().zip(&batch) {
         let want = trie.lookup(key, guard, |_| true).map(|m| *m.value);
         prop_assert_eq!(fast.lookup(key, guard), want, "key {:?}", key);
         prop_assert_eq!(*b, want, "batched, key {:?}", key);
+        prop_assert_eq!(view.lookup(key), want, "view, key {:?}", key);
     }
     Ok(())
 }
