@@ -91,9 +91,62 @@ fn foreign_guard(owner: &'static str) -> ! {
     panic!("{owner}: pass a guard from crossbeam_epoch::pin() (the default collector)")
 }
 
+/// Test support for crates that follow this rule: runs `f` with a guard of a fresh
+/// [`Collector`] and with `crossbeam_epoch::unprotected()`, and panics unless both calls panic
+/// with [`check_guard`]'s message for `owner`. `what` names the entry point under test in the
+/// failure message. Use it in a test per public entry point that takes a `Guard`.
+///
+/// ```
+/// use crossbeam_epoch::Guard;
+///
+/// fn entry_point(guard: &Guard) {
+///     epoch_guard::check_guard(guard, "my-crate");
+/// }
+///
+/// epoch_guard::assert_refused("my-crate", "entry_point", entry_point);
+/// ```
+///
+/// # Panics
+/// If `f` accepts either guard, or panics with another message.
+pub fn assert_refused(owner: &str, what: &str, f: impl Fn(&Guard)) {
+    let collector = Collector::new();
+    let handle = collector.register();
+    let foreign = handle.pin();
+    // SAFETY: the call under test must refuse the guard before loading anything through it;
+    // if it does not, this function panics as soon as the call returns.
+    let unprotected = unsafe { epoch::unprotected() };
+    let expected = format!("{owner}: pass a guard from crossbeam_epoch::pin()");
+    for (kind, guard) in [("foreign", &foreign), ("unprotected", unprotected)] {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(guard)))
+            .err()
+            .unwrap_or_else(|| panic!("{what} accepted a {kind} guard"));
+        let msg = err
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| err.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        assert!(
+            msg.contains(&expected),
+            "{what} with a {kind} guard panicked with {msg:?}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[should_panic(expected = "noop accepted a foreign guard")]
+    fn assert_refused_catches_an_entry_point_that_accepts() {
+        assert_refused("owner", "noop", |_| {});
+    }
+
+    #[test]
+    #[should_panic(expected = "other with a foreign guard panicked with")]
+    fn assert_refused_catches_another_owners_message() {
+        assert_refused("owner", "other", |g| check_guard(g, "someone-else"));
+    }
 
     #[test]
     fn default_guard_passes() {

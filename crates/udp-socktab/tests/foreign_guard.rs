@@ -2,32 +2,12 @@
 //! replaced chains and records into that collector, so a pin of any other collector (or
 //! `unprotected()`) would not keep the socket a lookup returns alive.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
-
-use crossbeam_epoch::{self as epoch, Collector, Guard};
+use crossbeam_epoch::{self as epoch, Guard};
 use udp_socktab::{Family, Lookup, NetnsConfig, SockOptions, SockTable, TableConfig};
 
-/// Runs `f` with a guard of a fresh collector and with `unprotected()`; both must panic with
-/// the crate's message.
+/// Both a foreign collector's guard and `unprotected()` must panic with the crate's message.
 fn refused(what: &str, f: impl Fn(&Guard)) {
-    let collector = Collector::new();
-    let handle = collector.register();
-    let foreign = handle.pin();
-    // SAFETY: the call under test must refuse the guard before loading anything through it.
-    let unprotected = unsafe { epoch::unprotected() };
-    for (kind, guard) in [("foreign", &foreign), ("unprotected", unprotected)] {
-        let err = catch_unwind(AssertUnwindSafe(|| f(guard)))
-            .expect_err(&format!("{what} accepted a {kind} guard"));
-        let msg = err
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| err.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        assert!(
-            msg.contains("udp-socktab: pass a guard from crossbeam_epoch::pin()"),
-            "{what} with a {kind} guard panicked with {msg:?}"
-        );
-    }
+    epoch_guard::assert_refused("udp-socktab", what, f);
 }
 
 #[test]
