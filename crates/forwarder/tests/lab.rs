@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use xfwd_lab::{Lab, LabGuard, Role, topology};
 
 mod common;
-use common::{XFWD, Xfwd, pipeline, resolve_dst};
+use common::{XFWD, Xfwd, ip, pipeline, resolve_dst};
 
 /// `xfwd run --bare` on fwd0 and fwd1 (frames cross between them, MACs from `--peer-mac`),
 /// with `extra` arguments.
@@ -417,7 +417,7 @@ fn routing_serves_a_re_created_egress_interface() {
     assert_routed(&probe(&lab, src4, v4_target(), 300), 300);
     let fwd = lab.netns(Role::Fwd);
     for round in 0..2 {
-        ip_in(&fwd, &["link", "del", "fwd1"]);
+        ip(&fwd, "link del fwd1");
         wait_for_up(&xfwd, 1, false);
         lab.recreate_link(1).unwrap();
         wait_for_up(&xfwd, 1, true);
@@ -438,20 +438,6 @@ fn routing_serves_a_re_created_egress_interface() {
     let status = xfwd.signal("-TERM");
     assert!(status.success(), "{status}");
     assert!(!xdp_attached(&lab));
-}
-
-fn ip_in(ns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .args(["-n", ns])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "ip -n {ns} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A raw ICMP (v4) or ICMPv6 socket in namespace `ns` that sees every ICMP message arriving
@@ -653,7 +639,7 @@ fn routing_v4_v6_ttl_checksums_macs_and_held_until_resolved() {
         topology::DST0.ipv4.to_string(),
         topology::DST0.ipv6.to_string(),
     ] {
-        ip_in(&fwd, &["neigh", "del", &addr, "dev", "fwd1"]);
+        ip(&fwd, &format!("neigh del {addr} dev fwd1"));
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_routed(&probe(&lab, src4, v4_target(), 3), 3);
@@ -702,7 +688,7 @@ fn routing_icmp_errors_route_changes_and_malformed_frames() {
         "ICMPv6 time exceeded: {got:?}"
     );
     // A route of type unreachable: ICMP destination unreachable (host unreachable).
-    ip_in(&fwd, &["route", "add", "unreachable", "198.51.100.0/24"]);
+    ip(&fwd, "route add unreachable 198.51.100.0/24");
     // `xfwd route get` answers from a mirror of fwd, as `ip route get` does.
     let get = |addr: &str| {
         Command::new(XFWD)
@@ -732,22 +718,14 @@ fn routing_icmp_errors_route_changes_and_malformed_frames() {
 
     // A route changed mid-traffic: traffic follows within a bounded time.
     assert_routed(&probe(&lab, src4, v4_target(), 200), 200);
-    ip_in(&fwd, &["route", "replace", "blackhole", "198.18.2.0/24"]);
+    ip(&fwd, "route replace blackhole 198.18.2.0/24");
     // 500 probes at 5000/s: 100 ms of traffic; the mirror applies the change in milliseconds.
     let blocked = probe(&lab, src4, v4_target(), 500);
     assert!(blocked.unique <= 50, "blackholed within 10 ms: {blocked:?}");
     let via = topology::DST0.ipv4.to_string();
-    ip_in(
+    ip(
         &fwd,
-        &[
-            "route",
-            "replace",
-            "198.18.2.0/24",
-            "via",
-            &via,
-            "dev",
-            "fwd1",
-        ],
+        &format!("route replace 198.18.2.0/24 via {via} dev fwd1"),
     );
     let back = probe(&lab, src4, v4_target(), 500);
     assert!(back.unique >= 450, "back within 10 ms: {back:?}");
