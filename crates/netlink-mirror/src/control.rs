@@ -31,7 +31,7 @@ use crate::nl_netconf::NetconfMessage;
 use crate::nl_nexthop::{NexthopMessage, RtnlMessage};
 use crate::pending::PendingEvents;
 use crate::resolver::RateLimiter;
-use crate::socket::{NlSocket, Recv, wait_any};
+use crate::socket::{NlIo, NlSocket, Recv};
 use crate::stats::inc;
 
 /// The rtnetlink multicast groups (`RTNLGRP_*`) the mirror joins.
@@ -101,9 +101,9 @@ pub(crate) struct Settings {
     pub dump_timeout: Duration,
 }
 
-pub(crate) struct Control {
-    pub route: Channel,
-    pub xfrm: Option<Channel>,
+pub(crate) struct Control<S = NlSocket> {
+    pub route: Channel<S>,
+    pub xfrm: Option<Channel<S>>,
     pub applier: Applier,
     pub requests: Receiver<(u32, IpAddr)>,
     pub limiter: RateLimiter,
@@ -193,9 +193,9 @@ fn unreachable_kind() -> RouteNetlinkMessage {
 /// - after the first dropped event the socket is congested and drops every further event
 ///   without reporting it again until a `recvmsg` leaves its queue empty, which a stream of
 ///   dump replies in the same queue can postpone for the whole dump.
-pub(crate) struct Channel {
-    pub events: NlSocket,
-    pub cmd: NlSocket,
+pub(crate) struct Channel<S = NlSocket> {
+    pub events: S,
+    pub cmd: S,
 }
 
 /// Events read from an event socket, with what the reads saw.
@@ -209,8 +209,8 @@ struct Drained {
 
 /// Reads up to `limit` datagrams of event socket `sock`, handing each decoded event to
 /// `each`; undecodable ones are counted.
-fn read_events<I: NetlinkDeserializable>(
-    sock: &mut NlSocket,
+fn read_events<I: NetlinkDeserializable, S: NlIo>(
+    sock: &mut S,
     applier: &Applier,
     limit: usize,
     mut each: impl FnMut(u16, I),
@@ -233,8 +233,8 @@ fn read_events<I: NetlinkDeserializable>(
 
 /// Reads up to `limit` datagrams of event socket `sock` into `pending`, undecoded (see
 /// [`PendingEvents`]).
-fn keep_events(
-    sock: &mut NlSocket,
+fn keep_events<S: NlIo>(
+    sock: &mut S,
     applier: &Applier,
     limit: usize,
     pending: &mut PendingEvents,
@@ -246,11 +246,11 @@ fn keep_events(
 
 /// Receives up to `limit` datagrams of `sock`, handing each to `data` (which reads it from
 /// the socket's buffer); counts overruns, and stops early when the socket is empty.
-fn drain(
-    sock: &mut NlSocket,
+fn drain<S: NlIo>(
+    sock: &mut S,
     applier: &Applier,
     limit: usize,
-    mut data: impl FnMut(&mut NlSocket),
+    mut data: impl FnMut(&mut S),
 ) -> io::Result<Drained> {
     let mut out = Drained::default();
     for _ in 0..limit {
@@ -313,8 +313,8 @@ const DUMP_TIMEOUTS: u32 = 3;
 /// The event socket is read until empty after the dump's last part, so that a loss during
 /// the dump is seen here and not blamed on a later, clean, stretch.
 #[allow(clippy::too_many_arguments)]
-fn dump_kind<I>(
-    ch: &mut Channel,
+fn dump_kind<I, S: NlIo>(
+    ch: &mut Channel<S>,
     applier: &mut Applier,
     kind: Kind,
     request: impl Fn() -> I,
@@ -363,7 +363,7 @@ where
                         break;
                     }
                     if drained.empty {
-                        wait_any(
+                        S::wait_any(
                             &[&ch.cmd, &ch.events],
                             settings.poll_interval.max(Duration::from_millis(50)),
                         )?;
@@ -454,7 +454,7 @@ where
     }
 }
 
-impl Control {
+impl<S: NlIo> Control<S> {
     fn map_route(m: &RtnlMessage, flags: u16, dump: bool) -> Result<Mapped, MapError> {
         map_route_socket(m, flags, dump)
     }
@@ -555,7 +555,7 @@ impl Control {
             match ch.cmd.recv()? {
                 Recv::Data => {}
                 Recv::Empty | Recv::Overrun => {
-                    wait_any(&[&ch.cmd], Duration::from_millis(20))?;
+                    S::wait_any(&[&ch.cmd], Duration::from_millis(20))?;
                     continue;
                 }
             }
@@ -700,7 +700,7 @@ impl Control {
         // until it retires 64 more objects, which a quiet control plane may never do; hand
         // it to the global queue, where the run loops' pins free it, before waiting.
         crossbeam_epoch::pin().flush();
-        wait_any(&socks, self.settings.poll_interval)?;
+        S::wait_any(&socks, self.settings.poll_interval)?;
         // Bounded so that resolver requests and stop are served during floods.
         let (route_overrun, route_emptied) = self.drain_route(4096)?;
         let (xfrm_overrun, xfrm_emptied) = self.drain_xfrm(4096)?;
@@ -913,3 +913,7 @@ pub(crate) fn resolve_message(ifindex: u32, addr: IpAddr) -> RouteNetlinkMessage
     m.attributes = vec![NeighbourAttribute::Destination(dst)];
     RouteNetlinkMessage::NewNeighbour(m)
 }
+
+#[cfg(test)]
+#[path = "control_tests.rs"]
+mod tests;

@@ -30,6 +30,47 @@ pub(crate) struct Message<I> {
     pub payload: NetlinkPayload<I>,
 }
 
+/// What the control thread needs of a netlink socket: send requests, receive datagrams,
+/// decode them, open the socket again, wait for readiness. [`NlSocket`] is the kernel's;
+/// the sync tests put a scripted kernel behind it (`control_tests`), so that the control
+/// loop's handling of interrupted dumps and overruns runs without root.
+pub(crate) trait NlIo: Sized {
+    /// The socket's port id (the `nlmsg_pid` of replies to its requests).
+    fn port(&self) -> u32;
+
+    /// Sends `payload` as a request with `flags` (besides `NLM_F_REQUEST`); returns its
+    /// sequence number.
+    fn request<I: NetlinkSerializable>(&mut self, payload: I, flags: u16) -> io::Result<u32>;
+
+    /// Sends a dump request for `payload`.
+    fn dump<I: NetlinkSerializable>(&mut self, payload: I) -> io::Result<u32> {
+        self.request(payload, NLM_F_DUMP)
+    }
+
+    /// Reads one datagram into the buffer.
+    fn recv(&mut self) -> io::Result<Recv>;
+
+    /// The bytes of the last datagram read.
+    fn datagram(&self) -> &[u8];
+
+    /// Decodes the messages of the last datagram; undecodable ones are reported through
+    /// `bad` with their message type.
+    fn messages<I: NetlinkDeserializable>(
+        &self,
+        each: impl FnMut(Message<I>),
+        bad: impl FnMut(u16, String),
+    ) {
+        decode(self.datagram(), each, bad);
+    }
+
+    /// Replaces the socket by a fresh one opened the same way: the kernel forgets a dump in
+    /// progress on the old one, and whatever it had queued.
+    fn reopen(&mut self) -> Result<(), MirrorError>;
+
+    /// Waits up to `timeout` until one of `socks` is readable; says which are.
+    fn wait_any(socks: &[&Self], timeout: Duration) -> io::Result<Vec<bool>>;
+}
+
 /// A netlink socket of one protocol, subscribed to some groups.
 pub(crate) struct NlSocket {
     sock: Socket,
@@ -79,10 +120,17 @@ impl NlSocket {
         })
     }
 
+    /// The receive buffer size the kernel granted.
+    pub fn rcvbuf(&self) -> usize {
+        self.sock.get_rx_buf_sz().unwrap_or(0)
+    }
+}
+
+impl NlIo for NlSocket {
     /// Replaces the socket by a fresh one opened the same way (in the calling thread's
     /// namespace): the kernel forgets a dump in progress on the old one, and whatever it had
     /// queued.
-    pub fn reopen(&mut self) -> Result<(), MirrorError> {
+    fn reopen(&mut self) -> Result<(), MirrorError> {
         let fresh = NlSocket::open(self.protocol, &self.groups, self.rcvbuf_asked)?;
         let seq = self.seq;
         *self = fresh;
@@ -91,18 +139,13 @@ impl NlSocket {
     }
 
     /// The socket's port id (the `nlmsg_pid` of replies to its requests).
-    pub fn port(&self) -> u32 {
+    fn port(&self) -> u32 {
         self.port
-    }
-
-    /// The receive buffer size the kernel granted.
-    pub fn rcvbuf(&self) -> usize {
-        self.sock.get_rx_buf_sz().unwrap_or(0)
     }
 
     /// Sends `payload` as a request with `flags` (besides `NLM_F_REQUEST`); returns its
     /// sequence number.
-    pub fn request<I: NetlinkSerializable>(&mut self, payload: I, flags: u16) -> io::Result<u32> {
+    fn request<I: NetlinkSerializable>(&mut self, payload: I, flags: u16) -> io::Result<u32> {
         self.seq = self.seq.wrapping_add(1).max(1);
         let mut header = NetlinkHeader::default();
         header.flags = NLM_F_REQUEST | flags;
@@ -115,13 +158,8 @@ impl NlSocket {
         Ok(self.seq)
     }
 
-    /// Sends a dump request for `payload`.
-    pub fn dump<I: NetlinkSerializable>(&mut self, payload: I) -> io::Result<u32> {
-        self.request(payload, NLM_F_DUMP)
-    }
-
     /// Reads one datagram into the buffer.
-    pub fn recv(&mut self) -> io::Result<Recv> {
+    fn recv(&mut self) -> io::Result<Recv> {
         self.buf.clear();
         match self.sock.recv(&mut self.buf, 0) {
             Ok(_) => Ok(Recv::Data),
@@ -132,19 +170,13 @@ impl NlSocket {
         }
     }
 
-    /// Decodes the messages of the last datagram; undecodable ones are reported through
-    /// `bad` with their message type.
-    pub fn messages<I: NetlinkDeserializable>(
-        &self,
-        each: impl FnMut(Message<I>),
-        bad: impl FnMut(u16, String),
-    ) {
-        decode(&self.buf, each, bad);
+    /// The bytes of the last datagram read.
+    fn datagram(&self) -> &[u8] {
+        &self.buf
     }
 
-    /// The bytes of the last datagram read.
-    pub fn datagram(&self) -> &[u8] {
-        &self.buf
+    fn wait_any(socks: &[&Self], timeout: Duration) -> io::Result<Vec<bool>> {
+        poll_any(socks, timeout)
     }
 }
 
@@ -179,7 +211,7 @@ pub(crate) fn decode<I: NetlinkDeserializable>(
 }
 
 /// Waits up to `timeout` until one of `socks` is readable; says which are.
-pub(crate) fn wait_any(socks: &[&NlSocket], timeout: Duration) -> io::Result<Vec<bool>> {
+fn poll_any(socks: &[&NlSocket], timeout: Duration) -> io::Result<Vec<bool>> {
     let mut fds: Vec<PollFd<'_>> = socks
         .iter()
         .map(|s| PollFd::new(s.sock.as_fd(), PollFlags::POLLIN))

@@ -22,7 +22,7 @@ use crate::tables::MirroredTables;
 const OIF: u32 = 3;
 
 /// An IPv4 unicast route of the main table via a gateway on [`OIF`].
-fn route(dst: u32, plen: u8, gw: u32) -> RouteMessage {
+pub(crate) fn route(dst: u32, plen: u8, gw: u32) -> RouteMessage {
     let mut m = RouteMessage::default();
     m.header.address_family = AddressFamily::Inet;
     m.header.destination_prefix_length = plen;
@@ -104,7 +104,7 @@ fn prefixes(n: usize, seed: u64) -> Vec<(u32, u8, u32)> {
 }
 
 /// Every route of table main, sorted.
-fn main_routes(tables: &MirroredTables) -> Vec<(u32, u8, Option<u32>)> {
+pub(crate) fn main_routes(tables: &MirroredTables) -> Vec<(u32, u8, Option<u32>)> {
     let guard = crossbeam_epoch::pin();
     let Some(main) = tables.fib4.table(254, &guard) else {
         return Vec::new();
@@ -121,7 +121,7 @@ fn main_routes(tables: &MirroredTables) -> Vec<(u32, u8, Option<u32>)> {
     out
 }
 
-fn expected(routes: &[(u32, u8, u32)]) -> Vec<(u32, u8, Option<u32>)> {
+pub(crate) fn expected(routes: &[(u32, u8, u32)]) -> Vec<(u32, u8, Option<u32>)> {
     let mut out: Vec<_> = routes.iter().map(|&(k, l, g)| (k, l, Some(g))).collect();
     out.sort_unstable();
     out
