@@ -11,7 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use addr_table::{AddrTable, AddrWriter, FixedTable, IfAddr, NetnsId, RhlWriter};
+use addr_table::{AddrTable, AddrWriter, FixedTable, FixedWriter, IfAddr, NetnsId, RhlWriter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 /// Counts live heap bytes, for the empty-table memory report (lookups never allocate, so the
@@ -98,7 +98,9 @@ struct Engines {
     /// The table's writer (one writer thread at a time takes it; readers never do).
     addr_writer: std::sync::Mutex<AddrWriter>,
     /// Only up to [`FIXED_MAX`] addresses.
-    fixed: Option<FixedTable<Ipv4Addr, u32>>,
+    fixed: Option<Arc<FixedTable<Ipv4Addr, u32>>>,
+    /// The fixed table's writer (taken as `addr_writer` is).
+    fixed_writer: Option<std::sync::Mutex<FixedWriter<Ipv4Addr, u32>>>,
     hashbrown: hashbrown::HashMap<u32, u32>,
     papaya: papaya::HashMap<u32, u32>,
     dashmap: dashmap::DashMap<u32, u32>,
@@ -114,18 +116,22 @@ impl Engines {
         }
         // As the netlink mirror does after its initial dump: no rehash left half done.
         writer.finish_rehash();
+        let mut fixed = (addrs.len() <= FIXED_MAX).then(|| FixedWriter::new(0x2545_f491));
+        if let Some(fixed) = &mut fixed {
+            for &(a, ifindex) in addrs {
+                fixed.insert(a, ifindex);
+            }
+        }
         let e = Engines {
             addr_table: Arc::clone(writer.reader()),
             addr_writer: std::sync::Mutex::new(writer),
-            fixed: (addrs.len() <= FIXED_MAX).then(|| FixedTable::new(0x2545_f491)),
+            fixed: fixed.as_ref().map(|w| Arc::clone(w.reader())),
+            fixed_writer: fixed.map(std::sync::Mutex::new),
             hashbrown: addrs.iter().map(|&(a, i)| (a.to_bits(), i)).collect(),
             papaya: papaya::HashMap::new(),
             dashmap: dashmap::DashMap::new(),
         };
         for &(a, ifindex) in addrs {
-            if let Some(fixed) = &e.fixed {
-                fixed.insert(a, ifindex);
-            }
             e.papaya.pin().insert(a.to_bits(), ifindex);
             e.dashmap.insert(a.to_bits(), ifindex);
         }
@@ -135,7 +141,7 @@ impl Engines {
     /// The fixed table, present at the counts of the contended benchmark.
     fn fixed(&self) -> &FixedTable<Ipv4Addr, u32> {
         self.fixed
-            .as_ref()
+            .as_deref()
             .expect("the fixed table is built up to FIXED_MAX")
     }
 
@@ -370,10 +376,16 @@ fn contended(c: &mut Criterion) {
                     .sum()
             }),
             Arc::new(move |a, i, add| {
+                let mut w = e2
+                    .fixed_writer
+                    .as_ref()
+                    .expect("the fixed table is built up to FIXED_MAX")
+                    .lock()
+                    .unwrap();
                 if add {
-                    e2.fixed().insert(a, i);
+                    w.insert(a, i);
                 } else {
-                    e2.fixed().remove(&a, |v| *v == i);
+                    w.remove(&a, |v| *v == i);
                 }
             }),
         );
@@ -451,7 +463,7 @@ fn empty_netns(c: &mut Criterion) {
         ),
         (
             "fixed-256",
-            footprint(|| FixedTable::<Ipv4Addr, u32>::new(1)),
+            footprint(|| FixedWriter::<Ipv4Addr, u32>::new(1)),
         ),
         ("hashbrown", footprint(hashbrown::HashMap::<u32, u32>::new)),
         ("papaya", footprint(papaya::HashMap::<u32, u32>::new)),
@@ -478,7 +490,7 @@ fn empty_netns(c: &mut Criterion) {
         (
             "fixed-256",
             footprint(|| {
-                let t = FixedTable::<u32, u32>::new(1);
+                let mut t = FixedWriter::<u32, u32>::new(1);
                 (0..n).for_each(|k| t.insert(k, k));
                 t
             }),
@@ -536,7 +548,7 @@ fn empty_netns(c: &mut Criterion) {
         b.iter(|| black_box(RhlWriter::<u32, u64>::new()))
     });
     group.bench_function(BenchmarkId::new("fixed-256", "empty"), |b| {
-        b.iter(|| black_box(FixedTable::<Ipv4Addr, u32>::new(1)))
+        b.iter(|| black_box(FixedWriter::<Ipv4Addr, u32>::new(1)))
     });
     group.finish();
 }

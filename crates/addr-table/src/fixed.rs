@@ -10,9 +10,10 @@
 
 use std::marker::PhantomData;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::ops::Deref;
 use std::ptr;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
@@ -70,16 +71,36 @@ struct FNode<K, V> {
 }
 
 /// A fixed 256-bucket chained hash multimap with epoch-protected lookups (the old
-/// `inet_addr_lst`).
+/// `inet_addr_lst`). Readers share it as an `Arc` and only read it; its one
+/// [`FixedWriter`] makes it and changes it.
 ///
 /// ```
-/// use addr_table::FixedTable;
-/// let table: FixedTable<u32, u32> = FixedTable::new(0x1234);
-/// table.insert(10, 1);
-/// table.insert(10, 2);
+/// use addr_table::FixedWriter;
+/// let mut writer: FixedWriter<u32, u32> = FixedWriter::new(0x1234);
+/// let table = writer.reader().clone();
+/// writer.insert(10, 1);
+/// writer.insert(10, 2);
 /// let guard = crossbeam_epoch::pin();
 /// assert_eq!(table.get(&10, &guard), Some(&2));
 /// assert_eq!(table.get_all(&10, &guard).copied().collect::<Vec<_>>(), [2, 1]);
+/// ```
+///
+/// A reader cannot write:
+///
+/// ```compile_fail,E0624
+/// let writer: addr_table::FixedWriter<u32, u32> = addr_table::FixedWriter::new(1);
+/// writer.reader().insert(1, 2);
+/// ```
+///
+/// ```compile_fail,E0624
+/// let writer: addr_table::FixedWriter<u32, u32> = addr_table::FixedWriter::new(1);
+/// writer.reader().remove(&1, |_| true);
+/// ```
+///
+/// Nor make a table of its own to write:
+///
+/// ```compile_fail,E0624
+/// let table: addr_table::FixedTable<u32, u32> = addr_table::FixedTable::new(1);
 /// ```
 pub struct FixedTable<K, V> {
     buckets: Box<[AtomicPtr<FNode<K, V>>]>,
@@ -91,8 +112,8 @@ pub struct FixedTable<K, V> {
 
 impl<K: Fold32, V> FixedTable<K, V> {
     /// An empty table for the namespace whose hash mix is `net_mix` (the kernel's
-    /// `net_hash_mix`, a per-namespace random value).
-    pub fn new(net_mix: u32) -> Self {
+    /// `net_hash_mix`, a per-namespace random value); [`FixedWriter::new`] makes it.
+    pub(crate) fn new(net_mix: u32) -> Self {
         FixedTable {
             buckets: (0..HSIZE)
                 .map(|_| AtomicPtr::new(ptr::null_mut()))
@@ -189,8 +210,8 @@ where
     K: Fold32 + Send + 'static,
     V: Send + 'static,
 {
-    /// Adds an object at the head of its chain.
-    pub fn insert(&self, key: K, value: V) {
+    /// Adds an object at the head of its chain. Writer only ([`FixedWriter::insert`]).
+    pub(crate) fn insert(&self, key: K, value: V) {
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let slot = &self.buckets[self.bucket_of(&key)];
         let node = Box::new(FNode {
@@ -202,8 +223,9 @@ where
         self.objects.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Removes the newest object with `key` for which `matches` is true; returns whether one was.
-    pub fn remove(&self, key: &K, mut matches: impl FnMut(&V) -> bool) -> bool {
+    /// Removes the newest object with `key` for which `matches` is true; returns whether one
+    /// was. Writer only ([`FixedWriter::remove`]).
+    pub(crate) fn remove(&self, key: &K, mut matches: impl FnMut(&V) -> bool) -> bool {
         let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
         let mut pprev = &self.buckets[self.bucket_of(key)];
         let mut p = pprev.load(Ordering::Relaxed);
@@ -222,6 +244,71 @@ where
             p = n.next.load(Ordering::Relaxed);
         }
         false
+    }
+}
+
+/// The one writer of a [`FixedTable`], as [`RhlWriter`](crate::RhlWriter) is of an
+/// [`RhlTable`](crate::RhlTable): it makes the table, hands readers its `Arc`
+/// ([`FixedWriter::reader`]), derefs to it for its own reads, and takes `&mut self` for every
+/// change; it is not `Clone`. Dropping it freezes the table.
+///
+/// ```
+/// use addr_table::FixedWriter;
+/// let mut writer: FixedWriter<u32, u32> = FixedWriter::new(7);
+/// writer.insert(1, 10);
+/// assert!(writer.remove(&1, |v| *v == 10));
+/// assert!(!writer.remove(&1, |_| true));
+/// assert!(writer.is_empty());
+/// ```
+pub struct FixedWriter<K, V> {
+    table: Arc<FixedTable<K, V>>,
+}
+
+impl<K, V> Deref for FixedWriter<K, V> {
+    type Target = FixedTable<K, V>;
+
+    fn deref(&self) -> &FixedTable<K, V> {
+        &self.table
+    }
+}
+
+impl<K, V> std::fmt::Debug for FixedWriter<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FixedWriter")
+            .field("table", &self.table)
+            .finish()
+    }
+}
+
+impl<K: Fold32, V> FixedWriter<K, V> {
+    /// An empty table for the namespace whose hash mix is `net_mix` (the kernel's
+    /// `net_hash_mix`), and its writer.
+    pub fn new(net_mix: u32) -> Self {
+        FixedWriter {
+            table: Arc::new(FixedTable::new(net_mix)),
+        }
+    }
+
+    /// The table this writer changes, to share with readers.
+    pub fn reader(&self) -> &Arc<FixedTable<K, V>> {
+        &self.table
+    }
+}
+
+impl<K, V> FixedWriter<K, V>
+where
+    K: Fold32 + Send + 'static,
+    V: Send + 'static,
+{
+    /// Adds an object at the head of its chain (equal keys come out newest first).
+    pub fn insert(&mut self, key: K, value: V) {
+        self.table.insert(key, value);
+    }
+
+    /// Removes the newest object with `key` for which `matches` is true; returns whether one
+    /// was. Readers that reached it keep reading it until they unpin.
+    pub fn remove(&mut self, key: &K, matches: impl FnMut(&V) -> bool) -> bool {
+        self.table.remove(key, matches)
     }
 }
 

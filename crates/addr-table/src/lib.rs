@@ -126,7 +126,7 @@ pub use addr::flags::{IfaFlags, Scope};
 pub use addr::table::{AddrConfig, AddrTable, FamilySweep, LocalAddr, Sweep};
 pub use bucket::Dups;
 pub use error::{InsertError, ParamsError};
-pub use fixed::FixedTable;
+pub use fixed::{FixedTable, FixedWriter};
 pub use inline::Inline;
 pub use rhltable::{Params, RehashCounts, RhlTable, TableStats};
 pub use seed::SeedMode;

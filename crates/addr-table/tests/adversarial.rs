@@ -2,7 +2,7 @@
 //! seed and the table stays fast, measured by chain lengths and rehash counts, not by timing.
 
 use addr_table::rhltable::ELASTICITY;
-use addr_table::{FixedTable, Params, RhlTable, RhlWriter, SeedMode};
+use addr_table::{FixedWriter, Params, RhlTable, RhlWriter, SeedMode};
 
 /// The longest bucket chain random keys leave in these tests' tables: three bucket lines. A
 /// line holds 3.5 keys on average at the 7/8 growth threshold (Poisson), and a chain of 13 or
@@ -77,7 +77,7 @@ fn keys_colliding_under_one_seed_trigger_a_reseed_and_spread_out() {
 /// number of keys (this is what the rhltable conversion fixes).
 #[test]
 fn the_fixed_table_has_no_defence() {
-    let fixed: FixedTable<u32, u32> = FixedTable::new(0x1234_5678);
+    let mut fixed: FixedWriter<u32, u32> = FixedWriter::new(0x1234_5678);
     let target = fixed.bucket_of(&0);
     let evil: Vec<u32> = (0..)
         .filter(|k| fixed.bucket_of(k) == target)

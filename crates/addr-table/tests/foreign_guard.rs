@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use addr_table::{AddrWriter, FixedTable, IfAddr, NetnsId, RhlWriter, Scope};
+use addr_table::{AddrWriter, FixedWriter, IfAddr, NetnsId, RhlWriter, Scope};
 use crossbeam_epoch::{self as epoch, Guard};
 
 /// Both a foreign collector's guard and `unprotected()` must panic with the crate's message.
@@ -37,7 +37,7 @@ fn rhltable_entry_points_refuse_a_foreign_guard() {
 
 #[test]
 fn fixed_table_entry_points_refuse_a_foreign_guard() {
-    let t: FixedTable<u32, u32> = FixedTable::new(7);
+    let mut t: FixedWriter<u32, u32> = FixedWriter::new(7);
     t.insert(1, 10);
     refused("FixedTable::get", |g| {
         let _ = t.get(&1, g);

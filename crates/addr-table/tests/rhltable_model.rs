@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use addr_table::{FixedTable, Params, RhlTable, RhlWriter, SeedMode};
+use addr_table::{FixedTable, FixedWriter, Params, RhlTable, RhlWriter, SeedMode};
 use crossbeam_epoch as epoch;
 use proptest::prelude::*;
 
@@ -127,7 +127,7 @@ fn check(
 
 fn run(ops: &[Op], keys: u32, seed: u64) {
     let mut table = RhlWriter::with_params(small_params(seed)).unwrap();
-    let fixed = FixedTable::new(0x5eed);
+    let mut fixed = FixedWriter::new(0x5eed);
     let mut model = Model::default();
     let mut updated = false;
     for op in ops {
@@ -157,7 +157,7 @@ fn run(ops: &[Op], keys: u32, seed: u64) {
             }
             Op::Finish => table.finish_rehash(),
         }
-        check(&table, (!updated).then_some(&fixed), &model, keys);
+        check(&table, (!updated).then_some(&*fixed), &model, keys);
     }
     // Everything the table holds, walked under the writer lock, is the model.
     let mut seen: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -185,17 +185,17 @@ proptest! {
 fn every_resize_boundary_up_and_down() {
     let n = 700u32;
     let mut table = RhlWriter::with_params(small_params(1)).unwrap();
-    let fixed = FixedTable::new(1);
+    let mut fixed = FixedWriter::new(1);
     let mut model = Model::default();
     for k in 0..n {
         table.insert(k, k * 3).unwrap();
         fixed.insert(k, k * 3);
         model.insert(k, k * 3);
         if k % 7 == 0 {
-            check(&table, Some(&fixed), &model, n);
+            check(&table, Some(&*fixed), &model, n);
         }
     }
-    check(&table, Some(&fixed), &model, n);
+    check(&table, Some(&*fixed), &model, n);
     let grown = table.stats();
     assert_eq!(grown.size, 1024);
     assert_eq!(grown.rehashes.grows, 8, "4 → 8 → ... → 1024");
@@ -204,10 +204,10 @@ fn every_resize_boundary_up_and_down() {
         assert!(fixed.remove(&k, |v| *v == k * 3));
         model.remove(k, k * 3);
         if k % 7 == 0 {
-            check(&table, Some(&fixed), &model, n);
+            check(&table, Some(&*fixed), &model, n);
         }
     }
-    check(&table, Some(&fixed), &model, n);
+    check(&table, Some(&*fixed), &model, n);
     let shrunk = table.stats();
     assert_eq!(shrunk.size, 4);
     assert!(shrunk.rehashes.shrinks >= 3, "{shrunk:?}");
