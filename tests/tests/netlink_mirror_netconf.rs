@@ -5,9 +5,12 @@
 //! to the kernel), and `route get ... iif DEV` must answer as `ip route get` does with
 //! forwarding off ("No route to host" for IPv4; IPv6 routes input as usual). `accept_local`
 //! and IPv6 `force_forwarding`, which netconf does not carry, are followed from sysctl.
+//! So is a device's `unres_qlen_bytes`, and the dataplane's hold buffer keeps that many bytes
+//! per unresolved neighbour on it.
 
 mod netlink_mirror_common;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fib_trie::multipath::{HashFields, MultipathPolicy};
@@ -214,4 +217,111 @@ fn multipath_hash_sysctls_are_followed() {
     );
     sysctl(&ns, "ipv4/fib_multipath_use_neigh", "0");
     wait_multipath(&live, (policy(false, 1, 7, 0), policy(true, 3, 0x23, 0)));
+}
+
+/// Waits until the mirror holds `want` as `d1`'s ARP `unres_qlen_bytes`.
+fn wait_queue_bytes(live: &MirrorHandle, dev: &str, want: u32) {
+    let t = live.tables();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let g = crossbeam_epoch::pin();
+        let got = t.devconf.queue_bytes(ifindex(t, dev), false, &g);
+        if got == Some(want) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{dev}: {got:?}, want {want}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows() {
+    use dataplane::{Config, Frame, HOLD_FRAME_OVERHEAD, HeapPool, Queue, Tables, Verdict};
+    if !xfwd_lab::privileged("the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows") {
+        return;
+    }
+    let ns = netns("holdq");
+    two_links(&ns);
+    sysctl(&ns, "ipv4/ip_forward", "1");
+    // 10.2.0.2, the gateway on d1, is never resolved (no neighbour entry: the frames wait).
+    ip(&ns, "route add 10.9.0.0/16 via 10.2.0.2");
+    let frame_charge = (1514 + HOLD_FRAME_OVERHEAD) as u32;
+    sysctl(
+        &ns,
+        "ipv4/neigh/d1/unres_qlen_bytes",
+        &(5 * frame_charge).to_string(),
+    );
+    // The ND table's own value is another setting: it must not size an IPv4 neighbour.
+    sysctl(&ns, "ipv6/neigh/d1/unres_qlen_bytes", "1");
+    let live = mirror(&ns, MirrorOptions::default());
+    wait_ingress(&live, "d0", false, Ingress::Forward);
+    wait_queue_bytes(&live, "d1", 5 * frame_charge);
+
+    // The dataplane on the mirrored tables, as the forwarder builds them.
+    let m = live.tables();
+    let (sockets, mut writer) =
+        udp_socktab::SockTable::new(udp_socktab::TableConfig::default()).unwrap();
+    let sock_netns = writer
+        .add_netns(udp_socktab::NetnsConfig::default())
+        .unwrap();
+    let tables = Tables {
+        links: m.links.clone(),
+        neigh: m.neigh.clone(),
+        addrs: m.addrs.clone(),
+        fib4: m.fib4.clone(),
+        fib6: m.fib6.clone(),
+        policies: m.policies.clone(),
+        sockets,
+        generation: m.generation.clone(),
+        sock_netns,
+        served: None,
+        devconf: m.devconf.clone(),
+        icmp_peers: Arc::new(dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS)),
+    };
+    let (d0, d0_mac) = {
+        let g = crossbeam_epoch::pin();
+        let l = m.links.by_name("d0", &g).unwrap();
+        (l.ifindex, l.mac.unwrap())
+    };
+    // Full-size frames from a host on d0 to 10.9.1.1.
+    let mut frame = Vec::new();
+    etherparse::PacketBuilder::ethernet2([2, 0, 0, 0, 0, 0xaa], d0_mac)
+        .ipv4([10, 1, 0, 9], [10, 9, 1, 1], 64)
+        .udp(5000, 53)
+        .write(&mut frame, &vec![0x5a; 1514 - 42])
+        .unwrap();
+    assert_eq!(frame.len(), 1514);
+    let mut queue = Queue::new(Config::default()).unwrap();
+    let mut send = |count: u64, start: u64| {
+        for now in start..start + count {
+            let mut pool = HeapPool::new(2048, 64);
+            let mut chunk = vec![0u8; 256 + 2048];
+            chunk[256..256 + frame.len()].copy_from_slice(&frame);
+            let guard = crossbeam_epoch::pin();
+            let mut frames = [Frame::new(&mut chunk, 256, frame.len(), d0)];
+            queue.process_batch(&tables, &guard, now, &mut frames, &mut pool);
+            assert_eq!(frames[0].verdict, Verdict::Held, "frame {now}");
+        }
+    };
+    send(12, 0);
+    // The device's budget, not the configured default (101 such frames), nor the ND value.
+    assert_eq!(queue.held(), 5);
+    assert_eq!(queue.counters().held_discarded, 7);
+
+    // Lowered on the device: the mirror follows, and the neighbour keeps that much.
+    sysctl(
+        &ns,
+        "ipv4/neigh/d1/unres_qlen_bytes",
+        &(2 * frame_charge).to_string(),
+    );
+    wait_queue_bytes(&live, "d1", 2 * frame_charge);
+    let mut pool = HeapPool::new(2048, 64);
+    let mut chunk = vec![0u8; 256 + 2048];
+    chunk[256..256 + frame.len()].copy_from_slice(&frame);
+    let guard = crossbeam_epoch::pin();
+    let mut frames = [Frame::new(&mut chunk, 256, frame.len(), d0)];
+    queue.process_batch(&tables, &guard, 100, &mut frames, &mut pool);
+    assert_eq!(frames[0].verdict, Verdict::Held);
+    assert_eq!(queue.held(), 2);
+    assert_eq!(queue.counters().held_discarded, 7 + 4);
 }
