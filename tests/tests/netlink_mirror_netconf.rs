@@ -325,3 +325,16 @@ fn the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows() {
     assert_eq!(queue.held(), 2);
     assert_eq!(queue.counters().held_discarded, 7 + 4);
 }
+
+#[test]
+fn the_mirror_and_the_dataplane_hand_out_one_table_writers_type() {
+    // One definition (crate table-writers): the mirror's writers are the dataplane's.
+    let (tables, writers) = netlink_mirror::MirroredTables::new(addr_table::NetnsId(1), false);
+    let mut writers: dataplane::TableWriters = writers;
+    // and they write the mirror's tables, device switches followed (unknown devices are
+    // left to the kernel).
+    assert!(writers.devconf.set_queue_bytes(false, 3, Some(4096)));
+    let g = crossbeam_epoch::pin();
+    assert_eq!(tables.devconf.queue_bytes(3, false, &g), Some(4096));
+    assert_eq!(tables.devconf.ingress(3, false, &g), Ingress::Unknown);
+}

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use addr_table::{AddrTable, AddrWriter, NetnsId};
 use dst_cache::Generation;
-use fib_trie::{Fib, FibWriter};
-use neigh_table::{DevConfTable, DevConfWriter, LinkTable, LinkWriter, NeighTable, NeighWriter};
-use policy_tree::{PolicyDb, PolicyWriter};
+use fib_trie::Fib;
+use neigh_table::{DevConfTable, DevConfWriter, LinkTable, NeighTable};
+use policy_tree::PolicyDb;
+pub use table_writers::TableWriters;
 use udp_socktab::SockTable;
 
 use crate::PeerLimiter;
@@ -95,15 +96,7 @@ impl Tables {
         sockets: Arc<SockTable>,
         sock_netns: udp_socktab::NetnsId,
     ) -> (Self, TableWriters) {
-        let writers = TableWriters {
-            links: LinkWriter::new(),
-            neigh: NeighWriter::new(),
-            addrs: AddrWriter::new(netns),
-            fib4: FibWriter::new(),
-            fib6: FibWriter::new(),
-            policies: PolicyWriter::new(),
-            devconf: DevConfWriter::permissive(),
-        };
+        let writers = TableWriters::new(AddrWriter::new(netns), DevConfWriter::permissive());
         let tables = Tables {
             links: Arc::clone(writers.links.reader()),
             neigh: Arc::clone(writers.neigh.reader()),
@@ -120,26 +113,6 @@ impl Tables {
         };
         (tables, writers)
     }
-}
-
-/// The one writer of each table of a [`Tables`], made with them by [`Tables::new`]: what the
-/// control plane keeps (the netlink mirror keeps its own set). Not `Clone`.
-#[derive(Debug)]
-pub struct TableWriters {
-    /// Writes [`Tables::links`].
-    pub links: LinkWriter,
-    /// Writes [`Tables::neigh`].
-    pub neigh: NeighWriter,
-    /// Writes [`Tables::addrs`].
-    pub addrs: AddrWriter,
-    /// Writes [`Tables::fib4`].
-    pub fib4: FibWriter<u32>,
-    /// Writes [`Tables::fib6`].
-    pub fib6: FibWriter<u128>,
-    /// Writes [`Tables::policies`].
-    pub policies: PolicyWriter,
-    /// Writes [`Tables::devconf`] (permissive until written).
-    pub devconf: DevConfWriter,
 }
 
 /// The interfaces a pipeline transmits on ([`Tables::served`]): one slot per served port, each

@@ -5,9 +5,12 @@ use std::sync::Arc;
 
 use addr_table::{AddrConfig, AddrTable, AddrWriter, NetnsId};
 use dst_cache::Generation;
-use fib_trie::{Fib, FibWriter};
-use neigh_table::{DevConfTable, DevConfWriter, LinkTable, LinkWriter, NeighTable, NeighWriter};
-use policy_tree::{PolicyDb, PolicyWriter};
+use fib_trie::Fib;
+use neigh_table::{DevConfTable, DevConfWriter, LinkTable, NeighTable};
+use policy_tree::PolicyDb;
+/// The one writer of each table (the mirror's control thread keeps them); the same type as
+/// `dataplane::TableWriters`.
+pub use table_writers::TableWriters;
 
 use crate::kernel_routes::KernelRouteBook;
 use crate::nexthops::NexthopTable;
@@ -61,17 +64,11 @@ impl MirroredTables {
             promote_secondaries,
             ..AddrConfig::default()
         };
-        let writers = TableWriters {
-            links: LinkWriter::new(),
-            neigh: NeighWriter::new(),
+        let writers = TableWriters::new(
             // The default parameters are valid, so this cannot fail.
-            addrs: AddrWriter::with_config(netns, config)
-                .unwrap_or_else(|_| AddrWriter::new(netns)),
-            fib4: FibWriter::new(),
-            fib6: FibWriter::new(),
-            policies: PolicyWriter::new(),
-            devconf: DevConfWriter::followed(),
-        };
+            AddrWriter::with_config(netns, config).unwrap_or_else(|_| AddrWriter::new(netns)),
+            DevConfWriter::followed(),
+        );
         let tables = MirroredTables {
             links: Arc::clone(writers.links.reader()),
             neigh: Arc::clone(writers.neigh.reader()),
@@ -86,24 +83,4 @@ impl MirroredTables {
         };
         (tables, writers)
     }
-}
-
-/// The one writer of each table of a [`MirroredTables`], made with them: owned by the mirror's
-/// control thread (its applier). Not `Clone`.
-#[derive(Debug)]
-pub struct TableWriters {
-    /// Writes [`MirroredTables::links`].
-    pub links: LinkWriter,
-    /// Writes [`MirroredTables::neigh`].
-    pub neigh: NeighWriter,
-    /// Writes [`MirroredTables::addrs`].
-    pub addrs: AddrWriter,
-    /// Writes [`MirroredTables::fib4`].
-    pub fib4: FibWriter<u32>,
-    /// Writes [`MirroredTables::fib6`].
-    pub fib6: FibWriter<u128>,
-    /// Writes [`MirroredTables::policies`].
-    pub policies: PolicyWriter,
-    /// Writes [`MirroredTables::devconf`].
-    pub devconf: DevConfWriter,
 }
