@@ -18,6 +18,7 @@ use std::process::Command;
 use anyhow::{Context, bail};
 
 use crate::exec::exec;
+use crate::setup::NIGHTLY;
 
 /// Every target: its crate (relative to the repository root) and name.
 pub const TARGETS: [(&str, &str); 11] = [
@@ -147,7 +148,7 @@ fn root() -> PathBuf {
 /// Whether nightly and cargo-fuzz are both there (no install attempted).
 pub fn available() -> bool {
     Command::new("cargo")
-        .args(["+nightly", "fuzz", "--version"])
+        .args([&format!("+{NIGHTLY}"), "fuzz", "--version"])
         .output()
         .is_ok_and(|o| o.status.success())
 }
@@ -178,7 +179,13 @@ pub fn build(krate: &str) -> anyhow::Result<()> {
     let mut command = Command::new("cargo");
     command
         .current_dir(root().join(krate))
-        .args(["+nightly", "fuzz", "build", "-O", "--target-dir"])
+        .args([
+            &format!("+{NIGHTLY}"),
+            "fuzz",
+            "build",
+            "-O",
+            "--target-dir",
+        ])
         .arg(target_dir());
     exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
 }
@@ -196,7 +203,7 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args(["+nightly", "fuzz", "run", "-O", "--target-dir"])
+        .args([&format!("+{NIGHTLY}"), "fuzz", "run", "-O", "--target-dir"])
         .arg(target_dir())
         .arg(target)
         .arg(&corpus);

@@ -5,7 +5,8 @@
 //! initialisation rules and for leaks and data races, about a thousand times slower than a
 //! native run: each crate runs the unit tests named in [`CRATES`] (all of them where that
 //! is affordable), which cover each `unsafe` block. `cargo xtask test` runs the whole list
-//! when nightly with Miri is installed (`rustup +nightly component add miri rust-src`).
+//! when the pinned nightly ([`NIGHTLY`]) with Miri is installed (`rustup +NIGHTLY component add
+//! miri rust-src`).
 //! Miri's own target directory is `target/miri`; its first run builds Miri's sysroot.
 
 use std::process::Command;
@@ -14,6 +15,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 use crate::exec::exec;
+use crate::setup::NIGHTLY;
 
 /// Each crate with `unsafe` in its library, and the unit-test filters run under Miri (empty:
 /// every unit test). The crates without `unsafe` (dst-cache, dataplane) and those whose
@@ -60,7 +62,7 @@ pub struct Options {
 /// Whether nightly with Miri is installed.
 pub fn available() -> bool {
     Command::new("cargo")
-        .args(["+nightly", "miri", "--version"])
+        .args([&format!("+{NIGHTLY}"), "miri", "--version"])
         .output()
         .is_ok_and(|o| o.status.success())
 }
@@ -69,9 +71,15 @@ pub fn available() -> bool {
 pub fn run_crate(krate: &str, filters: &[&str]) -> anyhow::Result<()> {
     let root = crate::bench::workspace_root();
     let mut command = Command::new("cargo");
-    command
-        .current_dir(&root)
-        .args(["+nightly", "miri", "test", "--locked", "-p", krate, "--lib"]);
+    command.current_dir(&root).args([
+        &format!("+{NIGHTLY}"),
+        "miri",
+        "test",
+        "--locked",
+        "-p",
+        krate,
+        "--lib",
+    ]);
     if !filters.is_empty() {
         command.arg("--");
         command.args(filters);
@@ -86,7 +94,7 @@ pub fn run_crate(krate: &str, filters: &[&str]) -> anyhow::Result<()> {
 /// `cargo xtask miri`.
 pub fn run(options: &Options) -> anyhow::Result<()> {
     if !available() {
-        bail!("miri: needs nightly with Miri (`rustup +nightly component add miri rust-src`)");
+        bail!("miri: needs {NIGHTLY} with Miri (`rustup +{NIGHTLY} component add miri rust-src`)");
     }
     let chosen: Vec<_> = CRATES
         .iter()

@@ -41,8 +41,12 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 /// The toolchain the fuzz targets build with (cargo-fuzz needs nightly's sanitizer flags);
-/// `cargo xtask miri` uses the same one.
-pub const NIGHTLY: &str = "nightly";
+/// `cargo xtask miri` uses the same one. A dated nightly, so that CI and every machine build
+/// the fuzz targets and run Miri with the same compiler (an undated `nightly` is whatever day
+/// it was installed, and changes under the corpus and Miri's checks without a commit); the
+/// one in use when it was pinned (rustc 1.97.0-nightly e50aa6fba 2026-05-19). Move it on
+/// deliberately, with a fuzz smoke and a Miri run.
+pub const NIGHTLY: &str = "nightly-2026-05-20";
 /// cargo-fuzz, at a pinned version: `cargo xtask test` builds and runs every fuzz target with
 /// it.
 pub const CARGO_FUZZ_VERSION: &str = "0.13.1";

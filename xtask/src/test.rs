@@ -189,7 +189,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             });
         }
     } else {
-        eprintln!("miri skipped: needs nightly with Miri (`rustup +nightly component add miri`)");
+        eprintln!(
+            "miri skipped: needs {} with Miri (`rustup +{} component add miri rust-src`)",
+            crate::setup::NIGHTLY,
+            crate::setup::NIGHTLY
+        );
     }
 
     // xfwd's Debian package (`cargo xtask package`), as root: built with cargo-deb (installed
