@@ -247,6 +247,21 @@ pub fn exposition(stats: &Stats) -> String {
     )
     .with_label_values::<&str>(&[])
     .set(i64::from(!stats.diverted.is_empty()));
+    // `xfwd stats`' memory block (routing mode); resident memory is the process collector's
+    // `process_resident_memory_bytes`.
+    let memory = f.int_gauge(
+        "xfwd_memory_bytes",
+        "Where the process's memory is, in bytes, by part: heap_in_use (allocated blocks in \
+         glibc's heaps), heap_free (free blocks in its heaps), heap_mapped (blocks mapped on \
+         their own), fast_arenas (the FIBs' fast lookup structures, mapped apart from the \
+         allocator). Resident memory is process_resident_memory_bytes.",
+        &["part"],
+    );
+    for (part, bytes) in &stats.memory {
+        memory
+            .with_label_values(&[part.as_str()])
+            .set(i64::try_from(*bytes).unwrap_or(i64::MAX));
+    }
     let up = f.int_gauge(
         "xfwd_interface_up",
         "1 when the interface is up with carrier.",
@@ -467,7 +482,12 @@ mod tests {
                 send_errors: vec![("no_route".into(), 1), ("hold_full".into(), 0)],
             }],
             diverted: vec!["tc: fwd0 root: qdisc htb".into()],
-            memory: Vec::new(),
+            memory: vec![
+                ("heap_in_use".into(), 7_340_032),
+                ("heap_free".into(), 65_536),
+                ("heap_mapped".into(), 0),
+                ("fast_arenas".into(), 4_194_304),
+            ],
         }
     }
 
@@ -612,5 +632,17 @@ mod tests {
         );
         assert_eq!(value(&text, "xfwd_interface_up{iface=\"fwd1\"}"), Some(0.0));
         assert_eq!(value(&text, "xfwd_uptime_seconds"), Some(1.5));
+        // `xfwd stats`' memory block, one gauge per part, with its help.
+        assert!(text.contains("# TYPE xfwd_memory_bytes gauge"), "{text}");
+        assert!(text.contains("# HELP xfwd_memory_bytes Where"), "{text}");
+        for (part, bytes) in [
+            ("heap_in_use", 7_340_032.0),
+            ("heap_free", 65_536.0),
+            ("heap_mapped", 0.0),
+            ("fast_arenas", 4_194_304.0),
+        ] {
+            let series = format!("xfwd_memory_bytes{{part=\"{part}\"}}");
+            assert_eq!(value(&text, &series), Some(bytes), "{series}: {text}");
+        }
     }
 }

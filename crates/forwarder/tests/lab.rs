@@ -984,6 +984,23 @@ fn routing_two_queues_two_run_loops() {
     // The same per queue in the Prometheus text, which promtool accepts as served.
     let text = scrape(metrics);
     promtool_accepts(&text);
+    // `xfwd stats`' memory block as gauges, part by part (promtool checked their HELP and
+    // TYPE above); the lab's few routes leave the FIBs' fast arenas empty (0).
+    assert!(text.contains("# TYPE xfwd_memory_bytes gauge"), "{text}");
+    let memory: Vec<(String, u64)> = serde_json::from_value(stats["memory"].clone()).unwrap();
+    assert_eq!(
+        memory.len(),
+        4,
+        "heap_in_use, heap_free, heap_mapped, fast_arenas: {memory:?}"
+    );
+    for (part, _) in &memory {
+        let series = format!("xfwd_memory_bytes{{part=\"{part}\"}} ");
+        assert!(text.contains(&series), "{series}: {text}");
+    }
+    assert!(
+        metric(&text, "xfwd_memory_bytes{part=\"heap_in_use\"}") > 0,
+        "{text}"
+    );
     for q in 0..2 {
         let rx = format!("xfwd_rx_packets_total{{iface=\"fwd0\",queue=\"{q}\"}}");
         let tx = format!("xfwd_tx_packets_total{{iface=\"fwd1\",queue=\"{q}\"}}");
