@@ -72,9 +72,8 @@ pub(crate) enum Step {
 /// one flow costs one probe).
 #[derive(Clone, Copy, Debug)]
 enum RunAnswer {
-    /// A hit: the route of this lane (the run's first; an index, not a copy of the route:
-    /// each probe's answer was moved through the stack twice more).
-    Routed(usize),
+    /// A hit: this route.
+    Routed(Route),
     /// A miss this lane (the run's first) will fill: the repeat takes its answer then.
     Same(usize),
     /// Bypassed: the repeat is probed itself.
@@ -281,9 +280,9 @@ impl Queue {
             if let Some((k, answer)) = &run {
                 if *k == key {
                     match *answer {
-                        RunAnswer::Routed(first) => {
+                        RunAnswer::Routed(route) => {
                             repeats += 1;
-                            lanes[i].route = lanes[first].route;
+                            lanes[i].route = route;
                             lanes[i].step = Step::Routed;
                             continue;
                         }
@@ -306,7 +305,7 @@ impl Queue {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
-                    RunAnswer::Routed(i)
+                    RunAnswer::Routed(route)
                 }
                 Lookup::Miss(token) => {
                     lane.token = Some(token);
