@@ -261,11 +261,13 @@ fn run_scalar(queue: &mut Queue, tables: &Tables, frames: &mut [Frame<'_>], pool
 fn run_ceiling(config: &Config, frames: &mut [Frame<'_>]) {
     const SRC_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
     const DST_MAC: [u8; 6] = [2, 0, 0, 1, 0, 2];
+    // One `Meta` parsed into in place (`parse` would move each out through its result).
+    let mut meta = dataplane::parse::Meta::default();
     for f in frames.iter_mut() {
         let start = f.offset;
         let end = start + f.len;
-        f.verdict = match dataplane::parse::parse(&f.chunk[start..end], config) {
-            Ok(meta) => {
+        f.verdict = match dataplane::parse::parse_into(&f.chunk[start..end], config, &mut meta) {
+            Ok(()) => {
                 let ip = start + meta.l3();
                 match meta.family {
                     Family::V6 => {

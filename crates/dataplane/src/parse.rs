@@ -215,16 +215,27 @@ pub fn parse(frame: &[u8], config: &Config) -> Result<Meta, Verdict> {
 /// As [`parse`].
 #[inline]
 pub fn parse_into(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
-    if let Some(done) = parse_plain_v4(frame, meta) {
-        return done;
-    }
-    match parse_plain_v6(frame, meta) {
+    match parse_plain(frame, meta) {
         Some(done) => done,
         None => parse_general(frame, config, meta),
     }
 }
 
-/// [`parse_into`] for every frame, without the shortcut of [`parse_plain_v4`].
+/// The shortcuts of [`parse_into`] for the common frames (untagged IPv4 without options,
+/// untagged IPv6 UDP or TCP): what the general path gives such a frame, `None` for every other
+/// frame. Always inlined, so that a caller branches on the outcome without it going through
+/// memory.
+#[inline(always)]
+pub(crate) fn parse_plain(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> {
+    match parse_plain_v4(frame, meta) {
+        Some(done) => Some(done),
+        None => parse_plain_v6(frame, meta),
+    }
+}
+
+/// [`parse_into`] for every frame, without the shortcuts of [`parse_plain`]. Out of line: the
+/// shortcuts' callers keep their registers for the common frames.
+#[inline(never)]
 fn parse_general(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
     let (l2, l2_len, ethertype) = parse_l2(frame, config)?;
     let (dst_mac, src_mac, tci) = l2.fields();
@@ -338,9 +349,12 @@ fn v4_fields(
     meta.ip_len = usize::from(head.total_len());
     meta.proto = head.protocol();
     meta.l4_offset = hlen;
-    meta.dont_frag = head.dont_frag();
-    meta.fragment = head.is_fragment();
-    meta.later_fragment = head.frag_offset() != 0;
+    // The flags and offset read once (the three accessors each read them again: the stores
+    // into `meta` between them may alias the frame as far as the compiler knows).
+    let flags = head.flags_offset();
+    meta.dont_frag = flags & ipv4::DF != 0;
+    meta.fragment = flags & (ipv4::MF | ipv4::OFFSET_MASK) != 0;
+    meta.later_fragment = flags & ipv4::OFFSET_MASK != 0;
 
     // The common case first: neither address starts with an octet any check below looks
     // for (0, 127, 224 to 239, 255).

@@ -102,7 +102,7 @@ impl<'t> Batch<'t> {
         }
     }
 
-    fn ingress_mac(&mut self, ifindex: u32) -> Option<Option<[u8; 6]>> {
+    pub(crate) fn ingress_mac(&mut self, ifindex: u32) -> Option<Option<[u8; 6]>> {
         match self.ingress {
             Some((i, mac)) if i == ifindex => mac,
             _ => {
@@ -337,6 +337,18 @@ impl Queue {
             Some(Some(mac)) if mac != meta.dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
             Some(_) => Ok(()),
         }
+    }
+
+    /// [`admit_into`](Self::admit_into) out of line: the parse stage's path for the frames its
+    /// shortcut leaves (its loop keeps its registers for the common frame).
+    #[inline(never)]
+    pub(crate) fn admit_general(
+        &self,
+        b: &mut Batch<'_>,
+        frame: &Frame<'_>,
+        meta: &mut Meta,
+    ) -> Result<(), Verdict> {
+        self.admit_into(b, frame, meta)
     }
 
     /// The verdict of a route, one frame at a time: forwarding (policy, checks, rewrite), local
@@ -684,7 +696,7 @@ impl Queue {
 /// Rewrites a forwarded frame in place: an untagged Ethernet header right before the IP header
 /// (a tag, if any, falls away) with the hop's MACs, TTL / hop limit minus one; `offset` and
 /// `len` then describe the frame to send.
-#[inline]
+#[inline(always)]
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l2_len;
     let l2_start = ip_start - L2_LEN;

@@ -33,6 +33,9 @@ const FLIP4: [u8; 4] = [10, 0, 2, 50];
 /// A source without a route back (fails reverse-path filtering, strict or loose).
 const NO_ROUTE_BACK4: [u8; 4] = [172, 16, 0, 9];
 
+/// The first byte of a source MAC that makes the test's frame arrive on OUT instead of IN.
+const ARRIVES_ON_OUT: u8 = 0x06;
+
 /// One frame as the batch strategy builds it.
 fn frame() -> impl Strategy<Value = Vec<u8>> {
     let src4 = prop_oneof![
@@ -97,7 +100,7 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
     ];
     (
         base,
-        0u8..8,
+        0u8..11,
         any::<u16>(),
         proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
     )
@@ -117,6 +120,15 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
                     }
                 }
                 3 if !f.is_empty() => f.truncate(usize::from(tci) % f.len()),
+                // For another host on the link (OUT's MAC arriving on IN), or broadcast.
+                8 if f.len() >= 14 => f[..6].copy_from_slice(&OUT_MAC),
+                9 if f.len() >= 14 => f[..6].fill(0xff),
+                // Arriving on OUT, for OUT's MAC (the parse stage's device is the vector's
+                // first frame's: frames of another device take its general path).
+                10 if f.len() >= 14 => {
+                    f[..6].copy_from_slice(&OUT_MAC);
+                    f[6] = ARRIVES_ON_OUT;
+                }
                 _ => {}
             }
             f
@@ -468,7 +480,14 @@ fn run_with(
     let mut batch: Vec<Frame<'_>> = chunks
         .iter_mut()
         .zip(frames)
-        .map(|(c, f)| Frame::new(c, headroom, f.len(), IN))
+        .map(|(c, f)| {
+            let ifindex = if f.get(6) == Some(&ARRIVES_ON_OUT) {
+                OUT
+            } else {
+                IN
+            };
+            Frame::new(c, headroom, f.len(), ifindex)
+        })
         .collect();
     let mut pool = HeapPool::new(2048, 8);
     let guard = crossbeam_epoch::pin();
