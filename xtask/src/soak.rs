@@ -26,6 +26,20 @@
 //! the whole table has been loaded and quiet for three intervals, so that like is compared
 //! with like), and the running instance's routes equal
 //! to those of a fresh mirror of the namespace at the end (`xfwd show routes`).
+//!
+//! Two rules of measurement, each for an artefact seen on a loaded machine (2026-11-28):
+//!
+//! - *Loss* is counted per interval after the lab's receiving side's drops (dst0's receive
+//!   ring, the receiver's socket: after xfwd transmitted, reported apart) and after the probes
+//!   that arrived in the next interval: the receiver's counts start with each interval and
+//!   fwd1's drop counter is read after them, so a probe still in flight when an interval's
+//!   counts were read (held by xfwd, or punted and forwarded by the kernel) shows in the next
+//!   interval as a surplus of received or dropped probes ([`Results::losses`]).
+//! - *Settled* memory samples also need the mirror idle in the interval and the three before
+//!   it (no dump, sweep, re-dump or bulk rebuild moved its counters): otherwise a sample taken
+//!   while a debug build on a loaded machine is still re-applying 100,000 routes after a fault
+//!   counts that work's temporary memory. What steady churn alone does is reported apart
+//!   ([`Results::churn_drift`]).
 
 mod plot;
 mod report;
@@ -79,6 +93,10 @@ pub struct Options {
     /// Write the report to docs/benchmarks/soak.md (default: only target/soak/).
     #[arg(long)]
     pub report: bool,
+    /// Debug builds of xfwd and the generator (default: release, as a router is deployed;
+    /// `cargo xtask test`'s soak uses the debug builds its tests made already).
+    #[arg(long)]
+    pub debug: bool,
 }
 
 /// The heading of the report's hand-written section, which a new report keeps.
@@ -124,6 +142,8 @@ impl Options {
             prefix: "xfwd-soakci".into(),
             max_rss_growth: 10.0,
             report: false,
+            // The test run builds no release artefacts; the soak's would add minutes to it.
+            debug: true,
         }
     }
 }
@@ -178,6 +198,10 @@ pub struct Interval {
     /// `heap_in_use`, `heap_free`, `heap_mapped`, `fast_arenas`); empty if not read.
     #[serde(default)]
     pub memory: Vec<(String, u64)>,
+    /// Its memory sample counts ([`settled`]: after the warm-up, no fault and the mirror idle
+    /// in this interval and the [`SETTLED`] before it).
+    #[serde(default)]
+    pub settled: bool,
 }
 
 impl Interval {
@@ -211,6 +235,35 @@ impl Interval {
             .sum();
         counted.min(self.sent.saturating_sub(self.received))
     }
+
+    /// Whether the mirror did re-synchronisation work in this interval (a dump, a sweep, a
+    /// bulk rebuild): a memory sample then shows that work's temporary memory, not the
+    /// table's.
+    pub fn mirror_busy(&self) -> bool {
+        self.counters.iter().any(|(k, _)| {
+            matches!(
+                k.as_str(),
+                "mirror:dumps"
+                    | "mirror:dump_restarts"
+                    | "mirror:swept"
+                    | "mirror:compactions"
+                    | "mirror:route_redumps"
+                    | "mirror:resyncs"
+                    | "mirror:overruns"
+            )
+        })
+    }
+}
+
+/// Whether the last of `intervals` is a like-for-like memory sample of `instance`: the whole
+/// table loaded and quiet, no fault in it nor in the [`SETTLED`] intervals before it, and the
+/// mirror idle in all of them (no dump, sweep or bulk rebuild: nothing left to apply but the
+/// steady churn).
+fn settled(intervals: &[Interval], instance: u32) -> bool {
+    intervals.len() > SETTLED
+        && intervals[intervals.len() - 1 - SETTLED..].iter().all(|i| {
+            i.faults.is_empty() && !i.excused && i.instance == instance && !i.mirror_busy()
+        })
 }
 
 /// xfwd's counters that explain loss, by name: `drop:REASON` and `punt:REASON` summed over
@@ -308,16 +361,74 @@ pub struct Results {
     pub crashed: Option<String>,
     /// The growth limit the run was held to (fraction).
     pub max_rss_growth: f64,
+    /// The build profile of xfwd and the generator (`debug` or `release`).
+    #[serde(default)]
+    pub profile: String,
 }
 
 impl Results {
-    /// Packets lost in intervals that are not excused.
+    /// Packets lost in each interval, not counting the lab's receiving side's drops
+    /// ([`Interval::receiver_loss`]) nor probes that arrived in the next interval.
+    ///
+    /// The receiver's counts start with each interval, and the lab reads fwd1's drop counter
+    /// after the receiver's count: a probe xfwd (or the kernel, for a punted one) still held
+    /// when an interval's counts were read arrives, or is dropped at dst0, in the next one,
+    /// which then receives more than it sent or counts more drops than it lost (taken under
+    /// load, seen as "lost 1752" followed by "lost 0, `lab:dst_ingress` 725"). The next
+    /// interval's surplus is credited to this one; a surplus never reaches further back, and
+    /// the next interval's own loss hides part of it, so this errs toward counting loss.
+    pub fn losses(&self) -> Vec<u64> {
+        let raw: Vec<i64> = self
+            .intervals
+            .iter()
+            .map(|i| {
+                // Drops at the receiving side counted in full (not capped at the loss), so
+                // that drops of the previous interval's late probes show as a surplus.
+                let drops: u64 = i
+                    .counters
+                    .iter()
+                    .filter(|(k, _)| k == "lab:dst_ingress" || k == "lab:rx_socket")
+                    .map(|(_, n)| n)
+                    .sum();
+                i.sent as i64 - i.received as i64 - drops as i64
+            })
+            .collect();
+        (0..raw.len())
+            .map(|k| {
+                let surplus = raw.get(k + 1).map_or(0, |&n| (-n).max(0));
+                (raw[k] - surplus).max(0) as u64
+            })
+            .collect()
+    }
+
+    /// Packets lost in intervals that are not excused ([`Results::losses`]).
     pub fn unexcused_loss(&self) -> u64 {
         self.intervals
             .iter()
-            .filter(|i| !i.excused)
-            .map(|i| i.sent.saturating_sub(i.received) - i.receiver_loss())
+            .zip(self.losses())
+            .filter(|(i, _)| !i.excused)
+            .map(|(_, lost)| lost)
             .sum()
+    }
+
+    /// Under steady churn alone: the largest growth of resident memory within a stretch of
+    /// consecutive settled samples (between two faults, the mirror idle), from its first
+    /// sample, as a fraction, with the stretch's first sample and largest (KiB).
+    pub fn churn_drift(&self) -> (f64, u64, u64) {
+        let mut best = (0.0, 0, 0);
+        let mut first: Option<u64> = None;
+        for i in &self.intervals {
+            if !i.settled {
+                first = None;
+                continue;
+            }
+            let base = *first.get_or_insert(i.rss_kib);
+            let growth = i.rss_kib as f64 / base.max(1) as f64 - 1.0;
+            if growth > best.0 {
+                best = (growth, base, i.rss_kib);
+            }
+        }
+        best
     }
 
     /// Loss in unexcused intervals that the lab's receiving side caused (dst0's receive ring
@@ -394,18 +505,20 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let work = root.join("target/soak");
     std::fs::create_dir_all(&work).context("soak: creating target/soak")?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // Debug builds (as the tests use): the soak is about behaviour over time, not speed.
-    exec(Command::new(&cargo).current_dir(&root).args([
-        "build",
-        "--locked",
-        "-p",
-        "pktgen",
-        "-p",
-        "forwarder",
-    ]))
-    .context("soak: building xfwd and xfwd-gen")?;
-    let binaries = root.join("target/debug");
-    let results = soak(options, &binaries, &work)?;
+    // Release builds, as a router is deployed (and the receiver keeps up on a loaded
+    // machine); `--debug` for the builds the tests made (`cargo xtask test`'s soak).
+    let profile = if options.debug { "debug" } else { "release" };
+    let mut build = Command::new(&cargo);
+    build
+        .current_dir(&root)
+        .args(["build", "--locked", "-p", "pktgen", "-p", "forwarder"]);
+    if !options.debug {
+        build.arg("--release");
+    }
+    exec(&mut build).context("soak: building xfwd and xfwd-gen")?;
+    let binaries = root.join("target").join(profile);
+    let mut results = soak(options, &binaries, &work)?;
+    results.profile = profile.into();
     std::fs::write(
         work.join("results.json"),
         serde_json::to_string_pretty(&results)?,
@@ -780,6 +893,7 @@ fn soak(options: &Options, binaries: &Path, work: &Path) -> anyhow::Result<Resul
         mirror_diff,
         crashed,
         max_rss_growth: options.max_rss_growth / 100.0,
+        profile: String::new(),
     })
 }
 
@@ -949,14 +1063,13 @@ fn timeline(
             instance,
             counters,
             memory,
+            settled: false,
         });
-        // Memory is compared in like states only: the whole table loaded and settled (no
-        // fault in this interval nor in the SETTLED ones before it), after the warm-up.
-        let settled = intervals.len() > SETTLED
-            && intervals[intervals.len() - 1 - SETTLED..]
-                .iter()
-                .all(|i| i.faults.is_empty() && !i.excused && i.instance == instance);
-        if settled && instance_start.elapsed() >= Duration::from_secs(options.warm_up) {
+        // Memory is compared in like states only (see `settled`), after the warm-up.
+        if settled(&intervals, instance)
+            && instance_start.elapsed() >= Duration::from_secs(options.warm_up)
+        {
+            intervals.last_mut().expect("just pushed").settled = true;
             if baseline == 0 {
                 baseline = rss;
             }
@@ -1020,6 +1133,7 @@ mod tests {
             instance: 0,
             counters: Vec::new(),
             memory: Vec::new(),
+            settled: false,
         }
     }
 
@@ -1043,6 +1157,7 @@ mod tests {
             mirror_diff: Vec::new(),
             crashed: None,
             max_rss_growth: RSS_GROWTH_GOAL,
+            profile: "debug".into(),
         }
     }
 
@@ -1087,6 +1202,60 @@ mod tests {
         assert_eq!(r.unexcused_loss(), 10);
         assert_eq!(r.unexcused_receiver_loss(), 55);
         assert_eq!(r.failures().len(), 1);
+    }
+
+    #[test]
+    fn late_probes_are_credited_to_the_interval_they_left() {
+        // 300 still in flight at the end of the first interval: 100 arrive in the second,
+        // 200 are dropped at dst0 there; the third loses 5 of its own.
+        let first = interval(1.0, 1000, 700, false);
+        let mut second = interval(2.0, 1000, 1100, false);
+        second.counters = vec![("lab:dst_ingress".into(), 200)];
+        let third = interval(3.0, 1000, 995, false);
+        let r = results(vec![first, second, third]);
+        assert_eq!(r.losses(), [0, 0, 5]);
+        assert_eq!(r.unexcused_loss(), 5);
+        // A surplus reaches back one interval only.
+        let r = results(vec![
+            interval(1.0, 100, 90, false),
+            interval(2.0, 100, 100, false),
+            interval(3.0, 100, 110, false),
+        ]);
+        assert_eq!(r.losses(), [10, 0, 0]);
+    }
+
+    #[test]
+    fn memory_settles_only_with_the_mirror_idle() {
+        let quiet = |t| interval(t, 1, 1, false);
+        let mut v: Vec<Interval> = (0..4).map(|t| quiet(t as f64)).collect();
+        assert!(settled(&v, 0));
+        assert!(!settled(&v[..3], 0), "too few intervals");
+        v[1].counters = vec![("mirror:swept".into(), 99_000)];
+        assert!(!settled(&v, 0), "a sweep three intervals ago");
+        v[1].counters = vec![("mirror:applied".into(), 1000), ("mirror:behind".into(), 2)];
+        assert!(settled(&v, 0), "steady churn is settled");
+        v[3].faults = vec![Fault::NeighFlush];
+        assert!(!settled(&v, 0));
+    }
+
+    #[test]
+    fn churn_drift_is_measured_within_stretches() {
+        let sample = |t, rss, settled| {
+            let mut i = interval(t, 1, 1, false);
+            i.rss_kib = rss;
+            i.settled = settled;
+            i
+        };
+        let r = results(vec![
+            sample(1.0, 1000, true),
+            sample(2.0, 1030, true),
+            sample(3.0, 2000, false), // a fault's sweep
+            sample(4.0, 1100, true),
+            sample(5.0, 1111, true),
+        ]);
+        let (drift, from, to) = r.churn_drift();
+        assert!((drift - 0.03).abs() < 1e-9, "{drift}");
+        assert_eq!((from, to), (1000, 1030));
     }
 
     #[test]
