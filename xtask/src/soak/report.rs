@@ -73,7 +73,7 @@ pub fn render(results: &Results, machine: &Machine) -> String {
         .sum();
     let _ = writeln!(
         out,
-        "| no loss outside the windows where the route or link was away | {} lost outside, not counting {} the lab's receiving side dropped after xfwd transmitted them (dst0's receive ring full) ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
+        "| no loss outside the windows where the route or link was away | {} lost outside, not counting {} the lab's receiving side lost after fwd1 sent them (dst0's receive ring full, the receiver behind) ({} of {} intervals excused, of which {} lost in the interval right after a fault, where the kernel had its routes back and xfwd's mirror was still applying them); {} of {} received in all | {} |",
         results.unexcused_loss(),
         results.unexcused_receiver_loss(),
         excused,
@@ -158,9 +158,8 @@ pub fn render(results: &Results, machine: &Machine) -> String {
          punts by reason, summed over queues; the mirror's counters but `applied` and \
          `unchanged`; and the lab's: `lab:not_at_fwd0` probes that never reached xfwd, \
          `lab:fwd_ingress`/`lab:dst_ingress` veth ring drops, `lab:rx_socket` the receiver's \
-         socket drops). *Lost* is sent less received; *xfwd's* is what remains of it after \
-         the receiving side's drops and the probes that arrived in the next interval \
-         (`Results::losses`).\n"
+         socket drops). *Lost* is sent less received; *xfwd's* the probes that never left \
+         fwd1, less those that left in the next interval (`Results::losses`).\n"
     );
     let _ = writeln!(
         out,
