@@ -93,6 +93,13 @@ pub struct Options {
     /// Write the report to docs/benchmarks/soak.md (default: only target/soak/).
     #[arg(long)]
     pub report: bool,
+    /// SCHED_FIFO priority of the lab's receiving side (the receiver and dst0's NAPI thread;
+    /// 0: normal scheduling). Under a load of 15-20 on 2 cores (2026-11-28) dst0's NAPI thread
+    /// went without CPU for whole seconds: nothing received, dst0's ring full, and xfwd's
+    /// transmit ring backed up behind fwd1 (veth holds frames back when its peer's ring is
+    /// full). That is the instrument stalling, not xfwd; xfwd itself runs at normal priority.
+    #[arg(long, default_value_t = 50)]
+    pub rx_rt: u8,
     /// Debug builds of xfwd and the generator (default: release, as a router is deployed;
     /// `cargo xtask test`'s soak uses the debug builds its tests made already).
     #[arg(long)]
@@ -144,6 +151,7 @@ impl Options {
             report: false,
             // The test run builds no release artefacts; the soak's would add minutes to it.
             debug: true,
+            rx_rt: 50,
         }
     }
 }
@@ -810,7 +818,7 @@ fn soak(options: &Options, binaries: &Path, work: &Path) -> anyhow::Result<Resul
         fwd_cpu: 1,
         rx_cpu: 0,
         quick: false,
-        rt: None,
+        rt: (options.rx_rt > 0).then_some(options.rx_rt),
     };
     let mut lab = Lab::up(&options.prefix, &binaries.join("xfwd-gen"), &settings, work)?;
     let (routes, load_secs) = lab.load_routes(options.routes)?;
