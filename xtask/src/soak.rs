@@ -366,9 +366,10 @@ pub struct Results {
 }
 
 impl Results {
-    /// Packets xfwd lost in each interval: probes sent that never left fwd1 (neither put into
-    /// dst0's receive ring nor dropped there for want of room), less those that left in the
-    /// next interval.
+    /// Packets xfwd lost in each interval: probes sent that never reached dst0 (neither taken
+    /// from dst0's ring by its NAPI nor dropped there for want of room; those still in the
+    /// ring when counted count here too, against xfwd), less those that did in the next
+    /// interval.
     ///
     /// What the lab's receiving side does with a probe after fwd1 sent it is the instrument's
     /// (on a loaded machine the receiver, sharing a CPU with the generator, stalled for whole

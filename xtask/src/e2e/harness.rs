@@ -105,8 +105,9 @@ pub struct Trial {
     pub out_of_order: u64,
     /// Packets fwd0 accepted (the forwarder's input).
     pub fwd_in: u64,
-    /// Packets fwd1 put into dst0's receive ring (the forwarder's output, and the kernel's for
-    /// what it forwarded: veth counts a frame it could not queue as a TX drop instead).
+    /// Packets fwd1 delivered to dst0 (the forwarder's output, and the kernel's for what it
+    /// forwarded). veth reports as its TX count what its peer took from the ring, so frames
+    /// still in dst0's ring are not in it yet; one it could not queue is a TX drop instead.
     #[serde(default)]
     pub fwd_out: u64,
     /// Packets the kernel's IP stack in fwd forwarded (should be ~0 except for the kernel case).
