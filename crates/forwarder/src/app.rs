@@ -378,6 +378,7 @@ pub fn run<E: Engine + 'static>(
         crate::notify::ready(&format!("forwarding on {}", port_names.join(",")));
         let poll_addresses = engine.locals.is_none();
         let generation = engine.generation.clone();
+        let rebuilds = engine.rebuilds.clone();
         let mut trimmer = generation
             .as_ref()
             .map(|g| crate::trim::Trimmer::new(Instant::now(), g()));
@@ -422,7 +423,11 @@ pub fn run<E: Engine + 'static>(
             }
             // Memory freed by table changes goes back to the kernel once they are over.
             if let (Some(trimmer), Some(generation)) = (trimmer.as_mut(), &generation)
-                && trimmer.due(Instant::now(), generation())
+                && trimmer.due_with(
+                    Instant::now(),
+                    generation(),
+                    rebuilds.as_ref().map_or(0, |r| r()),
+                )
             {
                 let released = crate::trim::trim();
                 tracing::debug!(released, "heap trimmed after table changes");

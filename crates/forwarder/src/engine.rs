@@ -58,6 +58,9 @@ pub struct EngineSpec<E> {
     pub make: Arc<dyn Fn(u32) -> anyhow::Result<E> + Send + Sync>,
     /// The mirrored tables' generation, when there is a mirror.
     pub generation: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
+    /// Bulk rebuilds of the mirrored tables so far (the mirror's `compactions`), when there is
+    /// a mirror: each leaves the old tables' memory free, to be trimmed soon.
+    pub rebuilds: Option<Arc<dyn Fn() -> u64 + Send + Sync>>,
     /// Adds the engine's counters (and the mirror's) to a stats snapshot.
     pub report: ReportFn,
     /// Keeps the XDP program's local-address set (the netlink mirror's observer); `None`:

@@ -124,6 +124,10 @@ pub fn routing(
         move || g.snapshot().generation
     };
     let mirror = Arc::new(mirror);
+    let rebuilds = {
+        let mirror = mirror.clone();
+        move || mirror.compactions()
+    };
     let query: crate::serve::QueryFn = {
         let mirror = mirror.clone();
         let live = live.clone();
@@ -187,6 +191,7 @@ pub fn routing(
         mode: "router",
         make: Arc::new(make),
         generation: Some(Arc::new(generation)),
+        rebuilds: Some(Arc::new(rebuilds)),
         report: Arc::new(report),
         locals: Some(feed),
         live: Some(live),
@@ -214,6 +219,7 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
         mode: "bare",
         make: Arc::new(make),
         generation: None,
+        rebuilds: None,
         report: Arc::new(move |stats: &mut Stats| stats.pipeline = board.snapshots()),
         locals: None,
         live: None,

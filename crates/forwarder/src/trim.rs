@@ -7,7 +7,7 @@
 //! the high-water mark of such a cycle. [`Trimmer`] calls `malloc_trim(0)` (which also
 //! releases whole free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
 //! thread once the tables have changed and have then been quiet for a moment (or every
-//! 10 s under steady churn), never on a run loop. What a trim cannot return (free pieces
+//! 10 s under steady churn, and a second after each bulk rebuild), never on a run loop. What a trim cannot return (free pieces
 //! smaller than a page between live nodes) the mirror avoids: it collects its epoch garbage
 //! as it goes, and rebuilds worn tables in bulk on a thread of its own, in an arena of their
 //! own (`docs/forwarder.md`, "Memory after mass changes"). [`memory`] says where the memory
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 
 /// Decides when to trim: after the table generation changed, once it has stayed the same for
 /// [`Trimmer::QUIET`] (a burst of changes is over), or after [`Trimmer::MAX_WAIT`] under
-/// changes that never pause; at most once per [`Trimmer::PERIOD`].
+/// changes that never pause; at most once per [`Trimmer::PERIOD`]; and
+/// [`Trimmer::AFTER_REBUILD`] after each bulk rebuild of the tables ([`Trimmer::due_with`]).
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -44,6 +45,8 @@ pub struct Trimmer {
     trimmed_generation: u64,
     seen: u64,
     seen_at: Instant,
+    rebuilds: u64,
+    rebuilt_at: Option<Instant>,
 }
 
 impl Trimmer {
@@ -53,6 +56,13 @@ impl Trimmer {
     pub const PERIOD: Duration = Duration::from_secs(5);
     /// Under changes that never pause (steady route churn), a trim after this long anyway.
     pub const MAX_WAIT: Duration = Duration::from_secs(10);
+    /// After a bulk rebuild, a trim this long after it whatever [`Trimmer::PERIOD`] and
+    /// [`Trimmer::MAX_WAIT`] say: the old tables (about 10 MiB at 100,000 routes) are freed
+    /// once readers unpin, and under steady churn the next periodic trim came 5-9 s later, all
+    /// that time resident (soak of 2026-11-28, release build). A trim of a fragmented heap
+    /// holds the arenas' locks for tens of milliseconds (25-80 ms measured on a 70 MiB heap
+    /// with 42 MiB free in small pieces, load 18), so trims stay rare otherwise.
+    pub const AFTER_REBUILD: Duration = Duration::from_secs(1);
 
     /// Starts at `now` with the tables at `generation` (nothing to trim yet).
     pub fn new(now: Instant, generation: u64) -> Self {
@@ -61,12 +71,47 @@ impl Trimmer {
             trimmed_generation: generation,
             seen: generation,
             seen_at: now,
+            rebuilds: 0,
+            rebuilt_at: None,
         }
     }
 
     /// Whether to trim now, the tables being at `generation`; when it says yes, it counts the
     /// trim as done.
     pub fn due(&mut self, now: Instant, generation: u64) -> bool {
+        self.due_with(now, generation, self.rebuilds)
+    }
+
+    /// [`Trimmer::due`], with `rebuilds` the bulk rebuilds of the tables so far: a change of it
+    /// makes a trim due [`Trimmer::AFTER_REBUILD`] later.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use forwarder::trim::Trimmer;
+    ///
+    /// let start = Instant::now();
+    /// let mut trimmer = Trimmer::new(start, 7);
+    /// let at = |s| start + Duration::from_millis(s);
+    /// // Steady churn: the generation moves at every look.
+    /// assert!(!trimmer.due_with(at(100), 8, 0));
+    /// assert!(!trimmer.due_with(at(200), 9, 1), "rebuilt just now");
+    /// assert!(!trimmer.due_with(at(900), 10, 1));
+    /// assert!(trimmer.due_with(at(1300), 11, 1), "a second after the rebuild");
+    /// assert!(!trimmer.due_with(at(2400), 12, 1), "once");
+    /// ```
+    pub fn due_with(&mut self, now: Instant, generation: u64, rebuilds: u64) -> bool {
+        if rebuilds != self.rebuilds {
+            self.rebuilds = rebuilds;
+            self.rebuilt_at = Some(now);
+        }
+        if let Some(at) = self.rebuilt_at
+            && now.duration_since(at) >= Self::AFTER_REBUILD
+        {
+            self.rebuilt_at = None;
+            self.trimmed_at = now;
+            self.trimmed_generation = generation;
+            return true;
+        }
         if generation != self.seen {
             self.seen = generation;
             self.seen_at = now;

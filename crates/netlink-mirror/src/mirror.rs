@@ -217,6 +217,14 @@ impl MirrorHandle {
         self.counters.snapshot()
     }
 
+    /// FIB tables rebuilt in bulk so far ([`MirrorStats::compactions`]), read without a
+    /// snapshot of every counter (allocation-free, for polling).
+    pub fn compactions(&self) -> u64 {
+        self.counters
+            .compactions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The receive buffer the kernel granted the route socket (it reports twice the size
     /// asked for: its bookkeeping share).
     pub fn rcvbuf(&self) -> usize {

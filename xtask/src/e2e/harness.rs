@@ -105,6 +105,11 @@ pub struct Trial {
     pub out_of_order: u64,
     /// Packets fwd0 accepted (the forwarder's input).
     pub fwd_in: u64,
+    /// Packets fwd1 delivered to dst0 (the forwarder's output, and the kernel's for what it
+    /// forwarded). veth reports as its TX count what its peer took from the ring, so frames
+    /// still in dst0's ring are not in it yet; one it could not queue is a TX drop instead.
+    #[serde(default)]
+    pub fwd_out: u64,
     /// Packets the kernel's IP stack in fwd forwarded (should be ~0 except for the kernel case).
     #[serde(default)]
     pub kernel_forwarded: u64,
@@ -903,6 +908,7 @@ impl Lab {
             received: rx.received,
             out_of_order: rx.out_of_order,
             fwd_in: after.1[0].saturating_sub(before.1[0]),
+            fwd_out: after.2[2].saturating_sub(before.2[2]),
             kernel_forwarded: after.6.saturating_sub(before.6),
             loss: if tx.sent == 0 {
                 0.0
