@@ -6,6 +6,13 @@
 //! `cargo xtask fuzz --runs 10000000 --markdown`); with `--seconds` as well, a target also
 //! stops at that time, whichever comes first.
 //!
+//! `--sanitizer none` builds and runs without AddressSanitizer (into `target/fuzz-none`, so
+//! the two builds do not replace each other): the table targets compare against reference
+//! models, so a logic error or a panic shows without a sanitizer, at several times the
+//! rate; the long campaigns run so. `--replay` then runs every input of a target's working
+//! corpus and seeds once (`-runs=0`), under AddressSanitizer unless told otherwise: what the
+//! campaign found, checked for memory errors.
+//!
 //! Targets live in two crates outside the workspace: `crates/dataplane/fuzz` (the parsers and
 //! the pipeline) and `fuzz/` (table operations against their references, netlink messages
 //! into the mirror). Each starts from its committed seeds (`<crate>/seeds/<target>`, read
@@ -73,6 +80,41 @@ pub struct Options {
     /// Print the outcome as the Markdown table of `docs/fuzzing.md`.
     #[arg(long)]
     markdown: bool,
+    /// The sanitizer to build and run with: `address` (the default) or `none` (several
+    /// times faster; for long campaigns, followed by a `--replay` under `address`).
+    #[arg(long, value_enum, default_value_t = Sanitizer::Address)]
+    sanitizer: Sanitizer,
+    /// Run every input of the working corpus and the seeds once (`-runs=0`) instead of
+    /// fuzzing; `--seconds` and `--runs` do not apply.
+    #[arg(long, conflicts_with_all = ["seconds", "runs"])]
+    replay: bool,
+}
+
+/// What a fuzz build is instrumented with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sanitizer {
+    /// AddressSanitizer (`cargo fuzz`'s default): memory errors found where they happen.
+    Address,
+    /// No sanitizer (`cargo fuzz -s none`): coverage and the targets' own checks only.
+    None,
+}
+
+impl Sanitizer {
+    /// `cargo fuzz`'s `-s` argument.
+    fn arg(self) -> &'static str {
+        match self {
+            Sanitizer::Address => "address",
+            Sanitizer::None => "none",
+        }
+    }
+
+    /// The target directory of this build ([`target_dir`] for AddressSanitizer).
+    fn target_dir(self) -> PathBuf {
+        match self {
+            Sanitizer::Address => target_dir(),
+            Sanitizer::None => root().join("target/fuzz-none"),
+        }
+    }
 }
 
 /// When a run stops.
@@ -84,6 +126,8 @@ pub enum Limit {
     Runs(u64),
     /// After this many executions or seconds, whichever comes first.
     RunsWithin(u64, u64),
+    /// Every input of the corpus and the seeds once, no fuzzing (`-runs=0`).
+    Replay,
 }
 
 /// libFuzzer flags of one target beyond the run's limit.
@@ -175,11 +219,20 @@ pub fn crates() -> Vec<&'static str> {
 /// # Errors
 /// When the build fails.
 pub fn build(krate: &str) -> anyhow::Result<()> {
+    build_with(krate, Sanitizer::Address)
+}
+
+/// [`build`] with the given sanitizer, into that sanitizer's target directory.
+///
+/// # Errors
+/// When the build fails.
+pub fn build_with(krate: &str, sanitizer: Sanitizer) -> anyhow::Result<()> {
     let mut command = Command::new("cargo");
     command
         .current_dir(root().join(krate))
-        .args(["+nightly", "fuzz", "build", "-O", "--target-dir"])
-        .arg(target_dir());
+        .args(["+nightly", "fuzz", "build", "-O", "-s", sanitizer.arg()])
+        .arg("--target-dir")
+        .arg(sanitizer.target_dir());
     exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
 }
 
@@ -189,6 +242,19 @@ pub fn build(krate: &str) -> anyhow::Result<()> {
 /// When the target cannot be built or run; a crash is an [`Outcome`] with `crashed`.
 /// Expects the target built ([`build`]); `cargo fuzz run` only checks that it is up to date.
 pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Outcome> {
+    run_target_with(krate, target, limit, Sanitizer::Address)
+}
+
+/// [`run_target`] with the given sanitizer's build ([`build_with`]).
+///
+/// # Errors
+/// As [`run_target`].
+pub fn run_target_with(
+    krate: &str,
+    target: &str,
+    limit: Limit,
+    sanitizer: Sanitizer,
+) -> anyhow::Result<Outcome> {
     let dir = root().join(krate);
     let corpus = root().join("target/fuzz-corpus").join(target);
     let seeds = dir.join("seeds").join(target);
@@ -196,8 +262,9 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args(["+nightly", "fuzz", "run", "-O", "--target-dir"])
-        .arg(target_dir())
+        .args(["+nightly", "fuzz", "run", "-O", "-s", sanitizer.arg()])
+        .arg("--target-dir")
+        .arg(sanitizer.target_dir())
         .arg(target)
         .arg(&corpus);
     if seeds.is_dir() {
@@ -207,10 +274,11 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
         Limit::Seconds(s) => vec![format!("-max_total_time={s}")],
         Limit::Runs(n) => vec![format!("-runs={n}")],
         Limit::RunsWithin(n, s) => vec![format!("-runs={n}"), format!("-max_total_time={s}")],
+        Limit::Replay => vec!["-runs=0".to_owned()],
     };
     command.arg("--").args(&stop).arg("-print_final_stats=1");
     command.args(target_flags(target));
-    eprintln!("fuzz: {target} ({limit:?})");
+    eprintln!("fuzz: {target} ({limit:?}, sanitizer {})", sanitizer.arg());
     let started = std::time::Instant::now();
     let output = command
         .output()
@@ -322,17 +390,18 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     // Built first, each crate once, so that a run's time is the fuzzing's alone.
     for krate in crates() {
         if chosen.iter().any(|(k, _)| *k == krate) {
-            build(krate)?;
+            build_with(krate, options.sanitizer)?;
         }
     }
     let limit = match (options.runs, options.seconds) {
+        _ if options.replay => Limit::Replay,
         (Some(n), Some(s)) => Limit::RunsWithin(n, s),
         (Some(n), None) => Limit::Runs(n),
         (None, s) => Limit::Seconds(s.unwrap_or(DEFAULT_SECONDS)),
     };
     let mut outcomes = Vec::new();
     for (krate, target) in chosen {
-        outcomes.push(run_target(krate, target, limit)?);
+        outcomes.push(run_target_with(krate, target, limit, options.sanitizer)?);
     }
     print(&outcomes);
     if options.markdown {
