@@ -17,7 +17,8 @@
 //! the pipeline) and `fuzz/` (table operations against their references, netlink messages
 //! into the mirror). Each starts from its committed seeds (`<crate>/seeds/<target>`, read
 //! only) and grows a working corpus under `target/fuzz-corpus/<target>`; crashes stay in the
-//! crate's `artifacts/`.
+//! crate's `artifacts/`. libFuzzer's log of the latest run of each target is in
+//! `target/fuzz-logs/<target>.log`, written as it runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -278,17 +279,30 @@ pub fn run_target_with(
     };
     command.arg("--").args(&stop).arg("-print_final_stats=1");
     command.args(target_flags(target));
-    eprintln!("fuzz: {target} ({limit:?}, sanitizer {})", sanitizer.arg());
+    // libFuzzer's log goes to a file as it runs (a long campaign's progress can be followed
+    // there, and read if the run is cut short), then is read for the statistics.
+    let log_path = log_path(target);
+    std::fs::create_dir_all(root().join("target/fuzz-logs")).context("fuzz: log directory")?;
+    let log_file = std::fs::File::create(&log_path)
+        .with_context(|| format!("fuzz: creating {}", log_path.display()))?;
+    command.stdout(std::process::Stdio::null()).stderr(log_file);
+    eprintln!(
+        "fuzz: {target} ({limit:?}, sanitizer {}), log in {}",
+        sanitizer.arg(),
+        log_path.display()
+    );
     let started = std::time::Instant::now();
-    let output = command
-        .output()
+    let status = command
+        .status()
         .with_context(|| format!("fuzz: running {target}"))?;
     let seconds = started.elapsed().as_secs_f64();
-    let log = String::from_utf8_lossy(&output.stderr);
+    let log = std::fs::read(&log_path)
+        .with_context(|| format!("fuzz: reading {}", log_path.display()))?;
+    let log = String::from_utf8_lossy(&log);
     let mut outcome = parse_stats(&log);
     outcome.target = target.to_owned();
     outcome.seconds = seconds;
-    outcome.crashed = !output.status.success();
+    outcome.crashed = !status.success();
     if outcome.crashed && outcome.executions == 0 {
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
@@ -297,9 +311,17 @@ pub fn run_target_with(
     Ok(outcome)
 }
 
+/// Where [`run_target_with`] writes libFuzzer's log of `target` (replaced by each run).
+pub fn log_path(target: &str) -> PathBuf {
+    root()
+        .join("target/fuzz-logs")
+        .join(format!("{target}.log"))
+}
+
 /// Reads libFuzzer's `stat::number_of_executed_units` and the last `cov:`/`ft:`/`corp:`.
 fn parse_stats(log: &str) -> Outcome {
     let mut o = Outcome::default();
+    let mut last = 0;
     let field = |line: &str, key: &str| -> Option<u64> {
         let at = line.find(key)? + key.len();
         line[at..]
@@ -309,15 +331,24 @@ fn parse_stats(log: &str) -> Outcome {
             .parse()
             .ok()
     };
+    let mut finished = false;
     for line in log.lines() {
         if let Some(n) = field(line, "stat::number_of_executed_units:") {
+            finished = true;
             o.executions = n;
         }
-        if line.starts_with('#') {
+        if let Some(rest) = line.strip_prefix('#') {
+            // A status line's count: the executions of a log cut short (no final statistics).
+            if let Some(n) = field(rest, "") {
+                last = n;
+            }
             o.cov = field(line, "cov:").unwrap_or(o.cov);
             o.ft = field(line, "ft:").unwrap_or(o.ft);
             o.corpus = field(line, "corp:").unwrap_or(o.corpus);
         }
+    }
+    if !finished {
+        o.executions = last;
     }
     o
 }
@@ -426,6 +457,10 @@ mod tests {
                    stat::peak_rss_mb:              41\n";
         let o = parse_stats(log);
         assert_eq!((o.executions, o.cov, o.ft, o.corpus), (5000, 251, 901, 41));
+        // Cut short: the last status line's count.
+        let cut = log.split("#5000").next().unwrap_or_default();
+        let o = parse_stats(cut);
+        assert_eq!((o.executions, o.cov, o.ft, o.corpus), (4096, 250, 900, 40));
     }
 
     #[test]
