@@ -6,11 +6,19 @@
 //! `cargo xtask fuzz --runs 10000000 --markdown`); with `--seconds` as well, a target also
 //! stops at that time, whichever comes first.
 //!
+//! `--sanitizer none` builds and runs without AddressSanitizer (into `target/fuzz-none`, so
+//! the two builds do not replace each other): the table targets compare against reference
+//! models, so a logic error or a panic shows without a sanitizer, at several times the
+//! rate; the long campaigns run so. `--replay` then runs every input of a target's working
+//! corpus and seeds once (`-runs=0`), under AddressSanitizer unless told otherwise: what the
+//! campaign found, checked for memory errors.
+//!
 //! Targets live in two crates outside the workspace: `crates/dataplane/fuzz` (the parsers and
 //! the pipeline) and `fuzz/` (table operations against their references, netlink messages
 //! into the mirror). Each starts from its committed seeds (`<crate>/seeds/<target>`, read
 //! only) and grows a working corpus under `target/fuzz-corpus/<target>`; crashes stay in the
-//! crate's `artifacts/`.
+//! crate's `artifacts/`. libFuzzer's log of the latest run of each target is in
+//! `target/fuzz-logs/<target>.log`, written as it runs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,6 +82,41 @@ pub struct Options {
     /// Print the outcome as the Markdown table of `docs/fuzzing.md`.
     #[arg(long)]
     markdown: bool,
+    /// The sanitizer to build and run with: `address` (the default) or `none` (several
+    /// times faster; for long campaigns, followed by a `--replay` under `address`).
+    #[arg(long, value_enum, default_value_t = Sanitizer::Address)]
+    sanitizer: Sanitizer,
+    /// Run every input of the working corpus and the seeds once (`-runs=0`) instead of
+    /// fuzzing; `--seconds` and `--runs` do not apply.
+    #[arg(long, conflicts_with_all = ["seconds", "runs"])]
+    replay: bool,
+}
+
+/// What a fuzz build is instrumented with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Sanitizer {
+    /// AddressSanitizer (`cargo fuzz`'s default): memory errors found where they happen.
+    Address,
+    /// No sanitizer (`cargo fuzz -s none`): coverage and the targets' own checks only.
+    None,
+}
+
+impl Sanitizer {
+    /// `cargo fuzz`'s `-s` argument.
+    fn arg(self) -> &'static str {
+        match self {
+            Sanitizer::Address => "address",
+            Sanitizer::None => "none",
+        }
+    }
+
+    /// The target directory of this build ([`target_dir`] for AddressSanitizer).
+    fn target_dir(self) -> PathBuf {
+        match self {
+            Sanitizer::Address => target_dir(),
+            Sanitizer::None => root().join("target/fuzz-none"),
+        }
+    }
 }
 
 /// When a run stops.
@@ -85,6 +128,8 @@ pub enum Limit {
     Runs(u64),
     /// After this many executions or seconds, whichever comes first.
     RunsWithin(u64, u64),
+    /// Every input of the corpus and the seeds once, no fuzzing (`-runs=0`).
+    Replay,
 }
 
 /// libFuzzer flags of one target beyond the run's limit.
@@ -176,17 +221,20 @@ pub fn crates() -> Vec<&'static str> {
 /// # Errors
 /// When the build fails.
 pub fn build(krate: &str) -> anyhow::Result<()> {
+    build_with(krate, Sanitizer::Address)
+}
+
+/// [`build`] with the given sanitizer, into that sanitizer's target directory.
+///
+/// # Errors
+/// When the build fails.
+pub fn build_with(krate: &str, sanitizer: Sanitizer) -> anyhow::Result<()> {
     let mut command = Command::new("cargo");
     command
         .current_dir(root().join(krate))
-        .args([
-            &format!("+{NIGHTLY}"),
-            "fuzz",
-            "build",
-            "-O",
-            "--target-dir",
-        ])
-        .arg(target_dir());
+        .args([&format!("+{NIGHTLY}"), "fuzz", "build", "-O", "-s", sanitizer.arg()])
+        .arg("--target-dir")
+        .arg(sanitizer.target_dir());
     exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
 }
 
@@ -196,6 +244,19 @@ pub fn build(krate: &str) -> anyhow::Result<()> {
 /// When the target cannot be built or run; a crash is an [`Outcome`] with `crashed`.
 /// Expects the target built ([`build`]); `cargo fuzz run` only checks that it is up to date.
 pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Outcome> {
+    run_target_with(krate, target, limit, Sanitizer::Address)
+}
+
+/// [`run_target`] with the given sanitizer's build ([`build_with`]).
+///
+/// # Errors
+/// As [`run_target`].
+pub fn run_target_with(
+    krate: &str,
+    target: &str,
+    limit: Limit,
+    sanitizer: Sanitizer,
+) -> anyhow::Result<Outcome> {
     let dir = root().join(krate);
     let corpus = root().join("target/fuzz-corpus").join(target);
     let seeds = dir.join("seeds").join(target);
@@ -203,8 +264,9 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args([&format!("+{NIGHTLY}"), "fuzz", "run", "-O", "--target-dir"])
-        .arg(target_dir())
+        .args([&format!("+{NIGHTLY}"), "fuzz", "run", "-O", "-s", sanitizer.arg()])
+        .arg("--target-dir")
+        .arg(sanitizer.target_dir())
         .arg(target)
         .arg(&corpus);
     if seeds.is_dir() {
@@ -214,20 +276,34 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
         Limit::Seconds(s) => vec![format!("-max_total_time={s}")],
         Limit::Runs(n) => vec![format!("-runs={n}")],
         Limit::RunsWithin(n, s) => vec![format!("-runs={n}"), format!("-max_total_time={s}")],
+        Limit::Replay => vec!["-runs=0".to_owned()],
     };
     command.arg("--").args(&stop).arg("-print_final_stats=1");
     command.args(target_flags(target));
-    eprintln!("fuzz: {target} ({limit:?})");
+    // libFuzzer's log goes to a file as it runs (a long campaign's progress can be followed
+    // there, and read if the run is cut short), then is read for the statistics.
+    let log_path = log_path(target);
+    std::fs::create_dir_all(root().join("target/fuzz-logs")).context("fuzz: log directory")?;
+    let log_file = std::fs::File::create(&log_path)
+        .with_context(|| format!("fuzz: creating {}", log_path.display()))?;
+    command.stdout(std::process::Stdio::null()).stderr(log_file);
+    eprintln!(
+        "fuzz: {target} ({limit:?}, sanitizer {}), log in {}",
+        sanitizer.arg(),
+        log_path.display()
+    );
     let started = std::time::Instant::now();
-    let output = command
-        .output()
+    let status = command
+        .status()
         .with_context(|| format!("fuzz: running {target}"))?;
     let seconds = started.elapsed().as_secs_f64();
-    let log = String::from_utf8_lossy(&output.stderr);
+    let log = std::fs::read(&log_path)
+        .with_context(|| format!("fuzz: reading {}", log_path.display()))?;
+    let log = String::from_utf8_lossy(&log);
     let mut outcome = parse_stats(&log);
     outcome.target = target.to_owned();
     outcome.seconds = seconds;
-    outcome.crashed = !output.status.success();
+    outcome.crashed = !status.success();
     if outcome.crashed && outcome.executions == 0 {
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
         let tail: Vec<&str> = tail.into_iter().rev().collect();
@@ -236,9 +312,17 @@ pub fn run_target(krate: &str, target: &str, limit: Limit) -> anyhow::Result<Out
     Ok(outcome)
 }
 
+/// Where [`run_target_with`] writes libFuzzer's log of `target` (replaced by each run).
+pub fn log_path(target: &str) -> PathBuf {
+    root()
+        .join("target/fuzz-logs")
+        .join(format!("{target}.log"))
+}
+
 /// Reads libFuzzer's `stat::number_of_executed_units` and the last `cov:`/`ft:`/`corp:`.
 fn parse_stats(log: &str) -> Outcome {
     let mut o = Outcome::default();
+    let mut last = 0;
     let field = |line: &str, key: &str| -> Option<u64> {
         let at = line.find(key)? + key.len();
         line[at..]
@@ -248,15 +332,24 @@ fn parse_stats(log: &str) -> Outcome {
             .parse()
             .ok()
     };
+    let mut finished = false;
     for line in log.lines() {
         if let Some(n) = field(line, "stat::number_of_executed_units:") {
+            finished = true;
             o.executions = n;
         }
-        if line.starts_with('#') {
+        if let Some(rest) = line.strip_prefix('#') {
+            // A status line's count: the executions of a log cut short (no final statistics).
+            if let Some(n) = field(rest, "") {
+                last = n;
+            }
             o.cov = field(line, "cov:").unwrap_or(o.cov);
             o.ft = field(line, "ft:").unwrap_or(o.ft);
             o.corpus = field(line, "corp:").unwrap_or(o.corpus);
         }
+    }
+    if !finished {
+        o.executions = last;
     }
     o
 }
@@ -329,17 +422,18 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     // Built first, each crate once, so that a run's time is the fuzzing's alone.
     for krate in crates() {
         if chosen.iter().any(|(k, _)| *k == krate) {
-            build(krate)?;
+            build_with(krate, options.sanitizer)?;
         }
     }
     let limit = match (options.runs, options.seconds) {
+        _ if options.replay => Limit::Replay,
         (Some(n), Some(s)) => Limit::RunsWithin(n, s),
         (Some(n), None) => Limit::Runs(n),
         (None, s) => Limit::Seconds(s.unwrap_or(DEFAULT_SECONDS)),
     };
     let mut outcomes = Vec::new();
     for (krate, target) in chosen {
-        outcomes.push(run_target(krate, target, limit)?);
+        outcomes.push(run_target_with(krate, target, limit, options.sanitizer)?);
     }
     print(&outcomes);
     if options.markdown {
@@ -364,6 +458,10 @@ mod tests {
                    stat::peak_rss_mb:              41\n";
         let o = parse_stats(log);
         assert_eq!((o.executions, o.cov, o.ft, o.corpus), (5000, 251, 901, 41));
+        // Cut short: the last status line's count.
+        let cut = log.split("#5000").next().unwrap_or_default();
+        let o = parse_stats(cut);
+        assert_eq!((o.executions, o.cov, o.ft, o.corpus), (4096, 250, 900, 40));
     }
 
     #[test]
