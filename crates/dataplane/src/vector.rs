@@ -495,12 +495,12 @@ fn stage_fib(
     lanes: &mut [Lane],
     routable: &[u8],
 ) -> usize {
-    // Per family, the lanes to look up and their FIB flows, built in the same pass.
-    let mut v4 = Gather::<u32>::new();
-    let mut v6 = Gather::<u128>::new();
+    // Per family, the lanes to look up (their flows are built from the lanes when the FIB
+    // asks: no array of flows is written and read back per vector).
+    let mut v4 = Gather::new();
+    let mut v6 = Gather::new();
     for &i in routable {
-        let (Some(lane), Some(frame)) = (lanes.get_mut(usize::from(i)), frames.get(usize::from(i)))
-        else {
+        let Some(lane) = lanes.get_mut(usize::from(i)) else {
             continue;
         };
         if let Step::Miss = lane.step {
@@ -512,76 +512,123 @@ fn stage_fib(
                 lane.step = lane.resolved();
             } else {
                 match m.family {
-                    Family::V6 => v6.push(i, m, frame.ifindex),
-                    Family::V4 => v4.push(i, m, frame.ifindex),
+                    Family::V6 => v6.push(i),
+                    Family::V4 => v4.push(i),
                 }
             }
         }
     }
-    fib_lookups(b, ingress, frames, lanes, &v4) + fib_lookups(b, ingress, frames, lanes, &v6)
+    fib_lookups::<u32>(b, ingress, frames, lanes, v4.lanes())
+        + fib_lookups::<u128>(b, ingress, frames, lanes, v6.lanes())
 }
 
-/// The lanes of one family that go to the FIB, and their flows (index `k` of both is the
-/// `k`-th lookup).
-struct Gather<K> {
+/// The lanes of one family that go to the FIB, in order.
+struct Gather {
     lanes: [u8; VECTOR],
-    flows: [fib_trie::Flow<K>; VECTOR],
     n: usize,
 }
 
-impl<K: FamilyKey> Gather<K> {
+impl Gather {
     #[inline(always)]
     fn new() -> Self {
         Gather {
             lanes: [0; VECTOR],
-            flows: [fib_trie::Flow::to(K::ZERO); VECTOR],
             n: 0,
         }
     }
 
-    /// Adds lane `i` (parsed as `m`, arrived on `iif`).
+    /// Adds lane `i`.
     #[inline(always)]
-    fn push(&mut self, i: u8, m: &Meta, iif: u32) {
-        let at = self.n & (VECTOR - 1);
-        self.lanes[at] = i;
-        self.flows[at] = route::fib_flow(K::narrow(m.src), K::narrow(m.dst), m.tos, iif);
+    fn push(&mut self, i: u8) {
+        self.lanes[self.n & (VECTOR - 1)] = i;
         self.n += 1;
+    }
+
+    /// The lanes added.
+    #[inline(always)]
+    fn lanes(&self) -> &[u8] {
+        &self.lanes[..self.n.min(VECTOR)]
     }
 }
 
-/// The FIB lookups of the lanes `gather` holds, all of the family whose key is `K`, as one
-/// batch (`Fib::lookup_batch`: the walks overlap their cache misses). Returns how many of
-/// them go on to the egress stage.
+/// The FIB lookups of `gather`'s lanes, all of the family whose key is `K`, as one batch
+/// (`Fib::lookup_batch_by`: the walks overlap their cache misses). Returns how many of them
+/// go on to the egress stage.
 #[inline(always)]
 fn fib_lookups<K: FamilyKey>(
     b: &Batch<'_>,
     ingress: &mut IngressMemo,
     frames: &[Frame<'_>],
     lanes: &mut [Lane],
-    gather: &Gather<K>,
+    gather: &[u8],
 ) -> usize {
-    let n = gather.n.min(VECTOR);
-    if n == 0 {
+    if gather.is_empty() {
         return 0;
     }
-    let mut egresses = 0;
     let fib = K::fib(b.tables);
-    let mut switches = ingress.switches(b.tables, b.guard);
-    // Read once per batch (the mirror changes it at most once a second).
-    let policy = fib.multipath_policy();
-    fib.lookup_batch(&gather.flows[..n], b.guard, |k, result| {
-        // `k` is below `n`, at most `VECTOR`.
-        let at = k & (VECTOR - 1);
-        let (i, flow) = (usize::from(gather.lanes[at]), &gather.flows[at]);
-        let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
+    let mut batch = FibBatch {
+        tables: b.tables,
+        switches: ingress.switches(b.tables, b.guard),
+        // Read once per batch (the mirror changes it at most once a second).
+        policy: fib.multipath_policy(),
+        frames,
+        lanes,
+        gather,
+        egresses: 0,
+        _key: std::marker::PhantomData,
+    };
+    fib.lookup_batch_by(&mut batch, b.guard);
+    batch.egresses
+}
+
+/// One family's FIB lookups of a vector ([`fib_lookups`]): the flows built from the lanes
+/// `gather` lists, the answers taken into them.
+struct FibBatch<'a, 'f, K> {
+    tables: &'a crate::Tables,
+    switches: MemoSwitches<'a>,
+    policy: fib_trie::multipath::MultipathPolicy,
+    frames: &'a [Frame<'f>],
+    lanes: &'a mut [Lane],
+    gather: &'a [u8],
+    /// How many answers go on to the egress stage.
+    egresses: usize,
+    _key: std::marker::PhantomData<K>,
+}
+
+impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.gather.len()
+    }
+
+    #[inline(always)]
+    fn flow(&self, k: usize) -> fib_trie::Flow<K> {
+        let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
+        let (Some(lane), Some(frame)) = (self.lanes.get(i), self.frames.get(i)) else {
+            // Never: `gather` lists lanes of the vector.
+            return fib_trie::Flow::to(K::ZERO);
+        };
+        let m = &lane.meta;
+        route::fib_flow(K::narrow(m.src), K::narrow(m.dst), m.tos, frame.ifindex)
+    }
+
+    #[inline(always)]
+    fn answer(
+        &mut self,
+        k: usize,
+        flow: &fib_trie::Flow<K>,
+        result: Result<fib_trie::FibResult<'g, K>, fib_trie::LookupError>,
+    ) {
+        let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
+        let (Some(lane), Some(frame)) = (self.lanes.get_mut(i), self.frames.get(i)) else {
             return;
         };
         // A route through one gateway: its decision for this ingress device, if remembered.
         let key = result.as_ref().ok().and_then(route::single_gateway);
         if let Some(key) = &key {
             let iif = flow.iif;
-            if let Some(route) = switches.answer(key.slot(iif), iif, key) {
-                lane.route = match route::unserved(b.tables, key.oif) {
+            if let Some(route) = self.switches.answer(key.slot(iif), iif, key) {
+                lane.route = match route::unserved(self.tables, key.oif) {
                     Some(punt) => punt,
                     None => *route,
                 };
@@ -590,10 +637,16 @@ fn fib_lookups<K: FamilyKey>(
             }
         }
         lane.remember = key.is_some();
-        take_fib_answer(&mut switches, flow, result, lane, frame.bytes(), policy);
-        egresses += usize::from(matches!(lane.step, Step::Egress));
-    });
-    egresses
+        take_fib_answer(
+            &mut self.switches,
+            flow,
+            result,
+            lane,
+            frame.bytes(),
+            self.policy,
+        );
+        self.egresses += usize::from(matches!(lane.step, Step::Egress));
+    }
 }
 
 /// The decision of the FIB's `result` for `lane` (its frame's packet bytes in `packet`), when

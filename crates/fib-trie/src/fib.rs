@@ -576,8 +576,46 @@ impl<K: TrieKey> Fib<K> {
         &self,
         flows: &[Flow<K>],
         guard: &'g Guard,
-        mut emit: impl FnMut(usize, Result<FibResult<'g, K>, LookupError>),
+        emit: impl FnMut(usize, Result<FibResult<'g, K>, LookupError>),
     ) {
+        self.lookup_batch_by(&mut SliceBatch { flows, emit }, guard);
+    }
+
+    /// Routes every lookup of `batch` as [`lookup`](Self::lookup) would, handing each one's
+    /// result to [`FlowBatch::answer`], in order: [`lookup_batch`](Self::lookup_batch) for a
+    /// caller that keeps its lookups in its own form and builds each [`Flow`] when asked
+    /// (so that no array of flows is written and read back per batch).
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
+    /// per call, not per flow.
+    ///
+    /// ```
+    /// use fib_trie::{FibResult, FibWriter, Flow, FlowBatch, InsertFlags, LookupError, NextHop, Route};
+    ///
+    /// /// Destinations in, egress interfaces out.
+    /// struct Oifs(Vec<u32>, Vec<Option<u32>>);
+    /// impl<'g> FlowBatch<'g, u32> for Oifs {
+    ///     fn count(&self) -> usize {
+    ///         self.0.len()
+    ///     }
+    ///     fn flow(&self, k: usize) -> Flow<u32> {
+    ///         Flow::to(self.0[k])
+    ///     }
+    ///     fn answer(&mut self, _: usize, _: &Flow<u32>, r: Result<FibResult<'g, u32>, LookupError>) {
+    ///         self.1.push(r.ok().map(|r| r.nexthops()[r.nh_sel].ifindex));
+    ///     }
+    /// }
+    ///
+    /// let mut fib = FibWriter::<u32>::new();
+    /// let via = NextHop::new(Some(0x0a00_0001), 2);
+    /// fib.insert(&Route::unicast(0x0a00_0000, 8, 254, vec![via]), InsertFlags::ADD)?;
+    /// let mut batch = Oifs(vec![0x0a01_0203, 0x0b00_0001], Vec::new());
+    /// fib.lookup_batch_by(&mut batch, &crossbeam_epoch::pin());
+    /// assert_eq!(batch.1, [Some(2), None]);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    pub fn lookup_batch_by<'g>(&self, batch: &mut impl FlowBatch<'g, K>, guard: &'g Guard) {
         /// Flows whose destinations go to the fast structure together.
         const GROUP: usize = 64;
         check_guard(guard);
@@ -590,21 +628,25 @@ impl<K: TrieKey> Fib<K> {
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];
-        for (g, group) in flows.chunks(GROUP).enumerate() {
-            let base = g * GROUP;
+        let total = batch.count();
+        let mut base = 0;
+        while base < total {
+            let len = (total - base).min(GROUP);
             // The common case: every flow of the group goes to the fast structure; its
             // answers are then the group's in order.
             let mut all = true;
-            for (d, flow) in dsts.iter_mut().zip(group) {
+            for (j, d) in dsts[..len].iter_mut().enumerate() {
+                let flow = batch.flow(base + j);
                 *d = flow.dst;
-                all &= gate.admits(flow);
+                all &= gate.admits(&flow);
             }
             let n = if all {
-                group.len()
+                len
             } else {
                 let mut n = 0;
-                for (j, flow) in group.iter().enumerate() {
-                    if gate.admits(flow) {
+                for j in 0..len {
+                    let flow = batch.flow(base + j);
+                    if gate.admits(&flow) {
                         dsts[n] = flow.dst;
                         at[n] = j as u8;
                         n += 1;
@@ -616,30 +658,33 @@ impl<K: TrieKey> Fib<K> {
                 merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
             }
             let mut k = 0;
-            for (j, flow) in group.iter().enumerate() {
+            for j in 0..len {
+                // Built again (from the caller's own data, still in the cache), not kept.
+                let flow = batch.flow(base + j);
                 // The flow's fast answer, if it went to the fast structure.
                 let id = if all {
                     Some(ids[j & (GROUP - 1)])
-                } else if k < n && usize::from(at[k]) == j {
+                } else if k < n && usize::from(at[k & (GROUP - 1)]) == j {
                     k += 1;
-                    Some(ids[k - 1])
+                    Some(ids[(k - 1) & (GROUP - 1)])
                 } else {
                     None
                 };
                 // A usable route without a nexthop object, the common answer, as
                 // `finish_merged` would give it; every answer goes out through this one call of
-                // `emit`, which the compiler may then inline, leaving out what it does not read
-                // (such as the prefix).
+                // `answer`, which the compiler may then inline, leaving out what it does not
+                // read (such as the prefix).
                 let plain = match (id, merged) {
-                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, flow, guard),
+                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, &flow, guard),
                     _ => None,
                 };
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
-                    _ => self.lookup_slow(snap, id, flow, guard),
+                    _ => self.lookup_slow(snap, id, &flow, guard),
                 };
-                emit(base + j, result);
+                batch.answer(base + j, &flow, result);
             }
+            base += len;
         }
     }
 
@@ -736,6 +781,48 @@ impl<K: TrieKey> Fib<K> {
             i += 1;
         }
         Err(LookupError::NoRoute)
+    }
+}
+
+/// A batch of lookups for [`Fib::lookup_batch_by`], kept in the caller's own form: the FIB
+/// asks for each lookup's [`Flow`] when it needs it and hands each result back, in order.
+pub trait FlowBatch<'g, K> {
+    /// How many lookups the batch holds (numbered from 0).
+    fn count(&self) -> usize;
+
+    /// The flow of lookup `k` (below [`count`](Self::count)). Asked for more than once per
+    /// lookup (it is built where needed, never stored), so it must give the same flow each
+    /// time and should be cheap.
+    fn flow(&self, k: usize) -> Flow<K>;
+
+    /// Takes lookup `k`'s result, `flow` being its flow as [`flow`](Self::flow) gave it.
+    fn answer(&mut self, k: usize, flow: &Flow<K>, result: Result<FibResult<'g, K>, LookupError>);
+}
+
+/// [`Fib::lookup_batch`]'s flows and callback as a [`FlowBatch`].
+struct SliceBatch<'a, K, F> {
+    flows: &'a [Flow<K>],
+    emit: F,
+}
+
+impl<'g, K: Copy + Default + 'g, F> FlowBatch<'g, K> for SliceBatch<'_, K, F>
+where
+    F: FnMut(usize, Result<FibResult<'g, K>, LookupError>),
+{
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.flows.len()
+    }
+
+    #[inline(always)]
+    fn flow(&self, k: usize) -> Flow<K> {
+        // `k` is below `count`: never the default.
+        self.flows.get(k).copied().unwrap_or_default()
+    }
+
+    #[inline(always)]
+    fn answer(&mut self, k: usize, _: &Flow<K>, result: Result<FibResult<'g, K>, LookupError>) {
+        (self.emit)(k, result);
     }
 }
 

@@ -113,7 +113,7 @@ pub use crossbeam_epoch;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fast::{FastLpm, FastLpmView, PrefixSource, WIDE_AT, wide_bits};
-pub use fib::{Fib, FibRule, RuleAction, RuleError};
+pub use fib::{Fib, FibRule, FlowBatch, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;
 pub use nexthop::{NexthopGroup, NexthopObject, NexthopWriter};
