@@ -232,7 +232,14 @@ pub fn build_with(krate: &str, sanitizer: Sanitizer) -> anyhow::Result<()> {
     let mut command = Command::new("cargo");
     command
         .current_dir(root().join(krate))
-        .args([&format!("+{NIGHTLY}"), "fuzz", "build", "-O", "-s", sanitizer.arg()])
+        .args([
+            &format!("+{NIGHTLY}"),
+            "fuzz",
+            "build",
+            "-O",
+            "-s",
+            sanitizer.arg(),
+        ])
         .arg("--target-dir")
         .arg(sanitizer.target_dir());
     exec(&mut command).with_context(|| format!("fuzz: building {krate}"))
@@ -264,7 +271,14 @@ pub fn run_target_with(
     let mut command = Command::new("cargo");
     command
         .current_dir(&dir)
-        .args([&format!("+{NIGHTLY}"), "fuzz", "run", "-O", "-s", sanitizer.arg()])
+        .args([
+            &format!("+{NIGHTLY}"),
+            "fuzz",
+            "run",
+            "-O",
+            "-s",
+            sanitizer.arg(),
+        ])
         .arg("--target-dir")
         .arg(sanitizer.target_dir())
         .arg(target)
