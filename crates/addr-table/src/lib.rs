@@ -105,6 +105,7 @@ mod bucket;
 pub mod error;
 pub mod fixed;
 pub mod inline;
+mod lists;
 pub mod rhltable;
 pub mod seed;
 mod writer;

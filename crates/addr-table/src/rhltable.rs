@@ -12,6 +12,7 @@ use crate::bucket::{
 };
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
+use crate::lists::{ListSlab, SlabState};
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
@@ -157,6 +158,8 @@ struct WriterState {
     displaced: usize,
     seeds: SeedSource,
     rehashes: RehashCounts,
+    /// Free and next indices of the duplicate lists (`RhlTable::lists`).
+    slab: SlabState,
 }
 
 /// A concurrent resizable hash multimap with the semantics of the kernel's rhltable.
@@ -203,6 +206,10 @@ pub struct RhlTable<K: Inline, V: Inline> {
     nobjs: AtomicUsize,
     params: Params,
     writer: Mutex<WriterState>,
+    /// The duplicate lists by the index a slot holds (`Box::into_raw`, freed by the drop
+    /// after the tables that refer to it).
+    /// (An atomic pointer only for the auto traits: it never changes.)
+    lists: AtomicPtr<ListSlab<V>>,
     /// A handle of `crossbeam_epoch::default_collector()`, which readers' guards must pin
     /// (held here, not referred to: a reader compares its guard's collector with a word of
     /// the table instead of loading the default collector's address first).
@@ -273,8 +280,10 @@ where
 
     fn build(params: Params) -> Self {
         let mut seeds = SeedSource::new(params.seed);
-        let lines = (params.min_size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
-        let tbl = BucketTable::alloc(lines, seeds.next_seed());
+        let lines = Geometry::<K, V>::lines_for(params.min_size);
+        let lists = std::ptr::NonNull::from(Box::leak(Box::new(ListSlab::new())));
+        let tbl = BucketTable::alloc(lines, seeds.next_seed(), lists);
+        let lists = AtomicPtr::new(lists.as_ptr());
         RhlTable {
             tbl: AtomicPtr::new(tbl),
             nelems: AtomicUsize::new(0),
@@ -285,7 +294,9 @@ where
                 displaced: 0,
                 seeds,
                 rehashes: RehashCounts::default(),
+                slab: SlabState::default(),
             }),
+            lists,
             collector: epoch::default_collector().clone(),
             _owns: PhantomData,
         }
@@ -537,7 +548,7 @@ where
             match pos.payload {
                 Payload::Value(only) => {
                     // The key's second object: the slot now points to a list of both.
-                    let list = DupList::alloc(value, only);
+                    let list = self.new_list(&mut w, value, only);
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
                     let moved = unsafe { t.rewrite(&pos, Payload::Dups(list), guard) };
                     self.after_rewrite(&mut w, guard, moved);
@@ -615,7 +626,7 @@ where
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
                     let moved = unsafe { t.rewrite(&pos, Payload::Value(value), guard) };
                     // SAFETY: the list is unreachable from the table now.
-                    unsafe { retire_list(guard, list_ptr.cast_mut()) };
+                    unsafe { self.retire_list(&mut w, guard, list_ptr.cast_mut()) };
                     self.after_rewrite(&mut w, guard, moved);
                 } else {
                     match prev {
@@ -655,7 +666,7 @@ where
                     n = unsafe { &*n }.next.load(Ordering::Relaxed);
                 }
                 // SAFETY: unreachable from the table now.
-                unsafe { retire_list(guard, list.cast_mut()) };
+                unsafe { self.retire_list(&mut w, guard, list.cast_mut()) };
                 count
             }
         };
@@ -785,8 +796,8 @@ where
         }
         // Every rehash packs each key into the first free slot of its new chain.
         w.displaced = 0;
-        let lines = (size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
-        let fut = BucketTable::alloc(lines, w.seeds.next_seed());
+        let lines = Geometry::<K, V>::lines_for(size);
+        let fut = BucketTable::alloc(lines, w.seeds.next_seed(), self.lists_ptr());
         cur.future.store(fut, Ordering::Release);
         w.cursor = 0;
         self.migrate_step(w, guard, 0);
@@ -805,7 +816,7 @@ where
         let n = self.len();
         if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size < self.params.max_size {
             self.start_rehash(w, guard, size * 2, Cause::Grow);
-        } else if chain > ELASTICITY {
+        } else if chain > Geometry::<K, V>::ELASTICITY {
             self.start_rehash(w, guard, size, Cause::Reseed);
         }
     }
@@ -835,7 +846,7 @@ where
         let n = self.len();
         if size > self.params.min_size && n * 10 < size * 3 {
             let target = (n * 3 / 2).next_power_of_two().max(self.params.min_size);
-            if target < size {
+            if Geometry::<K, V>::lines_for(target) < Geometry::<K, V>::lines_for(size) {
                 self.start_rehash(w, guard, target, Cause::Shrink);
             }
         }
@@ -853,14 +864,44 @@ unsafe fn retire_node<V: Send + 'static>(guard: &Guard, p: *mut DupNode<V>) {
     unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p))) };
 }
 
-/// Frees the list `p` and its nodes once every reader pinned now has unpinned.
-///
-/// # Safety
-/// `p` is a list of this crate's tables, now unreachable from them, retired once, its nodes
-/// reachable only through it.
-unsafe fn retire_list<V: Send + 'static>(guard: &Guard, p: *mut DupList<V>) {
-    // SAFETY: as for `retire_node`; `DupList::free` frees the list and its nodes.
-    unsafe { guard.defer_unchecked(move || DupList::free(p)) };
+impl<K, V> RhlTable<K, V>
+where
+    K: Inline,
+    V: Inline + Send + 'static,
+{
+    /// The duplicate lists by index.
+    fn lists(&self) -> &ListSlab<V> {
+        // SAFETY: allocated in `build`, freed only by the drop.
+        unsafe { self.lists_ptr().as_ref() }
+    }
+
+    /// The slab's address (set once by `build`, never null).
+    fn lists_ptr(&self) -> std::ptr::NonNull<ListSlab<V>> {
+        std::ptr::NonNull::new(self.lists.load(Ordering::Relaxed)).expect("set by build")
+    }
+
+    /// A new list of `newest` then `older`, at a free index of the slab. Writer only.
+    fn new_list(&self, w: &mut WriterState, newest: V, older: V) -> *mut DupList<V> {
+        let index = self.lists().reserve(&mut w.slab);
+        let list = DupList::alloc(index, newest, older);
+        // Before any slot holds the index (the slot's store follows, its `meta` release).
+        self.lists().set(index, list);
+        list
+    }
+
+    /// Frees the list `p` and its nodes once every reader pinned now has unpinned, and frees
+    /// its index now (see [`crate::lists`] for why a reader cannot be misled by its reuse).
+    ///
+    /// # Safety
+    /// `p` is a list of this table, now unreachable from its slots (the last slot that held
+    /// it was cleared), retired once, its nodes reachable only through it.
+    unsafe fn retire_list(&self, w: &mut WriterState, guard: &Guard, p: *mut DupList<V>) {
+        // SAFETY: the caller's list is still allocated (it is freed by the closure below).
+        let index = unsafe { &*p }.index;
+        self.lists().release(&mut w.slab, index);
+        // SAFETY: as for `retire_node`; `DupList::free` frees the list and its nodes.
+        unsafe { guard.defer_unchecked(move || DupList::free(p)) };
+    }
 }
 
 impl<K: Inline, V: Inline> Drop for RhlTable<K, V> {
@@ -871,26 +912,19 @@ impl<K: Inline, V: Inline> Drop for RhlTable<K, V> {
         // not reachable), and each list is reachable from exactly one slot of one table.
         unsafe {
             let fut = (*cur).future.load(Ordering::Relaxed);
-            free_lists(&*cur);
             drop(Box::from_raw(cur));
             if !fut.is_null() {
-                free_lists(&*fut);
                 drop(Box::from_raw(fut));
             }
         }
+        // SAFETY: allocated in `build` by `Box`, and no table refers to it any more. Its live
+        // lists (the retired ones are no longer in it) are owned by the map, each once.
+        let mut lists = unsafe { Box::from_raw(*self.lists.get_mut()) };
+        lists.for_each(|list| {
+            // SAFETY: exclusively owned here, freed once.
+            unsafe { DupList::free(list) }
+        });
     }
-}
-
-/// Frees every duplicate list of `table` (its lines go with the table).
-///
-/// # Safety
-/// - No other thread can reach `table`, and
-/// - its lists are reachable from nowhere else.
-unsafe fn free_lists<K: Inline, V: Inline>(table: &BucketTable<K, V>) {
-    table.for_each_list(|list| {
-        // SAFETY: exclusively owned here, freed once.
-        unsafe { DupList::free(list) }
-    });
 }
 
 impl<K: Inline, V: Inline> std::fmt::Debug for RhlTable<K, V> {
@@ -914,7 +948,7 @@ mod tests {
     /// The bucket tags never filter out a key: every key of a chain (overflow lines included)
     /// has its bit in the bucket's tag, and a chain whose first line has `MOVED` has the
     /// whole tag.
-    fn check_chain_and_moved_bits(t: &RhlTable<u32, u32>) {
+    fn check_chain_and_moved_bits<V: Inline>(t: &RhlTable<u32, V>) {
         use crate::bucket::{CHAIN, MOVED, TAG_ALL};
         let _w = t.lock();
         // SAFETY: under the writer lock, the live tables stay allocated.
@@ -990,7 +1024,7 @@ mod tests {
         assert!(migrating > 10, "writes during migrations: {migrating}");
         let r = t.stats().rehashes;
         assert!(r.grows >= 2 && r.shrinks >= 2, "{r:?}");
-        // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 4 slots).
+        // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 6 slots).
         let one: RhlTable<u32, u32> = RhlTable::with_params(Params {
             min_size: 4,
             max_size: 4,
@@ -998,12 +1032,12 @@ mod tests {
             seed: SeedMode::Deterministic(5),
         })
         .unwrap();
-        for k in 0..6 {
+        for k in 0..8 {
             one.insert(k, k).unwrap();
             check_chain_and_moved_bits(&one);
         }
         assert_eq!(one.stats().overflow_lines, 1);
-        for k in 0..6 {
+        for k in 0..8 {
             assert_eq!(one.remove_all(&k), 1);
             check_chain_and_moved_bits(&one);
         }
@@ -1118,8 +1152,10 @@ mod tests {
 
     #[test]
     fn overflow_lines_fill_in_order_and_are_unlinked_when_empty() {
-        // One bucket line (4 slots) that can never grow: keys 5 to 8 need an overflow line.
-        let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
+        // One bucket line (4 slots: `u32 -> u64`) that can never grow: keys 5 to 8 need an
+        // overflow line. (Six slots of `u32 -> u32` cannot fill an overflow line within the
+        // table's eight keys.)
+        let t: RhlTable<u32, u64> = RhlTable::with_params(Params {
             min_size: 4,
             max_size: 4,
             automatic_shrinking: false,
@@ -1127,7 +1163,7 @@ mod tests {
         })
         .unwrap();
         for k in 0..8 {
-            t.insert(k, k).unwrap();
+            t.insert(k, u64::from(k)).unwrap();
         }
         assert!(t.insert(8, 8).is_err(), "twice max_size keys");
         let s = t.stats();
@@ -1159,7 +1195,7 @@ mod tests {
         let s = t.stats();
         assert_eq!((s.keys, s.overflow_lines, s.max_chain), (8, 1, 8));
         for k in (1..6).chain(100..103) {
-            assert_eq!(t.get(&k, &g), Some(k));
+            assert_eq!(t.get(&k, &g), Some(u64::from(k)));
         }
         assert_eq!(t.get(&0, &g), None);
         drop(g);
