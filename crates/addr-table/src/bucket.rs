@@ -138,10 +138,13 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
     /// ([`keys_equal`]).
     const ONE_WORD_KEYS: bool = K::WORDS == 1 && Self::SLOTS >= 4;
 
-    /// Lines of a table of (at least about) `size` units: `size / SIZE_PER_LINE`, rounded up
-    /// to a power of two (at least one line), so that doubling `size` doubles the lines.
+    /// Lines of a table of at least `size` units: `size / SIZE_PER_LINE` rounded up, then up
+    /// to a power of two (at least one line), so that doubling a table's size doubles its
+    /// lines, and a shrink to the kernel's `nelems * 3 / 2` leaves the load at most 2/3.
     pub(crate) fn lines_for(size: usize) -> usize {
-        (size / Self::SIZE_PER_LINE).max(1).next_power_of_two()
+        size.div_ceil(Self::SIZE_PER_LINE)
+            .max(1)
+            .next_power_of_two()
     }
 
     /// Keys of one chain above which an insert forces a rehash: [`ELASTICITY`] (the kernel's

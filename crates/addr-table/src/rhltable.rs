@@ -16,7 +16,8 @@ use crate::lists::{ListSlab, SlabState};
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
-/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 7/8 full a bucket line of 4
+/// rehash (the kernel's `RHT_ELASTICITY`), for lines of up to four slots (six-slot lines use
+/// 24, [`RhlTable::ELASTICITY`]): on a table at most 7/8 full a bucket line of 4
 /// slots holds 3.5 keys on average (Poisson), so a chain of 17 (five lines) has probability
 /// 1.9e-7 per line at the threshold, once in about 20 tables of 262,144 lines (a harmless
 /// same-size rehash), and otherwise means the keys were chosen against this table's seed.
@@ -267,6 +268,12 @@ where
     K: Inline + Hash + Eq,
     V: Inline,
 {
+    /// Keys of one bucket chain above which an insert rehashes (with a fresh seed unless the
+    /// table grows anyway): [`ELASTICITY`] (the kernel's 16), or four lines' worth of slots
+    /// when a line holds more than four keys (24 for 6-slot lines: `u32` keys with a value
+    /// of at most one word).
+    pub const ELASTICITY: usize = Geometry::<K, V>::ELASTICITY;
+
     /// [`RhlWriter::new`](crate::RhlWriter::new). Writer only.
     pub(crate) fn new() -> Self {
         Self::build(Params::default())
@@ -814,7 +821,9 @@ where
     fn after_insert(&self, w: &mut WriterState, guard: &Guard, chain: usize) {
         let size = self.newest_size();
         let n = self.len();
-        if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size < self.params.max_size {
+        // (A table doubles within `max_size`: for lines of 4 or 2 slots, as long as it is below
+        // it; a table of 6-slot lines, whose sizes are 6 * 2^k, stays below it.)
+        if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size * 2 <= self.params.max_size {
             self.start_rehash(w, guard, size * 2, Cause::Grow);
         } else if chain > Geometry::<K, V>::ELASTICITY {
             self.start_rehash(w, guard, size, Cause::Reseed);
@@ -837,7 +846,8 @@ where
         }
     }
 
-    /// Shrink below 30% to `roundup_pow2(n * 3 / 2)`, not below `min_size`.
+    /// Shrink below 30% to `roundup_pow2(n * 3 / 2)` (in lines: [`Geometry::lines_for`]),
+    /// not below `min_size`.
     fn after_remove(&self, w: &mut WriterState, guard: &Guard) {
         if !self.params.automatic_shrinking {
             return;
@@ -845,7 +855,10 @@ where
         let size = self.newest_size();
         let n = self.len();
         if size > self.params.min_size && n * 10 < size * 3 {
-            let target = (n * 3 / 2).next_power_of_two().max(self.params.min_size);
+            // The kernel's `roundup_pow_of_two(nelems * 3 / 2)` buckets, in lines: the lines
+            // that `n * 3 / 2` units need, rounded up to a power of two (for lines of a
+            // power-of-two number of slots, the same table).
+            let target = (n * 3 / 2).max(self.params.min_size);
             if Geometry::<K, V>::lines_for(target) < Geometry::<K, V>::lines_for(size) {
                 self.start_rehash(w, guard, target, Cause::Shrink);
             }
