@@ -117,7 +117,7 @@ fn check(
     // The newest table is never above 7/8 load, and never below 30% unless at its smallest
     // (the lines `min_size` takes: one line of 6 slots for `min_size` 4).
     let min = table.params().min_size;
-    let smallest = RhlWriter::<u32, u32>::with_params(table.params().clone())
+    let smallest = RhlWriter::<u32, u32>::with_params(*table.params())
         .unwrap()
         .stats()
         .size;
