@@ -4,22 +4,28 @@
 //! A bucket is one 64-byte cache line: a header word (`meta`), a link to an overflow line (null
 //! almost always) and twelve 32-bit words of slots, held as six `AtomicU64` pairs: first every
 //! slot's key, side by side, then every slot's value part (its value or, when the key has older
-//! duplicates, a pointer to its [`DupList`]):
+//! duplicates, the 32-bit index of its [`DupList`] in the map's [`ListSlab`]). A one-word key
+//! with a value of at most one word (`u32 -> u32`, IPv4 address -> `LocalAddr`) takes 8 bytes,
+//! six a line:
 //!
 //! ```text
-//!  byte 0          8              16               32                                   64
-//!       +----------+--------------+----------------+------------------------------------+
-//!       | meta     | overflow     | key0 key1      | value0  | value1  | value2 | value3 |
-//!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
-//!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
-//!       +----------+--------------+----------------+------------------------------------+
+//!  byte 0          8              16                        40                          64
+//!       +----------+--------------+-------------------------+---------------------------+
+//!       | meta     | overflow     | key0 key1 key2          | value0 value1 value2      |
+//!       | occ, dup,| *Line        | key3 key4 key5          | value3 value4 value5      |
+//!       | gen      |              | (words 0..6)            | (words 6..12: a value or  |
+//!       |          |              |                         |  a list index each)       |
+//!       +----------+--------------+-------------------------+---------------------------+
 //!  meta: bits 0..6 slot holds a key and its value, 6 CHAIN (an overflow line follows), 7 MOVED
-//!        (look in the future table too), 8..14 slot holds a key and a DupList pointer
+//!        (look in the future table too), 8..14 slot holds a key and a list index
 //!        (a slot is occupied when either of its two bits is set), 16..64 generation
 //! ```
 //!
-//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
-//! one-word keys: the two pairs as one 128-bit SSE2 compare, [`lanes_equal`]; longer keys pair
+//! Other shapes: `u32 -> u64` 4 slots of 12 bytes, `u64 -> u64` 3, `u128 -> u32` or
+//! `u128 -> u64` 2 (IPv6), `()` keys 6 ([`Geometry`]).
+//!
+//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four or
+//! six one-word keys: one or two 16-byte SSE2 compares, [`keys_equal`]; longer keys pair
 //! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
 //! after an acquire fence: the copy is kept only when both loads agree (then decoded with
 //! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
@@ -68,7 +74,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::array::{Zeroable, ZeroedArray};
 use crate::inline::Inline;
-use crate::lists::ListSlab;
+pub(crate) use crate::lists::ListSlab;
 
 /// 32-bit words of slots per line.
 pub(crate) const LINE_WORDS: usize = 12;
@@ -486,6 +492,44 @@ impl Line {
         }
     }
 
+    /// Word `at` (below [`LINE_WORDS`]) as a relaxed load would read it (the caller
+    /// validates): on x86-64 one 32-bit load, where a load of its pair and a shift by its
+    /// half took three more instructions; elsewhere (and under Miri) [`copy_words`].
+    ///
+    /// [`copy_words`]: Self::copy_words
+    #[inline(always)]
+    fn word(&self, at: usize) -> u32 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
+            assert!(at < LINE_WORDS);
+            // SAFETY: `at < LINE_WORDS` (checked; the callers' indices are below it, so the
+            // check folds away), so bytes `16 + 4 * at ..+ 4` are the low or high half of
+            // `pairs[at / 2]`, in bounds of the line and 4-byte aligned. The assembly only
+            // reads them (`readonly`, no stack, flags kept); an aligned 4-byte load is one
+            // access, the half of the pair a relaxed 64-bit load would read (as the 16-byte
+            // key load in `keys_equal` reads whole pairs). Tested against `copy_words`
+            // (`one_word_loads_agree_with_copy_words`).
+            unsafe {
+                let p = std::ptr::from_ref(self).cast::<u8>().add(16 + 4 * at);
+                let v: u32;
+                std::arch::asm!(
+                    "mov {v:e}, dword ptr [{p}]",
+                    p = in(reg) p,
+                    v = out(reg) v,
+                    options(nostack, preserves_flags, readonly),
+                );
+                v
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        {
+            let mut w = [0];
+            self.copy_words(at, &mut w);
+            w[0]
+        }
+    }
+
     /// Writes `src` into the words from `at` on, pair by pair (relaxed stores; the other half
     /// of a shared pair is rewritten with its own value). Writer only.
     fn store_words(&self, at: usize, src: &[u32]) {
@@ -654,10 +698,15 @@ impl Line {
             // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
             let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
             let mut w = [0; LINE_WORDS];
-            self.copy_words(
-                Geometry::<K, V>::payload_at(i),
-                &mut w[..Geometry::<K, V>::PAYLOAD],
-            );
+            if Geometry::<K, V>::PAYLOAD == 1 {
+                // A one-word value: one 32-bit load, no shift out of its pair.
+                w[0] = self.word(Geometry::<K, V>::payload_at(i));
+            } else {
+                self.copy_words(
+                    Geometry::<K, V>::payload_at(i),
+                    &mut w[..Geometry::<K, V>::PAYLOAD],
+                );
+            }
             fence(Ordering::Acquire);
             // Validated: the words are the value that one store published with slot `i`'s
             // inline bit.
@@ -1573,6 +1622,20 @@ mod tests {
                 eight & 0b11_1111,
                 "{key:x}"
             );
+        }
+    }
+
+    #[test]
+    fn one_word_loads_agree_with_copy_words() {
+        let line = Line::empty();
+        let words: Vec<u32> = (0..LINE_WORDS as u32)
+            .map(|i| 0x8000_0001u32.wrapping_mul(i + 1) ^ (i << 16))
+            .collect();
+        line.store_words(0, &words);
+        for (at, &want) in words.iter().enumerate() {
+            let mut w = [0];
+            line.copy_words(at, &mut w);
+            assert_eq!((line.word(at), w[0]), (want, want), "word {at}");
         }
     }
 

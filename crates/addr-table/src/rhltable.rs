@@ -26,10 +26,11 @@ pub const ELASTICITY: usize = 16;
 
 /// The table grows when its keys exceed `GROW_LOAD.0 / GROW_LOAD.1` of its size: 7/8, the
 /// maximum load of hashbrown (and of Swiss tables), not the kernel's 3/4. The kernel counts
-/// chains of one-entry buckets; here a bucket is a line of 4 slots, and filling lines to 7/8
-/// (3.5 keys a line at the threshold, 1.75 right after a growth) halves the bytes per key of
-/// the 3/4 rule at sizes just above a threshold (100,000 IPv4 keys: 2 MiB of lines instead of
-/// 4 MiB) for about one key in nine in an overflow line there.
+/// chains of one-entry buckets; here a bucket is a line of 4 or 6 slots, and filling lines
+/// to 7/8 (5.25 keys a 6-slot line at the threshold, 2.6 right after a growth) keeps the
+/// bytes per key near hashbrown's (100,000 IPv4 keys: 32,768 lines, 2 MiB, 3.05 keys a line,
+/// 1.8% of the keys in an overflow line; 2,000 keys: 512 lines, 32 KiB, where 4-slot lines
+/// took 1,024).
 pub const GROW_LOAD: (usize, usize) = (7, 8);
 
 /// A rewrite of a slot (a key's second object arriving or its last duplicate leaving, an
@@ -51,7 +52,7 @@ pub const MIGRATE_BATCH: usize = 4;
 pub const MIGRATE_WRITES: usize = 64;
 
 /// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`): at least one bucket line
-/// (a line counts 1, 2 or 4 units of size, see [`Params`]).
+/// (a line counts 2 to 6 units of size, one per slot, see [`Params`]).
 pub const MIN_SIZE_FLOOR: usize = 4;
 
 /// The largest `max_size` accepted.
@@ -62,11 +63,13 @@ pub const MAX_SIZE_CEILING: usize = 1 << 30;
 ///
 /// Sizes are in the kernel's units, the ones its load factor counts in: the table grows above
 /// [`GROW_LOAD`] (`7/8 * size` keys, hashbrown's maximum load; the kernel's is 3/4) and shrinks
-/// below `0.3 * size` (the kernel's). A bucket line
-/// counts as the largest power of two of kernel buckets not above its slots
-/// ([`TableStats::slots_per_bucket`]): 4 for `u32` keys with values of up to 8 bytes (4 slots;
-/// a line then holds 3.5 keys on average at the growth threshold, 1.75 after it), 2 for `u128`
-/// keys (2 slots). [`TableStats::buckets`] is `size` divided by that.
+/// below `0.3 * size` (the kernel's). A bucket line counts one kernel bucket per slot
+/// ([`TableStats::slots_per_bucket`]): 6 for `u32` keys with values of up to 4 bytes (a line
+/// then holds 5.25 keys on average at the growth threshold, 2.6 after it), 4 for `u32` keys
+/// with 8-byte values, 2 for `u128` keys. The line count is a power of two, the fewest lines
+/// of at least `size` units (so a table of 6-slot lines has a size of 6 * 2^k: `min_size` 32
+/// gives 8 lines, size 48; a table doubles only while it stays within `max_size`).
+/// [`TableStats::buckets`] is the line count.
 pub struct Params {
     /// Size of a new table and the floor of any shrink; a power of two, at least 4 (one bucket
     /// line). Default 32 (8 lines of `u32` keys), as in the seed post's conversion of
