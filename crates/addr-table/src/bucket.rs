@@ -530,6 +530,36 @@ impl Line {
         }
     }
 
+    /// Slot `i`'s value word, for a one-word value part ([`word`](Self::word) of its
+    /// position). For six slots of one-word keys (values from word 6 on, byte 40) on x86-64
+    /// one load addressed from the line and the slot index (`[line + 4 * i + 40]`), where
+    /// computing the word's address first took two more instructions.
+    #[inline(always)]
+    fn value_word<K: Inline, V: Inline>(&self, i: usize) -> u32 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if Geometry::<K, V>::PAYLOADS_AT == 6 && Geometry::<K, V>::PAYLOAD == 1 {
+            const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
+            // (Folds away: the callers' slot index is below `SLOTS`, 6 here.)
+            assert!(i < 6);
+            let v: u32;
+            // SAFETY: `i < 6`, so bytes `40 + 4 * i ..+ 4` are word `6 + i` of the slots,
+            // the low or high half of `pairs[(6 + i) / 2]`, in bounds of the 64-byte line and
+            // 4-byte aligned; read only, as in `word`. Tested against `copy_words`
+            // (`one_word_loads_agree_with_copy_words`).
+            unsafe {
+                std::arch::asm!(
+                    "mov {v:e}, dword ptr [{line} + 4 * {i} + 40]",
+                    line = in(reg) std::ptr::from_ref(self),
+                    i = in(reg) i,
+                    v = out(reg) v,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+            return v;
+        }
+        self.word(Geometry::<K, V>::payload_at(i))
+    }
+
     /// Writes `src` into the words from `at` on, pair by pair (relaxed stores; the other half
     /// of a shared pair is rewritten with its own value). Writer only.
     fn store_words(&self, at: usize, src: &[u32]) {
@@ -700,7 +730,7 @@ impl Line {
             let mut w = [0; LINE_WORDS];
             if Geometry::<K, V>::PAYLOAD == 1 {
                 // A one-word value: one 32-bit load, no shift out of its pair.
-                w[0] = self.word(Geometry::<K, V>::payload_at(i));
+                w[0] = self.value_word::<K, V>(i);
             } else {
                 self.copy_words(
                     Geometry::<K, V>::payload_at(i),
@@ -1636,6 +1666,14 @@ mod tests {
             let mut w = [0];
             line.copy_words(at, &mut w);
             assert_eq!((line.word(at), w[0]), (want, want), "word {at}");
+        }
+        for i in 0..Geometry::<u32, u32>::SLOTS {
+            let want = words[Geometry::<u32, u32>::payload_at(i)];
+            assert_eq!(line.value_word::<u32, u32>(i), want, "slot {i}");
+        }
+        for i in 0..Geometry::<u128, u32>::SLOTS {
+            let want = words[Geometry::<u128, u32>::payload_at(i)];
+            assert_eq!(line.value_word::<u128, u32>(i), want, "slot {i}");
         }
     }
 
