@@ -20,9 +20,9 @@
 //! repeated `R` times after the counted run and the fastest and the median pass are printed in
 //! nanoseconds per lookup: a quick wall-clock companion (as noisy as the machine is busy).
 //!
-//! `rhltable` runs them against an `RhlTable<u32, u64>` with `RhlTable::find` and a predicate,
+//! `rhltable` runs them against an `RhlTable<u32, u32>` with `RhlTable::find` and a predicate,
 //! the code path of `dev_find` with a value of the same size as `LocalAddr` (so the same
-//! geometry: 4 slots per line); it is built with `insert` directly, so it reaches 1,000,000
+//! geometry: 6 slots of 8 bytes per line); it is built with `insert` directly, so it reaches 1,000,000
 //! addresses under callgrind, where building an `AddrTable` (which also keeps each
 //! interface's address list, copied on every change) takes too long.
 
@@ -54,13 +54,13 @@ fn lookups_addr_table(table: &AddrTable, queries: &[Ipv4Addr]) -> u64 {
 }
 
 #[inline(never)]
-fn lookups_rhltable(table: &RhlTable<u32, u64>, queries: &[Ipv4Addr]) -> u64 {
+fn lookups_rhltable(table: &RhlTable<u32, u32>, queries: &[Ipv4Addr]) -> u64 {
     let guard = crossbeam_epoch::pin();
     queries
         .iter()
         .map(|&q| {
-            let v = table.find(&q.to_bits(), &guard, |v| v >> 32 != 0);
-            u64::from(black_box(v.map(|v| v as u32)).unwrap_or(0))
+            let v = table.find(&q.to_bits(), &guard, |v| v >> 31 != 0);
+            u64::from(black_box(v.map(|v| v & 0x7fff_ffff)).unwrap_or(0))
         })
         .sum()
 }
@@ -139,11 +139,11 @@ fn main() {
             sum
         }
         "rhltable" => {
-            let mut table: RhlWriter<u32, u64> = RhlWriter::new();
+            let mut table: RhlWriter<u32, u32> = RhlWriter::new();
             for &(a, ifindex) in &addrs {
                 // The ifindex and an "answers" bit, as `LocalAddr` holds them.
                 table
-                    .insert(a.to_bits(), u64::from(ifindex) | 1 << 32)
+                    .insert(a.to_bits(), ifindex | 1 << 31)
                     .expect("fresh address");
             }
             table.finish_rehash();

@@ -4,22 +4,28 @@
 //! A bucket is one 64-byte cache line: a header word (`meta`), a link to an overflow line (null
 //! almost always) and twelve 32-bit words of slots, held as six `AtomicU64` pairs: first every
 //! slot's key, side by side, then every slot's value part (its value or, when the key has older
-//! duplicates, a pointer to its [`DupList`]):
+//! duplicates, the 32-bit index of its [`DupList`] in the map's [`ListSlab`]). A one-word key
+//! with a value of at most one word (`u32 -> u32`, IPv4 address -> `LocalAddr`) takes 8 bytes,
+//! six a line:
 //!
 //! ```text
-//!  byte 0          8              16               32                                   64
-//!       +----------+--------------+----------------+------------------------------------+
-//!       | meta     | overflow     | key0 key1      | value0  | value1  | value2 | value3 |
-//!       | occ, dup,| *Line        | key2 key3      | (u32 -> u32 or LocalAddr: 2 words  |
-//!       | gen      |              | (two pairs)    |  per value part, one pair each)    |
-//!       +----------+--------------+----------------+------------------------------------+
+//!  byte 0          8              16                        40                          64
+//!       +----------+--------------+-------------------------+---------------------------+
+//!       | meta     | overflow     | key0 key1 key2          | value0 value1 value2      |
+//!       | occ, dup,| *Line        | key3 key4 key5          | value3 value4 value5      |
+//!       | gen      |              | (words 0..6)            | (words 6..12: a value or  |
+//!       |          |              |                         |  a list index each)       |
+//!       +----------+--------------+-------------------------+---------------------------+
 //!  meta: bits 0..6 slot holds a key and its value, 6 CHAIN (an overflow line follows), 7 MOVED
-//!        (look in the future table too), 8..14 slot holds a key and a DupList pointer
+//!        (look in the future table too), 8..14 slot holds a key and a list index
 //!        (a slot is occupied when either of its two bits is set), 16..64 generation
 //! ```
 //!
-//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four
-//! one-word keys: the two pairs as one 128-bit SSE2 compare, [`lanes_equal`]; longer keys pair
+//! Other shapes: `u32 -> u64` 4 slots of 12 bytes, `u64 -> u64` 3, `u128 -> u32` or
+//! `u128 -> u64` 2 (IPv6), `()` keys 6 ([`Geometry`]).
+//!
+//! **Reads** load `meta` (acquire), compare the query with every slot's key at once (four or
+//! six one-word keys: one or two 16-byte SSE2 compares, [`keys_equal`]; longer keys pair
 //! by pair), keep the occupied matches, copy the first one's value part, and load `meta` again
 //! after an acquire fence: the copy is kept only when both loads agree (then decoded with
 //! [`Inline::load`], which so only ever sees words one store wrote); otherwise they read the
@@ -68,6 +74,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering, fence};
 
 use crate::array::{Zeroable, ZeroedArray};
 use crate::inline::Inline;
+pub(crate) use crate::lists::ListSlab;
 
 /// 32-bit words of slots per line.
 pub(crate) const LINE_WORDS: usize = 12;
@@ -110,8 +117,8 @@ pub(crate) fn key_words<K: Inline>(key: &K) -> KeyWords {
 pub(crate) struct Geometry<K, V>(PhantomData<(K, V)>);
 
 impl<K: Inline, V: Inline> Geometry<K, V> {
-    /// Words of a slot's value part: the value, or a `DupList` pointer (two words).
-    pub(crate) const PAYLOAD: usize = if V::WORDS > 2 { V::WORDS } else { 2 };
+    /// Words of a slot's value part: the value, or the index of its `DupList` (one word).
+    pub(crate) const PAYLOAD: usize = if V::WORDS > 1 { V::WORDS } else { 1 };
     /// Words per slot.
     pub(crate) const STRIDE: usize = K::WORDS + Self::PAYLOAD;
     /// Slots per line.
@@ -124,16 +131,41 @@ impl<K: Inline, V: Inline> Geometry<K, V> {
         if n > MAX_SLOTS { MAX_SLOTS } else { n }
     };
     /// Units of the table's `size` (the kernel's bucket count, which its load factor counts)
-    /// per line: the largest power of two not above the slots. At the 7/8 growth threshold a
-    /// line then holds `0.875 * SIZE_PER_LINE` keys on average (3.5 in 4 slots for
-    /// `u32 -> u32`), half that right after a growth.
-    pub(crate) const SIZE_PER_LINE: usize = 1 << (usize::BITS - 1 - Self::SLOTS.leading_zeros());
+    /// per line: one per slot. At the 7/8 growth threshold a line then holds
+    /// `0.875 * SLOTS` keys on average (5.25 in 6 slots for `u32 -> u32`), half that right
+    /// after a growth. (The line count stays a power of two: see
+    /// [`lines_for`](Self::lines_for).)
+    pub(crate) const SIZE_PER_LINE: usize = Self::SLOTS;
     /// Bits of every slot, as in [`Meta::occupied_mask`].
     pub(crate) const ALL_SLOTS: u32 = (1 << Self::SLOTS) - 1;
     /// The keys come first, side by side; the value parts follow from this word on.
     pub(crate) const PAYLOADS_AT: usize = Self::SLOTS * K::WORDS;
-    /// Four one-word keys in the first two pairs: compared at once ([`lanes_equal`]).
-    const FOUR_WORD_KEYS: bool = K::WORDS == 1 && Self::SLOTS == 4;
+    /// Four or six one-word keys in the first two or three pairs: compared at once
+    /// ([`keys_equal`]).
+    const ONE_WORD_KEYS: bool = K::WORDS == 1 && Self::SLOTS >= 4;
+
+    /// Lines of a table of at least `size` units: `size / SIZE_PER_LINE` rounded up, then up
+    /// to a power of two (at least one line), so that doubling a table's size doubles its
+    /// lines, and a shrink to the kernel's `nelems * 3 / 2` leaves the load at most 2/3.
+    pub(crate) fn lines_for(size: usize) -> usize {
+        size.div_ceil(Self::SIZE_PER_LINE)
+            .max(1)
+            .next_power_of_two()
+    }
+
+    /// Keys of one chain above which an insert forces a rehash: [`ELASTICITY`] (the kernel's
+    /// 16) or four lines' worth of units, whichever is more (24 for 6-slot lines, where a
+    /// chain of 17 is too likely by chance at 5.25 keys a line: once in about 30,000 lines).
+    ///
+    /// [`ELASTICITY`]: crate::rhltable::ELASTICITY
+    pub(crate) const ELASTICITY: usize = {
+        let four_lines = 4 * Self::SIZE_PER_LINE;
+        if four_lines > crate::rhltable::ELASTICITY {
+            four_lines
+        } else {
+            crate::rhltable::ELASTICITY
+        }
+    };
 
     /// The first slot of a non-empty mask of slots, in a form the compiler sees is below
     /// [`SLOTS`](Self::SLOTS) (no bounds check on the words it indexes).
@@ -204,20 +236,22 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
     }
 }
 
-/// [`lanes_equal`] of the first two pairs of a line (its four one-word keys): on x86-64 one
-/// 16-byte load straight into the vector register (3 instructions for load and compare, where
-/// two 64-bit atomic loads, two moves into vector registers and an unpack took 7).
+/// [`lanes_equal`] of the first two pairs of a line (its four one-word keys) and, with
+/// `SIX`, of the next two (its keys 4 and 5; lanes 6 and 7 are value words, which the
+/// caller's mask of existing slots drops): on x86-64 one 16-byte load straight into a vector
+/// register per four lanes (3 instructions for load and compare, where two 64-bit atomic
+/// loads, two moves into vector registers and an unpack took 7).
 ///
-/// The load is inline assembly because Rust has no 128-bit atomic load on x86-64 without
-/// `cmpxchg16b` (a write): what it reads is what two relaxed `AtomicU64` loads of the pairs
+/// The loads are inline assembly because Rust has no 128-bit atomic load on x86-64 without
+/// `cmpxchg16b` (a write): what each reads is what two relaxed `AtomicU64` loads of its pairs
 /// read (the fallback, also what Miri runs), since the CPU reads each aligned 8-byte half of
 /// an aligned 16-byte SSE load as one access, and a torn pair of halves is caught by the
 /// caller's validation of the header like any other copy taken while a writer ran.
 ///
-/// It addresses the keys from the line's own address (`[line + 16]`), so a reader needs no
-/// second pointer into the line.
+/// It addresses the keys from the line's own address (`[line + 16]`, `[line + 32]`), so a
+/// reader needs no second pointer into the line.
 #[inline(always)]
-fn keys_equal(line: &Line, key: u32) -> u32 {
+fn keys_equal<const SIX: bool>(line: &Line, key: u32) -> u32 {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri)))]
     {
         use std::arch::x86_64::{
@@ -230,7 +264,7 @@ fn keys_equal(line: &Line, key: u32) -> u32 {
         // aligned; the assembly only reads them into a register (`readonly`, no stack, flags
         // kept), as two relaxed loads of the pairs would (each aligned 8-byte half is one
         // access; see above). Tested against the two-load fallback
-        // (`keys_equal_agrees_with_two_relaxed_loads`).
+        // (`keys_equal_agrees_with_relaxed_loads`).
         unsafe {
             std::arch::asm!(
                 "movdqa {lanes}, xmmword ptr [{p} + 16]",
@@ -240,27 +274,53 @@ fn keys_equal(line: &Line, key: u32) -> u32 {
             );
         }
         // SAFETY: SSE2 intrinsics on values (the `cfg` above), as in `lanes_equal`.
-        unsafe {
-            let equal = _mm_cmpeq_epi32(lanes, _mm_set1_epi32(key as i32));
-            _mm_movemask_ps(_mm_castsi128_ps(equal)) as u32
+        let low = unsafe {
+            let k = _mm_set1_epi32(key as i32);
+            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(lanes, k))) as u32
+        };
+        if !SIX {
+            return low;
         }
+        let high: __m128i;
+        // SAFETY: as above, bytes 32..48 (`pairs[2]` and `pairs[3]`), in bounds and 16-byte
+        // aligned in the 64-byte line.
+        unsafe {
+            std::arch::asm!(
+                "movdqa {lanes}, xmmword ptr [{p} + 32]",
+                p = in(reg) std::ptr::from_ref(line),
+                lanes = out(xmm_reg) high,
+                options(nostack, preserves_flags, readonly),
+            );
+        }
+        // SAFETY: as above.
+        let high = unsafe {
+            let k = _mm_set1_epi32(key as i32);
+            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(high, k))) as u32
+        };
+        low | high << 4
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
     {
-        keys_equal_by_pairs(&line.pairs, key)
+        keys_equal_by_pairs::<SIX>(&line.pairs, key)
     }
 }
 
-/// [`keys_equal`] with two relaxed 64-bit atomic loads (the portable form and its reference).
+/// [`keys_equal`] with relaxed 64-bit atomic loads (the portable form and its reference).
 #[inline(always)]
 #[cfg_attr(
     all(target_arch = "x86_64", target_feature = "sse2", not(miri)),
     allow(dead_code)
 )]
-fn keys_equal_by_pairs(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
+fn keys_equal_by_pairs<const SIX: bool>(pairs: &[AtomicU64; LINE_PAIRS], key: u32) -> u32 {
     let lo = pairs[0].load(Ordering::Relaxed);
     let hi = pairs[1].load(Ordering::Relaxed);
-    lanes_equal(lo, hi, key)
+    let low = lanes_equal(lo, hi, key);
+    if !SIX {
+        return low;
+    }
+    let lo = pairs[2].load(Ordering::Relaxed);
+    let hi = pairs[3].load(Ordering::Relaxed);
+    low | lanes_equal(lo, hi, key) << 4
 }
 
 /// [`lanes_equal`] with four scalar compares (portable; the reference of the SIMD one).
@@ -432,6 +492,74 @@ impl Line {
         }
     }
 
+    /// Word `at` (below [`LINE_WORDS`]) as a relaxed load would read it (the caller
+    /// validates): on x86-64 one 32-bit load, where a load of its pair and a shift by its
+    /// half took three more instructions; elsewhere (and under Miri) [`copy_words`].
+    ///
+    /// [`copy_words`]: Self::copy_words
+    #[inline(always)]
+    fn word(&self, at: usize) -> u32 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
+            assert!(at < LINE_WORDS);
+            // SAFETY: `at < LINE_WORDS` (checked; the callers' indices are below it, so the
+            // check folds away), so bytes `16 + 4 * at ..+ 4` are the low or high half of
+            // `pairs[at / 2]`, in bounds of the line and 4-byte aligned. The assembly only
+            // reads them (`readonly`, no stack, flags kept); an aligned 4-byte load is one
+            // access, the half of the pair a relaxed 64-bit load would read (as the 16-byte
+            // key load in `keys_equal` reads whole pairs). Tested against `copy_words`
+            // (`one_word_loads_agree_with_copy_words`).
+            unsafe {
+                let p = std::ptr::from_ref(self).cast::<u8>().add(16 + 4 * at);
+                let v: u32;
+                std::arch::asm!(
+                    "mov {v:e}, dword ptr [{p}]",
+                    p = in(reg) p,
+                    v = out(reg) v,
+                    options(nostack, preserves_flags, readonly),
+                );
+                v
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        {
+            let mut w = [0];
+            self.copy_words(at, &mut w);
+            w[0]
+        }
+    }
+
+    /// Slot `i`'s value word, for a one-word value part ([`word`](Self::word) of its
+    /// position). For six slots of one-word keys (values from word 6 on, byte 40) on x86-64
+    /// one load addressed from the line and the slot index (`[line + 4 * i + 40]`), where
+    /// computing the word's address first took two more instructions.
+    #[inline(always)]
+    fn value_word<K: Inline, V: Inline>(&self, i: usize) -> u32 {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if Geometry::<K, V>::PAYLOADS_AT == 6 && Geometry::<K, V>::PAYLOAD == 1 {
+            const { assert!(std::mem::offset_of!(Line, pairs) == 16) };
+            // (Folds away: the callers' slot index is below `SLOTS`, 6 here.)
+            assert!(i < 6);
+            let v: u32;
+            // SAFETY: `i < 6`, so bytes `40 + 4 * i ..+ 4` are word `6 + i` of the slots,
+            // the low or high half of `pairs[(6 + i) / 2]`, in bounds of the 64-byte line and
+            // 4-byte aligned; read only, as in `word`. Tested against `copy_words`
+            // (`one_word_loads_agree_with_copy_words`).
+            unsafe {
+                std::arch::asm!(
+                    "mov {v:e}, dword ptr [{line} + 4 * {i} + 40]",
+                    line = in(reg) std::ptr::from_ref(self),
+                    i = in(reg) i,
+                    v = out(reg) v,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+            return v;
+        }
+        self.word(Geometry::<K, V>::payload_at(i))
+    }
+
     /// Writes `src` into the words from `at` on, pair by pair (relaxed stores; the other half
     /// of a shared pair is rewritten with its own value). Writer only.
     fn store_words(&self, at: usize, src: &[u32]) {
@@ -452,8 +580,12 @@ impl Line {
     /// which slot matches is as good as random and a branch per slot would mispredict.
     #[inline(always)]
     fn matches<K: Inline, V: Inline>(&self, q: &KeyWords) -> u32 {
-        if Geometry::<K, V>::FOUR_WORD_KEYS {
-            return keys_equal(self, q[0]);
+        if Geometry::<K, V>::ONE_WORD_KEYS {
+            return if Geometry::<K, V>::SLOTS > 4 {
+                keys_equal::<true>(self, q[0])
+            } else {
+                keys_equal::<false>(self, q[0])
+            };
         }
         let mut hits = 0;
         for i in 0..Geometry::<K, V>::SLOTS {
@@ -482,14 +614,24 @@ impl Line {
         K::load(&k[..K::WORDS])
     }
 
-    /// Slot `i`'s value part as of `meta` (relaxed loads: the caller holds the writer lock).
-    fn payload<K: Inline, V: Inline>(&self, meta: Meta, i: usize) -> Payload<V> {
+    /// Slot `i`'s value part as of `meta` (relaxed loads: the caller holds the writer lock;
+    /// a list's index is looked up in `lists`).
+    fn payload<K: Inline, V: Inline>(
+        &self,
+        meta: Meta,
+        i: usize,
+        lists: &ListSlab<V>,
+    ) -> Payload<V> {
         let mut w = [0; LINE_WORDS];
         self.copy_words(
             Geometry::<K, V>::payload_at(i),
             &mut w[..Geometry::<K, V>::PAYLOAD],
         );
-        Found::decode(meta.dups(i), &w).payload()
+        if meta.dups(i) {
+            Payload::Dups(lists.get(w[0]))
+        } else {
+            Payload::Value(Found::<V>::decode(&w).value)
+        }
     }
 
     /// Writes `key` and `payload` into free slot `i` (not yet published).
@@ -505,19 +647,25 @@ impl Line {
                 V::WORDS
             }
             Payload::Dups(p) => {
-                let addr = p.expose_provenance() as u64;
-                w[0] = addr as u32;
-                w[1] = (addr >> 32) as u32;
-                2
+                // SAFETY: a `Payload::Dups` given to a writer points to a live list (allocated
+                // by the writer, retired only after no slot holds it), and the writer holds
+                // the lock.
+                w[0] = unsafe { &*p }.index;
+                1
             }
         };
         self.store_words(Geometry::<K, V>::payload_at(i), &w[..len]);
     }
 
     /// A validated copy of the slot holding the key with words `q` (`Err` with the validated
-    /// header when this line has none, for [`Meta::continues`]).
+    /// header when this line has none, for [`Meta::continues`]); a list's index is resolved
+    /// in `lists` before the copy is validated (see [`crate::lists`]).
     #[inline(always)]
-    fn find<K: Inline, V: Inline>(&self, q: &KeyWords) -> Result<Found<V>, Meta> {
+    fn find<K: Inline, V: Inline>(
+        &self,
+        q: &KeyWords,
+        lists: &ListSlab<V>,
+    ) -> Result<Found<V>, Meta> {
         loop {
             let m = Meta(self.meta.load(Ordering::Acquire));
             // (The occupied bits of slots that exist: tells the compiler `i` below is one.)
@@ -537,15 +685,29 @@ impl Line {
                 Geometry::<K, V>::payload_at(i),
                 &mut w[..Geometry::<K, V>::PAYLOAD],
             );
+            // A list's index is resolved before the validation, which so also proves that the
+            // entry still held this slot's list (the writer clears the slot before it clears
+            // or reuses the index). (Whether any slot of the line holds a list, first: one
+            // test of the header, no shift by the slot, on the common path.)
+            let list = if m.any_dups() && Found::<V>::dups_cold(m, i) {
+                lists.get(w[0])
+            } else {
+                ptr::null()
+            };
             fence(Ordering::Acquire);
             if self.meta.load(Ordering::Relaxed) == m.0 {
-                // Validated: the words are those of one published state; decode them. (Whether
-                // any slot of the line holds a list, first: one test of the header, no shift
-                // by the slot, on the common path of a line without duplicates.)
-                if m.any_dups() && Found::<V>::dups_cold(m, i) {
-                    return Ok(Found::decode(true, &w));
+                // Validated: the words are those of one published state; decode them.
+                if m.dups(i) {
+                    if list.is_null() {
+                        // Not possible for a validated copy; read again rather than trust it.
+                        continue;
+                    }
+                    return Ok(Found {
+                        value: V::load(&[0; LINE_WORDS][..V::WORDS]),
+                        list,
+                    });
                 }
-                return Ok(Found::decode(false, &w));
+                return Ok(Found::decode(&w));
             }
         }
     }
@@ -566,15 +728,19 @@ impl Line {
             // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
             let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
             let mut w = [0; LINE_WORDS];
-            self.copy_words(
-                Geometry::<K, V>::payload_at(i),
-                &mut w[..Geometry::<K, V>::PAYLOAD],
-            );
+            if Geometry::<K, V>::PAYLOAD == 1 {
+                // A one-word value: one 32-bit load, no shift out of its pair.
+                w[0] = self.value_word::<K, V>(i);
+            } else {
+                self.copy_words(
+                    Geometry::<K, V>::payload_at(i),
+                    &mut w[..Geometry::<K, V>::PAYLOAD],
+                );
+            }
             fence(Ordering::Acquire);
             // Validated: the words are the value that one store published with slot `i`'s
             // inline bit.
-            return (self.meta.load(Ordering::Relaxed) == m.0)
-                .then(|| Ok(Found::decode(false, &w)));
+            return (self.meta.load(Ordering::Relaxed) == m.0).then(|| Ok(Found::decode(&w)));
         }
         // No inline slot has the key. A miss copies nothing: validate the header alone; a
         // line with a list (whose key was not compared as a hit) is left to the full read.
@@ -606,21 +772,12 @@ pub(crate) struct Found<V> {
 }
 
 impl<V: Inline> Found<V> {
-    /// Decodes a value part's words: a list pointer when `dups` (rare, so the branch is
-    /// predicted; the value is then a placeholder decoded from zeros), else the value.
+    /// Decodes the words of a value part that holds its value inline.
     #[inline(always)]
-    fn decode(dups: bool, w: &[u32; LINE_WORDS]) -> Self {
-        if dups {
-            let addr = u64::from(w[0]) | (u64::from(w[1]) << 32);
-            Found {
-                value: V::load(&[0; LINE_WORDS][..V::WORDS]),
-                list: ptr::with_exposed_provenance(addr as usize),
-            }
-        } else {
-            Found {
-                value: V::load(&w[..V::WORDS]),
-                list: ptr::null(),
-            }
+    fn decode(w: &[u32; LINE_WORDS]) -> Self {
+        Found {
+            value: V::load(&w[..V::WORDS]),
+            list: ptr::null(),
         }
     }
 }
@@ -651,6 +808,8 @@ impl<V: Copy> Found<V> {
 /// list). Allocated when a key gets its second object, retired when it is back to one.
 pub(crate) struct DupList<V> {
     pub(crate) head: AtomicPtr<DupNode<V>>,
+    /// Its index in the table's [`ListSlab`], what a slot holds (fixed for its life).
+    pub(crate) index: u32,
 }
 
 /// One object of a [`DupList`]: immutable but for its link.
@@ -670,11 +829,12 @@ impl<V> DupNode<V> {
 }
 
 impl<V> DupList<V> {
-    /// A list of `newest` then `older`.
-    pub(crate) fn alloc(newest: V, older: V) -> *mut DupList<V> {
+    /// A list of `newest` then `older`, at `index` of its table's [`ListSlab`].
+    pub(crate) fn alloc(index: u32, newest: V, older: V) -> *mut DupList<V> {
         let tail = DupNode::alloc(older, ptr::null_mut());
         Box::into_raw(Box::new(DupList {
             head: AtomicPtr::new(DupNode::alloc(newest, tail)),
+            index,
         }))
     }
 
@@ -730,6 +890,10 @@ pub(crate) struct BucketTable<K, V> {
     keys: [u64; 3],
     /// The table this one is migrating into (`future_tbl`), or null.
     pub(crate) future: AtomicPtr<BucketTable<K, V>>,
+    // Second cache line (read only to resolve a duplicate list's index, off the hot path).
+    /// The map's duplicate lists by index (shared by its tables: a migrated slot keeps its
+    /// index), owned by the map, which outlives its tables.
+    lists: ptr::NonNull<ListSlab<V>>,
     _holds: PhantomData<(K, V)>,
 }
 
@@ -741,8 +905,13 @@ fn fold(x: u64, k: u64) -> u64 {
 }
 
 impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
-    /// A table of `lines` empty buckets (a power of two) hashing with `seed`, on the heap.
-    pub(crate) fn alloc(lines: usize, seed: u64) -> *mut BucketTable<K, V> {
+    /// A table of `lines` empty buckets (a power of two) hashing with `seed`, on the heap,
+    /// resolving list indices in `lists` (which must outlive the table).
+    pub(crate) fn alloc(
+        lines: usize,
+        seed: u64,
+        lists: ptr::NonNull<ListSlab<V>>,
+    ) -> *mut BucketTable<K, V> {
         debug_assert!(lines.is_power_of_two());
         let mix = |c: u64| crate::seed::splitmix64_mix(seed ^ c);
         Box::into_raw(Box::new(BucketTable {
@@ -754,6 +923,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 mix(0x1319_8a2e_0370_7344) | 1,
             ],
             future: AtomicPtr::new(ptr::null_mut()),
+            lists,
             _holds: PhantomData,
         }))
     }
@@ -940,7 +1110,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                     None => return Probe::Retry,
                 }
             } else {
-                line.find::<K, V>(q)
+                line.find::<K, V>(q, self.lists())
             };
             let m = match read {
                 Ok(found) => return Probe::Hit(found),
@@ -982,7 +1152,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                     line,
                     slot,
                     key: *key,
-                    payload: line.payload::<K, V>(m, slot),
+                    payload: line.payload::<K, V>(m, slot, self.lists()),
                 });
             }
             prev = Some(line);
@@ -1130,7 +1300,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 let key = line.key::<K, V>(slot);
                 // Every key lives in exactly one live table, and `new` only receives keys
                 // migrated from here or inserted after they were: `key` is not in `new`.
-                new.publish(key, line.payload::<K, V>(m, slot));
+                new.publish(key, line.payload::<K, V>(m, slot, self.lists()));
                 m = m.without(slot);
                 line.meta.store(m.0, Ordering::Release);
             }
@@ -1144,7 +1314,10 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
                 let m = Meta(line.meta.load(Ordering::Relaxed));
                 for slot in 0..Geometry::<K, V>::SLOTS {
                     if m.occupied(slot) {
-                        f(line.key::<K, V>(slot), line.payload::<K, V>(m, slot));
+                        f(
+                            line.key::<K, V>(slot),
+                            line.payload::<K, V>(m, slot, self.lists()),
+                        );
                     }
                 }
             }
@@ -1152,27 +1325,13 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     }
 }
 
-impl<K: Inline, V: Inline> BucketTable<K, V> {
-    /// Calls `f` on every duplicate list of the table. Caller holds the writer lock or owns
-    /// the table.
-    pub(crate) fn for_each_list(&self, mut f: impl FnMut(*mut DupList<V>)) {
-        for first in self.buckets.as_slice() {
-            let mut line: *const Line = first;
-            while !line.is_null() {
-                // SAFETY: the table's own line or an overflow line linked from its chain,
-                // allocated while the caller holds the lock or owns the table.
-                let l = unsafe { &*line };
-                let m = Meta(l.meta.load(Ordering::Relaxed));
-                for slot in 0..Geometry::<K, V>::SLOTS {
-                    if m.occupied(slot) && m.dups(slot) {
-                        if let Payload::Dups(p) = l.payload::<K, V>(m, slot) {
-                            f(p.cast_mut());
-                        }
-                    }
-                }
-                line = l.overflow.load(Ordering::Relaxed);
-            }
-        }
+impl<K, V> BucketTable<K, V> {
+    /// The map's duplicate lists by index.
+    #[inline(always)]
+    pub(crate) fn lists(&self) -> &ListSlab<V> {
+        // SAFETY: the map that allocated this table owns the slab (boxed, never moved) and
+        // frees it only after every table of it (`alloc`'s contract).
+        unsafe { self.lists.as_ref() }
     }
 }
 
@@ -1291,19 +1450,36 @@ mod tests {
     fn geometry_of_the_tables_in_use() {
         assert_eq!(std::mem::size_of::<Line>(), 64);
         assert_eq!(std::mem::align_of::<Line>(), 64);
-        // Everything a lookup reads of a table in one cache line.
-        assert_eq!(std::mem::size_of::<BucketTable<u32, u32>>(), 64);
-        // u32 keys with a value of up to two words: 4 slots.
-        assert_eq!(Geometry::<u32, u32>::SLOTS, 4);
+        // Everything a lookup reads of a table in one cache line (the list slab's address,
+        // read only for duplicate lists, in the second).
+        assert_eq!(std::mem::size_of::<BucketTable<u32, u32>>(), 128);
+        assert!(std::mem::offset_of!(BucketTable<u32, u32>, future) < 64);
+        assert_eq!(std::mem::offset_of!(BucketTable<u32, u32>, lists), 64);
+        // u32 keys with a one-word value (or none; a list is a one-word index): 6 slots of
+        // 8 bytes, 6 units of size a line.
+        assert_eq!(Geometry::<u32, u32>::SLOTS, 6);
+        assert_eq!(Geometry::<u32, u32>::SIZE_PER_LINE, 6);
+        assert_eq!(Geometry::<u32, u32>::ELASTICITY, 24);
+        assert_eq!(Geometry::<u32, ()>::SLOTS, 6);
+        // u32 keys with a two-word value: 4 slots.
         assert_eq!(Geometry::<u32, u64>::SLOTS, 4);
-        assert_eq!(Geometry::<u32, u32>::SIZE_PER_LINE, 4);
-        assert_eq!(Geometry::<u32, ()>::SLOTS, 4);
+        assert_eq!(Geometry::<u32, u64>::SIZE_PER_LINE, 4);
+        assert_eq!(Geometry::<u32, u64>::ELASTICITY, 16);
         // u128 keys: 2 slots.
         assert_eq!(Geometry::<u128, u64>::SLOTS, 2);
+        assert_eq!(Geometry::<u128, u32>::SLOTS, 2);
         assert_eq!(Geometry::<u128, u64>::SIZE_PER_LINE, 2);
+        assert_eq!(Geometry::<u128, u64>::ELASTICITY, 16);
         assert_eq!(Geometry::<u64, u64>::SLOTS, 3);
-        assert_eq!(Geometry::<u64, u64>::SIZE_PER_LINE, 2);
+        assert_eq!(Geometry::<u64, u64>::SIZE_PER_LINE, 3);
         assert_eq!(Geometry::<(), ()>::SLOTS, 6);
+        // Lines: a power of two, doubling with the size.
+        assert_eq!(Geometry::<u32, u32>::lines_for(32), 8);
+        assert_eq!(Geometry::<u32, u32>::lines_for(48), 8);
+        assert_eq!(Geometry::<u32, u32>::lines_for(96), 16);
+        assert_eq!(Geometry::<u32, u32>::lines_for(4), 1);
+        assert_eq!(Geometry::<u32, u64>::lines_for(32), 8);
+        assert_eq!(Geometry::<u64, u64>::lines_for(32), 16);
     }
 
     #[test]
@@ -1317,6 +1493,7 @@ mod tests {
             }
         }
         check::<u32, u32>();
+        check::<u32, ()>();
         check::<u32, u64>();
         check::<u64, u64>();
         check::<u128, u64>();
@@ -1351,7 +1528,11 @@ mod tests {
         assert!(matches!(once(8), Some(Err(m)) if !m.continues()));
         // A list in slot 1: an inline hit is still decided; the list's key and a miss are
         // left to the retrying read, which tells the list from a value.
-        let list = DupList::alloc(91, 90);
+        let lists = ListSlab::<u32>::new();
+        let mut slab = crate::lists::SlabState::default();
+        let index = lists.reserve(&mut slab);
+        let list = DupList::alloc(index, 91, 90);
+        lists.set(index, list);
         line.write_slot::<u32, u32>(1, 9, Payload::Dups(list));
         let m = Meta(line.meta.load(Ordering::Relaxed));
         line.meta.store(m.with(1, true).0, Ordering::Release);
@@ -1363,9 +1544,17 @@ mod tests {
             (m.occupied_mask(), m.inline_mask(), m.keys()),
             (0b11, 0b01, 2)
         );
-        let full = |k: u32| line.find::<u32, u32>(&key_words(&k));
+        let full = |k: u32| line.find::<u32, u32>(&key_words(&k), &lists);
         assert!(matches!(full(7), Ok(f) if f.value == 70 && f.list.is_null()));
         assert!(matches!(full(9), Ok(f) if std::ptr::eq(f.list, list)));
+        // The slot holds the list's index, one word.
+        assert!(
+            matches!(line.payload::<u32, u32>(m, 1, &lists), Payload::Dups(p) if std::ptr::eq(p, list))
+        );
+        assert_eq!(
+            line.pairs[Geometry::<u32, u32>::payload_at(1) / 2].load(Ordering::Relaxed) >> 32,
+            u64::from(index)
+        );
         // SAFETY: allocated above, reachable from this test's line only, freed once.
         unsafe { DupList::free(list) };
     }
@@ -1375,8 +1564,9 @@ mod tests {
         let line = Line::empty();
         line.write_slot::<u32, u32>(0, 7, Payload::Value(70));
         line.meta.store(Meta(0).with(0, false).0, Ordering::Release);
+        let lists = ListSlab::<u32>::new();
         let value = |line: &Line, k: u32| {
-            line.find::<u32, u32>(&key_words(&k))
+            line.find::<u32, u32>(&key_words(&k), &lists)
                 .ok()
                 .map(|f| (f.value, f.list.is_null()))
         };
@@ -1430,21 +1620,60 @@ mod tests {
     }
 
     #[test]
-    fn keys_equal_agrees_with_two_relaxed_loads() {
-        // The 16-byte load of a line's four keys (natively; Miri runs the fallback) against
-        // the two relaxed loads and the scalar compare, keys in every lane.
+    fn keys_equal_agrees_with_relaxed_loads() {
+        // The 16-byte loads of a line's four or six keys (natively; Miri runs the fallback)
+        // against the relaxed loads and the scalar compare, keys in every lane (lanes 6 and 7
+        // are the first value words of a 6-slot line: compared, then masked by the caller).
         let line = Line::empty();
-        let keys = [0u32, 1, 0x8000_0000, u32::MAX, 7, 7];
+        let keys = [0u32, 1, 0x8000_0000, u32::MAX, 7, 7, 9];
         for (round, &key) in keys.iter().enumerate() {
-            for lane in 0..4 {
+            for lane in 0..8 {
                 line.store_words(lane, &[keys[(round + lane) % keys.len()]]);
             }
-            let lo = line.pairs[0].load(Ordering::Relaxed);
-            let hi = line.pairs[1].load(Ordering::Relaxed);
-            let want = lanes_equal_scalar(lo, hi, key);
-            assert_eq!(keys_equal(&line, key), want, "{key:x}");
-            assert_eq!(keys_equal_by_pairs(&line.pairs, key), want, "{key:x}");
-            assert_eq!(line.matches::<u32, u32>(&key_words(&key)), want, "{key:x}");
+            let pair = |j: usize| line.pairs[j].load(Ordering::Relaxed);
+            let four = lanes_equal_scalar(pair(0), pair(1), key);
+            let eight = four | lanes_equal_scalar(pair(2), pair(3), key) << 4;
+            assert_eq!(keys_equal::<false>(&line, key), four, "{key:x}");
+            assert_eq!(
+                keys_equal_by_pairs::<false>(&line.pairs, key),
+                four,
+                "{key:x}"
+            );
+            assert_eq!(keys_equal::<true>(&line, key), eight, "{key:x}");
+            assert_eq!(
+                keys_equal_by_pairs::<true>(&line.pairs, key),
+                eight,
+                "{key:x}"
+            );
+            assert_eq!(line.matches::<u32, u64>(&key_words(&key)), four, "{key:x}");
+            // Six slots of u32 -> u32; a matching value word in lane 6 or 7 is no slot.
+            assert_eq!(
+                line.matches::<u32, u32>(&key_words(&key)) & Geometry::<u32, u32>::ALL_SLOTS,
+                eight & 0b11_1111,
+                "{key:x}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_word_loads_agree_with_copy_words() {
+        let line = Line::empty();
+        let words: Vec<u32> = (0..LINE_WORDS as u32)
+            .map(|i| 0x8000_0001u32.wrapping_mul(i + 1) ^ (i << 16))
+            .collect();
+        line.store_words(0, &words);
+        for (at, &want) in words.iter().enumerate() {
+            let mut w = [0];
+            line.copy_words(at, &mut w);
+            assert_eq!((line.word(at), w[0]), (want, want), "word {at}");
+        }
+        for i in 0..Geometry::<u32, u32>::SLOTS {
+            let want = words[Geometry::<u32, u32>::payload_at(i)];
+            assert_eq!(line.value_word::<u32, u32>(i), want, "slot {i}");
+        }
+        for i in 0..Geometry::<u128, u32>::SLOTS {
+            let want = words[Geometry::<u128, u32>::payload_at(i)];
+            assert_eq!(line.value_word::<u128, u32>(i), want, "slot {i}");
         }
     }
 
@@ -1466,7 +1695,7 @@ mod tests {
         assert_eq!(line.key::<u128, u64>(1), u128::MAX - 7);
         let m = Meta(0).with(1, false);
         assert!(matches!(
-            line.payload::<u128, u64>(m, 1),
+            line.payload::<u128, u64>(m, 1, &ListSlab::new()),
             Payload::Value(99)
         ));
         assert_eq!(
@@ -1475,17 +1704,37 @@ mod tests {
         );
         let line = Line::empty();
         for (i, k) in [7u32, 8, 7, 9].into_iter().enumerate() {
+            line.write_slot::<u32, u64>(i, k, Payload::Value(100 + i as u64));
+        }
+        assert_eq!(line.matches::<u32, u64>(&key_words(&7u32)), 0b0101);
+        assert_eq!(line.key::<u32, u64>(3), 9);
+        assert_eq!(Geometry::<u32, u64>::payload_at(3), 10);
+        // u32 -> u32: six keys, then six one-word values.
+        let line = Line::empty();
+        for (i, k) in [7u32, 8, 7, 9, 10, 7].into_iter().enumerate() {
             line.write_slot::<u32, u32>(i, k, Payload::Value(100 + i as u32));
         }
-        assert_eq!(line.matches::<u32, u32>(&key_words(&7u32)), 0b0101);
-        assert_eq!(line.key::<u32, u32>(3), 9);
-        assert_eq!(Geometry::<u32, u32>::payload_at(3), 10);
+        let m = (0..6).fold(Meta(0), |m, i| m.with(i, false));
+        assert_eq!(
+            line.matches::<u32, u32>(&key_words(&7u32)) & Geometry::<u32, u32>::ALL_SLOTS,
+            0b10_0101
+        );
+        assert_eq!(line.key::<u32, u32>(4), 10);
+        assert_eq!(Geometry::<u32, u32>::payload_at(5), 11);
+        let lists = ListSlab::<u32>::new();
+        for i in 0..6 {
+            assert!(
+                matches!(line.payload::<u32, u32>(m, i, &lists), Payload::Value(v) if v == 100 + i as u32)
+            );
+        }
     }
 
     #[test]
     fn index_stays_below_the_line_count_and_spreads_consecutive_keys() {
+        let lists = ListSlab::<u32>::new();
+        let lists6 = ListSlab::<u64>::new();
         for lines in [1usize, 2, 8, 512] {
-            let t = BucketTable::<u32, u32>::alloc(lines, 42);
+            let t = BucketTable::<u32, u32>::alloc(lines, 42, ptr::NonNull::from(&lists));
             // SAFETY: from `alloc`, freed once below.
             let table = unsafe { Box::from_raw(t) };
             let mut per_line = vec![0usize; lines];
@@ -1498,7 +1747,7 @@ mod tests {
                 worst <= 8,
                 "{lines} lines: a line got {worst} of 2 per line"
             );
-            let t6 = BucketTable::<u128, u64>::alloc(lines, 42);
+            let t6 = BucketTable::<u128, u64>::alloc(lines, 42, ptr::NonNull::from(&lists6));
             // SAFETY: as above.
             let table6 = unsafe { Box::from_raw(t6) };
             assert!(table6.hash(&(0x2001_0db8 << 96)) < lines);

@@ -18,8 +18,8 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 /// address types below, and of any type that stores all its bits).
 ///
 /// A bucket line has 12 words for its slots; a slot holds the key's words and
-/// `max(V::WORDS, 2)` words for the value (two hold the pointer to a duplicate list), so
-/// `u32 -> u32` gets 4 slots per line, `u128 -> u64` 2. Types too big for one slot are a
+/// `max(V::WORDS, 1)` words for the value (one holds the index of a duplicate list), so
+/// `u32 -> u32` gets 6 slots per line (at most 6), `u32 -> u64` 4, `u128 -> u64` 2. Types too big for one slot are a
 /// compile-time error of `RhlWriter::new`; put large values behind an index or a pointer of
 /// your own.
 ///

@@ -5,21 +5,22 @@
 //! # Layers
 //!
 //! - [`RhlTable<K, V>`]: the generic multimap (rhashtable + rhltable). A bucket is one 64-byte
-//!   cache line holding its keys and values inline (both [`Inline`]: 4 slots for `u32` keys
-//!   with values of up to 8 bytes, 2 for `u128` keys), plus a link to an overflow line when
-//!   more keys land in it. A key with several objects (duplicates) keeps a pointer to its
-//!   list, newest first, in its slot; [`len`] counts distinct keys. A lookup first tests its
+//!   cache line holding its keys and values inline (both [`Inline`]: 6 slots of 8 bytes for
+//!   `u32` keys with values of up to 4 bytes, 4 with 8-byte values, 2 for `u128` keys), plus
+//!   a link to an overflow line when more keys land in it. A key with several objects
+//!   (duplicates) keeps the 32-bit index of its list, newest first, in its slot; [`len`] counts distinct keys. A lookup first tests its
 //!   key's bit in the bucket's 32-bit tag (a Bloom filter of the chain's keys, in a dense
 //!   array beside the lines), which ends most misses without reading a line; a hit then reads
 //!   one line at any size (two for the rare key in an overflow line or with duplicates) and
 //!   returns a **copy** of the value: the keys sit side by side in the line
-//!   and are compared at once (four IPv4 keys in one SSE2 compare). Each bucket table has its
+//!   and are compared at once (six IPv4 keys in two SSE2 compares). Each bucket table has its
 //!   own random seed (a keyed multiply-xorshift-multiply hash). Sizes count in the kernel's
-//!   units (4 per line of 4 slots): the table grows above 7/8 load (3.5 keys per line on
-//!   average; hashbrown's maximum load, where the kernel's is 3/4: [`GROW_LOAD`]), shrinks
-//!   below 30% down to `min_size` (default 32: 8 lines), and rehashes at once when an insert
-//!   finds a bucket chain holding more than [`ELASTICITY`] (16) keys: bigger if above 7/8,
-//!   else the same size with a fresh seed (the DoS guard).
+//!   units, one per slot (6 per line of 6 slots), in a power-of-two number of lines: the
+//!   table grows above 7/8 load (5.25 keys per 6-slot line on average; hashbrown's maximum
+//!   load, where the kernel's is 3/4: [`GROW_LOAD`]), shrinks below 30% down to `min_size`
+//!   (default 32: 8 lines), and rehashes at once when an insert finds a bucket chain holding
+//!   more than [`ELASTICITY`] (16; 24 for 6-slot lines) keys: bigger if above 7/8, else the
+//!   same size with a fresh seed (the DoS guard).
 //! - [`AddrTable`]: one namespace ([`NetnsId`]) of [`IfAddr`]s: an `RhlTable` per family for
 //!   [`dev_find`](AddrTable::dev_find) / [`is_local`](AddrTable::is_local), and per-interface
 //!   lists in kernel order for iteration, source selection
@@ -105,6 +106,7 @@ mod bucket;
 pub mod error;
 pub mod fixed;
 pub mod inline;
+mod lists;
 pub mod rhltable;
 pub mod seed;
 mod writer;

@@ -12,10 +12,12 @@ use crate::bucket::{
 };
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
+use crate::lists::{ListSlab, SlabState};
 use crate::seed::{SeedMode, SeedSource};
 
 /// A bucket chain holding more distinct keys than this in the table an insert lands in forces a
-/// rehash (the kernel's `RHT_ELASTICITY`): on a table at most 7/8 full a bucket line of 4
+/// rehash (the kernel's `RHT_ELASTICITY`), for lines of up to four slots (six-slot lines use
+/// 24, [`RhlTable::ELASTICITY`]): on a table at most 7/8 full a bucket line of 4
 /// slots holds 3.5 keys on average (Poisson), so a chain of 17 (five lines) has probability
 /// 1.9e-7 per line at the threshold, once in about 20 tables of 262,144 lines (a harmless
 /// same-size rehash), and otherwise means the keys were chosen against this table's seed.
@@ -24,10 +26,11 @@ pub const ELASTICITY: usize = 16;
 
 /// The table grows when its keys exceed `GROW_LOAD.0 / GROW_LOAD.1` of its size: 7/8, the
 /// maximum load of hashbrown (and of Swiss tables), not the kernel's 3/4. The kernel counts
-/// chains of one-entry buckets; here a bucket is a line of 4 slots, and filling lines to 7/8
-/// (3.5 keys a line at the threshold, 1.75 right after a growth) halves the bytes per key of
-/// the 3/4 rule at sizes just above a threshold (100,000 IPv4 keys: 2 MiB of lines instead of
-/// 4 MiB) for about one key in nine in an overflow line there.
+/// chains of one-entry buckets; here a bucket is a line of 4 or 6 slots, and filling lines
+/// to 7/8 (5.25 keys a 6-slot line at the threshold, 2.6 right after a growth) keeps the
+/// bytes per key near hashbrown's (100,000 IPv4 keys: 32,768 lines, 2 MiB, 3.05 keys a line,
+/// 1.8% of the keys in an overflow line; 2,000 keys: 512 lines, 32 KiB, where 4-slot lines
+/// took 1,024).
 pub const GROW_LOAD: (usize, usize) = (7, 8);
 
 /// A rewrite of a slot (a key's second object arriving or its last duplicate leaving, an
@@ -49,7 +52,7 @@ pub const MIGRATE_BATCH: usize = 4;
 pub const MIGRATE_WRITES: usize = 64;
 
 /// The smallest `min_size` accepted (the kernel's `HASH_MIN_SIZE`): at least one bucket line
-/// (a line counts 1, 2 or 4 units of size, see [`Params`]).
+/// (a line counts 2 to 6 units of size, one per slot, see [`Params`]).
 pub const MIN_SIZE_FLOOR: usize = 4;
 
 /// The largest `max_size` accepted.
@@ -60,11 +63,13 @@ pub const MAX_SIZE_CEILING: usize = 1 << 30;
 ///
 /// Sizes are in the kernel's units, the ones its load factor counts in: the table grows above
 /// [`GROW_LOAD`] (`7/8 * size` keys, hashbrown's maximum load; the kernel's is 3/4) and shrinks
-/// below `0.3 * size` (the kernel's). A bucket line
-/// counts as the largest power of two of kernel buckets not above its slots
-/// ([`TableStats::slots_per_bucket`]): 4 for `u32` keys with values of up to 8 bytes (4 slots;
-/// a line then holds 3.5 keys on average at the growth threshold, 1.75 after it), 2 for `u128`
-/// keys (2 slots). [`TableStats::buckets`] is `size` divided by that.
+/// below `0.3 * size` (the kernel's). A bucket line counts one kernel bucket per slot
+/// ([`TableStats::slots_per_bucket`]): 6 for `u32` keys with values of up to 4 bytes (a line
+/// then holds 5.25 keys on average at the growth threshold, 2.6 after it), 4 for `u32` keys
+/// with 8-byte values, 2 for `u128` keys. The line count is a power of two, the fewest lines
+/// of at least `size` units (so a table of 6-slot lines has a size of 6 * 2^k: `min_size` 32
+/// gives 8 lines, size 48; a table doubles only while it stays within `max_size`).
+/// [`TableStats::buckets`] is the line count.
 pub struct Params {
     /// Size of a new table and the floor of any shrink; a power of two, at least 4 (one bucket
     /// line). Default 32 (8 lines of `u32` keys), as in the seed post's conversion of
@@ -157,6 +162,8 @@ struct WriterState {
     displaced: usize,
     seeds: SeedSource,
     rehashes: RehashCounts,
+    /// Free and next indices of the duplicate lists (`RhlTable::lists`).
+    slab: SlabState,
 }
 
 /// A concurrent resizable hash multimap with the semantics of the kernel's rhltable.
@@ -203,6 +210,10 @@ pub struct RhlTable<K: Inline, V: Inline> {
     nobjs: AtomicUsize,
     params: Params,
     writer: Mutex<WriterState>,
+    /// The duplicate lists by the index a slot holds (`Box::into_raw`, freed by the drop
+    /// after the tables that refer to it).
+    /// (An atomic pointer only for the auto traits: it never changes.)
+    lists: AtomicPtr<ListSlab<V>>,
     /// A handle of `crossbeam_epoch::default_collector()`, which readers' guards must pin
     /// (held here, not referred to: a reader compares its guard's collector with a word of
     /// the table instead of loading the default collector's address first).
@@ -260,6 +271,12 @@ where
     K: Inline + Hash + Eq,
     V: Inline,
 {
+    /// Keys of one bucket chain above which an insert rehashes (with a fresh seed unless the
+    /// table grows anyway): [`ELASTICITY`] (the kernel's 16), or four lines' worth of slots
+    /// when a line holds more than four keys (24 for 6-slot lines: `u32` keys with a value
+    /// of at most one word).
+    pub const ELASTICITY: usize = Geometry::<K, V>::ELASTICITY;
+
     /// [`RhlWriter::new`](crate::RhlWriter::new). Writer only.
     pub(crate) fn new() -> Self {
         Self::build(Params::default())
@@ -273,8 +290,10 @@ where
 
     fn build(params: Params) -> Self {
         let mut seeds = SeedSource::new(params.seed);
-        let lines = (params.min_size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
-        let tbl = BucketTable::alloc(lines, seeds.next_seed());
+        let lines = Geometry::<K, V>::lines_for(params.min_size);
+        let lists = std::ptr::NonNull::from(Box::leak(Box::new(ListSlab::new())));
+        let tbl = BucketTable::alloc(lines, seeds.next_seed(), lists);
+        let lists = AtomicPtr::new(lists.as_ptr());
         RhlTable {
             tbl: AtomicPtr::new(tbl),
             nelems: AtomicUsize::new(0),
@@ -285,7 +304,9 @@ where
                 displaced: 0,
                 seeds,
                 rehashes: RehashCounts::default(),
+                slab: SlabState::default(),
             }),
+            lists,
             collector: epoch::default_collector().clone(),
             _owns: PhantomData,
         }
@@ -537,7 +558,7 @@ where
             match pos.payload {
                 Payload::Value(only) => {
                     // The key's second object: the slot now points to a list of both.
-                    let list = DupList::alloc(value, only);
+                    let list = self.new_list(&mut w, value, only);
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
                     let moved = unsafe { t.rewrite(&pos, Payload::Dups(list), guard) };
                     self.after_rewrite(&mut w, guard, moved);
@@ -615,7 +636,7 @@ where
                     // SAFETY: under the writer lock, `pos` is current, `guard` is pinned.
                     let moved = unsafe { t.rewrite(&pos, Payload::Value(value), guard) };
                     // SAFETY: the list is unreachable from the table now.
-                    unsafe { retire_list(guard, list_ptr.cast_mut()) };
+                    unsafe { self.retire_list(&mut w, guard, list_ptr.cast_mut()) };
                     self.after_rewrite(&mut w, guard, moved);
                 } else {
                     match prev {
@@ -655,7 +676,7 @@ where
                     n = unsafe { &*n }.next.load(Ordering::Relaxed);
                 }
                 // SAFETY: unreachable from the table now.
-                unsafe { retire_list(guard, list.cast_mut()) };
+                unsafe { self.retire_list(&mut w, guard, list.cast_mut()) };
                 count
             }
         };
@@ -785,8 +806,8 @@ where
         }
         // Every rehash packs each key into the first free slot of its new chain.
         w.displaced = 0;
-        let lines = (size / Geometry::<K, V>::SIZE_PER_LINE).max(1);
-        let fut = BucketTable::alloc(lines, w.seeds.next_seed());
+        let lines = Geometry::<K, V>::lines_for(size);
+        let fut = BucketTable::alloc(lines, w.seeds.next_seed(), self.lists_ptr());
         cur.future.store(fut, Ordering::Release);
         w.cursor = 0;
         self.migrate_step(w, guard, 0);
@@ -803,9 +824,11 @@ where
     fn after_insert(&self, w: &mut WriterState, guard: &Guard, chain: usize) {
         let size = self.newest_size();
         let n = self.len();
-        if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size < self.params.max_size {
+        // (A table doubles within `max_size`: for lines of 4 or 2 slots, as long as it is below
+        // it; a table of 6-slot lines, whose sizes are 6 * 2^k, stays below it.)
+        if n * GROW_LOAD.1 > size * GROW_LOAD.0 && size * 2 <= self.params.max_size {
             self.start_rehash(w, guard, size * 2, Cause::Grow);
-        } else if chain > ELASTICITY {
+        } else if chain > Geometry::<K, V>::ELASTICITY {
             self.start_rehash(w, guard, size, Cause::Reseed);
         }
     }
@@ -826,7 +849,8 @@ where
         }
     }
 
-    /// Shrink below 30% to `roundup_pow2(n * 3 / 2)`, not below `min_size`.
+    /// Shrink below 30% to `roundup_pow2(n * 3 / 2)` (in lines: [`Geometry::lines_for`]),
+    /// not below `min_size`.
     fn after_remove(&self, w: &mut WriterState, guard: &Guard) {
         if !self.params.automatic_shrinking {
             return;
@@ -834,8 +858,11 @@ where
         let size = self.newest_size();
         let n = self.len();
         if size > self.params.min_size && n * 10 < size * 3 {
-            let target = (n * 3 / 2).next_power_of_two().max(self.params.min_size);
-            if target < size {
+            // The kernel's `roundup_pow_of_two(nelems * 3 / 2)` buckets, in lines: the lines
+            // that `n * 3 / 2` units need, rounded up to a power of two (for lines of a
+            // power-of-two number of slots, the same table).
+            let target = (n * 3 / 2).max(self.params.min_size);
+            if Geometry::<K, V>::lines_for(target) < Geometry::<K, V>::lines_for(size) {
                 self.start_rehash(w, guard, target, Cause::Shrink);
             }
         }
@@ -853,14 +880,44 @@ unsafe fn retire_node<V: Send + 'static>(guard: &Guard, p: *mut DupNode<V>) {
     unsafe { guard.defer_unchecked(move || drop(Box::from_raw(p))) };
 }
 
-/// Frees the list `p` and its nodes once every reader pinned now has unpinned.
-///
-/// # Safety
-/// `p` is a list of this crate's tables, now unreachable from them, retired once, its nodes
-/// reachable only through it.
-unsafe fn retire_list<V: Send + 'static>(guard: &Guard, p: *mut DupList<V>) {
-    // SAFETY: as for `retire_node`; `DupList::free` frees the list and its nodes.
-    unsafe { guard.defer_unchecked(move || DupList::free(p)) };
+impl<K, V> RhlTable<K, V>
+where
+    K: Inline,
+    V: Inline + Send + 'static,
+{
+    /// The duplicate lists by index.
+    fn lists(&self) -> &ListSlab<V> {
+        // SAFETY: allocated in `build`, freed only by the drop.
+        unsafe { self.lists_ptr().as_ref() }
+    }
+
+    /// The slab's address (set once by `build`, never null).
+    fn lists_ptr(&self) -> std::ptr::NonNull<ListSlab<V>> {
+        std::ptr::NonNull::new(self.lists.load(Ordering::Relaxed)).expect("set by build")
+    }
+
+    /// A new list of `newest` then `older`, at a free index of the slab. Writer only.
+    fn new_list(&self, w: &mut WriterState, newest: V, older: V) -> *mut DupList<V> {
+        let index = self.lists().reserve(&mut w.slab);
+        let list = DupList::alloc(index, newest, older);
+        // Before any slot holds the index (the slot's store follows, its `meta` release).
+        self.lists().set(index, list);
+        list
+    }
+
+    /// Frees the list `p` and its nodes once every reader pinned now has unpinned, and frees
+    /// its index now (see [`crate::lists`] for why a reader cannot be misled by its reuse).
+    ///
+    /// # Safety
+    /// `p` is a list of this table, now unreachable from its slots (the last slot that held
+    /// it was cleared), retired once, its nodes reachable only through it.
+    unsafe fn retire_list(&self, w: &mut WriterState, guard: &Guard, p: *mut DupList<V>) {
+        // SAFETY: the caller's list is still allocated (it is freed by the closure below).
+        let index = unsafe { &*p }.index;
+        self.lists().release(&mut w.slab, index);
+        // SAFETY: as for `retire_node`; `DupList::free` frees the list and its nodes.
+        unsafe { guard.defer_unchecked(move || DupList::free(p)) };
+    }
 }
 
 impl<K: Inline, V: Inline> Drop for RhlTable<K, V> {
@@ -871,26 +928,19 @@ impl<K: Inline, V: Inline> Drop for RhlTable<K, V> {
         // not reachable), and each list is reachable from exactly one slot of one table.
         unsafe {
             let fut = (*cur).future.load(Ordering::Relaxed);
-            free_lists(&*cur);
             drop(Box::from_raw(cur));
             if !fut.is_null() {
-                free_lists(&*fut);
                 drop(Box::from_raw(fut));
             }
         }
+        // SAFETY: allocated in `build` by `Box`, and no table refers to it any more. Its live
+        // lists (the retired ones are no longer in it) are owned by the map, each once.
+        let mut lists = unsafe { Box::from_raw(*self.lists.get_mut()) };
+        lists.for_each(|list| {
+            // SAFETY: exclusively owned here, freed once.
+            unsafe { DupList::free(list) }
+        });
     }
-}
-
-/// Frees every duplicate list of `table` (its lines go with the table).
-///
-/// # Safety
-/// - No other thread can reach `table`, and
-/// - its lists are reachable from nowhere else.
-unsafe fn free_lists<K: Inline, V: Inline>(table: &BucketTable<K, V>) {
-    table.for_each_list(|list| {
-        // SAFETY: exclusively owned here, freed once.
-        unsafe { DupList::free(list) }
-    });
 }
 
 impl<K: Inline, V: Inline> std::fmt::Debug for RhlTable<K, V> {
@@ -914,7 +964,7 @@ mod tests {
     /// The bucket tags never filter out a key: every key of a chain (overflow lines included)
     /// has its bit in the bucket's tag, and a chain whose first line has `MOVED` has the
     /// whole tag.
-    fn check_chain_and_moved_bits(t: &RhlTable<u32, u32>) {
+    fn check_chain_and_moved_bits<V: Inline>(t: &RhlTable<u32, V>) {
         use crate::bucket::{CHAIN, MOVED, TAG_ALL};
         let _w = t.lock();
         // SAFETY: under the writer lock, the live tables stay allocated.
@@ -959,12 +1009,12 @@ mod tests {
 
     #[test]
     fn chain_and_moved_bits_track_links_and_migrations() {
-        // 16 lines to start with: a growth migrates 4 buckets a write, so writes land while a
-        // migration is under way; keys 0..300 grow it three times (0..150, under Miri, twice),
-        // removals shrink it.
+        // 8 lines (of 6 slots) to start with: a growth migrates 4 buckets a write, so writes
+        // land while a migration is under way; keys 0..300 grow it three times, at the 43rd,
+        // 85th and 169th key (0..150, under Miri, twice), removals shrink it.
         let (up, down) = if cfg!(miri) { (150, 140) } else { (300, 290) };
         let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
-            min_size: 64,
+            min_size: 32,
             seed: SeedMode::Deterministic(11),
             ..Params::default()
         })
@@ -990,7 +1040,7 @@ mod tests {
         assert!(migrating > 10, "writes during migrations: {migrating}");
         let r = t.stats().rehashes;
         assert!(r.grows >= 2 && r.shrinks >= 2, "{r:?}");
-        // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 4 slots).
+        // An overflow line's `CHAIN` bit goes when the line is unlinked (one line of 6 slots).
         let one: RhlTable<u32, u32> = RhlTable::with_params(Params {
             min_size: 4,
             max_size: 4,
@@ -998,12 +1048,12 @@ mod tests {
             seed: SeedMode::Deterministic(5),
         })
         .unwrap();
-        for k in 0..6 {
+        for k in 0..8 {
             one.insert(k, k).unwrap();
             check_chain_and_moved_bits(&one);
         }
         assert_eq!(one.stats().overflow_lines, 1);
-        for k in 0..6 {
+        for k in 0..8 {
             assert_eq!(one.remove_all(&k), 1);
             check_chain_and_moved_bits(&one);
         }
@@ -1118,8 +1168,10 @@ mod tests {
 
     #[test]
     fn overflow_lines_fill_in_order_and_are_unlinked_when_empty() {
-        // One bucket line (4 slots) that can never grow: keys 5 to 8 need an overflow line.
-        let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
+        // One bucket line (4 slots: `u32 -> u64`) that can never grow: keys 5 to 8 need an
+        // overflow line. (Six slots of `u32 -> u32` cannot fill an overflow line within the
+        // table's eight keys.)
+        let t: RhlTable<u32, u64> = RhlTable::with_params(Params {
             min_size: 4,
             max_size: 4,
             automatic_shrinking: false,
@@ -1127,7 +1179,7 @@ mod tests {
         })
         .unwrap();
         for k in 0..8 {
-            t.insert(k, k).unwrap();
+            t.insert(k, u64::from(k)).unwrap();
         }
         assert!(t.insert(8, 8).is_err(), "twice max_size keys");
         let s = t.stats();
@@ -1159,7 +1211,7 @@ mod tests {
         let s = t.stats();
         assert_eq!((s.keys, s.overflow_lines, s.max_chain), (8, 1, 8));
         for k in (1..6).chain(100..103) {
-            assert_eq!(t.get(&k, &g), Some(k));
+            assert_eq!(t.get(&k, &g), Some(u64::from(k)));
         }
         assert_eq!(t.get(&0, &g), None);
         drop(g);

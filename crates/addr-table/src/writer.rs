@@ -112,7 +112,8 @@ impl AddrWriter {
     /// Adds an address (`RTM_NEWADDR`); returns it as stored (IPv4: `SECONDARY` computed).
     ///
     /// # Errors
-    /// [`AddrError::PrefixLen`], [`AddrError::ZeroIfindex`], [`AddrError::Exists`] (IPv4: same
+    /// [`AddrError::PrefixLen`], [`AddrError::ZeroIfindex`], [`AddrError::IfindexRange`],
+    /// [`AddrError::Exists`] (IPv4: same
     /// address and prefix on the interface; IPv6: same address on the interface),
     /// [`AddrError::ScopeMismatch`] (IPv4: a secondary whose scope differs from its
     /// primary's), [`AddrError::TableFull`].

@@ -114,12 +114,17 @@ fn check(
         (stats.keys, stats.objects),
         (model.0.len(), model.objects())
     );
-    // The newest table is never above 7/8 load, and never below 30% unless at min_size.
+    // The newest table is never above 7/8 load, and never below 30% unless at its smallest
+    // (the lines `min_size` takes: one line of 6 slots for `min_size` 4).
     let min = table.params().min_size;
+    let smallest = RhlWriter::<u32, u32>::with_params(*table.params())
+        .unwrap()
+        .stats()
+        .size;
     assert!(stats.size >= min);
     assert!(stats.keys * 8 <= stats.size * 7, "{stats:?}");
     assert!(
-        stats.size == min || stats.keys * 10 >= stats.size * 3,
+        stats.size == smallest || stats.keys * 10 >= stats.size * 3,
         "{stats:?}"
     );
     assert_eq!(stats.rehashes.reseeds, 0, "no chain of 17 by chance");
@@ -180,7 +185,8 @@ proptest! {
 }
 
 /// Grows 0 → n keys then removes them, checking the model after every step: every grow and
-/// shrink boundary from 4 buckets up to 1024 is crossed in both directions.
+/// shrink boundary from one line (6 slots, size 6) up to 256 lines (size 1536) is crossed in
+/// both directions.
 #[test]
 fn every_resize_boundary_up_and_down() {
     let n = 700u32;
@@ -197,8 +203,8 @@ fn every_resize_boundary_up_and_down() {
     }
     check(&table, Some(&*fixed), &model, n);
     let grown = table.stats();
-    assert_eq!(grown.size, 1024);
-    assert_eq!(grown.rehashes.grows, 8, "4 → 8 → ... → 1024");
+    assert_eq!(grown.size, 1536);
+    assert_eq!(grown.rehashes.grows, 8, "6 → 12 → ... → 1536");
     for k in 0..n {
         assert!(table.remove(&k, |v| *v == k * 3));
         assert!(fixed.remove(&k, |v| *v == k * 3));
@@ -209,26 +215,27 @@ fn every_resize_boundary_up_and_down() {
     }
     check(&table, Some(&*fixed), &model, n);
     let shrunk = table.stats();
-    assert_eq!(shrunk.size, 4);
+    assert_eq!(shrunk.size, 6);
     assert!(shrunk.rehashes.shrinks >= 3, "{shrunk:?}");
 }
 
-/// The exact thresholds with the default 32 buckets: grow when the 29th key arrives
-/// (29 > 7/8 * 32), shrink from 64 when fewer than 19.2 keys remain (19 * 10 < 64 * 3).
+/// The exact thresholds with the default 32 buckets in lines of 4 slots (`u32 -> u64`):
+/// grow when the 29th key arrives (29 > 7/8 * 32), shrink from 64 when fewer than 19.2 keys
+/// remain (19 * 10 < 64 * 3).
 #[test]
 fn thresholds_of_the_default_table() {
-    let mut table: RhlWriter<u32, ()> = RhlWriter::new();
+    let mut table: RhlWriter<u32, u64> = RhlWriter::new();
     for k in 0..28 {
-        table.insert(k, ()).unwrap();
+        table.insert(k, 0).unwrap();
     }
     let s = table.stats();
     assert_eq!((s.size, s.migrating_from), (32, None));
     // Duplicates do not count towards the load.
     for _ in 0..100 {
-        table.insert(0, ()).unwrap();
+        table.insert(0, 1).unwrap();
     }
     assert_eq!(table.stats().size, 32);
-    table.insert(28, ()).unwrap();
+    table.insert(28, 0).unwrap();
     let s = table.stats();
     assert_eq!((s.size, s.migrating_from), (64, Some(32)));
     table.finish_rehash();
@@ -250,6 +257,40 @@ fn thresholds_of_the_default_table() {
     assert_eq!(table.stats().size, 32);
     assert!(table.is_empty());
     assert_eq!(table.objects(), 0);
+}
+
+/// The same with lines of 6 slots (`u32 -> ()`, as `u32 -> u32`): the default `min_size`
+/// 32 takes 8 lines, size 48; grow when the 43rd key arrives (43 > 7/8 * 48), shrink from 96
+/// when fewer than 28.8 keys remain (28 * 10 < 96 * 3), to the 8 lines that 28 * 3 / 2 = 42
+/// units need.
+#[test]
+fn thresholds_of_the_default_table_of_six_slot_lines() {
+    let mut table: RhlWriter<u32, ()> = RhlWriter::new();
+    for k in 0..42 {
+        table.insert(k, ()).unwrap();
+    }
+    let s = table.stats();
+    assert_eq!((s.size, s.buckets, s.slots_per_bucket), (48, 8, 6));
+    assert_eq!(s.migrating_from, None);
+    for _ in 0..100 {
+        table.insert(0, ()).unwrap();
+    }
+    assert_eq!(table.stats().size, 48);
+    table.insert(42, ()).unwrap();
+    let s = table.stats();
+    assert_eq!((s.size, s.migrating_from), (96, Some(48)));
+    table.finish_rehash();
+    for k in (29..43).rev() {
+        assert_eq!(table.remove_all(&k), 1);
+    }
+    assert_eq!(table.stats().size, 96, "29 keys: 29 * 10 >= 96 * 3");
+    assert_eq!(table.remove_all(&28), 1);
+    assert_eq!(table.stats().size, 48, "28 keys: shrink to 8 lines");
+    for k in 0..28 {
+        table.remove_all(&k);
+    }
+    assert_eq!(table.stats().size, 48, "never below min_size's lines");
+    assert!(table.is_empty());
 }
 
 #[test]
@@ -300,7 +341,8 @@ fn table_full_at_twice_max_size() {
     // A duplicate of an existing key is still accepted.
     table.insert(3, 33).unwrap();
     assert_eq!(table.len(), 16);
-    assert_eq!(table.stats().size, 8);
+    // One line of 6 slots (size 6): a second would take the table above `max_size`.
+    assert_eq!(table.stats().size, 6);
 }
 
 #[test]
@@ -319,14 +361,14 @@ fn a_guard_of_another_collector_is_refused() {
 fn a_rehash_completes_within_a_bounded_number_of_writes() {
     use addr_table::rhltable::MIGRATE_WRITES;
     let mut table: RhlWriter<u32, u32> = RhlWriter::new();
-    // 896 keys fill 1024 to 7/8; the 897th starts a growth.
-    for k in 0..896 {
+    // 1344 keys fill 1536 (256 lines of 6 slots) to 7/8; the 1345th starts a growth.
+    for k in 0..1344 {
         table.insert(k, 0).unwrap();
     }
     table.finish_rehash();
-    assert_eq!(table.stats().size, 1024);
-    table.insert(896, 0).unwrap();
-    assert_eq!(table.stats().migrating_from, Some(1024));
+    assert_eq!(table.stats().size, 1536);
+    table.insert(1344, 0).unwrap();
+    assert_eq!(table.stats().migrating_from, Some(1536));
     let mut writes = 1;
     while table.stats().migrating_from.is_some() {
         // Duplicates and removals of absent keys are writes too.

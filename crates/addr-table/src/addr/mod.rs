@@ -22,6 +22,9 @@ pub enum AddrError {
     /// Interface index 0 names no interface.
     #[error("interface index 0")]
     ZeroIfindex,
+    /// Interface index above `i32::MAX` (the kernel's is a positive `int`).
+    #[error("interface index {0} above 2^31 - 1")]
+    IfindexRange(u32),
     /// The interface already has this address (IPv4: with this prefix length).
     #[error("address already on the interface")]
     Exists,

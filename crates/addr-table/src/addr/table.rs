@@ -15,8 +15,15 @@ use crate::inline::Inline;
 use crate::rhltable::{Params, RhlTable, check_guard};
 
 /// What the address hash holds per address: enough to answer `dev_find` without touching the
-/// interface lists, in two 32-bit words inline in the hash's bucket line (so a lookup reads
-/// one cache line). The interface lists hold the full [`IfAddr`] (flags, scope, lifetimes).
+/// interface lists, in one 32-bit word inline in the hash's bucket line (the interface index,
+/// 31 bits as the kernel's positive `int`, and whether the address answers), so that an IPv4
+/// slot takes 8 bytes and a line holds six. The interface lists hold the full [`IfAddr`]
+/// (prefix length, flags, scope, lifetimes).
+///
+/// The hash does not keep the prefix length: the objects of one address are told apart by
+/// their interface (IPv6 allows an address once per interface; IPv4 allows it again on the
+/// same interface only with another prefix length, and those objects then answer the same
+/// lookups, so which of them the hash drops first does not matter).
 ///
 /// ```
 /// use std::net::Ipv4Addr;
@@ -26,23 +33,25 @@ use crate::rhltable::{Params, RhlTable, check_guard};
 /// t.add(IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 2))?;
 /// let guard = crossbeam_epoch::pin();
 /// let l = t.family::<Ipv4Addr>().hash().get(&0xc000_0201, &guard).unwrap();
-/// assert_eq!((l.ifindex(), l.prefix_len(), l.answers()), (2, 24, true));
+/// assert_eq!((l.ifindex(), l.answers()), (2, true));
 /// # Ok::<(), addr_table::AddrError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr {
+    /// At most `i32::MAX` (checked by the writer).
     ifindex: u32,
-    prefix_len: u8,
     /// Whether the address answers `dev_find` (IPv6: not tentative unless optimistic, not
     /// failed DAD; IPv4: always), computed from its flags by the writer.
     answers: bool,
 }
 
+/// The largest interface index (the kernel's is a positive `int`).
+const IFINDEX_MAX: u32 = i32::MAX as u32;
+
 impl LocalAddr {
     fn of<A: Family>(a: &IfAddr<A>) -> Self {
         LocalAddr {
             ifindex: a.ifindex,
-            prefix_len: a.prefix_len,
             answers: A::answers(a.flags),
         }
     }
@@ -50,11 +59,6 @@ impl LocalAddr {
     /// The interface holding the address.
     pub fn ifindex(&self) -> u32 {
         self.ifindex
-    }
-
-    /// The prefix length it was added with.
-    pub fn prefix_len(&self) -> u8 {
-        self.prefix_len
     }
 
     /// Whether the address counts as local for [`AddrTable::dev_find`] and
@@ -65,20 +69,18 @@ impl LocalAddr {
 }
 
 impl Inline for LocalAddr {
-    const WORDS: usize = 2;
+    const WORDS: usize = 1;
 
     #[inline(always)]
     fn store(self, words: &mut [u32]) {
-        words[0] = self.ifindex;
-        words[1] = u32::from(self.prefix_len) | (u32::from(self.answers) << 8);
+        words[0] = (self.ifindex & IFINDEX_MAX) | (u32::from(self.answers) << 31);
     }
 
     #[inline(always)]
     fn load(words: &[u32]) -> Self {
         LocalAddr {
-            ifindex: words[0],
-            prefix_len: words[1] as u8,
-            answers: words[1] & 0x100 != 0,
+            ifindex: words[0] & IFINDEX_MAX,
+            answers: words[0] >> 31 != 0,
         }
     }
 }
@@ -171,16 +173,14 @@ impl<A: Family> FamilyTable<A> {
     }
 
     fn hash_remove(&self, a: &IfAddr<A>) {
-        let removed = self.local.remove(&a.addr.key(), |l| {
-            l.ifindex == a.ifindex && l.prefix_len == a.prefix_len
-        });
+        let removed = self.local.remove(&a.addr.key(), |l| l.ifindex == a.ifindex);
         debug_assert!(removed, "hash and lists agree");
     }
 
     fn hash_set_flags(&self, a: &IfAddr<A>) {
         let changed = self.local.update(
             &a.addr.key(),
-            |l| l.ifindex == a.ifindex && l.prefix_len == a.prefix_len,
+            |l| l.ifindex == a.ifindex,
             |l| l.answers = A::answers(a.flags),
         );
         debug_assert!(changed, "hash and lists agree");
@@ -195,6 +195,9 @@ impl<A: Family> FamilyTable<A> {
         }
         if entry.ifindex == 0 {
             return Err(AddrError::ZeroIfindex);
+        }
+        if entry.ifindex > IFINDEX_MAX {
+            return Err(AddrError::IfindexRange(entry.ifindex));
         }
         let guard = &epoch::pin();
         let mut list = self.dev_list(guard).get(entry.ifindex).to_vec();
