@@ -7,7 +7,10 @@
 //! is affordable), which cover each `unsafe` block. `cargo xtask test` runs the whole list
 //! when the pinned nightly ([`NIGHTLY`]) with Miri is installed (`rustup +NIGHTLY component add
 //! miri rust-src`).
-//! Miri's own target directory is `target/miri`; its first run builds Miri's sysroot.
+//! Miri's artefacts go under `target/NIGHTLY/miri`, one directory per pinned nightly: its
+//! first run builds Miri's sysroot, and the artefacts of another nightly of the same rustc
+//! version would look fresh to cargo while naming another sysroot (Miri then cannot find
+//! the dependencies' crates).
 
 use std::process::Command;
 use std::time::Instant;
@@ -79,7 +82,9 @@ pub fn run_crate(krate: &str, filters: &[&str]) -> anyhow::Result<()> {
         "-p",
         krate,
         "--lib",
+        "--target-dir",
     ]);
+    command.arg(root.join("target").join(NIGHTLY));
     if !filters.is_empty() {
         command.arg("--");
         command.args(filters);
