@@ -7,11 +7,11 @@
 //! the high-water mark of such a cycle. [`Trimmer`] calls `malloc_trim(0)` (which also
 //! releases whole free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
 //! thread once the tables have changed and have then been quiet for a moment (or every
-//! 10 s under steady churn, and a second after each bulk rebuild), never on a run loop. What a trim cannot return (free pieces
-//! smaller than a page between live nodes) the mirror avoids: it collects its epoch garbage
-//! as it goes, and rebuilds worn tables in bulk on a thread of its own, in an arena of their
-//! own (`docs/forwarder.md`, "Memory after mass changes"). [`memory`] says where the memory
-//! is.
+//! 10 s under steady churn, and a second after each bulk rebuild), never on a run loop. What
+//! a trim cannot return (free pieces smaller than a page between live nodes) the mirror
+//! avoids: it collects its epoch garbage as it goes, and rebuilds worn tables in bulk on a
+//! thread of its own, in an arena of their own (`docs/forwarder.md`, "Memory after mass
+//! changes"). [`memory`] says where the memory is.
 //!
 //! [`fix_mmap_threshold`] keeps large temporary buffers (a dump's record of routes, the events
 //! kept during a dump, a dump of a whole table) out of the heap: glibc's default threshold
