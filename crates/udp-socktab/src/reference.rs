@@ -214,6 +214,30 @@ impl Reference {
         self.socks.iter().find(|s| s.id == id)
     }
 
+    /// Every open socket, in the order they were opened.
+    pub fn socks(&self) -> &[RefSock] {
+        &self.socks
+    }
+
+    /// The model cut down to what a [`lookup`](Self::lookup) in `netns` to local port `port`
+    /// can see, for tests that make many such lookups: the sockets of that namespace and port,
+    /// and every member of a `SO_REUSEPORT` group. Its lookups with that namespace and
+    /// destination port answer as this model's do (the exact match and both hash2 passes
+    /// consider only sockets of the key's namespace and destination port, and a group's pick
+    /// reads its members), each scanning a few sockets instead of all; other calls on it do
+    /// not follow the kernel.
+    pub fn for_port(&self, netns: NetnsId, port: u16) -> Reference {
+        let members: Vec<SockId> = self
+            .groups
+            .iter()
+            .flat_map(|g| g.members.iter().copied())
+            .collect();
+        let mut cut = self.clone();
+        cut.socks
+            .retain(|s| (s.netns == netns && s.port == port) || members.contains(&s.id));
+        cut
+    }
+
     fn idx(&self, id: SockId) -> Result<usize, Error> {
         self.socks
             .iter()
@@ -774,7 +798,13 @@ impl Reference {
     /// The socket's `SO_REUSEPORT` group: members in order, `has_conns`, the
     /// `SO_INCOMING_CPU` count (as [`Writer::reuseport_group`](crate::Writer::reuseport_group)).
     pub fn reuseport_group(&self, id: SockId) -> Option<(Vec<SockId>, bool, u32)> {
-        let g = &self.groups[self.sock(id)?.group?];
+        self.group_of(self.sock(id)?)
+    }
+
+    /// [`reuseport_group`](Self::reuseport_group) of a socket of [`socks`](Self::socks),
+    /// without looking it up.
+    pub fn group_of(&self, s: &RefSock) -> Option<(Vec<SockId>, bool, u32)> {
+        let g = &self.groups[s.group?];
         Some((g.members.clone(), g.has_conns, g.cpu_count))
     }
 

@@ -413,6 +413,11 @@ impl Writer {
         self.socks.keys().copied()
     }
 
+    /// The current records of the open sockets, in no particular order.
+    pub fn socks(&self) -> impl Iterator<Item = &Sock> + '_ {
+        self.socks.values().map(|s| &*s.rec)
+    }
+
     /// The members of the socket's `SO_REUSEPORT` group in the kernel's order (`socks[]`),
     /// whether the group ever had a connected member, and the count of members with
     /// `SO_INCOMING_CPU`; `None` when it is in no group.

@@ -3,9 +3,19 @@
 //! groups and exhaust the port range; after every call both must agree on its result and on
 //! every socket's state and group. Shared by the proptest (`tests/model.rs`) and the fuzz
 //! target `socktab_ops` (`fuzz/fuzz_targets/socktab_ops.rs`, which includes this file).
+//!
+//! Its cost is the fuzz target's rate, so the checks are made without redundant work: the
+//! pools are parsed once, the per-call state comparison walks both sides' open sockets side by
+//! side instead of looking every id made so far up in both (a scan of the reference each),
+//! and the exhaustive sweep asks, per namespace and port, a copy of the reference cut down to
+//! the sockets such a lookup can see ([`Reference::for_port`]); the proptest's sweep also
+//! checks that the cut copy answers as the whole reference.
 #![allow(dead_code)]
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::LazyLock;
+
+use crossbeam_epoch::Guard;
 
 use udp_socktab::reference::Reference;
 use udp_socktab::{
@@ -50,6 +60,24 @@ pub const PEERS6: [&str; 4] = [
 pub const PORTS: [u16; 4] = [0, 1000, 1001, 53];
 /// A pool.
 pub const RANGE: (u16, u16) = (1000, 1007);
+
+/// The pools above, parsed once: [`V4`], [`V6`], [`PEERS4`], [`PEERS6`].
+struct Pools {
+    v4: Vec<IpAddr>,
+    v6: Vec<IpAddr>,
+    peers4: Vec<IpAddr>,
+    peers6: Vec<IpAddr>,
+}
+
+static POOLS: LazyLock<Pools> = LazyLock::new(|| {
+    let parse = |pool: &[&str]| pool.iter().map(|s| ip(s)).collect();
+    Pools {
+        v4: parse(&V4),
+        v6: parse(&V6),
+        peers4: parse(&PEERS4),
+        peers6: parse(&PEERS6),
+    }
+});
 
 /// One socket call or lookup, its arguments as indices into the pools above.
 #[derive(Clone, Debug)]
@@ -116,6 +144,20 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// Looks `key` up in the table and in `model` (the reference, or a cut of it that sees the
+/// key's namespace and port); returns the table's answer when they agree.
+fn lookup_both<'g>(
+    table: &'g SockTable,
+    model: &Reference,
+    key: &Lookup,
+    guard: &'g Guard,
+) -> Result<Option<&'g udp_socktab::Sock>, String> {
+    let ours = table.lookup(key, guard);
+    let want = model.lookup(key);
+    check_eq!(ours.map(|s| s.id()), want, "lookup {:?}", key);
+    Ok(ours)
+}
+
 impl World {
     /// Three namespaces (two sharing the global table, one with its own) with local addresses
     /// and a reserved port, in both.
@@ -168,14 +210,6 @@ impl World {
         self.writer.sock(id).map(|s| s.family())
     }
 
-    fn lookup_both(&self, key: &Lookup) -> Result<(), String> {
-        let guard = crossbeam_epoch::pin();
-        let ours = self.table.lookup(key, &guard).map(|s| s.id());
-        let want = self.model.lookup(key);
-        check_eq!(ours, want, "lookup {:?}", key);
-        Ok(())
-    }
-
     /// Applies `op` to both; an error says where they disagree.
     pub fn apply(&mut self, op: &Op) -> Result<(), String> {
         let errno = |e: udp_socktab::Error| e.errno().unwrap_or(-1);
@@ -208,10 +242,11 @@ impl World {
             } => {
                 let id = self.sock(sock);
                 let want_v6 = self.family_of(id).is_some_and(|f| !f.is_v4()) != v6;
+                let pools = &*POOLS;
                 let a = if want_v6 {
-                    ip(V6[addr % V6.len()])
+                    pools.v6[addr % V6.len()]
                 } else {
-                    ip(V4[addr % V4.len()])
+                    pools.v4[addr % V4.len()]
                 };
                 let sa = SocketAddr::new(a, PORTS[port]);
                 let ours = self.writer.bind(id, sa);
@@ -242,15 +277,11 @@ impl World {
             } => {
                 let id = self.sock(sock);
                 let want_v6 = self.family_of(id).is_some_and(|f| !f.is_v4()) != v6;
-                let p = if want_v6 {
-                    ip(PEERS6[peer % PEERS6.len()])
+                let pools = &*POOLS;
+                let (p, s) = if want_v6 {
+                    (pools.peers6[peer % PEERS6.len()], pools.v6[src % V6.len()])
                 } else {
-                    ip(PEERS4[peer % PEERS4.len()])
-                };
-                let s = if want_v6 {
-                    ip(V6[src % V6.len()])
-                } else {
-                    ip(V4[src % V4.len()])
+                    (pools.peers4[peer % PEERS4.len()], pools.v4[src % V4.len()])
                 };
                 let remote = SocketAddr::new(p, port);
                 let ours = self.writer.connect(id, remote, s);
@@ -312,10 +343,11 @@ impl World {
                 hash,
                 cpu,
             } => {
+                let pools = &*POOLS;
                 let (s, d) = if v6 {
-                    (ip(PEERS6[src % PEERS6.len()]), ip(V6[dst % V6.len()]))
+                    (pools.peers6[src % PEERS6.len()], pools.v6[dst % V6.len()])
                 } else {
-                    (ip(PEERS4[src % PEERS4.len()]), ip(V4[dst % V4.len()]))
+                    (pools.peers4[src % PEERS4.len()], pools.v4[dst % V4.len()])
                 };
                 let key = Lookup {
                     netns: self.netns[ns as usize],
@@ -325,10 +357,9 @@ impl World {
                     hash,
                     cpu,
                 };
-                self.lookup_both(&key)?;
-                // A receiving socket notes the CPU, in both.
                 let guard = crossbeam_epoch::pin();
-                if let Some(sk) = self.table.lookup(&key, &guard) {
+                // A receiving socket notes the CPU, in both.
+                if let Some(sk) = lookup_both(&self.table, &self.model, &key, &guard)? {
                     sk.record_incoming_cpu(cpu);
                     self.model.record_incoming_cpu(sk.id(), cpu);
                 }
@@ -337,13 +368,21 @@ impl World {
         self.check_states()
     }
 
+    /// Both hold the same open sockets, and every socket's state and group agree: the
+    /// writer's sockets sorted by id, side by side with the reference's (kept in the order
+    /// they were opened, so by id; were they not, the ids would differ and the check fail),
+    /// with no lookup by id in either; the writer's group is asked for only of a socket in
+    /// one (of any other it is `None`), under one pinned guard (the writer's
+    /// `reuseport_group` pins again inside it, cheaply).
     fn check_states(&self) -> Result<(), String> {
-        for &id in &self.ids {
-            let (ours, theirs) = (self.writer.sock(id), self.model.sock(id));
-            check_eq!(ours.is_some(), theirs.is_some());
-            let (Some(ours), Some(theirs)) = (ours, theirs) else {
-                continue;
-            };
+        let _guard = crossbeam_epoch::pin();
+        let theirs_all = self.model.socks();
+        let mut ours_all: Vec<&udp_socktab::Sock> = self.writer.socks().collect();
+        ours_all.sort_unstable_by_key(|s| s.id());
+        check_eq!(ours_all.len(), theirs_all.len(), "open sockets");
+        for (ours, theirs) in ours_all.into_iter().zip(theirs_all) {
+            let id = theirs.id;
+            check_eq!(ours.id(), id, "open sockets, in id order");
             check_eq!(ours.family(), theirs.family, "{:?}", id);
             check_eq!(
                 ours.local_addr(),
@@ -358,36 +397,61 @@ impl World {
                 id
             );
             check_eq!(ours.bound_dev_if(), theirs.options.bound_dev_if);
-            check_eq!(
-                self.writer.reuseport_group(id),
-                self.model.reuseport_group(id),
-                "group of {:?}",
-                id
-            );
+            let group = if ours.in_reuseport_group() {
+                self.writer.reuseport_group(id)
+            } else {
+                None
+            };
+            check_eq!(group, self.model.group_of(theirs), "group of {:?}", id);
         }
         Ok(())
     }
 
-    /// Every lookup the pools can form, in every namespace.
+    /// Every lookup the pools can form, in every namespace (2,322), each against the
+    /// reference cut down to its namespace and port ([`Reference::for_port`]).
     pub fn sweep(&self) -> Result<(), String> {
+        self.sweep_with(false)
+    }
+
+    /// [`sweep`](Self::sweep), each lookup also asked of the whole reference, which must
+    /// answer as the cut one (the proptest's sweep: it checks the cut).
+    pub fn sweep_checking_cut(&self) -> Result<(), String> {
+        self.sweep_with(true)
+    }
+
+    fn sweep_with(&self, whole: bool) -> Result<(), String> {
+        let pools = &*POOLS;
+        let guard = crossbeam_epoch::pin();
         for &ns in &self.netns {
-            for v6 in [false, true] {
-                let (srcs, dsts): (&[&str], &[&str]) =
-                    if v6 { (&PEERS6, &V6) } else { (&PEERS4, &V4) };
-                for s in srcs {
-                    for d in dsts {
-                        for dport in &PORTS[1..] {
+            for dport in &PORTS[1..] {
+                let cut = self.model.for_port(ns, *dport);
+                for v6 in [false, true] {
+                    let (srcs, dsts) = if v6 {
+                        (&pools.peers6, &pools.v6)
+                    } else {
+                        (&pools.peers4, &pools.v4)
+                    };
+                    for &s in srcs {
+                        for &d in dsts {
                             for sport in [7000, 7001] {
                                 for dif in 0..3 {
                                     let key = Lookup {
                                         netns: ns,
-                                        src: SocketAddr::new(ip(s), sport),
-                                        dst: SocketAddr::new(ip(d), *dport),
+                                        src: SocketAddr::new(s, sport),
+                                        dst: SocketAddr::new(d, *dport),
                                         ifindex: dif,
                                         hash: u32::from(sport).wrapping_mul(0x9e37_79b9) ^ dif,
                                         cpu: 0,
                                     };
-                                    self.lookup_both(&key)?;
+                                    lookup_both(&self.table, &cut, &key, &guard)?;
+                                    if whole {
+                                        check_eq!(
+                                            cut.lookup(&key),
+                                            self.model.lookup(&key),
+                                            "cut reference, lookup {:?}",
+                                            key
+                                        );
+                                    }
                                 }
                             }
                         }
