@@ -102,16 +102,7 @@ impl RunKey {
 }
 
 /// One frame's state in the vector.
-///
-/// On whole cache lines (`align(64)`): every stage touches a lane's step and most read its
-/// `Meta`; with the 16-byte alignment its fields would give it, a 256-byte lane straddled five
-/// lines instead of four, and where its lines fell against the frames' (which a UMEM's fixed
-/// chunk stride and headroom put into the same few L1 sets) changed with wherever the
-/// allocator placed the lanes of each queue: callgrind's cache simulation counted up to 0.9
-/// L1d misses per packet more in the parse stage of one queue than of another running the
-/// same code (benches/benches/dataplane.rs, route cache on and off at 8k flows).
 #[derive(Clone, Copy, Debug)]
-#[repr(align(64))]
 pub(crate) struct Lane {
     step: Step,
     meta: Meta,
