@@ -29,7 +29,7 @@
 //! cache's own hit/miss counters may differ; every verdict, byte and pipeline counter is the
 //! same (the differential property test in `tests/vector.rs` checks it).
 
-use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
+use dst_cache::{Cacheable, Lookup, MissToken};
 use policy_tree::Direction;
 
 use crate::memo::{IngressMemo, LocalFilter, MemoSwitches};
@@ -68,16 +68,37 @@ pub(crate) enum Step {
     Rewrite,
 }
 
-/// How the probe stage answers a repeat of the last admitted lane's key (a run of frames of
-/// one flow costs one probe).
+/// What makes a lane's route-cache key ([`route::flow_key`]: destination, TOS without ECN,
+/// family, ingress device), compared field by field to find runs of one flow without building
+/// keys. Equal `RunKey`s give equal flow keys.
 #[derive(Clone, Copy, Debug)]
-enum RunAnswer {
-    /// A hit: this route.
-    Routed(Route),
-    /// A miss this lane (the run's first) will fill: the repeat takes its answer then.
-    Same(usize),
-    /// Bypassed: the repeat is probed itself.
-    Probe,
+struct RunKey {
+    dst: u128,
+    iif: u32,
+    tos: u8,
+    family: Family,
+}
+
+impl RunKey {
+    #[inline(always)]
+    fn of(meta: &Meta, iif: u32) -> Self {
+        RunKey {
+            dst: meta.dst,
+            iif,
+            tos: meta.tos & route::DSCP_MASK,
+            family: meta.family,
+        }
+    }
+
+    /// Whether a lane (its `meta`, arrived on `iif`) has this key.
+    #[inline(always)]
+    fn is(&self, meta: &Meta, iif: u32) -> bool {
+        // Bitwise `&`: one branch for the whole comparison.
+        (meta.dst == self.dst)
+            & (iif == self.iif)
+            & ((meta.tos & route::DSCP_MASK) == self.tos)
+            & (meta.family == self.family)
+    }
 }
 
 /// One frame's state in the vector.
@@ -158,14 +179,17 @@ impl Queue {
         let mut routable = [0u8; VECTOR];
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
-        let fills = self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        let (fills, answered) =
+            self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        // Nothing left for the tables when the cache answered every routable lane.
+        let misses = if answered < routables { routables } else { 0 };
         let egresses = stage_fib(
             b,
             &self.locals,
             &mut self.ingress,
             frames,
             lanes,
-            &routable[..routables],
+            &routable[..misses],
         );
         if egresses > 0 {
             self.stage_egress(b, frames, lanes);
@@ -249,8 +273,14 @@ impl Queue {
     /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
     /// probed and the rest go to the tables without a key being built, so a bypassed cache
     /// costs one pass over the vector and a few steps per probe. Writes the lanes the fill
-    /// stage must visit (misses to insert, repeats of one) into `fill`, in order, and returns
-    /// how many.
+    /// stage must visit (misses to insert, repeats of one) into `fill`, in order. Returns how
+    /// many lanes it listed there and how many of the routable lanes it took from the tables
+    /// (hits, and repeats of a miss: no FIB lookup of their own).
+    ///
+    /// A run: the admitted lanes after a probed one whose key is the same (compared field by
+    /// field, [`RunKey`], without building a key) take its answer in a loop of their own, the
+    /// route held in registers; the run's hits are told to the cache once, before its next
+    /// probe (so that it sees them in the same order as one probe each).
     #[inline(never)]
     fn stage_probe(
         &mut self,
@@ -259,68 +289,81 @@ impl Queue {
         lanes: &mut [Lane],
         routable: &[u8],
         fill: &mut [u8; VECTOR],
-    ) -> usize {
+    ) -> (usize, usize) {
         // Every routable lane (`Step::Miss`, no token) goes to the tables unless the cache
         // answers it below.
         let Some(cache) = &mut self.cache else {
-            return 0;
+            return (0, 0);
         };
         // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
         let mut admitted = cache.admit_many(b.snapshot, routable.len());
-        let mut fills = 0;
-        // The key of the last admitted lane, and how a repeat of it is answered.
-        let mut run: Option<(FlowKey, RunAnswer)> = None;
-        // The run's repeats answered since the cache last heard of it: told to the cache at
-        // once, before its next probe (so that it sees them in the same order).
-        let mut repeats = 0u32;
+        let (mut fills, mut answered) = (0, 0);
+        // The next admitted lane (`admitted` is a mask of `routable`'s positions).
+        let next = |admitted: u64| {
+            routable
+                .get(admitted.trailing_zeros() as usize)
+                .map_or(usize::MAX, |&i| usize::from(i))
+        };
         while admitted != 0 {
-            let i = usize::from(routable[admitted.trailing_zeros() as usize]);
+            let i = next(admitted);
             admitted &= admitted - 1;
-            let key = route::flow_key(&lanes[i].meta, frames[i].ifindex);
-            if let Some((k, answer)) = &run {
-                if *k == key {
-                    match *answer {
-                        RunAnswer::Routed(route) => {
-                            repeats += 1;
-                            lanes[i].route = route;
-                            lanes[i].step = Step::Routed;
-                            continue;
-                        }
-                        RunAnswer::Same(first) => {
-                            lanes[i].step = Step::Same(first);
-                            fill[fills] = i as u8;
-                            fills += 1;
-                            continue;
-                        }
-                        RunAnswer::Probe => {}
-                    }
-                }
-            }
-            if repeats > 0 {
-                cache.repeat_hits(repeats);
-                repeats = 0;
-            }
-            let lane = &mut lanes[i];
-            let answer = match cache.probe(&key, b.snapshot, b.now) {
+            let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
+                continue;
+            };
+            let run = RunKey::of(&lane.meta, frame.ifindex);
+            let key = route::flow_key(&lane.meta, frame.ifindex);
+            match cache.probe(&key, b.snapshot, b.now) {
                 Lookup::Hit(route) => {
                     lane.route = route;
                     lane.step = Step::Routed;
-                    RunAnswer::Routed(route)
+                    let mut repeats = 0u32;
+                    while admitted != 0 {
+                        let j = next(admitted);
+                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
+                            break;
+                        };
+                        if !run.is(&lane.meta, frame.ifindex) {
+                            break;
+                        }
+                        admitted &= admitted - 1;
+                        lane.route = route;
+                        lane.step = Step::Routed;
+                        repeats += 1;
+                    }
+                    answered += 1 + repeats as usize;
+                    if repeats > 0 {
+                        cache.repeat_hits(repeats);
+                    }
                 }
                 Lookup::Miss(token) => {
+                    // The fill stage inserts the tables' answer, then hands it to the repeats.
                     lane.token = Some(token);
-                    fill[fills] = i as u8;
-                    fills += 1;
-                    RunAnswer::Same(i)
+                    if let Some(slot) = fill.get_mut(fills) {
+                        *slot = i as u8;
+                        fills += 1;
+                    }
+                    while admitted != 0 {
+                        let j = next(admitted);
+                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
+                            break;
+                        };
+                        if !run.is(&lane.meta, frame.ifindex) {
+                            break;
+                        }
+                        admitted &= admitted - 1;
+                        lane.step = Step::Same(i);
+                        if let Some(slot) = fill.get_mut(fills) {
+                            *slot = j as u8;
+                            fills += 1;
+                        }
+                        answered += 1;
+                    }
                 }
-                Lookup::Bypass => RunAnswer::Probe,
-            };
-            run = Some((key, answer));
+                // `probe` never answers so.
+                Lookup::Bypass => {}
+            }
         }
-        if repeats > 0 {
-            cache.repeat_hits(repeats);
-        }
-        fills
+        (fills, answered)
     }
 
     /// Stage 4: Misses: egress link and neighbour, per next hop; the decisions of answers

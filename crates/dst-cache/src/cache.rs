@@ -59,15 +59,22 @@ pub struct Counters {
     pub uncacheable: u64,
 }
 
+/// One slot's entry, laid out so that a bucket search touches one cache line per slot: the
+/// key and everything a search and an insert compare (generation, expiry, LRU time) in the
+/// entry's first line, the decision after them (`repr(C)`: in this order), each entry on
+/// whole lines (`align(64)`). With the compiler's order and 16-byte alignment a 4-way bucket
+/// spread over up to eight lines, which a probe of a bypassed cache (its buckets long evicted
+/// by the other lookups) and its insert each missed.
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 struct Entry<V> {
     key: FlowKey,
-    value: V,
     generation: u64,
     /// The `now` at and after which the entry is expired.
     expires: u64,
     /// When the entry was last inserted or hit, on the cache's own clock (LRU order).
     used: u64,
+    value: V,
 }
 
 impl<V> Entry<V> {

@@ -45,6 +45,11 @@ impl Default for Config {
 /// `resume_at_permille` turns it on again. Each probe window that keeps the cache off doubles
 /// the block, up to `probe_every_max`: traffic the cache cannot serve pays for fewer and
 /// fewer probes, and the block is `probe_every` again whenever the cache turns off anew.
+///
+/// A bypassed cache never serves a stale answer: the bypass only decides whether a lookup uses
+/// the cache; every probe, and every lookup once the cache is back on, checks an entry's
+/// generation and expiry as any lookup does, so entries stored before a generation bump that
+/// came while the cache was off are misses when it comes back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BypassConfig {
     /// Lookups per measuring window while the cache is on.

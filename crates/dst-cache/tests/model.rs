@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
-use dst_cache::{Cacheable, Config, Counters, DstCache, FlowKey, Generation, Lookup};
+use dst_cache::{BypassConfig, Cacheable, Config, Counters, DstCache, FlowKey, Generation, Lookup};
 use proptest::prelude::*;
 
 /// A test decision: an id, and whether it may be cached.
@@ -169,6 +169,109 @@ proptest! {
                 (seen.hits, seen.misses, seen.disabled, seen.uncacheable, 0)
             );
             prop_assert!(c.stale <= c.misses && c.evictions <= inserts);
+            prop_assert!(cache.occupied() <= entries);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// The safety half of the promises above with the adaptive bypass switching on and off
+    /// (tiny windows and probe blocks), through the calls a vector pipeline makes (`admit_many`
+    /// over a vector, `probe` for the admitted lookups, `insert` for their misses): a hit is the
+    /// newest decision stored for its key under the current generation and unexpired, whether
+    /// the cache has been bypassed since or not (a generation bumped while it was off is never
+    /// served when it comes back); never more entries than `entries`; every lookup is counted
+    /// once (hit, miss, bypassed or disabled).
+    #[test]
+    fn bypassed_cache_never_serves_a_stale_answer(
+        entries_log in 0u32..5,
+        ways_log in 0u32..5,
+        seed in any::<u64>(),
+        window in 1u32..8,
+        enter_below_permille in 0u16..=1000,
+        resume_above_enter in 0u16..=1000,
+        probe_every in 1u32..6,
+        probe_every_max_factor in 1u32..4,
+        probe_window in 1u32..6,
+        vector in 1usize..9,
+        ops in prop::collection::vec(op(), 1..400),
+    ) {
+        let entries = 1usize << entries_log;
+        let ways = 1usize << ways_log.min(entries_log);
+        let bypass = BypassConfig {
+            window,
+            enter_below_permille,
+            resume_at_permille: enter_below_permille.saturating_add(resume_above_enter).min(1000),
+            probe_every,
+            probe_every_max: probe_every * probe_every_max_factor,
+            probe_window,
+        };
+        let config = Config { entries, ways, seed: Some(seed), bypass: Some(bypass) };
+        let mut cache: DstCache<Value> = DstCache::new(config).unwrap();
+        let generation = Generation::new();
+        let mut stored: HashMap<FlowKey, Stored> = HashMap::new();
+        let mut lookups = 0u64;
+        let mut now = 0u64;
+        let mut pending: Vec<(u8, u32, bool, Option<u8>)> = Vec::new();
+        // A trailing vector of packets is flushed by the final `Advance(0)`.
+        for op in ops.into_iter().chain([Op::Advance(0)]) {
+            if let Op::Packet { key, id, cacheable, ttl } = op {
+                pending.push((key, id, cacheable, ttl));
+                if pending.len() < vector {
+                    continue;
+                }
+            }
+            // One vector of the packets gathered so far, under one snapshot.
+            let snapshot = generation.snapshot();
+            let mut admitted = cache.admit_many(snapshot, pending.len());
+            lookups += pending.len() as u64;
+            for (i, &(n, id, cacheable, ttl)) in pending.iter().enumerate() {
+                if admitted & (1 << i) == 0 {
+                    continue;
+                }
+                admitted &= !(1 << i);
+                let key = key(n);
+                let valid = stored.get(&key).copied().filter(|s| {
+                    s.generation == snapshot.generation && now < s.expires
+                });
+                match cache.probe(&key, snapshot, now) {
+                    Lookup::Hit(v) => {
+                        let Some(mine) = valid else {
+                            return Err(TestCaseError::fail(format!(
+                                "hit {v:?} for {key:?} with nothing valid stored: {:?}",
+                                stored.get(&key)
+                            )));
+                        };
+                        prop_assert_eq!(v, mine.value);
+                    }
+                    Lookup::Miss(token) => {
+                        let value = Value(id, cacheable);
+                        let expires = ttl.map_or(u64::MAX, |t| now + u64::from(t));
+                        cache.insert(token, value, now, expires);
+                        if cacheable && expires > now {
+                            stored.insert(key, Stored {
+                                value,
+                                generation: snapshot.generation,
+                                expires,
+                                touched: 0,
+                            });
+                        }
+                    }
+                    Lookup::Bypass => prop_assert!(false, "probe answered Bypass"),
+                }
+            }
+            prop_assert_eq!(admitted, 0, "admitted beyond the vector");
+            pending.clear();
+            match op {
+                Op::Bump => generation.bump(),
+                Op::CustomRules(present) => generation.set_custom_rules(present),
+                Op::Advance(by) => now += u64::from(by),
+                Op::Packet { .. } => {}
+            }
+            let c = cache.counters();
+            prop_assert_eq!(c.hits + c.misses + c.bypassed + c.disabled, lookups);
             prop_assert!(cache.occupied() <= entries);
         }
     }
