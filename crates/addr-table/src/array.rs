@@ -12,7 +12,7 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 /// Size and alignment of a transparent huge page on x86-64 and most aarch64 kernels.
 pub(crate) const HUGE_PAGE: usize = 2 << 20;
@@ -25,6 +25,8 @@ pub(crate) unsafe trait Zeroable {}
 
 // SAFETY: an `AtomicU32` of zero bytes is the value 0.
 unsafe impl Zeroable for AtomicU32 {}
+// SAFETY: an `AtomicU64` of zero bytes is the value 0.
+unsafe impl Zeroable for AtomicU64 {}
 
 /// A fixed-size array of `len` zeroed `T`, allocated with [`ZeroedArray::layout`] (2 MiB
 /// aligned and advised `MADV_HUGEPAGE` from 2 MiB on) and freed with the same layout.
@@ -151,6 +153,15 @@ mod tests {
             assert_eq!(a.as_slice()[len - 1].load(Ordering::Relaxed), 7);
             let huge = len * 4 >= HUGE_PAGE && !cfg!(miri);
             let align = if huge { HUGE_PAGE } else { 4 };
+            assert_eq!(a.as_slice().as_ptr() as usize % align, 0, "{len}");
+            // The bucket tags' element: 8 bytes.
+            let a = ZeroedArray::<AtomicU64>::new(len);
+            assert!(a.as_slice().iter().all(|x| x.load(Ordering::Relaxed) == 0));
+            // SAFETY: `len - 1 < len`.
+            unsafe { a.get_unchecked(len - 1) }.store(u64::MAX, Ordering::Relaxed);
+            assert_eq!(a.as_slice()[len - 1].load(Ordering::Relaxed), u64::MAX);
+            let huge = len * 8 >= HUGE_PAGE && !cfg!(miri);
+            let align = if huge { HUGE_PAGE } else { 8 };
             assert_eq!(a.as_slice().as_ptr() as usize % align, 0, "{len}");
         }
     }

@@ -9,7 +9,7 @@
 //!   `u32` keys with values of up to 4 bytes, 4 with 8-byte values, 2 for `u128` keys), plus
 //!   a link to an overflow line when more keys land in it. A key with several objects
 //!   (duplicates) keeps the 32-bit index of its list, newest first, in its slot; [`len`] counts distinct keys. A lookup first tests its
-//!   key's bit in the bucket's 32-bit tag (a Bloom filter of the chain's keys, in a dense
+//!   key's bit in the bucket's 64-bit tag (a Bloom filter of the chain's keys, in a dense
 //!   array beside the lines), which ends most misses without reading a line; a hit then reads
 //!   one line at any size (two for the rare key in an overflow line or with duplicates) and
 //!   returns a **copy** of the value: the keys sit side by side in the line
