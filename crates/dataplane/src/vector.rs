@@ -30,6 +30,7 @@
 //! same (the differential property test in `tests/vector.rs` checks it).
 
 use dst_cache::{Cacheable, FlowKey, Lookup, MissToken};
+use fib_trie::RouteTag;
 use policy_tree::Direction;
 
 use crate::memo::{IngressMemo, LocalFilter, MemoSwitches};
@@ -89,9 +90,9 @@ pub(crate) struct Lane {
     token: Option<MissToken>,
     /// The FIB's choice, for the egress stage.
     egress: Egress,
-    /// The FIB's answer was one whose decision the ingress memo may remember
-    /// ([`route::single_gateway`]): the egress stage stores it.
-    remember: bool,
+    /// The FIB's answer was a route whose decision the ingress memo may remember
+    /// ([`route::single_gateway`]), by this tag: the egress stage stores it.
+    memo_tag: Option<RouteTag>,
     /// The route, once known.
     route: Route,
 }
@@ -129,7 +130,7 @@ impl Default for Lane {
             step: Step::default(),
             meta: Meta::default(),
             token: None,
-            remember: false,
+            memo_tag: None,
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
@@ -335,11 +336,9 @@ impl Queue {
                     .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = lane.resolved();
                 // A source checked by reverse-path filtering: the decision is this source's.
-                if lane.remember && !lane.egress.source_checked {
-                    let key = lane.egress.key(lane.meta.family);
-                    let iif = frame.ifindex;
+                if let (Some(tag), false) = (lane.memo_tag, lane.egress.source_checked) {
                     self.ingress
-                        .remember_answer(key.slot(iif), iif, &key, lane.route);
+                        .remember_answer(tag, frame.ifindex, lane.egress.oif, lane.route);
                 }
             }
         }
@@ -574,6 +573,7 @@ fn fib_lookups<K: FamilyKey>(
         frames,
         lanes,
         gather,
+        tag: None,
         egresses: 0,
         _key: std::marker::PhantomData,
     };
@@ -590,6 +590,9 @@ struct FibBatch<'a, 'f, K> {
     frames: &'a [Frame<'f>],
     lanes: &'a mut [Lane],
     gather: &'a [u8],
+    /// The tag of the route the memo did not know ([`FlowBatch::known`](fib_trie::FlowBatch::known)),
+    /// for the answer that follows.
+    tag: Option<RouteTag>,
     /// How many answers go on to the egress stage.
     egresses: usize,
     _key: std::marker::PhantomData<K>,
@@ -619,24 +622,14 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
         flow: &fib_trie::Flow<K>,
         result: Result<fib_trie::FibResult<'g, K>, fib_trie::LookupError>,
     ) {
+        // The route's tag, if `known` was asked and did not know it.
+        let tag = self.tag.take();
         let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
         let (Some(lane), Some(frame)) = (self.lanes.get_mut(i), self.frames.get(i)) else {
             return;
         };
-        // A route through one gateway: its decision for this ingress device, if remembered.
-        let key = result.as_ref().ok().and_then(route::single_gateway);
-        if let Some(key) = &key {
-            let iif = flow.iif;
-            if let Some(route) = self.switches.answer(key.slot(iif), iif, key) {
-                lane.route = match route::unserved(self.tables, key.oif) {
-                    Some(punt) => punt,
-                    None => *route,
-                };
-                lane.step = lane.resolved();
-                return;
-            }
-        }
-        lane.remember = key.is_some();
+        // A route through one gateway: its decision may be remembered under its tag.
+        lane.memo_tag = tag.filter(|_| result.as_ref().is_ok_and(route::single_gateway));
         take_fib_answer(
             &mut self.switches,
             flow,
@@ -646,6 +639,26 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
             self.policy,
         );
         self.egresses += usize::from(matches!(lane.step, Step::Egress));
+    }
+
+    /// A route the ingress memo knows for this ingress device: its decision, without a
+    /// result, the switches, the next-hop choice or the egress stage.
+    #[inline(always)]
+    fn known(&mut self, k: usize, flow: &fib_trie::Flow<K>, tag: RouteTag) -> bool {
+        let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
+        let Some(lane) = self.lanes.get_mut(i) else {
+            return false;
+        };
+        if let Some((oif, route)) = self.switches.answer(tag, flow.iif) {
+            lane.route = match route::unserved(self.tables, oif) {
+                Some(punt) => punt,
+                None => *route,
+            };
+            lane.step = lane.resolved();
+            return true;
+        }
+        self.tag = Some(tag);
+        false
     }
 }
 

@@ -8,7 +8,7 @@
 //! index is reused) once no prefix uses it and every reader pinned before has unpinned.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
@@ -31,6 +31,41 @@ pub(crate) struct Answer<K> {
     pub(crate) plen: u8,
     /// The first usable next hop.
     pub(crate) nh_sel: usize,
+    /// The route's tag ([`RouteTag`]) when it is a unicast route without a nexthop object.
+    pub(crate) tag: Option<RouteTag>,
+}
+
+/// A unicast route's identity for remembering what it decides: equal for every answer of
+/// one interned route information ([`RouteInfo`](crate::RouteInfo), the next hops, metrics
+/// and the rest shared by the prefixes of one route), whatever the prefix, and never given
+/// to another route information while the process lives (a counter, not an address or an
+/// index that is reused), so a decision remembered under a tag stays the decision of the
+/// route information it came from.
+///
+/// [`FlowBatch::known`](crate::FlowBatch::known) hands it out for the answers of unicast
+/// routes without a nexthop object; such a route's information never changes (a change of
+/// the route is a new information, with a new tag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RouteTag(std::num::NonZeroU64);
+
+/// The last [`RouteTag`] handed out, by any table of any family: a tag names one route
+/// information of one store, so two stores (IPv4 and IPv6, or a store and its compacted
+/// successor) never hand out the same tag.
+static LAST_TAG: AtomicU64 = AtomicU64::new(0);
+
+impl RouteTag {
+    /// A tag never handed out before.
+    fn fresh() -> Self {
+        let n = LAST_TAG.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        // 2^64 tags are never handed out (one per new route information).
+        RouteTag(std::num::NonZeroU64::new(n).unwrap_or(std::num::NonZeroU64::MAX))
+    }
+
+    /// The tag as a number (never 0).
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
 }
 
 /// A result's identity: equal routes share their interned info, so its address stands for it.
@@ -73,6 +108,10 @@ struct Interning {
     ids: HashMap<AnswerKey, u32, foldhash::fast::RandomState>,
     refs: HashMap<u32, (AnswerKey, usize), foldhash::fast::RandomState>,
     next: u32,
+    /// Per route information (its address) of the live answers: its tag and how many live
+    /// answers hold it (the answers hold the information, so its address is not reused
+    /// while it is here).
+    tags: HashMap<usize, (RouteTag, usize), foldhash::fast::RandomState>,
 }
 
 impl<K: TrieKey> Answers<K> {
@@ -141,10 +180,19 @@ impl<K: TrieKey> Answers<K> {
             loaded = fresh.into_shared(guard);
             chunk.store(loaded, Ordering::Release);
         }
+        let info = key.info;
+        let tag = w
+            .tags
+            .entry(info)
+            .and_modify(|t| t.1 += 1)
+            .or_insert_with(|| (RouteTag::fresh(), 1))
+            .0;
+        let tagged = alias.route_type == RouteType::Unicast && alias.info.nh_object.is_none();
         let answer = Owned::new(Answer {
             alias: alias.clone(),
             plen,
             nh_sel,
+            tag: tagged.then_some(tag),
         });
         // SAFETY: the chunk was just loaded or published, and chunks live as long as `self`.
         let slot = unsafe { &loaded.deref().0[id as usize & (CHUNK - 1)] };
@@ -170,6 +218,12 @@ impl<K: TrieKey> Answers<K> {
         }
         w.refs.remove(&id);
         w.ids.remove(&key);
+        if let Some(t) = w.tags.get_mut(&key.info) {
+            t.1 -= 1;
+            if t.1 == 0 {
+                w.tags.remove(&key.info);
+            }
+        }
         drop(w);
         let chunk = self.chunks[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire, guard);
         // SAFETY: a live answer's chunk exists and lives as long as `self`.

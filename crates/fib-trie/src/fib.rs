@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::answers::RouteTag;
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -673,11 +674,17 @@ impl<K: TrieKey> Fib<K> {
                 // A usable route without a nexthop object, the common answer, as
                 // `finish_merged` would give it; every answer goes out through this one call of
                 // `answer`, which the compiler may then inline, leaving out what it does not
-                // read (such as the prefix).
-                let plain = match (id, merged) {
-                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, &flow, guard),
+                // read (such as the prefix). A unicast one the batch may know by its tag.
+                let answer = match (id, merged) {
+                    (Some(Some(id)), Some(merged)) => merged.fast_answer(id, guard),
                     _ => None,
                 };
+                if let Some(tag) = answer.and_then(|a| a.tag) {
+                    if batch.known(base + j, &flow, tag) {
+                        continue;
+                    }
+                }
+                let plain = answer.and_then(|a| Store::plain_result(a, &flow));
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
                     _ => self.lookup_slow(snap, id, &flow, guard),
@@ -797,6 +804,19 @@ pub trait FlowBatch<'g, K> {
 
     /// Takes lookup `k`'s result, `flow` being its flow as [`flow`](Self::flow) gave it.
     fn answer(&mut self, k: usize, flow: &Flow<K>, result: Result<FibResult<'g, K>, LookupError>);
+
+    /// Whether the batch already knows what lookup `k`'s result decides, the result being a
+    /// unicast route without a nexthop object whose identity is `tag` (see [`RouteTag`]):
+    /// if so (`true`), the FIB builds no result and does not call [`answer`](Self::answer)
+    /// for `k`. Called at most once per lookup, only for such results, and when it returns
+    /// `false`, `answer(k, ..)` with that route's result follows before any other call, so
+    /// the batch may keep `tag` until then (to remember the decision under it). The default
+    /// knows nothing.
+    #[inline(always)]
+    fn known(&mut self, k: usize, flow: &Flow<K>, tag: RouteTag) -> bool {
+        let _ = (k, flow, tag);
+        false
+    }
 }
 
 /// [`Fib::lookup_batch`]'s flows and callback as a [`FlowBatch`].
