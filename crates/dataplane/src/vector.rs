@@ -11,7 +11,9 @@
 //! 3. for the misses: local destinations (the same filter, then the address table), then the
 //!    FIB lookups, gathered per family; an answer through one gateway whose decision the
 //!    ingress memo remembers for this ingress device (the kernel's `nhc_rth_input`) is
-//!    decided here, without the switches, the next-hop choice or the egress stage;
+//!    decided here by the route's tag ([`fib_trie::RouteTag`], handed to
+//!    [`FlowBatch::known`](fib_trie::FlowBatch::known) before the FIB builds a result),
+//!    without the result, the switches, the next-hop choice or the egress stage;
 //! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
 //!    does per route, done once per route), then
 //! 5. cache fills (only with a route cache);

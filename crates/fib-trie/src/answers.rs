@@ -314,3 +314,103 @@ mod tests {
         assert_eq!(Arc::strong_count(&alias.info), 1);
     }
 }
+
+#[cfg(test)]
+mod tag_tests {
+    use crate::{Fib, FibResult, FibWriter, Flow, FlowBatch, InsertFlags, LookupError, NextHop};
+    use crate::{Route, RouteSelector, RouteTag, RouteType};
+
+    /// Lookups to `dsts`: the tags `known` was offered, and which lookups were answered.
+    struct Tags<'a, K> {
+        dsts: &'a [K],
+        /// Tags `known` says it knows.
+        knows: &'a [RouteTag],
+        offered: Vec<(usize, RouteTag)>,
+        answered: Vec<usize>,
+    }
+
+    impl<'g, K: crate::TrieKey> FlowBatch<'g, K> for Tags<'_, K> {
+        fn count(&self) -> usize {
+            self.dsts.len()
+        }
+        fn flow(&self, k: usize) -> Flow<K> {
+            Flow::to(self.dsts[k])
+        }
+        fn answer(&mut self, k: usize, _: &Flow<K>, _: Result<FibResult<'g, K>, LookupError>) {
+            self.answered.push(k);
+        }
+        fn known(&mut self, k: usize, _: &Flow<K>, tag: RouteTag) -> bool {
+            self.offered.push((k, tag));
+            self.knows.contains(&tag)
+        }
+    }
+
+    fn run<K: crate::TrieKey>(
+        fib: &Fib<K>,
+        dsts: &[K],
+        knows: &[RouteTag],
+    ) -> (Vec<(usize, RouteTag)>, Vec<usize>) {
+        let mut batch = Tags {
+            dsts,
+            knows,
+            offered: Vec::new(),
+            answered: Vec::new(),
+        };
+        fib.lookup_batch_by(&mut batch, &crossbeam_epoch::pin());
+        (batch.offered, batch.answered)
+    }
+
+    /// One tag per route information whatever the prefix; none for other route types; a
+    /// known tag skips the answer; a replaced route and the other family's routes get tags
+    /// of their own.
+    #[test]
+    fn tags_name_route_informations_and_are_never_reused() {
+        let mut fib = FibWriter::<u32>::new();
+        let via = |gw| vec![NextHop::new(Some(gw), 2)];
+        let a = Route::unicast(0x0a00_0000, 8, 254, via(1));
+        let a24 = Route::unicast(0x0b01_0200, 24, 254, via(1));
+        let b = Route::unicast(0x0c00_0000, 8, 254, via(2));
+        for r in [&a, &a24, &b] {
+            fib.insert(r, InsertFlags::ADD).unwrap();
+        }
+        let mut local = Route::unicast(0x0d00_0000, 8, 255, vec![NextHop::new(None, 1)]);
+        local.route_type = RouteType::Local;
+        local.info.scope = crate::Scope::HOST;
+        fib.insert(&local, InsertFlags::ADD).unwrap();
+        let dsts = [
+            0x0a00_0001,
+            0x0b01_0203,
+            0x0c00_0001,
+            0x0d00_0001,
+            0x0e00_0001,
+        ];
+        let (offered, answered) = run(&fib, &dsts, &[]);
+        assert_eq!(offered.len(), 3, "{offered:?}");
+        let [(0, ta), (1, ta24), (2, tb)] = offered[..] else {
+            panic!("{offered:?}")
+        };
+        assert_eq!(answered, [0, 1, 2, 3, 4]);
+        // Equal routes share their interned information, hence their tag.
+        assert_eq!(ta, ta24);
+        assert_ne!(ta, tb);
+        let (_, answered) = run(&fib, &dsts, &[ta]);
+        assert_eq!(answered, [2, 3, 4], "known: no answer");
+        // Replaced by an equal route: a new information, a new tag.
+        fib.delete(&RouteSelector::exact(&a)).unwrap();
+        fib.delete(&RouteSelector::exact(&a24)).unwrap();
+        fib.insert(&a, InsertFlags::ADD).unwrap();
+        let (offered, _) = run(&fib, &dsts[..1], &[]);
+        assert_eq!(offered.len(), 1);
+        assert!(![ta, tb].contains(&offered[0].1), "{offered:?}");
+        // Another family's table: tags of its own.
+        let mut fib6 = FibWriter::<u128>::new();
+        fib6.insert(
+            &Route::unicast(1 << 120, 8, 254, vec![NextHop::new(Some(1), 2)]),
+            InsertFlags::ADD,
+        )
+        .unwrap();
+        let (offered6, _) = run(&fib6, &[1 << 120 | 5], &[]);
+        assert_eq!(offered6.len(), 1);
+        assert!(![ta, tb, offered[0].1].contains(&offered6[0].1));
+    }
+}

@@ -585,7 +585,10 @@ impl<K: TrieKey> Fib<K> {
     /// Routes every lookup of `batch` as [`lookup`](Self::lookup) would, handing each one's
     /// result to [`FlowBatch::answer`], in order: [`lookup_batch`](Self::lookup_batch) for a
     /// caller that keeps its lookups in its own form and builds each [`Flow`] when asked
-    /// (so that no array of flows is written and read back per batch).
+    /// (so that no array of flows is written and read back per batch). A lookup the fast
+    /// structure answers with a unicast route without a nexthop object is first offered to
+    /// [`FlowBatch::known`] by the route's [`RouteTag`]: a caller that remembers what the
+    /// route decides takes it from there, and no result is built for it.
     ///
     /// # Panics
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
