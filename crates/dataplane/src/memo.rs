@@ -654,7 +654,7 @@ mod tests {
                 _: Result<fib_trie::FibResult<'_, u32>, fib_trie::LookupError>,
             ) {
             }
-            fn known(&mut self, _: usize, _: &fib_trie::Flow<u32>, tag: RouteTag) -> bool {
+            fn known(&mut self, _: usize, tag: RouteTag) -> bool {
                 self.1.push(tag);
                 false
             }

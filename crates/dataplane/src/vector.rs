@@ -646,12 +646,13 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
     /// A route the ingress memo knows for this ingress device: its decision, without a
     /// result, the switches, the next-hop choice or the egress stage.
     #[inline(always)]
-    fn known(&mut self, k: usize, flow: &fib_trie::Flow<K>, tag: RouteTag) -> bool {
+    fn known(&mut self, k: usize, tag: RouteTag) -> bool {
         let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
-        let Some(lane) = self.lanes.get_mut(i) else {
+        let (Some(lane), Some(frame)) = (self.lanes.get_mut(i), self.frames.get(i)) else {
             return false;
         };
-        if let Some((oif, route)) = self.switches.answer(tag, flow.iif) {
+        // The flow's ingress interface (`fib_flow`'s `iif`), without building the flow.
+        if let Some((oif, route)) = self.switches.answer(tag, frame.ifindex) {
             lane.route = match route::unserved(self.tables, oif) {
                 Some(punt) => punt,
                 None => *route,

@@ -339,7 +339,7 @@ mod tag_tests {
         fn answer(&mut self, k: usize, _: &Flow<K>, _: Result<FibResult<'g, K>, LookupError>) {
             self.answered.push(k);
         }
-        fn known(&mut self, k: usize, _: &Flow<K>, tag: RouteTag) -> bool {
+        fn known(&mut self, k: usize, tag: RouteTag) -> bool {
             self.offered.push((k, tag));
             self.knows.contains(&tag)
         }

@@ -663,8 +663,6 @@ impl<K: TrieKey> Fib<K> {
             }
             let mut k = 0;
             for j in 0..len {
-                // Built again (from the caller's own data, still in the cache), not kept.
-                let flow = batch.flow(base + j);
                 // The flow's fast answer, if it went to the fast structure.
                 let id = if all {
                     Some(ids[j & (GROUP - 1)])
@@ -683,10 +681,12 @@ impl<K: TrieKey> Fib<K> {
                     _ => None,
                 };
                 if let Some(tag) = answer.and_then(|a| a.tag) {
-                    if batch.known(base + j, &flow, tag) {
+                    if batch.known(base + j, tag) {
                         continue;
                     }
                 }
+                // Built again (from the caller's own data, still in the cache), not kept.
+                let flow = batch.flow(base + j);
                 let plain = answer.and_then(|a| Store::plain_result(a, &flow));
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
@@ -808,16 +808,17 @@ pub trait FlowBatch<'g, K> {
     /// Takes lookup `k`'s result, `flow` being its flow as [`flow`](Self::flow) gave it.
     fn answer(&mut self, k: usize, flow: &Flow<K>, result: Result<FibResult<'g, K>, LookupError>);
 
-    /// Whether the batch already knows what lookup `k`'s result decides, the result being a
-    /// unicast route without a nexthop object whose identity is `tag` (see [`RouteTag`]):
+    /// Whether the batch already knows what lookup `k`'s result decides (for its flow, as
+    /// [`flow`](Self::flow) gives it), the result being a unicast route without a nexthop
+    /// object whose identity is `tag` (see [`RouteTag`]):
     /// if so (`true`), the FIB builds no result and does not call [`answer`](Self::answer)
     /// for `k`. Called at most once per lookup, only for such results, and when it returns
     /// `false`, `answer(k, ..)` with that route's result follows before any other call, so
     /// the batch may keep `tag` until then (to remember the decision under it). The default
     /// knows nothing.
     #[inline(always)]
-    fn known(&mut self, k: usize, flow: &Flow<K>, tag: RouteTag) -> bool {
-        let _ = (k, flow, tag);
+    fn known(&mut self, k: usize, tag: RouteTag) -> bool {
+        let _ = (k, tag);
         false
     }
 }
