@@ -10,13 +10,15 @@
 //!   for the route-cache misses (all packets, when the cache steps aside at many flows);
 //! - [`IngressMemo`]: the ingress device's switches (`forwarding`, `rp_filter`) once per
 //!   (device, family), the reverse-path answer once per (source, DSCP, device), and the whole
-//!   decision of a FIB answer through one gateway once per (ingress device, next hop, route
-//!   MTU) (the kernel's `nhc_rth_input`: the input route cached on the next hop), valid for
-//!   one route generation and one generation of the device table.
+//!   decision of a FIB answer through one gateway once per (route, ingress device) (the
+//!   kernel's `nhc_rth_input`: the input route cached on the next hop), the route named by
+//!   the fast structure's [`RouteTag`], valid for one route generation and one generation of
+//!   the device table.
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use crossbeam_epoch::Guard;
+use fib_trie::RouteTag;
 
 use crate::Tables;
 use crate::route::{self, Egress, IngressCheck, IngressSwitches, LinkAnswer, Route};
@@ -236,8 +238,9 @@ impl EgressMemo {
 const INGRESS_DEVICES: usize = 16;
 /// Slots of the ingress memo's source part (a power of two, direct-mapped by source).
 const INGRESS_SOURCES: usize = 256;
-/// Slots of the ingress memo's answer part (a power of two, direct-mapped by next hop and
-/// ingress device; a slot is touched only by the next hops in use).
+/// Slots of the ingress memo's answer part (a power of two, direct-mapped by route tag and
+/// ingress device; a slot is touched only by the routes in use: a full table through a few
+/// dozen gateways has a few dozen route informations).
 const INGRESS_ANSWERS: usize = 1024;
 
 /// A remembered ingress verdict of one (device, family).
@@ -262,44 +265,26 @@ struct SourceSlot {
     epoch: u32,
 }
 
-/// A remembered decision of a FIB answer through one gateway ([`NextHopKey`]) for packets
-/// arriving on one device: what [`route::fib_answer`] and [`route::egress`] gave it.
+/// A remembered decision of a FIB answer through one gateway for packets arriving on one
+/// device: what [`route::fib_answer`] and [`route::egress`] gave it.
+///
+/// The route's [`RouteTag`] names its information (next hops, metrics), which never changes
+/// under a tag and which a tag never names again once gone; a unicast route with one live next
+/// hop through a gateway ([`route::single_gateway`]) decides from that information, the
+/// packet's family (a tag is of one family's table) and the ingress device's switches
+/// alone (no flow hash, no destination, no source: a decision whose source was checked by
+/// `rp_filter` is not remembered), so every packet of one epoch that the FIB sends by a
+/// route of this tag through this device gets this decision.
 #[derive(Clone, Copy, Debug)]
 struct AnswerSlot {
+    /// The route's tag ([`RouteTag::get`]; 0: empty).
+    tag: u64,
     /// The memo's epoch the answer was taken in (0: empty).
     epoch: u32,
     iif: u32,
-    key: NextHopKey,
+    /// The route's egress interface.
+    oif: u32,
     route: Route,
-}
-
-/// What the decision of a FIB answer depends on when the answer is a unicast route with one
-/// live next hop through a gateway ([`route::single_gateway`]): with the packet's family and
-/// ingress device (the switches), these fields are every input of [`route::fib_answer`]'s and
-/// [`route::egress`]'s work, so two answers with equal keys get equal decisions under one
-/// generation of the tables, whatever route they came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct NextHopKey {
-    /// The gateway in the pipeline's form.
-    pub(crate) next_hop: u128,
-    pub(crate) oif: u32,
-    /// The route's `mtu` metric, 0 if not set.
-    pub(crate) route_mtu: u32,
-    /// The gateway's family.
-    pub(crate) next_hop_family: Family,
-    /// The packet's family (the switches' family).
-    pub(crate) family: Family,
-}
-
-impl NextHopKey {
-    /// The answer slot of this key for packets arriving on `iif`.
-    #[inline]
-    pub(crate) fn slot(&self, iif: u32) -> u16 {
-        let mix = (self.next_hop as u64 ^ (self.next_hop >> 64) as u64)
-            ^ u64::from(self.oif).rotate_left(32)
-            ^ u64::from(iif).rotate_left(48);
-        (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as u16 & (INGRESS_ANSWERS as u16 - 1)
-    }
 }
 
 /// The ingress switches and reverse-path answers of [`route::fib_answer`], remembered: the
@@ -344,30 +329,40 @@ impl IngressMemo {
         }
     }
 
-    /// The remembered decision for `key` on packets arriving on `iif` (in slot `slot`, which
-    /// is `key.slot(iif)`), taken in this epoch.
-    #[inline]
-    pub(crate) fn answer(&self, slot: u16, iif: u32, key: &NextHopKey) -> Option<&Route> {
-        let s = &self.answers[usize::from(slot) & (INGRESS_ANSWERS - 1)];
-        (s.epoch == self.epoch && s.iif == iif && s.key == *key).then_some(&s.route)
+    /// The answer slot of the route `tag` for packets arriving on `iif`.
+    #[inline(always)]
+    fn answer_slot(tag: RouteTag, iif: u32) -> usize {
+        let mix = tag.get() ^ u64::from(iif).rotate_left(40);
+        (mix.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize & (INGRESS_ANSWERS - 1)
     }
 
-    /// Remembers `route`, the decision for `key` on packets arriving on `iif` whose switches
-    /// let them pass, in slot `slot` (`key.slot(iif)`), if a later packet may take it without
-    /// asking the tables: a usable neighbour, or a link that cannot be used (as
-    /// [`EgressMemo`] keeps them); an unresolved neighbour is asked again each time.
+    /// The remembered decision of the single-gateway route `tag` ([`AnswerSlot`]) on packets
+    /// arriving on `iif`, taken in this epoch, with its egress interface (whether the
+    /// pipeline serves it is asked per packet: [`route::unserved`]).
+    #[inline(always)]
+    pub(crate) fn answer(&self, tag: RouteTag, iif: u32) -> Option<(u32, &Route)> {
+        let s = &self.answers[Self::answer_slot(tag, iif)];
+        (s.tag == tag.get() && s.iif == iif && s.epoch == self.epoch).then_some((s.oif, &s.route))
+    }
+
+    /// Remembers `route`, the decision of the single-gateway route `tag` ([`AnswerSlot`]) on
+    /// packets arriving on `iif` whose switches let them pass without a source check, if a
+    /// later packet may take it without asking the tables: a usable neighbour, or a link that
+    /// cannot be used (as [`EgressMemo`] keeps them); an unresolved neighbour is asked again
+    /// each time.
     #[inline]
-    pub(crate) fn remember_answer(&mut self, slot: u16, iif: u32, key: &NextHopKey, route: Route) {
+    pub(crate) fn remember_answer(&mut self, tag: RouteTag, iif: u32, oif: u32, route: Route) {
         let keep = match route {
             Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
             Route::Drop(_) => true,
             Route::Local | Route::Punt(_) | Route::Reject(_) => false,
         };
         if keep {
-            self.answers[usize::from(slot) & (INGRESS_ANSWERS - 1)] = AnswerSlot {
+            self.answers[Self::answer_slot(tag, iif)] = AnswerSlot {
+                tag: tag.get(),
                 epoch: self.epoch,
                 iif,
-                key: *key,
+                oif,
                 route,
             };
         }
@@ -415,15 +410,10 @@ impl IngressMemo {
 
 impl AnswerSlot {
     const EMPTY: AnswerSlot = AnswerSlot {
+        tag: 0,
         epoch: 0,
         iif: 0,
-        key: NextHopKey {
-            next_hop: 0,
-            oif: 0,
-            route_mtu: 0,
-            next_hop_family: Family::V4,
-            family: Family::V4,
-        },
+        oif: 0,
         route: Route::Local,
     };
 }
@@ -437,9 +427,9 @@ pub(crate) struct MemoSwitches<'a> {
 
 impl MemoSwitches<'_> {
     /// [`IngressMemo::answer`].
-    #[inline]
-    pub(crate) fn answer(&self, slot: u16, iif: u32, key: &NextHopKey) -> Option<&Route> {
-        self.memo.answer(slot, iif, key)
+    #[inline(always)]
+    pub(crate) fn answer(&self, tag: RouteTag, iif: u32) -> Option<(u32, &Route)> {
+        self.memo.answer(tag, iif)
     }
 }
 
@@ -646,28 +636,62 @@ mod tests {
         assert_eq!(resolved(&mut memo, 1), 0);
     }
 
-    /// A remembered decision answers only its own key and ingress device, only in its epoch,
-    /// and only usable decisions are remembered.
+    /// The tags of the routes of `fib` that answer `dsts`, in order (through the batch
+    /// lookup, which hands them out).
+    fn tags_of(fib: &fib_trie::Fib<u32>, dsts: &[u32]) -> Vec<RouteTag> {
+        struct Tags<'a>(&'a [u32], Vec<RouteTag>);
+        impl fib_trie::FlowBatch<'_, u32> for Tags<'_> {
+            fn count(&self) -> usize {
+                self.0.len()
+            }
+            fn flow(&self, k: usize) -> fib_trie::Flow<u32> {
+                fib_trie::Flow::to(self.0[k])
+            }
+            fn answer(
+                &mut self,
+                _: usize,
+                _: &fib_trie::Flow<u32>,
+                _: Result<fib_trie::FibResult<'_, u32>, fib_trie::LookupError>,
+            ) {
+            }
+            fn known(&mut self, _: usize, tag: RouteTag) -> bool {
+                self.1.push(tag);
+                false
+            }
+        }
+        let mut batch = Tags(dsts, Vec::new());
+        fib.lookup_batch_by(&mut batch, &crossbeam_epoch::pin());
+        batch.1
+    }
+
+    /// A remembered decision answers only its own route and ingress device, only in its
+    /// epoch, and only usable decisions are remembered; a route replaced (even by an equal
+    /// one) gets a tag of its own.
     #[test]
-    fn the_answer_memo_keeps_usable_decisions_per_device_and_epoch() {
+    fn the_answer_memo_keeps_usable_decisions_per_route_device_and_epoch() {
         use crate::route::Hop;
-        let (tables, _writers) = tables();
+        use fib_trie::{InsertFlags, NextHop, Route as FibRoute, RouteSelector};
+        let (tables, mut writers) = tables();
+        let via = |gw| vec![NextHop::new(Some(gw), 2)];
+        let a = FibRoute::unicast(0x0a00_0000, 8, 254, via(0x0a00_0201));
+        let b = FibRoute::unicast(0x0b00_0000, 8, 254, via(0x0a00_0202));
+        writers.fib4.insert(&a, InsertFlags::ADD).unwrap();
+        writers.fib4.insert(&b, InsertFlags::ADD).unwrap();
+        let tags = tags_of(&tables.fib4, &[0x0a01_0101, 0x0a02_0202, 0x0b01_0101]);
+        let [ta, ta2, tb] = tags[..] else {
+            panic!("{tags:?}")
+        };
+        assert_eq!(ta, ta2, "one route, one tag");
+        assert_ne!(ta, tb);
         let mut memo = IngressMemo::new();
         let snapshot = |generation| dst_cache::Snapshot {
             generation,
             ..tables.generation.snapshot()
         };
         memo.refresh(&tables, snapshot(0));
-        let key = NextHopKey {
-            next_hop: 0x0a00_0201,
-            oif: 2,
-            route_mtu: 0,
-            next_hop_family: Family::V4,
-            family: Family::V4,
-        };
         let hop = |dst_mac| Hop {
             oif: 2,
-            next_hop: key.next_hop,
+            next_hop: 0x0a00_0201,
             next_hop_family: Family::V4,
             src_mac: [2, 0, 0, 0, 0, 2],
             dst_mac,
@@ -676,26 +700,28 @@ mod tests {
             source_checked: false,
         };
         let usable = Route::Forward(hop(Some([2, 0, 0, 0, 0, 9])));
-        let slot = key.slot(1);
-        memo.remember_answer(slot, 1, &key, usable);
-        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
-        let other_device = key.slot(3);
-        assert_eq!(memo.answer(other_device, 3, &key), None);
-        let other_mtu = NextHopKey {
-            route_mtu: 1400,
-            ..key
-        };
-        assert_eq!(memo.answer(other_mtu.slot(1), 1, &other_mtu), None);
+        memo.remember_answer(ta, 1, 2, usable);
+        assert_eq!(memo.answer(ta, 1), Some((2, &usable)));
+        assert_eq!(memo.answer(ta, 3), None, "another device");
+        assert_eq!(memo.answer(tb, 1), None, "another route");
         // An unresolved neighbour is asked again; a link that cannot be used is remembered.
         let unresolved = Route::Forward(hop(None));
-        memo.remember_answer(slot, 1, &key, unresolved);
-        assert_eq!(memo.answer(slot, 1, &key), Some(&usable));
+        memo.remember_answer(ta, 1, 2, unresolved);
+        assert_eq!(memo.answer(ta, 1), Some((2, &usable)));
         let down = Route::Drop(DropReason::EgressDown);
-        memo.remember_answer(slot, 1, &key, down);
-        assert_eq!(memo.answer(slot, 1, &key), Some(&down));
+        memo.remember_answer(ta, 1, 2, down);
+        assert_eq!(memo.answer(ta, 1), Some((2, &down)));
         // The next generation forgets it.
         memo.refresh(&tables, snapshot(1));
-        assert_eq!(memo.answer(slot, 1, &key), None);
+        assert_eq!(memo.answer(ta, 1), None);
+        // Replaced by an equal route: a new tag, under which nothing is remembered.
+        memo.remember_answer(ta, 1, 2, usable);
+        writers.fib4.delete(&RouteSelector::exact(&a)).unwrap();
+        writers.fib4.insert(&a, InsertFlags::ADD).unwrap();
+        let again = tags_of(&tables.fib4, &[0x0a01_0101]);
+        assert_eq!(again.len(), 1);
+        assert_ne!(again[0], ta);
+        assert_eq!(memo.answer(again[0], 1), None);
     }
 
     #[test]

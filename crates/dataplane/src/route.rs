@@ -10,7 +10,6 @@ use fib_trie::{Fib, FibResult, Flow, Gateway, LookupError, RouteType, Scope, Tri
 use neigh_table::Ingress;
 
 use crate::Tables;
-use crate::memo::NextHopKey;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, IcmpError, PuntReason};
 use crate::wire::Family;
@@ -261,8 +260,6 @@ fn fib_lookup_in<K: FamilyKey>(
 pub(crate) trait FamilyKey: TrieKey {
     /// The key of an address in the pipeline's `u128` form (IPv4 in the low 32 bits).
     fn narrow(addr: u128) -> Self;
-    /// The family of the packets this FIB routes.
-    const FAMILY: Family;
     /// A route's gateway in the pipeline's `u128` form, and its family.
     fn widen(gateway: Gateway<Self>) -> (u128, Family);
     /// The family's FIB.
@@ -270,8 +267,6 @@ pub(crate) trait FamilyKey: TrieKey {
 }
 
 impl FamilyKey for u32 {
-    const FAMILY: Family = Family::V4;
-
     #[inline(always)]
     fn narrow(addr: u128) -> u32 {
         addr as u32
@@ -289,8 +284,6 @@ impl FamilyKey for u32 {
 }
 
 impl FamilyKey for u128 {
-    const FAMILY: Family = Family::V6;
-
     #[inline(always)]
     fn narrow(addr: u128) -> u128 {
         addr
@@ -495,29 +488,19 @@ pub(crate) fn fib_answer<K: TrieKey>(
     unicast_egress(&r, dst, policy, keys, widen, source_checked)
 }
 
-/// The key under which the decision of the FIB's answer `r` may be remembered
-/// ([`IngressMemo`](crate::memo::IngressMemo)): a unicast route with one live next hop through
-/// a gateway, whose decision [`unicast_egress`] and [`egress`] take from the key's fields alone
-/// (no flow hash, no destination); `None` for every other answer.
-#[inline(always)]
-pub(crate) fn single_gateway<K: FamilyKey>(r: &FibResult<'_, K>) -> Option<NextHopKey> {
+/// Whether the decision of the FIB's answer `r` may be remembered per route and ingress
+/// device ([`IngressMemo`](crate::memo::IngressMemo)): a unicast route with one live next hop
+/// through a gateway, whose decision [`unicast_egress`] and [`egress`] take from the route's
+/// information alone (its gateway, interface and `mtu` metric; no flow hash, no destination).
+#[inline]
+pub(crate) fn single_gateway<K: TrieKey>(r: &FibResult<'_, K>) -> bool {
     if r.route_type() != RouteType::Unicast {
-        return None;
+        return false;
     }
     let [only] = r.nexthops() else {
-        return None;
+        return false;
     };
-    if !only.is_alive() || only.weight == 0 {
-        return None;
-    }
-    let (next_hop, next_hop_family) = K::widen(only.gateway?);
-    Some(NextHopKey {
-        next_hop,
-        oif: only.ifindex,
-        route_mtu: r.alias.info.metrics.mtu().unwrap_or(0),
-        next_hop_family,
-        family: K::FAMILY,
-    })
+    only.is_alive() && only.weight > 0 && only.gateway.is_some()
 }
 
 /// The FIB's answer for a locally originated packet (`ip_route_output_key`: the flow's `iif`
@@ -783,21 +766,6 @@ pub struct Egress {
     pub route_mtu: Option<u32>,
     /// The source passed reverse-path filtering ([`Hop::source_checked`]).
     pub source_checked: bool,
-}
-
-impl Egress {
-    /// The key under which this choice's decision may be remembered for a packet of
-    /// `family` ([`single_gateway`] of the answer it came from).
-    #[inline]
-    pub(crate) fn key(&self, family: Family) -> NextHopKey {
-        NextHopKey {
-            next_hop: self.next_hop,
-            oif: self.oif,
-            route_mtu: self.route_mtu.unwrap_or(0),
-            next_hop_family: self.next_hop_family,
-            family,
-        }
-    }
 }
 
 /// The egress half of a decision: the link's MAC, the path MTU, and the neighbour's MAC if

@@ -11,7 +11,9 @@
 //! 3. for the misses: local destinations (the same filter, then the address table), then the
 //!    FIB lookups, gathered per family; an answer through one gateway whose decision the
 //!    ingress memo remembers for this ingress device (the kernel's `nhc_rth_input`) is
-//!    decided here, without the switches, the next-hop choice or the egress stage;
+//!    decided here by the route's tag ([`fib_trie::RouteTag`], handed to
+//!    [`FlowBatch::known`](fib_trie::FlowBatch::known) before the FIB builds a result),
+//!    without the result, the switches, the next-hop choice or the egress stage;
 //! 4. egress link and neighbour (memoised per next hop and route generation: work the kernel
 //!    does per route, done once per route), then
 //! 5. cache fills (only with a route cache);
@@ -30,6 +32,7 @@
 //! same (the differential property test in `tests/vector.rs` checks it).
 
 use dst_cache::{Cacheable, Lookup, MissToken};
+use fib_trie::RouteTag;
 use policy_tree::Direction;
 
 use crate::memo::{IngressMemo, LocalFilter, MemoSwitches};
@@ -110,9 +113,9 @@ pub(crate) struct Lane {
     token: Option<MissToken>,
     /// The FIB's choice, for the egress stage.
     egress: Egress,
-    /// The FIB's answer was one whose decision the ingress memo may remember
-    /// ([`route::single_gateway`]): the egress stage stores it.
-    remember: bool,
+    /// The FIB's answer was a route whose decision the ingress memo may remember
+    /// ([`route::single_gateway`]), by this tag: the egress stage stores it.
+    memo_tag: Option<RouteTag>,
     /// The route, once known.
     route: Route,
 }
@@ -150,7 +153,7 @@ impl Default for Lane {
             step: Step::default(),
             meta: Meta::default(),
             token: None,
-            remember: false,
+            memo_tag: None,
             egress: Egress {
                 oif: 0,
                 next_hop: 0,
@@ -378,11 +381,9 @@ impl Queue {
                     .egress(b.tables, b.guard, generation, &lane.egress);
                 lane.step = lane.resolved();
                 // A source checked by reverse-path filtering: the decision is this source's.
-                if lane.remember && !lane.egress.source_checked {
-                    let key = lane.egress.key(lane.meta.family);
-                    let iif = frame.ifindex;
+                if let (Some(tag), false) = (lane.memo_tag, lane.egress.source_checked) {
                     self.ingress
-                        .remember_answer(key.slot(iif), iif, &key, lane.route);
+                        .remember_answer(tag, frame.ifindex, lane.egress.oif, lane.route);
                 }
             }
         }
@@ -617,6 +618,7 @@ fn fib_lookups<K: FamilyKey>(
         frames,
         lanes,
         gather,
+        tag: None,
         egresses: 0,
         _key: std::marker::PhantomData,
     };
@@ -633,6 +635,9 @@ struct FibBatch<'a, 'f, K> {
     frames: &'a [Frame<'f>],
     lanes: &'a mut [Lane],
     gather: &'a [u8],
+    /// The tag of the route the memo did not know ([`FlowBatch::known`](fib_trie::FlowBatch::known)),
+    /// for the answer that follows.
+    tag: Option<RouteTag>,
     /// How many answers go on to the egress stage.
     egresses: usize,
     _key: std::marker::PhantomData<K>,
@@ -662,24 +667,14 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
         flow: &fib_trie::Flow<K>,
         result: Result<fib_trie::FibResult<'g, K>, fib_trie::LookupError>,
     ) {
+        // The route's tag, if `known` was asked and did not know it.
+        let tag = self.tag.take();
         let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
         let (Some(lane), Some(frame)) = (self.lanes.get_mut(i), self.frames.get(i)) else {
             return;
         };
-        // A route through one gateway: its decision for this ingress device, if remembered.
-        let key = result.as_ref().ok().and_then(route::single_gateway);
-        if let Some(key) = &key {
-            let iif = flow.iif;
-            if let Some(route) = self.switches.answer(key.slot(iif), iif, key) {
-                lane.route = match route::unserved(self.tables, key.oif) {
-                    Some(punt) => punt,
-                    None => *route,
-                };
-                lane.step = lane.resolved();
-                return;
-            }
-        }
-        lane.remember = key.is_some();
+        // A route through one gateway: its decision may be remembered under its tag.
+        lane.memo_tag = tag.filter(|_| result.as_ref().is_ok_and(route::single_gateway));
         take_fib_answer(
             &mut self.switches,
             flow,
@@ -689,6 +684,27 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
             self.policy,
         );
         self.egresses += usize::from(matches!(lane.step, Step::Egress));
+    }
+
+    /// A route the ingress memo knows for this ingress device: its decision, without a
+    /// result, the switches, the next-hop choice or the egress stage.
+    #[inline(always)]
+    fn known(&mut self, k: usize, tag: RouteTag) -> bool {
+        let i = self.gather.get(k).map_or(usize::MAX, |&i| usize::from(i));
+        let (Some(lane), Some(frame)) = (self.lanes.get_mut(i), self.frames.get(i)) else {
+            return false;
+        };
+        // The flow's ingress interface (`fib_flow`'s `iif`), without building the flow.
+        if let Some((oif, route)) = self.switches.answer(tag, frame.ifindex) {
+            lane.route = match route::unserved(self.tables, oif) {
+                Some(punt) => punt,
+                None => *route,
+            };
+            lane.step = lane.resolved();
+            return true;
+        }
+        self.tag = Some(tag);
+        false
     }
 }
 

@@ -183,6 +183,14 @@ enum Change {
     DeviceEntry,
     /// 172.16.0.0/16 via IN appears (a route back to `NO_ROUTE_BACK4`), or goes.
     ReturnRoute,
+    /// 8.0.0.0/8 is deleted and added again through the other gateway (10.0.4.254 on SMALL
+    /// instead of 10.0.2.254 on OUT, or back): the fast structure's answers of the old route
+    /// are retired and their ids may be reused by the new one, which the ingress memo must
+    /// not take for the old.
+    Regateway,
+    /// [`Change::Regateway`] published, and the next batch runs before the writer bumps the
+    /// generation (as a queue may see a writer between the two).
+    RegatewayLate,
 }
 
 fn change() -> impl Strategy<Value = Option<Change>> {
@@ -201,6 +209,8 @@ fn change() -> impl Strategy<Value = Option<Change>> {
             Just(Change::RpFilter),
             Just(Change::DeviceEntry),
             Just(Change::ReturnRoute),
+            Just(Change::Regateway),
+            Just(Change::RegatewayLate),
         ]
         .prop_map(Some),
     ]
@@ -225,6 +235,10 @@ struct Toggles {
     rp_filter: u8,
     device_gone: bool,
     return_route: bool,
+    /// 8.0.0.0/8 goes through 10.0.4.254 on SMALL.
+    regateway: bool,
+    /// The last change is published but the generation not bumped yet.
+    late_bump: bool,
 }
 
 /// The device switches the batches start with: both families forward on every device, no
@@ -405,6 +419,33 @@ fn apply(fx: &mut Fixture, toggles: &mut Toggles, change: Change) {
                     .fib4
                     .delete(&RouteSelector::exact(&route))
                     .unwrap();
+            }
+        }
+        Change::Regateway | Change::RegatewayLate => {
+            let via = |regateway| {
+                let hop = if regateway {
+                    NextHop::new(Some(v4([10, 0, 4, 254])), SMALL)
+                } else {
+                    NextHop::new(Some(v4([10, 0, 2, 254])), OUT)
+                };
+                Route::unicast(v4([8, 0, 0, 0]), 8, 254, vec![hop])
+            };
+            let old = via(toggles.regateway);
+            toggles.regateway = !toggles.regateway;
+            fx.writers()
+                .fib4
+                .delete(&RouteSelector::exact(&old))
+                .unwrap();
+            // Let the retired answers' ids come free (the epoch moves on once nothing pinned
+            // before the delete is left), so that the insert may take one of them.
+            for _ in 0..4 {
+                crossbeam_epoch::pin().flush();
+            }
+            let new = via(toggles.regateway);
+            fx.writers().fib4.insert(&new, InsertFlags::ADD).unwrap();
+            if let Change::RegatewayLate = change {
+                toggles.late_bump = true;
+                return;
             }
         }
         Change::Policies => {
@@ -590,6 +631,9 @@ proptest! {
             let b = run(&mut reference, false, &reference_fx.tables, frames, headroom, now);
             prop_assert_eq!(&a, &b, "batch {}", i);
             prop_assert!(a.frames.iter().all(|(v, _)| *v != Verdict::Pending));
+            if std::mem::take(&mut toggles.late_bump) {
+                fx.tables.generation.bump();
+            }
             if let Some(change) = change {
                 apply(&mut fx, &mut toggles, *change);
             }

@@ -8,7 +8,7 @@
 //! index is reused) once no prefix uses it and every reader pinned before has unpinned.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_epoch::{Atomic, Guard, Owned, Shared};
@@ -31,6 +31,41 @@ pub(crate) struct Answer<K> {
     pub(crate) plen: u8,
     /// The first usable next hop.
     pub(crate) nh_sel: usize,
+    /// The route's tag ([`RouteTag`]) when it is a unicast route without a nexthop object.
+    pub(crate) tag: Option<RouteTag>,
+}
+
+/// A unicast route's identity for remembering what it decides: equal for every answer of
+/// one interned route information ([`RouteInfo`](crate::RouteInfo), the next hops, metrics
+/// and the rest shared by the prefixes of one route), whatever the prefix, and never given
+/// to another route information while the process lives (a counter, not an address or an
+/// index that is reused), so a decision remembered under a tag stays the decision of the
+/// route information it came from.
+///
+/// [`FlowBatch::known`](crate::FlowBatch::known) hands it out for the answers of unicast
+/// routes without a nexthop object; such a route's information never changes (a change of
+/// the route is a new information, with a new tag).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RouteTag(std::num::NonZeroU64);
+
+/// The last [`RouteTag`] handed out, by any table of any family: a tag names one route
+/// information of one store, so two stores (IPv4 and IPv6, or a store and its compacted
+/// successor) never hand out the same tag.
+static LAST_TAG: AtomicU64 = AtomicU64::new(0);
+
+impl RouteTag {
+    /// A tag never handed out before.
+    fn fresh() -> Self {
+        let n = LAST_TAG.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        // 2^64 tags are never handed out (one per new route information).
+        RouteTag(std::num::NonZeroU64::new(n).unwrap_or(std::num::NonZeroU64::MAX))
+    }
+
+    /// The tag as a number (never 0).
+    #[inline(always)]
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
 }
 
 /// A result's identity: equal routes share their interned info, so its address stands for it.
@@ -73,6 +108,10 @@ struct Interning {
     ids: HashMap<AnswerKey, u32, foldhash::fast::RandomState>,
     refs: HashMap<u32, (AnswerKey, usize), foldhash::fast::RandomState>,
     next: u32,
+    /// Per route information (its address) of the live answers: its tag and how many live
+    /// answers hold it (the answers hold the information, so its address is not reused
+    /// while it is here).
+    tags: HashMap<usize, (RouteTag, usize), foldhash::fast::RandomState>,
 }
 
 impl<K: TrieKey> Answers<K> {
@@ -141,10 +180,19 @@ impl<K: TrieKey> Answers<K> {
             loaded = fresh.into_shared(guard);
             chunk.store(loaded, Ordering::Release);
         }
+        let info = key.info;
+        let tag = w
+            .tags
+            .entry(info)
+            .and_modify(|t| t.1 += 1)
+            .or_insert_with(|| (RouteTag::fresh(), 1))
+            .0;
+        let tagged = alias.route_type == RouteType::Unicast && alias.info.nh_object.is_none();
         let answer = Owned::new(Answer {
             alias: alias.clone(),
             plen,
             nh_sel,
+            tag: tagged.then_some(tag),
         });
         // SAFETY: the chunk was just loaded or published, and chunks live as long as `self`.
         let slot = unsafe { &loaded.deref().0[id as usize & (CHUNK - 1)] };
@@ -170,6 +218,12 @@ impl<K: TrieKey> Answers<K> {
         }
         w.refs.remove(&id);
         w.ids.remove(&key);
+        if let Some(t) = w.tags.get_mut(&key.info) {
+            t.1 -= 1;
+            if t.1 == 0 {
+                w.tags.remove(&key.info);
+            }
+        }
         drop(w);
         let chunk = self.chunks[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire, guard);
         // SAFETY: a live answer's chunk exists and lives as long as `self`.
@@ -258,5 +312,105 @@ mod tests {
         assert_eq!(Arc::strong_count(&alias.info), n + 1);
         drop(answers);
         assert_eq!(Arc::strong_count(&alias.info), 1);
+    }
+}
+
+#[cfg(test)]
+mod tag_tests {
+    use crate::{Fib, FibResult, FibWriter, Flow, FlowBatch, InsertFlags, LookupError, NextHop};
+    use crate::{Route, RouteSelector, RouteTag, RouteType};
+
+    /// Lookups to `dsts`: the tags `known` was offered, and which lookups were answered.
+    struct Tags<'a, K> {
+        dsts: &'a [K],
+        /// Tags `known` says it knows.
+        knows: &'a [RouteTag],
+        offered: Vec<(usize, RouteTag)>,
+        answered: Vec<usize>,
+    }
+
+    impl<'g, K: crate::TrieKey> FlowBatch<'g, K> for Tags<'_, K> {
+        fn count(&self) -> usize {
+            self.dsts.len()
+        }
+        fn flow(&self, k: usize) -> Flow<K> {
+            Flow::to(self.dsts[k])
+        }
+        fn answer(&mut self, k: usize, _: &Flow<K>, _: Result<FibResult<'g, K>, LookupError>) {
+            self.answered.push(k);
+        }
+        fn known(&mut self, k: usize, tag: RouteTag) -> bool {
+            self.offered.push((k, tag));
+            self.knows.contains(&tag)
+        }
+    }
+
+    fn run<K: crate::TrieKey>(
+        fib: &Fib<K>,
+        dsts: &[K],
+        knows: &[RouteTag],
+    ) -> (Vec<(usize, RouteTag)>, Vec<usize>) {
+        let mut batch = Tags {
+            dsts,
+            knows,
+            offered: Vec::new(),
+            answered: Vec::new(),
+        };
+        fib.lookup_batch_by(&mut batch, &crossbeam_epoch::pin());
+        (batch.offered, batch.answered)
+    }
+
+    /// One tag per route information whatever the prefix; none for other route types; a
+    /// known tag skips the answer; a replaced route and the other family's routes get tags
+    /// of their own.
+    #[test]
+    fn tags_name_route_informations_and_are_never_reused() {
+        let mut fib = FibWriter::<u32>::new();
+        let via = |gw| vec![NextHop::new(Some(gw), 2)];
+        let a = Route::unicast(0x0a00_0000, 8, 254, via(1));
+        let a24 = Route::unicast(0x0b01_0200, 24, 254, via(1));
+        let b = Route::unicast(0x0c00_0000, 8, 254, via(2));
+        for r in [&a, &a24, &b] {
+            fib.insert(r, InsertFlags::ADD).unwrap();
+        }
+        let mut local = Route::unicast(0x0d00_0000, 8, 255, vec![NextHop::new(None, 1)]);
+        local.route_type = RouteType::Local;
+        local.info.scope = crate::Scope::HOST;
+        fib.insert(&local, InsertFlags::ADD).unwrap();
+        let dsts = [
+            0x0a00_0001,
+            0x0b01_0203,
+            0x0c00_0001,
+            0x0d00_0001,
+            0x0e00_0001,
+        ];
+        let (offered, answered) = run(&fib, &dsts, &[]);
+        assert_eq!(offered.len(), 3, "{offered:?}");
+        let [(0, ta), (1, ta24), (2, tb)] = offered[..] else {
+            panic!("{offered:?}")
+        };
+        assert_eq!(answered, [0, 1, 2, 3, 4]);
+        // Equal routes share their interned information, hence their tag.
+        assert_eq!(ta, ta24);
+        assert_ne!(ta, tb);
+        let (_, answered) = run(&fib, &dsts, &[ta]);
+        assert_eq!(answered, [2, 3, 4], "known: no answer");
+        // Replaced by an equal route: a new information, a new tag.
+        fib.delete(&RouteSelector::exact(&a)).unwrap();
+        fib.delete(&RouteSelector::exact(&a24)).unwrap();
+        fib.insert(&a, InsertFlags::ADD).unwrap();
+        let (offered, _) = run(&fib, &dsts[..1], &[]);
+        assert_eq!(offered.len(), 1);
+        assert!(![ta, tb].contains(&offered[0].1), "{offered:?}");
+        // Another family's table: tags of its own.
+        let mut fib6 = FibWriter::<u128>::new();
+        fib6.insert(
+            &Route::unicast(1 << 120, 8, 254, vec![NextHop::new(Some(1), 2)]),
+            InsertFlags::ADD,
+        )
+        .unwrap();
+        let (offered6, _) = run(&fib6, &[1 << 120 | 5], &[]);
+        assert_eq!(offered6.len(), 1);
+        assert!(![ta, tb, offered[0].1].contains(&offered6[0].1));
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
+use crate::answers::RouteTag;
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -584,7 +585,10 @@ impl<K: TrieKey> Fib<K> {
     /// Routes every lookup of `batch` as [`lookup`](Self::lookup) would, handing each one's
     /// result to [`FlowBatch::answer`], in order: [`lookup_batch`](Self::lookup_batch) for a
     /// caller that keeps its lookups in its own form and builds each [`Flow`] when asked
-    /// (so that no array of flows is written and read back per batch).
+    /// (so that no array of flows is written and read back per batch). A lookup the fast
+    /// structure answers with a unicast route without a nexthop object is first offered to
+    /// [`FlowBatch::known`] by the route's [`RouteTag`]: a caller that remembers what the
+    /// route decides takes it from there, and no result is built for it.
     ///
     /// # Panics
     /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector): checked once
@@ -659,8 +663,6 @@ impl<K: TrieKey> Fib<K> {
             }
             let mut k = 0;
             for j in 0..len {
-                // Built again (from the caller's own data, still in the cache), not kept.
-                let flow = batch.flow(base + j);
                 // The flow's fast answer, if it went to the fast structure.
                 let id = if all {
                     Some(ids[j & (GROUP - 1)])
@@ -673,11 +675,19 @@ impl<K: TrieKey> Fib<K> {
                 // A usable route without a nexthop object, the common answer, as
                 // `finish_merged` would give it; every answer goes out through this one call of
                 // `answer`, which the compiler may then inline, leaving out what it does not
-                // read (such as the prefix).
-                let plain = match (id, merged) {
-                    (Some(Some(id)), Some(merged)) => merged.fast_plain(id, &flow, guard),
+                // read (such as the prefix). A unicast one the batch may know by its tag.
+                let answer = match (id, merged) {
+                    (Some(Some(id)), Some(merged)) => merged.fast_answer(id, guard),
                     _ => None,
                 };
+                if let Some(tag) = answer.and_then(|a| a.tag) {
+                    if batch.known(base + j, tag) {
+                        continue;
+                    }
+                }
+                // Built again (from the caller's own data, still in the cache), not kept.
+                let flow = batch.flow(base + j);
+                let plain = answer.and_then(|a| Store::plain_result(a, &flow));
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
                     _ => self.lookup_slow(snap, id, &flow, guard),
@@ -797,6 +807,20 @@ pub trait FlowBatch<'g, K> {
 
     /// Takes lookup `k`'s result, `flow` being its flow as [`flow`](Self::flow) gave it.
     fn answer(&mut self, k: usize, flow: &Flow<K>, result: Result<FibResult<'g, K>, LookupError>);
+
+    /// Whether the batch already knows what lookup `k`'s result decides (for its flow, as
+    /// [`flow`](Self::flow) gives it), the result being a unicast route without a nexthop
+    /// object whose identity is `tag` (see [`RouteTag`]):
+    /// if so (`true`), the FIB builds no result and does not call [`answer`](Self::answer)
+    /// for `k`. Called at most once per lookup, only for such results, and when it returns
+    /// `false`, `answer(k, ..)` with that route's result follows before any other call, so
+    /// the batch may keep `tag` until then (to remember the decision under it). The default
+    /// knows nothing.
+    #[inline(always)]
+    fn known(&mut self, k: usize, tag: RouteTag) -> bool {
+        let _ = (k, tag);
+        false
+    }
 }
 
 /// [`Fib::lookup_batch`]'s flows and callback as a [`FlowBatch`].

@@ -109,6 +109,7 @@ mod writer;
 /// let guard = fib_trie::crossbeam_epoch::pin();
 /// # drop(guard);
 /// ```
+pub use answers::RouteTag;
 pub use crossbeam_epoch;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};

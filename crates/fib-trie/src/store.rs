@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use crate::answers::{AnswerKey, Answers};
+use crate::answers::{Answer, AnswerKey, Answers};
 use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
 use crate::node::Alias;
@@ -218,17 +218,18 @@ impl<K: TrieKey> Store<K> {
             && self.fast_ok.load(Ordering::Acquire)
     }
 
-    /// The result of a fast-structure answer `id` for an eligible `flow` when its route has
+    /// The answer `id` stands for, if it is live: for [`plain_result`](Self::plain_result),
+    /// after the caller read the answer's tag.
+    #[inline(always)]
+    pub(crate) fn fast_answer<'g>(&'g self, id: u32, guard: &'g Guard) -> Option<&'g Answer<K>> {
+        self.answers.get(id, guard)
+    }
+
+    /// The result of a fast-structure answer `a` for an eligible `flow` when its route has
     /// no nexthop object (the common case: [`fast_result`](Self::fast_result) without the
     /// object's group to judge); `None` for every other answer, which `fast_result` decides.
     #[inline(always)]
-    pub(crate) fn fast_plain<'g>(
-        &'g self,
-        id: u32,
-        flow: &Flow<K>,
-        guard: &'g Guard,
-    ) -> Option<FibResult<'g, K>> {
-        let a = self.answers.get(id, guard)?;
+    pub(crate) fn plain_result<'g>(a: &'g Answer<K>, flow: &Flow<K>) -> Option<FibResult<'g, K>> {
         let alias = &a.alias;
         if alias.info.nh_object.is_some() {
             return None;
