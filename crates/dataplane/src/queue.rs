@@ -18,7 +18,7 @@ use crate::route::{self, Hop, Route, flow_hash, ip_of};
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::Family;
-use crate::wire::ethernet::EthernetFrame;
+use crate::wire::ethernet::{self, EthernetFrame};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
@@ -328,13 +328,18 @@ impl Queue {
         else {
             return Err(Verdict::Drop(DropReason::Truncated));
         };
-        parse::parse_into(&frame.chunk[frame.offset..end], &self.config, meta)?;
-        if meta.dst_mac[0] & 1 != 0 {
+        let bytes = &frame.chunk[frame.offset..end];
+        parse::parse_into(bytes, &self.config, meta)?;
+        // The parser saw the Ethernet header: never `None`.
+        let Some(&dst_mac) = bytes.first_chunk::<{ ethernet::ADDR_LEN }>() else {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        };
+        if dst_mac[0] & 1 != 0 {
             return Err(Verdict::Punt(PuntReason::LinkMulticast));
         }
         match b.ingress_mac(frame.ifindex) {
             None => Err(Verdict::Drop(DropReason::UnknownIngress)),
-            Some(Some(mac)) if mac != meta.dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
+            Some(Some(mac)) if mac != dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
             Some(_) => Ok(()),
         }
     }
@@ -411,12 +416,12 @@ impl Queue {
 
     /// A local destination: a registered UDP endpoint, else the kernel.
     fn local(&mut self, b: &Batch<'_>, frame: &Frame<'_>, meta: &Meta) -> Verdict {
-        if meta.proto != protocol::UDP || meta.fragment {
+        if meta.proto != protocol::UDP || meta.fragment() {
             return Verdict::Punt(PuntReason::Local);
         }
-        let ip_start = frame.offset + meta.l2_len;
-        let l4 = ip_start + meta.l4_offset;
-        let Some(bytes) = frame.chunk.get(l4..ip_start + meta.ip_len) else {
+        let ip_start = frame.offset + meta.l3();
+        let l4 = frame.offset + meta.l4();
+        let Some(bytes) = frame.chunk.get(l4..ip_start + meta.ip_len()) else {
             return Verdict::Drop(DropReason::Truncated);
         };
         let Ok(udp) = UdpPacket::new_checked(bytes) else {
@@ -435,7 +440,7 @@ impl Queue {
             ),
             cpu: self.config.queue_id,
         };
-        let payload = u16::try_from(meta.l2_len + meta.l4_offset + UDP_HEADER_LEN);
+        let payload = u16::try_from(meta.l4() + UDP_HEADER_LEN);
         match (b.tables.sockets.lookup(&lookup, b.guard), payload) {
             (Some(sock), Ok(payload)) => Verdict::Deliver {
                 socket: sock.id(),
@@ -497,8 +502,8 @@ impl Queue {
         if meta.src_is_v6_link_local() {
             return Err(self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool));
         }
-        let too_big = meta.ip_len > hop.mtu as usize;
-        if too_big && (meta.family.is_v6() || meta.dont_frag) {
+        let too_big = meta.ip_len > hop.mtu;
+        if too_big && (meta.family.is_v6() || meta.dont_frag()) {
             let kind = match meta.family {
                 Family::V6 => IcmpError::V6PacketTooBig,
                 Family::V4 => IcmpError::FragNeeded,
@@ -533,7 +538,7 @@ impl Queue {
                 Err(reason) => Verdict::Drop(reason),
             },
             Some(_) if too_big => {
-                match frag::fragment_v4(bytes, meta.ip_len, hop.mtu, hop.oif, pool) {
+                match frag::fragment_v4(bytes, meta.ip_len(), hop.mtu, hop.oif, pool) {
                     Ok(n) => {
                         self.counters.fragmented += 1;
                         self.counters.fragments_out += n as u64;
@@ -616,7 +621,7 @@ impl Queue {
         pool: &mut P,
     ) -> Verdict {
         let dropped = Verdict::Drop(kind.drop_reason());
-        if !icmp::may_send(meta) {
+        if !icmp::may_send(meta, frame.bytes()) {
             self.counters.icmp_not_allowed += 1;
             return dropped;
         }
@@ -663,9 +668,9 @@ impl Queue {
         };
         self.ident = self.ident.wrapping_add(1);
         let quote = icmp::quote_len(meta);
-        let error = icmp::error_headers(meta, src, self.ident, kind, mtu, quote);
+        let error = icmp::error_headers(meta, frame.bytes(), src, self.ident, kind, mtu, quote);
         let (headers, total) = (error.headers_len(), error.frame_len());
-        let ip_start = frame.offset + meta.l2_len;
+        let ip_start = frame.offset + meta.l3();
         if let Some(start) = icmp::room_in_place(frame.chunk, ip_start, quote, headers) {
             error.emit(&mut frame.chunk[start..start + total]);
             frame.offset = start;
@@ -698,7 +703,7 @@ impl Queue {
 /// `len` then describe the frame to send.
 #[inline(always)]
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
-    let ip_start = frame.offset + meta.l2_len;
+    let ip_start = frame.offset + meta.l3();
     let l2_start = ip_start - L2_LEN;
     let dst_mac = hop.dst_mac.unwrap_or([0; 6]);
     let chunk = &mut frame.chunk[l2_start..];
@@ -719,7 +724,7 @@ pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
         ),
     }
     frame.offset = l2_start;
-    frame.len = L2_LEN + meta.ip_len;
+    frame.len = L2_LEN + meta.ip_len();
 }
 
 /// [`rewrite`] kept out of line, for the paths that rewrite a frame they then hold or

@@ -209,12 +209,15 @@ impl Queue {
             // frame (another device, another MAC, a frame the shortcuts leave) by the general
             // path, which gives it the same verdict or fields.
             let plain = if device_ok && frame.ifindex == device {
-                frame_bytes(frame).and_then(|bytes| parse::parse_plain(bytes, &mut lane.meta))
+                frame_bytes(frame).and_then(|bytes| {
+                    parse::parse_plain(bytes, &mut lane.meta)
+                        .map(|done| done.map(|()| dst_mac_word(bytes) == Some(device_mac)))
+                })
             } else {
                 None
             };
             match plain {
-                Some(Ok(())) if mac_word(lane.meta.dst_mac) == device_mac => {}
+                Some(Ok(true)) => {}
                 Some(Err(verdict)) => {
                     lane.step = Step::Done(verdict);
                     continue;
@@ -417,7 +420,7 @@ impl Queue {
             if let Route::Forward(hop) = &lane.route {
                 if meta.ttl > 1
                     && !b.out_policies
-                    && meta.ip_len <= hop.mtu as usize
+                    && meta.ip_len <= hop.mtu
                     && hop.dst_mac.is_some()
                     && !meta.src_is_v6_link_local()
                 {
@@ -474,6 +477,18 @@ fn mac_word(mac: [u8; 6]) -> u64 {
     let [a, b, c, d, e, f] = mac;
     u64::from(u32::from_le_bytes([a, b, c, d])) | u64::from(u16::from_le_bytes([e, f])) << 32
 }
+
+/// The destination MAC of a frame (its first six bytes) as [`mac_word`] gives it, read as one
+/// word; `None` for a frame shorter than eight bytes.
+#[inline(always)]
+fn dst_mac_word(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .first_chunk::<8>()
+        .map(|head| u64::from_le_bytes(*head) & MAC_MASK)
+}
+
+/// The low 48 bits of a word: a MAC address's.
+const MAC_MASK: u64 = (1 << 48) - 1;
 
 /// The frame's packet, `None` if its offset and length lie outside its chunk (as
 /// [`Queue::admit_into`] checks them).
