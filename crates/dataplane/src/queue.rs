@@ -312,8 +312,8 @@ impl Queue {
         Ok(meta)
     }
 
-    /// [`admit`](Self::admit) into the caller's `meta` (inlined into the vector pipeline's
-    /// parse stage: a call per frame cost about 30 instructions of saves and moves).
+    /// [`admit`](Self::admit) into the caller's `meta` (the vector pipeline's parse stage calls
+    /// it out of line, for the frames its shortcut leaves).
     #[inline(always)]
     pub(crate) fn admit_into(
         &self,
@@ -342,18 +342,6 @@ impl Queue {
             Some(Some(mac)) if mac != dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
             Some(_) => Ok(()),
         }
-    }
-
-    /// [`admit_into`](Self::admit_into) out of line: the parse stage's path for the frames its
-    /// shortcut leaves (its loop keeps its registers for the common frame).
-    #[inline(never)]
-    pub(crate) fn admit_general(
-        &self,
-        b: &mut Batch<'_>,
-        frame: &Frame<'_>,
-        meta: &mut Meta,
-    ) -> Result<(), Verdict> {
-        self.admit_into(b, frame, meta)
     }
 
     /// The verdict of a route, one frame at a time: forwarding (policy, checks, rewrite), local
