@@ -426,8 +426,7 @@ fn v4_fields(
 
     // The common case first: neither address starts with an octet any check below looks
     // for (0, 127, 224 to 239, 255).
-    if !V4_SPECIAL_FIRST_OCTETS.contains(src >> 24) && !V4_SPECIAL_FIRST_OCTETS.contains(dst >> 24)
-    {
+    if !V4_SPECIAL_FIRST_OCTETS.either(src >> 24, dst >> 24) {
         return Ok(());
     }
     // Sources no packet may carry (multicast, limited broadcast), then destinations that are
@@ -450,32 +449,38 @@ fn v4_fields(
     Ok(())
 }
 
-/// A set of first octets of IPv4 addresses, as a 256-bit map.
-struct OctetSet([u64; 4]);
+/// A set of first octets of IPv4 addresses, as a byte per octet (one load per test, and two
+/// octets tested with one `or`: fewer steps than a bit map's shifts).
+struct OctetSet([u8; 256]);
 
 impl OctetSet {
     /// The set of `octets`.
     const fn of(octets: &[u8]) -> OctetSet {
-        let mut bits = [0u64; 4];
+        let mut set = [0u8; 256];
         let mut i = 0;
         while i < octets.len() {
-            bits[(octets[i] / 64) as usize] |= 1 << (octets[i] % 64);
+            set[octets[i] as usize] = 1;
             i += 1;
         }
-        OctetSet(bits)
+        OctetSet(set)
     }
 
-    /// Whether `octet` (below 256) is in the set.
-    #[inline(always)]
+    /// Whether `octet` (its low 8 bits) is in the set.
+    #[cfg(test)]
     fn contains(&self, octet: u32) -> bool {
-        let octet = octet & 0xff;
-        (self.0[(octet / 64) as usize] >> (octet % 64)) & 1 != 0
+        self.0[(octet & 0xff) as usize] != 0
+    }
+
+    /// Whether `a` or `b` (their low 8 bits) is in the set.
+    #[inline(always)]
+    fn either(&self, a: u32, b: u32) -> bool {
+        self.0[(a & 0xff) as usize] | self.0[(b & 0xff) as usize] != 0
     }
 }
 
 /// The first octets of every IPv4 address a martian or kernel check of [`v4_fields`] may
 /// catch: zeronet (0), loopback (127), multicast (224 to 239), limited broadcast (255).
-const V4_SPECIAL_FIRST_OCTETS: OctetSet = OctetSet::of(&[
+static V4_SPECIAL_FIRST_OCTETS: OctetSet = OctetSet::of(&[
     V4_ZERONET_OCTET as u8,
     V4_LOOPBACK_OCTET as u8,
     224,
@@ -695,6 +700,12 @@ mod tests {
                 || is_v4_zeronet_or_loopback(addr)
                 || octet == u32::from(V4_BROADCAST_OCTET);
             assert_eq!(V4_SPECIAL_FIRST_OCTETS.contains(octet), special, "{octet}");
+        }
+        for a in 0..=255u32 {
+            for b in 0..=255u32 {
+                let set = &V4_SPECIAL_FIRST_OCTETS;
+                assert_eq!(set.either(a, b), set.contains(a) || set.contains(b));
+            }
         }
     }
 
