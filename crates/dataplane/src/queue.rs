@@ -693,19 +693,21 @@ impl Queue {
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l3();
     let l2_start = ip_start - L2_LEN;
-    let dst_mac = hop.dst_mac.unwrap_or([0; 6]);
+    // The addresses by reference: copied from the hop as they lie (a neighbour not yet
+    // known gets zeros until the hold buffer sends the frame).
+    let dst_mac = hop.dst_mac.as_ref().unwrap_or(&[0; 6]);
     let chunk = &mut frame.chunk[l2_start..];
     match meta.family {
         Family::V6 => rewrite_head::<{ L2_LEN + ipv6::HEADER_LEN }>(
             chunk,
-            hop.src_mac,
+            &hop.src_mac,
             dst_mac,
             Family::V6,
             |ip| Ipv6Packet::new_unchecked(ip).decrement_hop_limit(),
         ),
         Family::V4 => rewrite_head::<{ L2_LEN + ipv4::HEADER_LEN }>(
             chunk,
-            hop.src_mac,
+            &hop.src_mac,
             dst_mac,
             Family::V4,
             |ip| Ipv4Packet::new_unchecked(ip).decrement_ttl(),
@@ -729,16 +731,16 @@ pub(crate) fn rewrite_out_of_line(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop)
 #[inline(always)]
 fn rewrite_head<const N: usize>(
     chunk: &mut [u8],
-    src: [u8; 6],
-    dst: [u8; 6],
+    src: &[u8; ethernet::ADDR_LEN],
+    dst: &[u8; ethernet::ADDR_LEN],
     family: Family,
     hop: impl FnOnce(&mut [u8]),
 ) {
     if let Some(head) = chunk.first_chunk_mut::<N>() {
         let (eth, ip) = head.split_at_mut(L2_LEN);
         let mut eth = EthernetFrame::new_unchecked(eth);
-        eth.set_dst_addr(dst);
-        eth.set_src_addr(src);
+        eth.set_dst_addr(*dst);
+        eth.set_src_addr(*src);
         eth.set_ethertype(family.ethertype());
         hop(ip);
     }
