@@ -563,6 +563,14 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
 /// martian checks that come before the extension headers.
 #[inline]
 fn v6_addresses<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> Result<(), Verdict> {
+    let (src, dst) = v6_fields(ip, meta);
+    v6_martians(src, dst)
+}
+
+/// The addresses, traffic class, hop limit and length of an IPv6 header into `meta`; returns
+/// the addresses.
+#[inline(always)]
+fn v6_fields<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> (u128, u128) {
     let src = u128::from_be_bytes(ip.src_bytes());
     let dst = u128::from_be_bytes(ip.dst_bytes());
     meta.src = src;
@@ -570,7 +578,12 @@ fn v6_addresses<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> Result<(
     meta.tos = ip.traffic_class();
     meta.ttl = ip.hop_limit();
     meta.ip_len = ipv6::HEADER_LEN as u32 + u32::from(ip.payload_len());
+    (src, dst)
+}
 
+/// The martian checks of IPv6 addresses that come before the extension headers.
+#[inline]
+fn v6_martians(src: u128, dst: u128) -> Result<(), Verdict> {
     if ipv6::in_prefix(src, ipv6::MULTICAST) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
@@ -621,13 +634,21 @@ fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
         return None;
     }
     untagged(Family::V6, meta);
-    Some(v6_addresses(&ip, meta).and_then(|()| {
-        meta.proto = proto;
-        meta.l4_offset = ipv6::HEADER_LEN as u32;
-        meta.frag = FragBits::default();
-        v6_scope(meta.src, meta.dst)
-    }))
+    let (src, dst) = v6_fields(&ip, meta);
+    meta.proto = proto;
+    meta.l4_offset = ipv6::HEADER_LEN as u32;
+    meta.frag = FragBits::default();
+    // The common case first: neither address starts with a byte any check looks for.
+    if !V6_SPECIAL_FIRST_BYTES.either((src >> 120) as u32, (dst >> 120) as u32) {
+        return Some(Ok(()));
+    }
+    Some(v6_martians(src, dst).and_then(|()| v6_scope(src, dst)))
 }
+
+/// The first bytes of every IPv6 address a check of [`v6_martians`] or [`v6_scope`] may
+/// catch: 0x00 (the unspecified address, loopback), 0xfe (link-local, fe80::/10), 0xff
+/// (multicast).
+static V6_SPECIAL_FIRST_BYTES: OctetSet = OctetSet::of(&[0x00, 0xfe, 0xff]);
 
 /// The version field of IPv6.
 const IPV6_VERSION: u8 = 6;
@@ -738,6 +759,27 @@ mod tests {
         long[ethernet::HEADER_LEN + 4] = 0xff;
         for other in [extension, icmp, long, frame[..53].to_vec()] {
             assert_eq!(both(&other).0, None);
+        }
+    }
+
+    /// The first bytes the IPv6 shortcut skips the checks for are those no check looks at: an
+    /// address starting with any other byte passes every check as source and as destination.
+    #[test]
+    fn the_special_first_bytes_are_those_the_v6_checks_look_at() {
+        let plain = 0x2001_0db8 << 96 | 7;
+        for byte in 0..=255u32 {
+            let base = u128::from(byte) << 120;
+            for addr in [
+                base,
+                base | 1,
+                base | 0xc0 << 112,
+                base | 0x80 << 112 | 1,
+                !0 >> 8 | base,
+            ] {
+                let passes = |src, dst| v6_martians(src, dst).and_then(|()| v6_scope(src, dst));
+                let ok = passes(addr, plain).is_ok() && passes(plain, addr).is_ok();
+                assert!(ok || V6_SPECIAL_FIRST_BYTES.contains(byte), "{addr:x}");
+            }
         }
     }
 
