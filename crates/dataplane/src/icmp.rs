@@ -5,7 +5,7 @@
 use crate::parse::Meta;
 use crate::verdict::IcmpError;
 use crate::wire::Family;
-use crate::wire::ethernet::{EthernetFrame, EthernetRepr};
+use crate::wire::ethernet::{ADDR_LEN, EthernetFrame, EthernetRepr};
 use crate::wire::icmp::{IcmpPacket, IcmpRepr, v4_type, v6_type};
 use crate::wire::ip::IpRepr;
 use crate::wire::ipv4::{self, Ipv4Repr};
@@ -21,30 +21,31 @@ pub const ICMP_HEADER_LEN: usize = crate::wire::icmp::HEADER_LEN;
 /// The TTL / hop limit of errors (`ip_default_ttl`, the IPv6 default hop limit).
 pub const ERROR_TTL: u8 = 64;
 
-/// Whether an error about the packet `meta` describes may be sent.
+/// Whether an error about the packet `meta` describes (parsed from `frame`, which holds its
+/// ICMP type) may be sent.
 ///
 /// Never about a fragment other than the first; never about an ICMP error (for IPv4 the
 /// error types 3, 4, 5, 11, 12 and unknown types above 18; for IPv6 the types below 128), nor
 /// about an ICMP packet whose type cannot be read (unless it is an IPv6 fragment, as RFC 8200
 /// 4.5 lets a first fragment lack it). Multicast, broadcast and martian sources and
 /// destinations never get this far.
-pub fn may_send(meta: &Meta) -> bool {
+pub fn may_send(meta: &Meta, frame: &[u8]) -> bool {
     if meta.family.is_v6() {
         if meta.proto != protocol::ICMPV6 {
             return true;
         }
-        match meta.icmp_type {
+        match meta.icmp_type(frame) {
             Some(t) => t >= v6_type::FIRST_INFORMATIONAL,
-            None => meta.fragment,
+            None => meta.fragment(),
         }
     } else {
-        if meta.later_fragment {
+        if meta.later_fragment() {
             return false;
         }
         if meta.proto != protocol::ICMP {
             return true;
         }
-        match meta.icmp_type {
+        match meta.icmp_type(frame) {
             Some(t) => {
                 t <= v4_type::LAST_KNOWN
                     && !matches!(
@@ -69,7 +70,7 @@ pub fn quote_len(meta: &Meta) -> usize {
         Family::V4 => MAX_V4_ERROR,
     } - meta.family.header_len()
         - ICMP_HEADER_LEN;
-    meta.ip_len.min(room)
+    meta.ip_len().min(room)
 }
 
 /// The headers of an ICMP error frame as values: back to the sender (its MAC, with the tag it
@@ -126,7 +127,8 @@ impl ErrorHeaders {
     }
 }
 
-/// The headers of the error `kind` about the packet `meta` describes, quoting `quote` bytes of
+/// The headers of the error `kind` about the packet `meta` describes (parsed from `frame`,
+/// whose MAC addresses and tag the error's link-layer header takes), quoting `quote` bytes of
 /// it, from `src` (our address on the ingress interface, of the packet's family) with IPv4
 /// identification `ident`; `mtu` goes into "fragmentation needed" and "packet too big".
 ///
@@ -134,6 +136,7 @@ impl ErrorHeaders {
 /// as the kernel's; IPv6 errors have traffic class 0. Both have [`ERROR_TTL`].
 pub fn error_headers(
     meta: &Meta,
+    frame: &[u8],
     src: u128,
     ident: u16,
     kind: IcmpError,
@@ -162,12 +165,18 @@ pub fn error_headers(
             payload_len,
         }),
     };
+    // The parser saw the Ethernet header (a `frame` too short gives zero addresses).
+    let mut macs = [0u8; 2 * ADDR_LEN];
+    if let Some(head) = frame.first_chunk::<{ 2 * ADDR_LEN }>() {
+        macs = *head;
+    }
+    let (to, from) = macs.split_at(ADDR_LEN);
     ErrorHeaders {
         l2: EthernetRepr {
-            dst: meta.src_mac,
-            src: meta.dst_mac,
+            dst: from.try_into().unwrap_or_default(),
+            src: to.try_into().unwrap_or_default(),
             ethertype: meta.family.ethertype(),
-            tci: meta.tci,
+            tci: meta.tci(frame),
         },
         ip,
         icmp: kind.repr(mtu),
@@ -197,13 +206,11 @@ pub fn room_in_place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::parse::FragBits;
 
-    fn meta(v6: bool, proto: u8, icmp_type: Option<u8>) -> Meta {
+    fn meta(v6: bool, proto: u8) -> Meta {
         Meta {
             l2_len: 14,
-            tci: None,
-            dst_mac: [0; 6],
-            src_mac: [0; 6],
             family: Family::from_v6(v6),
             src: 0,
             dst: 0,
@@ -212,38 +219,57 @@ mod tests {
             ip_len: 2000,
             proto,
             l4_offset: 20,
-            icmp_type,
-            fragment: false,
-            later_fragment: false,
-            dont_frag: false,
+            ..Meta::default()
         }
+    }
+
+    /// Whether an error may be sent about a packet of `proto` whose upper-layer header starts
+    /// with `icmp_type` (`None`: the packet ends before it).
+    fn may(v6: bool, proto: u8, icmp_type: Option<u8>) -> bool {
+        let mut m = meta(v6, proto);
+        let mut frame = vec![0u8; m.l4() + 1];
+        match icmp_type {
+            Some(t) => frame[m.l4()] = t,
+            None => m.ip_len = m.l4_offset,
+        }
+        may_send(&m, &frame)
     }
 
     #[test]
     fn no_error_about_an_error() {
-        assert!(may_send(&meta(false, 17, None)));
-        assert!(may_send(&meta(false, 1, Some(8))));
-        assert!(!may_send(&meta(false, 1, Some(3))));
-        assert!(!may_send(&meta(false, 1, Some(11))));
-        assert!(!may_send(&meta(false, 1, Some(40))));
-        assert!(!may_send(&meta(false, 1, None)));
-        assert!(may_send(&meta(true, 58, Some(128))));
-        assert!(!may_send(&meta(true, 58, Some(1))));
-        assert!(!may_send(&meta(true, 58, None)));
-        let mut later = meta(false, 17, None);
-        later.later_fragment = true;
-        assert!(!may_send(&later));
+        assert!(may(false, 17, None));
+        assert!(may(false, 1, Some(8)));
+        assert!(!may(false, 1, Some(3)));
+        assert!(!may(false, 1, Some(11)));
+        assert!(!may(false, 1, Some(40)));
+        assert!(!may(false, 1, None));
+        assert!(may(true, 58, Some(128)));
+        assert!(!may(true, 58, Some(1)));
+        assert!(!may(true, 58, None));
+        let later = Meta {
+            frag: FragBits::new(true, true, false),
+            ..meta(false, 17)
+        };
+        assert!(!may_send(&later, &[0; 64]));
     }
 
     /// The headers of an error read back as what they were built from, with a right ICMP
     /// checksum, in both families and with a tag.
     #[test]
     fn error_headers_read_back() {
-        for (v6, tci) in [(false, None), (true, Some(7)), (false, Some(100))] {
-            let mut m = meta(v6, 17, None);
-            (m.src, m.src_mac, m.dst_mac, m.tci, m.ip_len) = (9, [2; 6], [4; 6], tci, 40);
+        for (v6, tci) in [(false, None), (true, Some(7u16)), (false, Some(100))] {
+            let mut m = meta(v6, 17);
+            (m.src, m.ip_len) = (9, 40);
+            // The original frame: to us ([4; 6]) from the sender ([2; 6]), with the tag.
+            let mut frame = [[4; 6], [2; 6]].concat();
+            if let Some(tci) = tci {
+                frame.extend_from_slice(&[0x81, 0x00]);
+                frame.extend_from_slice(&tci.to_be_bytes());
+            }
+            frame.extend_from_slice(&m.family.ethertype().to_be_bytes());
+            m.l2_len = frame.len() as u8;
             let quote = quote_len(&m);
-            let error = error_headers(&m, 5, 77, IcmpError::V6TimeExceeded, 0, quote);
+            let error = error_headers(&m, &frame, 5, 77, IcmpError::V6TimeExceeded, 0, quote);
             let mut out = vec![0xeeu8; error.frame_len()];
             error.emit_quoting(&mut out, &[0xab; 40]);
             let eth = EthernetFrame::new_checked(&out[..]).unwrap();
@@ -265,9 +291,9 @@ mod tests {
 
     #[test]
     fn quotes_are_bounded() {
-        assert_eq!(quote_len(&meta(false, 17, None)), 548);
-        assert_eq!(quote_len(&meta(true, 17, None)), 1232);
-        let mut small = meta(false, 17, None);
+        assert_eq!(quote_len(&meta(false, 17)), 548);
+        assert_eq!(quote_len(&meta(true, 17)), 1232);
+        let mut small = meta(false, 17);
         small.ip_len = 60;
         assert_eq!(quote_len(&small), 60);
     }

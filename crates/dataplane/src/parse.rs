@@ -8,52 +8,122 @@ use crate::wire::ethernet::{self, EthernetFrame, ethertype};
 use crate::wire::icmp::v6_type;
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet, next_header};
-use crate::wire::l4::{self, protocol};
+use crate::wire::l4;
 use crate::wire::{Family, WireError, checksum};
 
-/// Where a frame's headers are and what they say.
+/// Where a frame's headers are and what they say: 48 bytes, each field written once per frame.
+///
+/// Only what the pipeline's stages read for every packet is kept; what only the slow paths
+/// need (the MAC addresses and VLAN tag of ICMP errors, the ICMP type of the quoting rules)
+/// is read from the frame this `Meta` was parsed from, which stays in its lane until the
+/// verdict: [`tci`](Self::tci), [`icmp_type`](Self::icmp_type), [`ports`](Self::ports).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
-    /// The length of the link-layer header: 14, or 18 with a VLAN tag.
-    pub l2_len: usize,
-    /// The tag control information of a tagged frame (VLAN id and priority).
-    pub tci: Option<u16>,
-    /// The destination and source MAC addresses.
-    pub dst_mac: [u8; 6],
-    /// The source MAC address.
-    pub src_mac: [u8; 6],
-    /// The IP version: which header the addresses, TTL and lengths were read from.
-    pub family: Family,
     /// The source address (an IPv4 address in the low 32 bits).
     pub src: u128,
     /// The destination address (an IPv4 address in the low 32 bits).
     pub dst: u128,
+    /// The IP packet's length (total length, or 40 + payload length), Ethernet padding
+    /// excluded.
+    pub ip_len: u32,
+    /// The offset of the upper-layer header from the start of the IP header.
+    pub l4_offset: u32,
+    /// The IP version: which header the addresses, TTL and lengths were read from.
+    pub family: Family,
+    /// The length of the link-layer header: 14, or 18 with a VLAN tag.
+    pub l2_len: u8,
     /// The TOS byte or traffic class.
     pub tos: u8,
     /// The TTL or hop limit.
     pub ttl: u8,
-    /// The IP packet's length (total length, or 40 + payload length), Ethernet padding
-    /// excluded.
-    pub ip_len: usize,
     /// The upper-layer protocol (after IPv6 extension headers).
     pub proto: u8,
-    /// The offset of the upper-layer header from the start of the IP header.
-    pub l4_offset: usize,
-    /// The ICMP / ICMPv6 type when the upper layer is ICMP and its header is in this packet
-    /// (first fragments included).
-    pub icmp_type: Option<u8>,
+    /// Whether and which fragment it is, and IPv4 DF.
+    pub frag: FragBits,
+}
+
+/// The fragment bits of a packet, as IPv4's flags and offset field (host order): DF, MF, the
+/// offset (not zero for a fragment other than the first). An IPv6 first fragment has MF, a
+/// later one an offset of 1. Kept as read, so that the parser stores one word.
+///
+/// ```
+/// use dataplane::parse::FragBits;
+/// let first = FragBits::new(true, false, true);
+/// assert!(first.fragment() && !first.later_fragment() && first.dont_frag());
+/// assert!(FragBits::new(false, true, false).fragment());
+/// assert_eq!(FragBits::default(), FragBits::new(false, false, false));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FragBits(u16);
+
+impl FragBits {
+    /// Any fragment, a fragment other than the first (which implies `fragment`), IPv4 DF.
+    #[must_use]
+    pub const fn new(fragment: bool, later_fragment: bool, dont_frag: bool) -> FragBits {
+        let frag = if later_fragment {
+            V6_LATER_FRAGMENT
+        } else if fragment {
+            ipv4::MF
+        } else {
+            0
+        };
+        FragBits(frag | if dont_frag { ipv4::DF } else { 0 })
+    }
+
     /// Any fragment (IPv4 MF or offset; an IPv6 fragment header).
-    pub fragment: bool,
+    #[inline]
+    pub const fn fragment(self) -> bool {
+        self.0 & (ipv4::MF | ipv4::OFFSET_MASK) != 0
+    }
+
     /// A fragment other than the first (no upper-layer header here).
-    pub later_fragment: bool,
+    #[inline]
+    pub const fn later_fragment(self) -> bool {
+        self.0 & ipv4::OFFSET_MASK != 0
+    }
+
     /// IPv4 DF.
-    pub dont_frag: bool,
+    #[inline]
+    pub const fn dont_frag(self) -> bool {
+        self.0 & ipv4::DF != 0
+    }
 }
 
 impl Meta {
     /// The offset of the IP header from the frame's start.
+    #[inline]
     pub fn l3(&self) -> usize {
-        self.l2_len
+        usize::from(self.l2_len)
+    }
+
+    /// The offset of the upper-layer header from the frame's start.
+    #[inline]
+    pub fn l4(&self) -> usize {
+        self.l3() + self.l4_offset as usize
+    }
+
+    /// The IP packet's length as a `usize`.
+    #[inline]
+    pub fn ip_len(&self) -> usize {
+        self.ip_len as usize
+    }
+
+    /// Any fragment (IPv4 MF or offset; an IPv6 fragment header).
+    #[inline]
+    pub fn fragment(&self) -> bool {
+        self.frag.fragment()
+    }
+
+    /// A fragment other than the first (no upper-layer header here).
+    #[inline]
+    pub fn later_fragment(&self) -> bool {
+        self.frag.later_fragment()
+    }
+
+    /// IPv4 DF.
+    #[inline]
+    pub fn dont_frag(&self) -> bool {
+        self.frag.dont_frag()
     }
 
     /// The source of an IPv4 packet as its 32 bits (the low bits of [`src`](Self::src)).
@@ -94,6 +164,47 @@ impl Meta {
         self.family.is_v6() && ipv6::in_prefix(self.src, ipv6::LINK_LOCAL)
     }
 
+    /// The tag control information (VLAN id and priority) of a tagged frame, read from the
+    /// frame this `Meta` was parsed from; `None` for an untagged one.
+    ///
+    /// ```
+    /// use dataplane::parse::Meta;
+    /// let mut frame = [0u8; 18];
+    /// frame[12..16].copy_from_slice(&[0x81, 0x00, 0x20, 0x05]);
+    /// assert_eq!(Meta::default().tci(&frame), Some(0x2005));
+    /// ```
+    #[inline]
+    pub fn tci(&self, frame: &[u8]) -> Option<u16> {
+        EthernetFrame::new_checked(frame).ok()?.tci()
+    }
+
+    /// The ICMP / ICMPv6 type, read from the frame this `Meta` was parsed from, when the
+    /// upper layer is ICMP of the packet's family and its header is in this packet (first
+    /// fragments included).
+    ///
+    /// ```
+    /// use dataplane::{Config, parse::parse};
+    /// let mut frame = vec![0u8; 14 + 20 + 8];
+    /// frame[12..14].copy_from_slice(&[0x08, 0x00]);
+    /// frame[14..34].copy_from_slice(&[0x45, 0, 0, 28, 0, 0, 0, 0, 64, 1, 0, 0, 192, 0, 2, 1, 198, 51, 100, 7]);
+    /// let sum = dataplane::wire::checksum::checksum(&frame[14..34]);
+    /// frame[24..26].copy_from_slice(&sum.to_be_bytes());
+    /// frame[34] = 8; // echo request
+    /// let meta = parse(&frame, &Config::default())?;
+    /// assert_eq!(meta.icmp_type(&frame), Some(8));
+    /// # Ok::<(), dataplane::Verdict>(())
+    /// ```
+    #[inline]
+    pub fn icmp_type(&self, frame: &[u8]) -> Option<u8> {
+        if self.later_fragment()
+            || self.proto != self.family.icmp_protocol()
+            || self.l4_offset >= self.ip_len
+        {
+            return None;
+        }
+        frame.get(self.l4()).copied()
+    }
+
     /// The ports (or ICMP type and code) for policy lookups, read from the frame this `Meta`
     /// was parsed from: `None` for fragments, protocols without ports, or an upper-layer
     /// header too short to hold them. Read only when a policy lookup needs them (most packets
@@ -112,19 +223,18 @@ impl Meta {
     /// # Ok::<(), dataplane::Verdict>(())
     /// ```
     pub fn ports(&self, frame: &[u8]) -> Option<(u16, u16)> {
-        if self.fragment {
+        if self.fragment() {
             return None;
         }
-        let upper = frame.get(self.l2_len + self.l4_offset..self.l2_len + self.ip_len)?;
+        let upper = frame.get(self.l4()..self.l3() + self.ip_len())?;
         l4::ports(self.proto, upper)
     }
 }
 
-/// The link-layer part: the tag policy, ARP and other EtherTypes. Returns the view over the
-/// fixed header (tag included when there is one), its length and the EtherType of the IP
-/// payload.
+/// The link-layer part: the tag policy, ARP and other EtherTypes. Returns the header's length
+/// (tag included when there is one) and the EtherType of the IP payload.
 #[inline]
-fn parse_l2<'a>(frame: &'a [u8], config: &Config) -> Result<(L2Header<'a>, usize, u16), Verdict> {
+fn parse_l2(frame: &[u8], config: &Config) -> Result<(usize, u16), Verdict> {
     // The untagged header as a fixed-size array: every accessor's bounds check is resolved at
     // compile time.
     let Some(head) = frame.first_chunk::<{ ethernet::HEADER_LEN }>() else {
@@ -133,9 +243,7 @@ fn parse_l2<'a>(frame: &'a [u8], config: &Config) -> Result<(L2Header<'a>, usize
     let outer = EthernetFrame::new_unchecked(head).ethertype();
     if !matches!(outer, ethertype::VLAN | ethertype::QINQ) {
         return match outer {
-            ethertype::IPV4 | ethertype::IPV6 => {
-                Ok((L2Header::Untagged(head), ethernet::HEADER_LEN, outer))
-            }
+            ethertype::IPV4 | ethertype::IPV6 => Ok((ethernet::HEADER_LEN, outer)),
             ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
             _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
         };
@@ -152,35 +260,9 @@ fn parse_l2<'a>(frame: &'a [u8], config: &Config) -> Result<(L2Header<'a>, usize
     }
     match inner {
         ethertype::VLAN | ethertype::QINQ => Err(Verdict::Drop(DropReason::VlanStack)),
-        ethertype::IPV4 | ethertype::IPV6 => {
-            Ok((L2Header::Tagged(tagged), ethernet::TAGGED_HEADER_LEN, inner))
-        }
+        ethertype::IPV4 | ethertype::IPV6 => Ok((ethernet::TAGGED_HEADER_LEN, inner)),
         ethertype::ARP => Err(Verdict::Punt(PuntReason::Arp)),
         _ => Err(Verdict::Punt(PuntReason::OtherEthertype)),
-    }
-}
-
-/// The link-layer header of a frame the parser accepted, as a fixed-size view.
-#[derive(Clone, Copy)]
-enum L2Header<'a> {
-    Untagged(&'a [u8; ethernet::HEADER_LEN]),
-    Tagged(&'a [u8; ethernet::TAGGED_HEADER_LEN]),
-}
-
-impl L2Header<'_> {
-    /// The destination MAC, the source MAC and the tag control information.
-    #[inline]
-    fn fields(self) -> ([u8; 6], [u8; 6], Option<u16>) {
-        match self {
-            L2Header::Untagged(h) => {
-                let eth = EthernetFrame::new_unchecked(h);
-                (eth.dst_addr(), eth.src_addr(), None)
-            }
-            L2Header::Tagged(h) => {
-                let eth = EthernetFrame::new_unchecked(h);
-                (eth.dst_addr(), eth.src_addr(), eth.tci())
-            }
-        }
     }
 }
 
@@ -237,15 +319,9 @@ pub(crate) fn parse_plain(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Ve
 /// shortcuts' callers keep their registers for the common frames.
 #[inline(never)]
 fn parse_general(frame: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdict> {
-    let (l2, l2_len, ethertype) = parse_l2(frame, config)?;
-    let (dst_mac, src_mac, tci) = l2.fields();
-    meta.l2_len = l2_len;
-    meta.tci = tci;
-    meta.dst_mac = dst_mac;
-    meta.src_mac = src_mac;
-    // The fields only some packets set.
-    meta.icmp_type = None;
-    meta.dont_frag = false;
+    let (l2_len, ethertype) = parse_l2(frame, config)?;
+    // At most 18: the tagged header's length.
+    meta.l2_len = l2_len as u8;
     let ip = &frame[l2_len..];
     if ethertype == ethertype::IPV6 {
         meta.family = Family::V6;
@@ -286,18 +362,14 @@ fn parse_v4(bytes: &[u8], meta: &mut Meta) -> Result<(), Verdict> {
     if checksum::fold(sum) != CHECKSUM_VALID {
         return Err(Verdict::Drop(DropReason::BadChecksum));
     }
-    v4_fields(Ipv4Packet::new_unchecked(fixed), hlen, ip.packet(), meta)
+    v4_fields(Ipv4Packet::new_unchecked(fixed), hlen, meta)
 }
 
 /// What the shortcuts set for an untagged frame before its IP fields: the Ethernet header's
-/// length and addresses, no VLAN tag, no ICMP type yet, the family.
+/// length, the family.
 #[inline(always)]
-fn untagged<T: AsRef<[u8]>>(eth: &EthernetFrame<T>, family: Family, meta: &mut Meta) {
-    meta.l2_len = ethernet::HEADER_LEN;
-    meta.tci = None;
-    meta.dst_mac = eth.dst_addr();
-    meta.src_mac = eth.src_addr();
-    meta.icmp_type = None;
+fn untagged(family: Family, meta: &mut Meta) {
+    meta.l2_len = ethernet::HEADER_LEN as u8;
     meta.family = family;
 }
 
@@ -324,20 +396,19 @@ fn parse_plain_v4(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     if !checksum::header_valid(l3) {
         return None;
     }
-    untagged(&eth, Family::V4, meta);
-    Some(v4_fields(head, ipv4::HEADER_LEN, &rest[..total], meta))
+    untagged(Family::V4, meta);
+    Some(v4_fields(head, ipv4::HEADER_LEN, meta))
 }
 
 /// Version 4 and a header length of 5 words: an IPv4 header without options.
 const PLAIN_V4_FIRST_BYTE: u8 = 0x45;
 
-/// The fields of a validated IPv4 header (`head`, the fixed part; `hlen` with options;
-/// `packet`, the IP packet up to its total length) into `meta`, then the martian checks.
+/// The fields of a validated IPv4 header (`head`, the fixed part; `hlen` with options) into
+/// `meta`, then the martian checks.
 #[inline(always)]
 fn v4_fields(
     head: Ipv4Packet<&[u8; ipv4::HEADER_LEN]>,
     hlen: usize,
-    packet: &[u8],
     meta: &mut Meta,
 ) -> Result<(), Verdict> {
     let src = u32::from_be_bytes(head.src_bytes());
@@ -346,23 +417,16 @@ fn v4_fields(
     meta.dst = u128::from(dst);
     meta.tos = head.tos();
     meta.ttl = head.ttl();
-    meta.ip_len = usize::from(head.total_len());
+    meta.ip_len = u32::from(head.total_len());
     meta.proto = head.protocol();
-    meta.l4_offset = hlen;
-    // The flags and offset read once (the three accessors each read them again: the stores
-    // into `meta` between them may alias the frame as far as the compiler knows).
-    let flags = head.flags_offset();
-    meta.dont_frag = flags & ipv4::DF != 0;
-    meta.fragment = flags & (ipv4::MF | ipv4::OFFSET_MASK) != 0;
-    meta.later_fragment = flags & ipv4::OFFSET_MASK != 0;
+    // At most 60.
+    meta.l4_offset = hlen as u32;
+    // The flags and offset as they are: `Meta`'s accessors read the bits.
+    meta.frag = FragBits(head.flags_offset());
 
     // The common case first: neither address starts with an octet any check below looks
     // for (0, 127, 224 to 239, 255).
-    if !V4_SPECIAL_FIRST_OCTETS.contains(src >> 24) && !V4_SPECIAL_FIRST_OCTETS.contains(dst >> 24)
-    {
-        if !meta.later_fragment && meta.proto == protocol::ICMP {
-            meta.icmp_type = packet.get(hlen).copied();
-        }
+    if !V4_SPECIAL_FIRST_OCTETS.either(src >> 24, dst >> 24) {
         return Ok(());
     }
     // Sources no packet may carry (multicast, limited broadcast), then destinations that are
@@ -382,39 +446,41 @@ fn v4_fields(
     if is_v4_zeronet_or_loopback(dst) {
         return Err(Verdict::Drop(DropReason::MartianDestination));
     }
-
-    if !meta.later_fragment && meta.proto == protocol::ICMP {
-        meta.icmp_type = packet.get(hlen).copied();
-    }
     Ok(())
 }
 
-/// A set of first octets of IPv4 addresses, as a 256-bit map.
-struct OctetSet([u64; 4]);
+/// A set of first octets of IPv4 addresses, as a byte per octet (one load per test, and two
+/// octets tested with one `or`: fewer steps than a bit map's shifts).
+struct OctetSet([u8; 256]);
 
 impl OctetSet {
     /// The set of `octets`.
     const fn of(octets: &[u8]) -> OctetSet {
-        let mut bits = [0u64; 4];
+        let mut set = [0u8; 256];
         let mut i = 0;
         while i < octets.len() {
-            bits[(octets[i] / 64) as usize] |= 1 << (octets[i] % 64);
+            set[octets[i] as usize] = 1;
             i += 1;
         }
-        OctetSet(bits)
+        OctetSet(set)
     }
 
-    /// Whether `octet` (below 256) is in the set.
-    #[inline(always)]
+    /// Whether `octet` (its low 8 bits) is in the set.
+    #[cfg(test)]
     fn contains(&self, octet: u32) -> bool {
-        let octet = octet & 0xff;
-        (self.0[(octet / 64) as usize] >> (octet % 64)) & 1 != 0
+        self.0[(octet & 0xff) as usize] != 0
+    }
+
+    /// Whether `a` or `b` (their low 8 bits) is in the set.
+    #[inline(always)]
+    fn either(&self, a: u32, b: u32) -> bool {
+        self.0[(a & 0xff) as usize] | self.0[(b & 0xff) as usize] != 0
     }
 }
 
 /// The first octets of every IPv4 address a martian or kernel check of [`v4_fields`] may
 /// catch: zeronet (0), loopback (127), multicast (224 to 239), limited broadcast (255).
-const V4_SPECIAL_FIRST_OCTETS: OctetSet = OctetSet::of(&[
+static V4_SPECIAL_FIRST_OCTETS: OctetSet = OctetSet::of(&[
     V4_ZERONET_OCTET as u8,
     V4_LOOPBACK_OCTET as u8,
     224,
@@ -481,13 +547,12 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
         return Err(Verdict::Punt(PuntReason::HopByHop));
     }
     meta.proto = upper.protocol;
-    meta.l4_offset = ipv6::HEADER_LEN + upper.offset;
-    meta.fragment = upper.fragment;
-    let l4 = &ip.payload()[upper.offset..];
-    meta.later_fragment = upper.later_fragment;
-    if !meta.later_fragment && meta.proto == next_header::ICMPV6 {
-        meta.icmp_type = l4.first().copied();
-        if let Some(v6_type::ROUTER_SOLICITATION..=v6_type::REDIRECT) = meta.icmp_type {
+    // Within the packet: at most 40 + 65,535.
+    meta.l4_offset = (ipv6::HEADER_LEN + upper.offset) as u32;
+    meta.frag = FragBits::new(upper.fragment, upper.later_fragment, false);
+    if !upper.later_fragment && upper.protocol == next_header::ICMPV6 {
+        let l4 = &ip.payload()[upper.offset..];
+        if let Some(v6_type::ROUTER_SOLICITATION..=v6_type::REDIRECT) = l4.first() {
             return Err(Verdict::Punt(PuntReason::NeighbourDiscovery));
         }
     }
@@ -498,14 +563,27 @@ fn parse_v6(bytes: &[u8], config: &Config, meta: &mut Meta) -> Result<(), Verdic
 /// martian checks that come before the extension headers.
 #[inline]
 fn v6_addresses<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> Result<(), Verdict> {
+    let (src, dst) = v6_fields(ip, meta);
+    v6_martians(src, dst)
+}
+
+/// The addresses, traffic class, hop limit and length of an IPv6 header into `meta`; returns
+/// the addresses.
+#[inline(always)]
+fn v6_fields<T: AsRef<[u8]>>(ip: &Ipv6Packet<T>, meta: &mut Meta) -> (u128, u128) {
     let src = u128::from_be_bytes(ip.src_bytes());
     let dst = u128::from_be_bytes(ip.dst_bytes());
     meta.src = src;
     meta.dst = dst;
     meta.tos = ip.traffic_class();
     meta.ttl = ip.hop_limit();
-    meta.ip_len = ipv6::HEADER_LEN + usize::from(ip.payload_len());
+    meta.ip_len = ipv6::HEADER_LEN as u32 + u32::from(ip.payload_len());
+    (src, dst)
+}
 
+/// The martian checks of IPv6 addresses that come before the extension headers.
+#[inline]
+fn v6_martians(src: u128, dst: u128) -> Result<(), Verdict> {
     if ipv6::in_prefix(src, ipv6::MULTICAST) {
         return Err(Verdict::Drop(DropReason::MartianSource));
     }
@@ -555,19 +633,29 @@ fn parse_plain_v6(frame: &[u8], meta: &mut Meta) -> Option<Result<(), Verdict>> 
     {
         return None;
     }
-    untagged(&eth, Family::V6, meta);
-    meta.dont_frag = false;
-    Some(v6_addresses(&ip, meta).and_then(|()| {
-        meta.proto = proto;
-        meta.l4_offset = ipv6::HEADER_LEN;
-        meta.fragment = false;
-        meta.later_fragment = false;
-        v6_scope(meta.src, meta.dst)
-    }))
+    untagged(Family::V6, meta);
+    let (src, dst) = v6_fields(&ip, meta);
+    meta.proto = proto;
+    meta.l4_offset = ipv6::HEADER_LEN as u32;
+    meta.frag = FragBits::default();
+    // The common case first: neither address starts with a byte any check looks for.
+    if !V6_SPECIAL_FIRST_BYTES.either((src >> 120) as u32, (dst >> 120) as u32) {
+        return Some(Ok(()));
+    }
+    Some(v6_martians(src, dst).and_then(|()| v6_scope(src, dst)))
 }
+
+/// The first bytes of every IPv6 address a check of [`v6_martians`] or [`v6_scope`] may
+/// catch: 0x00 (the unspecified address, loopback), 0xfe (link-local, fe80::/10), 0xff
+/// (multicast).
+static V6_SPECIAL_FIRST_BYTES: OctetSet = OctetSet::of(&[0x00, 0xfe, 0xff]);
 
 /// The version field of IPv6.
 const IPV6_VERSION: u8 = 6;
+
+/// The fragment bits of an IPv6 fragment other than the first, in `Meta`'s IPv4 encoding (an
+/// offset that is not zero).
+const V6_LATER_FRAGMENT: u16 = 1;
 
 /// The link-layer header length of an untagged frame (what goes out).
 pub const L2_LEN: usize = ethernet::HEADER_LEN;
@@ -587,7 +675,7 @@ mod tests {
         ip[0] = 0x45;
         ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
         ip[8] = 64;
-        ip[9] = protocol::UDP;
+        ip[9] = crate::wire::l4::protocol::UDP;
         ip[12..16].copy_from_slice(&[192, 0, 2, 1]);
         ip[16..20].copy_from_slice(&[198, 51, 100, 7]);
         let sum = checksum::checksum(&ip[..ipv4::HEADER_LEN]);
@@ -634,6 +722,12 @@ mod tests {
                 || octet == u32::from(V4_BROADCAST_OCTET);
             assert_eq!(V4_SPECIAL_FIRST_OCTETS.contains(octet), special, "{octet}");
         }
+        for a in 0..=255u32 {
+            for b in 0..=255u32 {
+                let set = &V4_SPECIAL_FIRST_OCTETS;
+                assert_eq!(set.either(a, b), set.contains(a) || set.contains(b));
+            }
+        }
     }
 
     #[test]
@@ -665,6 +759,27 @@ mod tests {
         long[ethernet::HEADER_LEN + 4] = 0xff;
         for other in [extension, icmp, long, frame[..53].to_vec()] {
             assert_eq!(both(&other).0, None);
+        }
+    }
+
+    /// The first bytes the IPv6 shortcut skips the checks for are those no check looks at: an
+    /// address starting with any other byte passes every check as source and as destination.
+    #[test]
+    fn the_special_first_bytes_are_those_the_v6_checks_look_at() {
+        let plain = 0x2001_0db8 << 96 | 7;
+        for byte in 0..=255u32 {
+            let base = u128::from(byte) << 120;
+            for addr in [
+                base,
+                base | 1,
+                base | 0xc0 << 112,
+                base | 0x80 << 112 | 1,
+                !0 >> 8 | base,
+            ] {
+                let passes = |src, dst| v6_martians(src, dst).and_then(|()| v6_scope(src, dst));
+                let ok = passes(addr, plain).is_ok() && passes(plain, addr).is_ok();
+                assert!(ok || V6_SPECIAL_FIRST_BYTES.contains(byte), "{addr:x}");
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use crate::route::{self, Hop, Route, flow_hash, ip_of};
 use crate::vector::{Lane, VECTOR};
 use crate::verdict::{DropReason, IcmpError, PuntReason, Verdict};
 use crate::wire::Family;
-use crate::wire::ethernet::EthernetFrame;
+use crate::wire::ethernet::{self, EthernetFrame};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
 use crate::wire::l4::{UDP_HEADER_LEN, UdpPacket, protocol};
@@ -312,8 +312,8 @@ impl Queue {
         Ok(meta)
     }
 
-    /// [`admit`](Self::admit) into the caller's `meta` (inlined into the vector pipeline's
-    /// parse stage: a call per frame cost about 30 instructions of saves and moves).
+    /// [`admit`](Self::admit) into the caller's `meta` (the vector pipeline's parse stage calls
+    /// it out of line, for the frames its shortcut leaves).
     #[inline(always)]
     pub(crate) fn admit_into(
         &self,
@@ -328,27 +328,20 @@ impl Queue {
         else {
             return Err(Verdict::Drop(DropReason::Truncated));
         };
-        parse::parse_into(&frame.chunk[frame.offset..end], &self.config, meta)?;
-        if meta.dst_mac[0] & 1 != 0 {
+        let bytes = &frame.chunk[frame.offset..end];
+        parse::parse_into(bytes, &self.config, meta)?;
+        // The parser saw the Ethernet header: never `None`.
+        let Some(&dst_mac) = bytes.first_chunk::<{ ethernet::ADDR_LEN }>() else {
+            return Err(Verdict::Drop(DropReason::Truncated));
+        };
+        if dst_mac[0] & 1 != 0 {
             return Err(Verdict::Punt(PuntReason::LinkMulticast));
         }
         match b.ingress_mac(frame.ifindex) {
             None => Err(Verdict::Drop(DropReason::UnknownIngress)),
-            Some(Some(mac)) if mac != meta.dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
+            Some(Some(mac)) if mac != dst_mac => Err(Verdict::Drop(DropReason::OtherHost)),
             Some(_) => Ok(()),
         }
-    }
-
-    /// [`admit_into`](Self::admit_into) out of line: the parse stage's path for the frames its
-    /// shortcut leaves (its loop keeps its registers for the common frame).
-    #[inline(never)]
-    pub(crate) fn admit_general(
-        &self,
-        b: &mut Batch<'_>,
-        frame: &Frame<'_>,
-        meta: &mut Meta,
-    ) -> Result<(), Verdict> {
-        self.admit_into(b, frame, meta)
     }
 
     /// The verdict of a route, one frame at a time: forwarding (policy, checks, rewrite), local
@@ -411,12 +404,12 @@ impl Queue {
 
     /// A local destination: a registered UDP endpoint, else the kernel.
     fn local(&mut self, b: &Batch<'_>, frame: &Frame<'_>, meta: &Meta) -> Verdict {
-        if meta.proto != protocol::UDP || meta.fragment {
+        if meta.proto != protocol::UDP || meta.fragment() {
             return Verdict::Punt(PuntReason::Local);
         }
-        let ip_start = frame.offset + meta.l2_len;
-        let l4 = ip_start + meta.l4_offset;
-        let Some(bytes) = frame.chunk.get(l4..ip_start + meta.ip_len) else {
+        let ip_start = frame.offset + meta.l3();
+        let l4 = frame.offset + meta.l4();
+        let Some(bytes) = frame.chunk.get(l4..ip_start + meta.ip_len()) else {
             return Verdict::Drop(DropReason::Truncated);
         };
         let Ok(udp) = UdpPacket::new_checked(bytes) else {
@@ -435,7 +428,7 @@ impl Queue {
             ),
             cpu: self.config.queue_id,
         };
-        let payload = u16::try_from(meta.l2_len + meta.l4_offset + UDP_HEADER_LEN);
+        let payload = u16::try_from(meta.l4() + UDP_HEADER_LEN);
         match (b.tables.sockets.lookup(&lookup, b.guard), payload) {
             (Some(sock), Ok(payload)) => Verdict::Deliver {
                 socket: sock.id(),
@@ -497,8 +490,8 @@ impl Queue {
         if meta.src_is_v6_link_local() {
             return Err(self.icmp_error(b, frame, meta, IcmpError::V6BeyondScope, 0, pool));
         }
-        let too_big = meta.ip_len > hop.mtu as usize;
-        if too_big && (meta.family.is_v6() || meta.dont_frag) {
+        let too_big = meta.ip_len > hop.mtu;
+        if too_big && (meta.family.is_v6() || meta.dont_frag()) {
             let kind = match meta.family {
                 Family::V6 => IcmpError::V6PacketTooBig,
                 Family::V4 => IcmpError::FragNeeded,
@@ -533,7 +526,7 @@ impl Queue {
                 Err(reason) => Verdict::Drop(reason),
             },
             Some(_) if too_big => {
-                match frag::fragment_v4(bytes, meta.ip_len, hop.mtu, hop.oif, pool) {
+                match frag::fragment_v4(bytes, meta.ip_len(), hop.mtu, hop.oif, pool) {
                     Ok(n) => {
                         self.counters.fragmented += 1;
                         self.counters.fragments_out += n as u64;
@@ -616,7 +609,7 @@ impl Queue {
         pool: &mut P,
     ) -> Verdict {
         let dropped = Verdict::Drop(kind.drop_reason());
-        if !icmp::may_send(meta) {
+        if !icmp::may_send(meta, frame.bytes()) {
             self.counters.icmp_not_allowed += 1;
             return dropped;
         }
@@ -663,9 +656,9 @@ impl Queue {
         };
         self.ident = self.ident.wrapping_add(1);
         let quote = icmp::quote_len(meta);
-        let error = icmp::error_headers(meta, src, self.ident, kind, mtu, quote);
+        let error = icmp::error_headers(meta, frame.bytes(), src, self.ident, kind, mtu, quote);
         let (headers, total) = (error.headers_len(), error.frame_len());
-        let ip_start = frame.offset + meta.l2_len;
+        let ip_start = frame.offset + meta.l3();
         if let Some(start) = icmp::room_in_place(frame.chunk, ip_start, quote, headers) {
             error.emit(&mut frame.chunk[start..start + total]);
             frame.offset = start;
@@ -698,28 +691,30 @@ impl Queue {
 /// `len` then describe the frame to send.
 #[inline(always)]
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
-    let ip_start = frame.offset + meta.l2_len;
+    let ip_start = frame.offset + meta.l3();
     let l2_start = ip_start - L2_LEN;
-    let dst_mac = hop.dst_mac.unwrap_or([0; 6]);
+    // The addresses by reference: copied from the hop as they lie (a neighbour not yet
+    // known gets zeros until the hold buffer sends the frame).
+    let dst_mac = hop.dst_mac.as_ref().unwrap_or(&[0; 6]);
     let chunk = &mut frame.chunk[l2_start..];
     match meta.family {
         Family::V6 => rewrite_head::<{ L2_LEN + ipv6::HEADER_LEN }>(
             chunk,
-            hop.src_mac,
+            &hop.src_mac,
             dst_mac,
             Family::V6,
             |ip| Ipv6Packet::new_unchecked(ip).decrement_hop_limit(),
         ),
         Family::V4 => rewrite_head::<{ L2_LEN + ipv4::HEADER_LEN }>(
             chunk,
-            hop.src_mac,
+            &hop.src_mac,
             dst_mac,
             Family::V4,
             |ip| Ipv4Packet::new_unchecked(ip).decrement_ttl(),
         ),
     }
     frame.offset = l2_start;
-    frame.len = L2_LEN + meta.ip_len;
+    frame.len = L2_LEN + meta.ip_len();
 }
 
 /// [`rewrite`] kept out of line, for the paths that rewrite a frame they then hold or
@@ -736,16 +731,16 @@ pub(crate) fn rewrite_out_of_line(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop)
 #[inline(always)]
 fn rewrite_head<const N: usize>(
     chunk: &mut [u8],
-    src: [u8; 6],
-    dst: [u8; 6],
+    src: &[u8; ethernet::ADDR_LEN],
+    dst: &[u8; ethernet::ADDR_LEN],
     family: Family,
     hop: impl FnOnce(&mut [u8]),
 ) {
     if let Some(head) = chunk.first_chunk_mut::<N>() {
         let (eth, ip) = head.split_at_mut(L2_LEN);
         let mut eth = EthernetFrame::new_unchecked(eth);
-        eth.set_dst_addr(dst);
-        eth.set_src_addr(src);
+        eth.set_dst_addr(*dst);
+        eth.set_src_addr(*src);
         eth.set_ethertype(family.ethertype());
         hop(ip);
     }

@@ -309,14 +309,14 @@ impl FamilyKey for u128 {
 /// for fragments or other protocols, as the kernel's flow dissector finds them
 /// (`proto_ports_offset`).
 pub fn hash_keys(meta: &Meta, frame: &[u8], fields: HashFields) -> HashKeys {
-    let l4 = meta.l2_len + meta.l4_offset;
+    let l4 = meta.l4();
     if fields.contains(HashFields::ICMP_ERROR_INNER) {
         if let Some(inner) = icmp_error_inner(meta, frame, l4) {
             return inner;
         }
     }
     let ports_at = match meta.proto {
-        _ if meta.fragment => None,
+        _ if meta.fragment() => None,
         protocol::TCP
         | protocol::UDP
         | protocol::DCCP
@@ -364,9 +364,9 @@ fn icmp_error_inner(meta: &Meta, frame: &[u8], l4: usize) -> Option<HashKeys> {
     match meta.family {
         Family::V6 => {
             if meta.proto != protocol::ICMPV6
-                || meta.l4_offset != ipv6::HEADER_LEN
+                || meta.l4_offset != ipv6::HEADER_LEN as u32
                 || !matches!(
-                    meta.icmp_type?,
+                    meta.icmp_type(frame)?,
                     v6_type::DEST_UNREACHABLE..=v6_type::PARAMETER_PROBLEM
                 )
             {
@@ -383,9 +383,9 @@ fn icmp_error_inner(meta: &Meta, frame: &[u8], l4: usize) -> Option<HashKeys> {
         }
         Family::V4 => {
             if meta.proto != protocol::ICMP
-                || meta.later_fragment
+                || meta.later_fragment()
                 || !matches!(
-                    meta.icmp_type?,
+                    meta.icmp_type(frame)?,
                     v4_type::DEST_UNREACHABLE
                         | v4_type::SOURCE_QUENCH
                         | v4_type::REDIRECT

@@ -229,47 +229,60 @@ impl Queue {
             _ => None,
         });
         let (device_ok, (device, device_mac)) = (device.is_some(), device.unwrap_or_default());
-        // Each outcome writes its own step (one assignment of a merged value costs the whole
-        // 16-byte step through the stack on every frame).
-        for (i, (frame, lane)) in frames.iter().zip(lanes.iter_mut()).enumerate() {
+        // One index for frames, lanes and the count (`routable` is indexed below its length
+        // by a mask): the loop keeps its state in registers.
+        let len = frames.len().min(lanes.len()).min(VECTOR);
+        for i in 0..len {
+            let (frame, lane) = (&frames[i], &mut lanes[i]);
             // The common frame of the vector's device by the parser's shortcuts; every other
             // frame (another device, another MAC, a frame the shortcuts leave) by the general
-            // path, which gives it the same verdict or fields.
-            let plain = if device_ok && frame.ifindex == device {
-                frame_bytes(frame).and_then(|bytes| parse::parse_plain(bytes, &mut lane.meta))
-            } else {
-                None
+            // path out of line, which gives it the same verdict or fields.
+            let plain = device_ok && frame.ifindex == device && {
+                match frame_bytes(frame) {
+                    Some(bytes) => match parse::parse_plain(bytes, &mut lane.meta) {
+                        Some(Ok(())) => dst_mac_word(bytes) == Some(device_mac),
+                        Some(Err(verdict)) => {
+                            lane.step = Step::Done(verdict);
+                            continue;
+                        }
+                        None => false,
+                    },
+                    None => false,
+                }
             };
-            match plain {
-                Some(Ok(())) if mac_word(lane.meta.dst_mac) == device_mac => {}
-                Some(Err(verdict)) => {
-                    lane.step = Step::Done(verdict);
-                    continue;
-                }
-                _ => {
-                    if let Err(verdict) = self.admit_general(b, frame, &mut lane.meta) {
-                        lane.step = Step::Done(verdict);
-                        continue;
-                    }
-                }
-            }
-            let m = &lane.meta;
-            let own = m.family == Family::V4
-                && self.locals.may_be_local(Family::V4, m.src)
-                && route::is_local_dst(b.tables, b.guard, Family::V4, m.src);
-            if own {
-                lane.step = Step::Done(route::own_source(b.tables, b.guard, frame.ifindex));
+            if !plain && !self.admit_lane(b, frame, lane) {
                 continue;
             }
-            if let Some(slot) = routable.get_mut(n) {
-                *slot = i as u8;
+            // `fib_validate_source` behind the filter: the address table only for a source
+            // that may be local, out of line.
+            let m = &lane.meta;
+            if m.family == Family::V4
+                && self.locals.may_be_local(Family::V4, m.src)
+                && own_source_lane(b, frame, lane)
+            {
+                continue;
             }
+            routable[n & (VECTOR - 1)] = i as u8;
             n += 1;
             // The probe stage sets a token where the cache misses.
             lane.token = None;
             lane.step = Step::Miss;
         }
         n
+    }
+
+    /// The parse stage's general path ([`admit_into`](Queue::admit_into)) for a frame its
+    /// shortcut leaves: whether the lane goes on, else its step is the verdict. Out of line,
+    /// so that the stage's loop keeps its registers for the common frame.
+    #[inline(never)]
+    fn admit_lane(&self, b: &mut Batch<'_>, frame: &Frame<'_>, lane: &mut Lane) -> bool {
+        match self.admit_into(b, frame, &mut lane.meta) {
+            Ok(()) => true,
+            Err(verdict) => {
+                lane.step = Step::Done(verdict);
+                false
+            }
+        }
     }
 
     /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
@@ -461,7 +474,7 @@ impl Queue {
             if let Route::Forward(hop) = &lane.route {
                 if meta.ttl > 1
                     && !b.out_policies
-                    && meta.ip_len <= hop.mtu as usize
+                    && meta.ip_len <= hop.mtu
                     && hop.dst_mac.is_some()
                     && !meta.src_is_v6_link_local()
                 {
@@ -512,12 +525,37 @@ impl Queue {
     }
 }
 
+/// The own-source check of an IPv4 lane whose source may be local (the filter said so): one
+/// of our own addresses as the source is a martian, unless the ingress device accepts local
+/// sources (`fib_validate_source`). Whether it is, its step then the verdict. Out of line: few
+/// frames get here.
+#[inline(never)]
+fn own_source_lane(b: &Batch<'_>, frame: &Frame<'_>, lane: &mut Lane) -> bool {
+    if !route::is_local_dst(b.tables, b.guard, Family::V4, lane.meta.src) {
+        return false;
+    }
+    lane.step = Step::Done(route::own_source(b.tables, b.guard, frame.ifindex));
+    true
+}
+
 /// A MAC address as the low 48 bits of a word (in memory order), for comparisons in one step.
 #[inline(always)]
 fn mac_word(mac: [u8; 6]) -> u64 {
     let [a, b, c, d, e, f] = mac;
     u64::from(u32::from_le_bytes([a, b, c, d])) | u64::from(u16::from_le_bytes([e, f])) << 32
 }
+
+/// The destination MAC of a frame (its first six bytes) as [`mac_word`] gives it, read as one
+/// word; `None` for a frame shorter than eight bytes.
+#[inline(always)]
+fn dst_mac_word(bytes: &[u8]) -> Option<u64> {
+    bytes
+        .first_chunk::<8>()
+        .map(|head| u64::from_le_bytes(*head) & MAC_MASK)
+}
+
+/// The low 48 bits of a word: a MAC address's.
+const MAC_MASK: u64 = (1 << 48) - 1;
 
 /// The frame's packet, `None` if its offset and length lie outside its chunk (as
 /// [`Queue::admit_into`] checks them).
