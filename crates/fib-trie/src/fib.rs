@@ -13,6 +13,7 @@ use crate::multipath::MultipathPolicy;
 use crate::route::{FibAlias, InsertFlags, Route, RouteError, RouteSelector, RouteType};
 use crate::store::{FastGate, Store};
 use crate::table::{FibResult, FibTable, Flow, LookupError, TableLookup, classify, ids};
+use crate::writer::Wear;
 
 /// What a matching rule does (`FR_ACT_*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -409,7 +410,7 @@ impl<K: TrieKey> Fib<K> {
     }
 
     /// [`FibWriter::compact`](crate::FibWriter::compact). Writer only.
-    pub(crate) fn compact(&self, worn: impl Fn(usize, usize) -> bool) -> usize {
+    pub(crate) fn compact(&self, worn: impl Fn(Wear) -> bool) -> usize {
         let _writer = self.lock();
         let guard = &epoch::pin();
         let snap = self.load(guard);
@@ -425,8 +426,7 @@ impl<K: TrieKey> Fib<K> {
             && local.shares_store(main)
         {
             ids.retain(|&id| id != ids::LOCAL && id != ids::MAIN);
-            let (changes, routes) = main.wear();
-            if worn(changes, routes)
+            if worn(main.wear())
                 && let Some(store) = FibTable::compact(&[local, main])
             {
                 self.publish(
@@ -443,8 +443,7 @@ impl<K: TrieKey> Fib<K> {
         }
         for id in ids {
             let table = &snap.tables[&id];
-            let (changes, routes) = table.wear();
-            if worn(changes, routes) && FibTable::compact(&[table]).is_some() {
+            if worn(table.wear()) && FibTable::compact(&[table]).is_some() {
                 compacted += 1;
             }
         }

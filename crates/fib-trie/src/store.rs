@@ -41,6 +41,8 @@ pub(crate) struct Store<K: TrieKey> {
     /// Prefixes changed one by one since the store was built (its wear: see
     /// [`FibWriter::compact`](crate::FibWriter::compact)).
     changes: AtomicUsize,
+    /// Routes the trie held when it was last loaded at once (built in bulk).
+    built: AtomicUsize,
 }
 
 impl<K: TrieKey> Store<K> {
@@ -70,6 +72,7 @@ impl<K: TrieKey> Store<K> {
                 dying: Vec::new(),
             }),
             changes: AtomicUsize::new(0),
+            built: AtomicUsize::new(0),
         };
         store.reindex();
         store
@@ -94,6 +97,7 @@ impl<K: TrieKey> Store<K> {
         self.rebuild_fast(full);
         // The trie was just loaded at once: as packed as a compaction would make it.
         self.changes.store(0, Ordering::Relaxed);
+        self.built.store(self.trie.alias_count(), Ordering::Relaxed);
     }
 
     /// Builds the fast structure anew from the trie (turning it off if `broken`).
@@ -110,6 +114,11 @@ impl<K: TrieKey> Store<K> {
     /// Prefixes changed one by one since the store was built.
     pub(crate) fn changes(&self) -> usize {
         self.changes.load(Ordering::Relaxed)
+    }
+
+    /// Routes the trie held when it was last built in bulk.
+    pub(crate) fn built(&self) -> usize {
+        self.built.load(Ordering::Relaxed)
     }
 
     /// The store's trie as the fast structure's source.

@@ -16,6 +16,7 @@ use crate::route::{
 };
 use crate::store::{FastStats, Infos, Store, StoreCell};
 use crate::trie::{LcTrie, check_prefix};
+use crate::writer::Wear;
 
 /// The well-known table ids.
 pub mod ids {
@@ -584,12 +585,16 @@ impl<K: TrieKey> FibTable<K> {
         })
     }
 
-    /// How worn this table's store is: prefixes changed one by one since it was built, and
-    /// the routes it holds (of every table sharing it).
-    pub(crate) fn wear(&self) -> (usize, usize) {
+    /// How worn this table's store is: prefixes changed one by one since it was built, the
+    /// routes it holds (of every table sharing it), and the routes it held when built.
+    pub(crate) fn wear(&self) -> Wear {
         let guard = &crossbeam_epoch::pin();
         let store = self.store.load(guard);
-        (store.changes(), store.trie.alias_count())
+        Wear {
+            changes: store.changes(),
+            routes: store.trie.alias_count(),
+            built: store.built(),
+        }
     }
 
     /// Whether `self` and `other` share one store (merged local and main).

@@ -58,6 +58,30 @@ use crate::trie::{LcTrie, PrefixError};
 /// [`FibWriter::compact`] (smaller tables are cheap to leave as they are).
 pub const COMPACT_MIN_CHANGES: usize = 4096;
 
+/// How worn a table's store is ([`FibWriter::compact`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wear {
+    /// Prefixes changed one by one since the store was built.
+    pub changes: usize,
+    /// Routes it holds (of every table sharing it).
+    pub routes: usize,
+    /// Routes it held when it was last built in bulk (0 for a table that never was).
+    pub built: usize,
+}
+
+impl Wear {
+    /// Worn enough to rebuild: at least [`COMPACT_MIN_CHANGES`] changes, and as many as the
+    /// table holds routes, or, for a table that grew by single changes, twice as many as it
+    /// held when built. Without the second bound a table refilled one route at a time after
+    /// it was emptied and rebuilt (a link flap: the routes through the link swept, the worn
+    /// empty table rebuilt, then a routing daemon's re-add) is never worn by the first: its
+    /// changes stay below its routes. Growing, it is rebuilt each time it has tripled
+    /// (about 1.5 times the work of one bulk build of the final table in all).
+    pub(crate) fn is_worn(self) -> bool {
+        self.changes >= COMPACT_MIN_CHANGES.max(self.routes.min(2 * self.built))
+    }
+}
+
 /// The one writer of a [`Fib`]: routes, rules and the multipath policy change only through
 /// it. Readers hold the `Arc<Fib>` of [`reader`](Self::reader); the writer derefs to the
 /// [`Fib`] for its own reads.
@@ -157,7 +181,8 @@ impl<K: TrieKey> FibWriter<K> {
 
     /// Rebuilds in bulk each table worn by changes made one route at a time: at least
     /// [`COMPACT_MIN_CHANGES`] prefixes changed since it was built, and at least as many as
-    /// it holds routes (a mass delete and re-add, or a whole table's worth of churn). Returns
+    /// it holds routes (a mass delete and re-add, or a whole table's worth of churn) or twice
+    /// as many as it held when built (a table refilled or grown one route at a time). Returns
     /// how many tables (merged local and main count once) were rebuilt.
     ///
     /// Lookups answer the same before and after. A table built one route at a time holds
@@ -189,8 +214,7 @@ impl<K: TrieKey> FibWriter<K> {
     /// # Ok::<(), fib_trie::RouteError>(())
     /// ```
     pub fn compact(&mut self) -> usize {
-        self.fib
-            .compact(|changes, routes| changes >= COMPACT_MIN_CHANGES.max(routes))
+        self.fib.compact(Wear::is_worn)
     }
 
     /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.

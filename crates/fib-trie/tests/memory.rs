@@ -194,6 +194,63 @@ fn compaction_returns_a_worn_table_to_the_bulk_level() {
     }
 }
 
+/// A link flap as the mirror sees it: every route through the link swept, the emptied table
+/// worn and compacted once caught up, then the routes re-added one at a time by a routing
+/// daemon. Its changes never reach its route count (it grew from empty), yet it is as worn as
+/// a table after a delete and re-add: `compact` must rebuild it (soak of 2026-11-28 with the
+/// whole bgp-full-v4: such a refilled table was never compacted, and 27 MiB more stayed
+/// resident than after the bulk load).
+#[test]
+fn a_table_refilled_one_route_at_a_time_after_compaction_is_compacted() {
+    let _alone = alone();
+    let routes = routes(30_000);
+    let mut fib = FibWriter::<u32>::new();
+    fib.insert_many(&routes).unwrap();
+    // The steady state of vectors that keep their capacity (see above).
+    cycle(&mut fib, &routes, false);
+    assert_eq!(fib.compact(), 1);
+    let bulk = live();
+    let mut refilled = Vec::new();
+    let mut compacted = Vec::new();
+    for _ in 0..3 {
+        for r in &routes {
+            fib.delete(&RouteSelector::new(r.prefix, r.plen, 254))
+                .unwrap();
+        }
+        assert_eq!(fib.compact(), 1, "30,000 deletes, the table emptied");
+        for r in &routes {
+            fib.insert(r, InsertFlags::ADD).unwrap();
+        }
+        refilled.push(live());
+        assert_eq!(fib.compact(), 1, "refilled from empty, one route at a time");
+        assert_eq!(fib.compact(), 0, "compacted already");
+        compacted.push(live());
+    }
+    assert!(
+        compacted.iter().all(|&c| c <= bulk + bulk / 100),
+        "live bytes after a bulk load {bulk}; refilled one by one {refilled:?}, then \
+         compacted {compacted:?} (allowed 1% more)"
+    );
+}
+
+/// Growing one route at a time from a bulk load, a table is rebuilt each time it has tripled
+/// (twice as many changes as routes when built), not at every change past the least.
+#[test]
+fn a_growing_table_is_compacted_each_time_it_tripled() {
+    let _alone = alone();
+    let routes = routes(30_000);
+    let mut fib = FibWriter::<u32>::new();
+    fib.insert_many(&routes[..5_000]).unwrap();
+    let mut rebuilt_at = Vec::new();
+    for (i, r) in routes.iter().enumerate().skip(5_000) {
+        fib.insert(r, InsertFlags::ADD).unwrap();
+        if fib.compact() == 1 {
+            rebuilt_at.push(i + 1);
+        }
+    }
+    assert_eq!(rebuilt_at, [15_000], "5,000 built, 10,000 added: tripled");
+}
+
 /// The run loops' pins collect garbage, but what the writer retired last stays in its own
 /// thread-local bag until it retires more: a quiet writer must not keep a cycle's garbage.
 #[test]

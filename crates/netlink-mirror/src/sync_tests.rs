@@ -377,9 +377,28 @@ fn memory_redump_cycles() {
         }
     }
     let (mut applier, tables, _) = applier();
-    let rs = prefixes(100_000, 7);
+    let n: usize = std::env::var("XFWD_ROUTES").map_or(100_000, |c| c.parse().unwrap());
+    let rs = match std::env::var("XFWD_ROUTES_FILE") {
+        // An `ip -batch` file of `route add A.B.C.D/L via G ...` lines (the soak's
+        // target/soak/routes.batch: bgp-full-v4).
+        Ok(path) => std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .take(n)
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                let (p, len) = w[2].split_once('/').unwrap();
+                let p: Ipv4Addr = p.parse().unwrap();
+                let gw: Ipv4Addr = w[4].parse().unwrap();
+                (u32::from(p), len.parse().unwrap(), u32::from(gw))
+            })
+            .collect(),
+        Err(_) => prefixes(n, 7),
+    };
+    let readd = std::env::var("XFWD_READD").is_ok();
     let adds: Vec<Vec<u8>> = rs
         .iter()
+        .take(if readd { 0 } else { usize::MAX })
         .map(|r| {
             datagram(
                 RouteNetlinkMessage::NewRoute(route(r.0, r.1, r.2)),
@@ -413,12 +432,36 @@ fn memory_redump_cycles() {
         for r in &rs {
             applier.apply(del_route(r));
         }
+        if std::env::var("XFWD_COMPACT_EMPTY").is_ok() {
+            // As the mirror does once caught up after the sweep, before the re-add.
+            let w = &mut applier.writers;
+            eprintln!(
+                "compacted emptied {}",
+                compactor.compact(&mut w.fib4, &mut w.fib6)
+            );
+        }
         settle();
         trim();
         eprintln!("cycle {cycle} emptied: {}; {:?}", rss_kib(), fast(&tables));
         // The re-dump begins with the FIB not empty (as in the soak, where other routes
         // remain), so that its routes are inserted one by one.
         applier.apply(new_route(&rs[0]));
+        if readd {
+            // Re-added by events alone, as after a link flap (no dump in between).
+            // XFWD_COMPACT_EVERY=N: the mirror caught up every N events (it then compacts
+            // what is worn), as during a routing daemon's re-add.
+            let every: usize =
+                std::env::var("XFWD_COMPACT_EVERY").map_or(0, |c| c.parse().unwrap());
+            for (i, r) in rs[1..].iter().enumerate() {
+                applier.apply(new_route(r));
+                if every > 0 && (i + 1) % every == 0 {
+                    let w = &mut applier.writers;
+                    if compactor.compact(&mut w.fib4, &mut w.fib6) > 0 {
+                        eprintln!("compacted at {}", i + 2);
+                    }
+                }
+            }
+        }
         let mut seen = Seen::default();
         applier.begin_dump(Kind::Route4);
         for (r, add) in rs.iter().zip(&adds) {
