@@ -117,6 +117,16 @@ fn cycle(fib: &mut FibWriter<u32>, routes: &[Route<u32>], bulk: bool) {
     }
 }
 
+/// `routes` bulk-loaded, then one cycle of single changes and its compaction: the steady
+/// state of vectors that keep their capacity (see above), from which a test measures.
+fn compacted_after_a_cycle(routes: &[Route<u32>]) -> FibWriter<u32> {
+    let mut fib = FibWriter::<u32>::new();
+    fib.insert_many(routes).unwrap();
+    cycle(&mut fib, routes, false);
+    assert_eq!(fib.compact(), 1);
+    fib
+}
+
 #[test]
 fn memory_returns_to_its_level_after_mass_delete_and_re_add() {
     let _alone = alone();
@@ -160,11 +170,7 @@ fn memory_returns_to_its_level_after_mass_delete_and_re_add() {
 fn compaction_returns_a_worn_table_to_the_bulk_level() {
     let _alone = alone();
     let routes = routes(30_000);
-    let mut fib = FibWriter::<u32>::new();
-    fib.insert_many(&routes).unwrap();
-    // The steady state of vectors that keep their capacity (see above).
-    cycle(&mut fib, &routes, false);
-    assert_eq!(fib.compact(), 1);
+    let mut fib = compacted_after_a_cycle(&routes);
     cycle(&mut fib, &routes, true);
     assert_eq!(fib.compact(), 0, "a bulk load leaves nothing to compact");
     let bulk = live();
@@ -204,11 +210,7 @@ fn compaction_returns_a_worn_table_to_the_bulk_level() {
 fn a_table_refilled_one_route_at_a_time_after_compaction_is_compacted() {
     let _alone = alone();
     let routes = routes(30_000);
-    let mut fib = FibWriter::<u32>::new();
-    fib.insert_many(&routes).unwrap();
-    // The steady state of vectors that keep their capacity (see above).
-    cycle(&mut fib, &routes, false);
-    assert_eq!(fib.compact(), 1);
+    let mut fib = compacted_after_a_cycle(&routes);
     let bulk = live();
     let mut refilled = Vec::new();
     let mut compacted = Vec::new();
