@@ -10,7 +10,6 @@
 
 mod netlink_mirror_common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fib_trie::multipath::{HashFields, MultipathPolicy};
@@ -236,7 +235,7 @@ fn wait_queue_bytes(live: &MirrorHandle, dev: &str, want: u32) {
 
 #[test]
 fn the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows() {
-    use dataplane::{Config, Frame, HOLD_FRAME_OVERHEAD, HeapPool, Queue, Tables, Verdict};
+    use dataplane::{Config, Frame, HOLD_FRAME_OVERHEAD, HeapPool, Queue, Verdict};
     if !xfwd_lab::privileged("the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows") {
         return;
     }
@@ -264,20 +263,13 @@ fn the_hold_buffer_holds_what_the_mirrored_unres_qlen_bytes_allows() {
     let sock_netns = writer
         .add_netns(udp_socktab::NetnsConfig::default())
         .unwrap();
-    let tables = Tables {
-        links: m.links.clone(),
-        neigh: m.neigh.clone(),
-        addrs: m.addrs.clone(),
-        fib4: m.fib4.clone(),
-        fib6: m.fib6.clone(),
-        policies: m.policies.clone(),
+    let tables = forwarder::startup::dataplane_tables(
+        m,
         sockets,
-        generation: m.generation.clone(),
         sock_netns,
-        served: None,
-        devconf: m.devconf.clone(),
-        icmp_peers: Arc::new(dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS)),
-    };
+        None,
+        dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS),
+    );
     let (d0, d0_mac) = {
         let g = crossbeam_epoch::pin();
         let l = m.links.by_name("d0", &g).unwrap();

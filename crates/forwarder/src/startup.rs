@@ -77,20 +77,13 @@ pub fn routing(
     let sock_netns = writer
         .add_netns(NetnsConfig::default())
         .context("creating the UDP socket table")?;
-    let tables = Tables {
-        links: m.links.clone(),
-        neigh: m.neigh.clone(),
-        addrs: m.addrs.clone(),
-        fib4: m.fib4.clone(),
-        fib6: m.fib6.clone(),
-        policies: m.policies.clone(),
+    let tables = dataplane_tables(
+        &m,
         sockets,
-        generation: m.generation.clone(),
         sock_netns,
-        served: Some(served.clone()),
-        devconf: m.devconf.clone(),
-        icmp_peers: Arc::new(icmp_peer_limiter()),
-    };
+        Some(served.clone()),
+        icmp_peer_limiter(),
+    );
     let icmp_peers = tables.icmp_peers.clone();
     let (endpoints, udp_ports) =
         crate::endpoints::open(writer, tables.clone(), &feed.addresses(), endpoints)?;
@@ -232,6 +225,48 @@ pub fn bare(routes: Vec<crate::bare::BareRoute>) -> EngineSpec<crate::bare::Bare
 
 /// The namespace's per-destination ICMP limits, set from its sysctls
 /// ([`read_icmp_sysctls`]); the instance reads them again every second.
+/// The dataplane's [`Tables`] over the mirror's tables `m`, as the routing engine builds them:
+/// the mirror's links, neighbours, addresses, FIBs, policies, generation and forwarding
+/// switches shared (not copied), with the UDP socket table `sockets` (where this namespace is
+/// `sock_netns`), the interfaces the pipeline may transmit on (`served`; `None`: all) and the
+/// namespace's per-destination ICMP limiter.
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use netlink_mirror::{Mirror, MirrorOptions, NetnsSpec};
+/// use udp_socktab::{NetnsConfig, SockTable, TableConfig};
+///
+/// let mirror = Mirror::start(NetnsSpec::Current, MirrorOptions::default())?;
+/// let (sockets, mut writer) = SockTable::new(TableConfig::default())?;
+/// let netns = writer.add_netns(NetnsConfig::default())?;
+/// let peers = dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS);
+/// let tables = forwarder::startup::dataplane_tables(mirror.tables(), sockets, netns, None, peers);
+/// assert!(tables.served.is_none());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dataplane_tables(
+    m: &netlink_mirror::MirroredTables,
+    sockets: Arc<SockTable>,
+    sock_netns: udp_socktab::NetnsId,
+    served: Option<Arc<dataplane::Served>>,
+    icmp_peers: dataplane::PeerLimiter,
+) -> Tables {
+    Tables {
+        links: m.links.clone(),
+        neigh: m.neigh.clone(),
+        addrs: m.addrs.clone(),
+        fib4: m.fib4.clone(),
+        fib6: m.fib6.clone(),
+        policies: m.policies.clone(),
+        sockets,
+        generation: m.generation.clone(),
+        sock_netns,
+        served,
+        devconf: m.devconf.clone(),
+        icmp_peers: Arc::new(icmp_peers),
+    }
+}
+
 fn icmp_peer_limiter() -> dataplane::PeerLimiter {
     let peers = dataplane::PeerLimiter::new(dataplane::ICMP_PEER_SLOTS);
     read_icmp_sysctls(&peers);
