@@ -908,8 +908,10 @@ impl<V> DupList<V> {
 /// Everything a lookup reads of it (the lines' address, the mask, the three hash keys, the
 /// future table) sits in its first cache line.
 ///
-/// The hash is a keyed multiply-xorshift-multiply (the shape of SplitMix64's and Murmur3's
-/// finalizers, with the table's random keys as multipliers), and the product's top bits pick
+/// The hash of a one-word key (IPv4) on x86-64 with SSE4.2 (this workspace's x86-64-v2) is
+/// a CRC32C from `k0` times `k1` (`crc_multiply`: two instructions); of other keys, and in
+/// builds without SSE4.2, a keyed multiply-xorshift-multiply (the shape of SplitMix64's and
+/// Murmur3's finalizers, with the table's random keys as multipliers). The product's top bits pick
 /// the line (`(h * lines) >> 64`, Lemire's reduction: for a power of two, the top
 /// `log2(lines)` bits, as the kernel's `hash_64` keeps them). A key of one or two words is XORed
 /// with `k0`; longer keys first fold each 64-bit pair in with a full 64 × 64 → 128-bit multiply
@@ -923,8 +925,8 @@ impl<V> DupList<V> {
 /// `hash_rnd` it is fast and keyed but not a PRF; the chain-length guard
 /// ([`ELASTICITY`](crate::rhltable::ELASTICITY)) is what bounds an attacker who learns a seed.
 /// Tests: consecutive keys spread like random ones under 300 seeds, keys aimed at one bucket
-/// cost one reseed (`tests/adversarial.rs`). A `u32` key costs three multiplies (two by keys,
-/// one by the line count); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
+/// cost one reseed (`tests/adversarial.rs`). A `u32` key costs a `crc32` and two multiplies
+/// (three without SSE4.2); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
 #[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
     // 64 bytes: the lines' address and count, the tags' address (and count), the three hash
