@@ -258,9 +258,10 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
 /// [`lanes_equal`] of the first two pairs of a line (its four one-word keys) and, with
 /// `SIX`, of the next two (its keys 4 and 5; lanes 6 and 7 are value words): with `SIX` a
 /// 16-bit mask, the eight lanes' bits twice (bits 0..8 and 8..16), which the caller ands with
-/// the line's header, whose bits 6..16 are always clear ([`Meta::inline_hits`]). On x86-64 one 16-byte load straight into a vector
-/// register per four lanes (3 instructions for load and compare, where two 64-bit atomic
-/// loads, two moves into vector registers and an unpack took 7).
+/// the line's header, whose bits 6..16 are always clear ([`Meta::inline_hits`]). On x86-64
+/// one 16-byte load straight into a vector register per four lanes (3 instructions for load
+/// and compare, where two 64-bit atomic loads, two moves into vector registers and an unpack
+/// took 7).
 ///
 /// The loads are inline assembly because Rust has no 128-bit atomic load on x86-64 without
 /// `cmpxchg16b` (a write): what each reads is what two relaxed `AtomicU64` loads of its pairs
@@ -391,10 +392,10 @@ impl Meta {
 
     /// Of the compares' mask `matches` (at most 16 bits: bit `i` for slot `i`, and maybe
     /// bits of lanes that are not keys from bit 6 on), the slots that hold the key with its
-    /// value inline: one `and` with the header's low 16 bits, since bits 6..16 of a header
-    /// are always clear ([`CLEAR_BITS`]; `meta_gap_stays_clear` tests every constructor).
-    /// The result has no bit outside the line's slots (whose inline bits are the only ones
-    /// a writer sets below bit 16).
+    /// value inline: one `and` with the header's low word, since bits 6..16 of a header are
+    /// always clear ([`CLEAR_BITS`]; `meta_gap_stays_clear` tests every constructor) and the
+    /// mask has no bit from 16 on. The result has no bit outside the line's slots (whose
+    /// inline bits are the only ones a writer sets below bit 16).
     #[inline(always)]
     pub(crate) fn inline_hits(self, matches: u32) -> u32 {
         debug_assert!(self.0 & CLEAR_BITS == 0);
