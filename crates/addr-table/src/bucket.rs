@@ -16,9 +16,10 @@
 //!       | gen      |              | (words 0..6)            | (words 6..12: a value or  |
 //!       |          |              |                         |  a list index each)       |
 //!       +----------+--------------+-------------------------+---------------------------+
-//!  meta: bits 0..6 slot holds a key and its value, 6 CHAIN (an overflow line follows), 7 MOVED
-//!        (look in the future table too), 8..14 slot holds a key and a list index
-//!        (a slot is occupied when either of its two bits is set), 16..64 generation
+//!  meta: bits 0..6 slot holds a key and its value, 6..16 always clear, 16..22 slot holds a
+//!        key and a list index (a slot is occupied when either of its two bits is set),
+//!        22 CHAIN (an overflow line follows), 23 MOVED (look in the future table too),
+//!        24..64 generation
 //! ```
 //!
 //! Other shapes: `u32 -> u64` 4 slots of 12 bytes, `u64 -> u64` 3, `u128 -> u32` or
@@ -39,7 +40,7 @@
 //! the pair before or after, each whole. So a reader that copied an occupied slot while a
 //! writer reused it sees `meta` change, and a reader never waits for a writer (the kernel's
 //! seqcount readers spin while a write is in progress; here every published state is whole). A
-//! 48-bit generation cannot wrap while a reader stands on one line.
+//! 40-bit generation (10^12 writes to one line) cannot wrap while a reader stands on it.
 //!
 //! **Where a miss ends** is in the same validated header, as the kernel's nulls-marked chains
 //! tell a reader where a chain ends without another load: `CHAIN` says an overflow line
@@ -87,17 +88,30 @@ const LINE_PAIRS: usize = LINE_WORDS / 2;
 /// words can hold, with a zero-word key and a two-word value).
 const MAX_SLOTS: usize = 6;
 
-/// One generation step in `meta`.
-const GENERATION: u64 = 1 << 16;
+/// One generation step in `meta` (a 40-bit generation in bits 24..64).
+const GENERATION: u64 = 1 << 24;
 
 /// The occupied bits of `meta` (one per slot, [`MAX_SLOTS`] of them).
 const OCCUPIED: u64 = (1 << MAX_SLOTS) - 1;
 
+/// Where a slot's "holds a list" bit sits in `meta`: bit `LIST_BITS + i`. Above bit 15, so
+/// that `meta`'s bits 6..16 are always clear and the 16-bit mask of a line's key compares
+/// (`pmovmskb`, whose bits 6..16 are value lanes or copies) needs one `and` with the header
+/// to become the slots holding the key with their value inline ([`Meta::inline_hits`]).
+const LIST_BITS: u32 = 16;
+
+/// A slot's two bits: value inline (bit `i`) or list (bit `LIST_BITS + i`).
+const SLOT_BITS: u64 = 1 | 1 << LIST_BITS;
+
 /// `meta` bit: the line's overflow link is (or was, a moment ago) not null.
-pub(crate) const CHAIN: u64 = 1 << 6;
+pub(crate) const CHAIN: u64 = 1 << 22;
 
 /// `meta` bit: the table has a `future` table that may hold keys of this bucket.
-pub(crate) const MOVED: u64 = 1 << 7;
+pub(crate) const MOVED: u64 = 1 << 23;
+
+/// The bits of `meta` that are always clear (between the inline bits and the list bits):
+/// what lets a reader and its compares' 16-bit mask with the header alone.
+const CLEAR_BITS: u64 = 0xffff & !OCCUPIED;
 
 /// A bucket's tag: a 64-bit Bloom filter of its chain's keys, one bit each (see
 /// [`BucketTable::tag_bit`]).
@@ -242,10 +256,12 @@ pub(crate) fn lanes_equal(lo: u64, hi: u64, key: u32) -> u32 {
 }
 
 /// [`lanes_equal`] of the first two pairs of a line (its four one-word keys) and, with
-/// `SIX`, of the next two (its keys 4 and 5; lanes 6 and 7 are value words, which the
-/// caller's mask of existing slots drops): on x86-64 one 16-byte load straight into a vector
-/// register per four lanes (3 instructions for load and compare, where two 64-bit atomic
-/// loads, two moves into vector registers and an unpack took 7).
+/// `SIX`, of the next two (its keys 4 and 5; lanes 6 and 7 are value words): with `SIX` a
+/// 16-bit mask, the eight lanes' bits twice (bits 0..8 and 8..16), which the caller ands with
+/// the line's header, whose bits 6..16 are always clear ([`Meta::inline_hits`]). On x86-64
+/// one 16-byte load straight into a vector register per four lanes (3 instructions for load
+/// and compare, where two 64-bit atomic loads, two moves into vector registers and an unpack
+/// took 7).
 ///
 /// The loads are inline assembly because Rust has no 128-bit atomic load on x86-64 without
 /// `cmpxchg16b` (a write): what each reads is what two relaxed `AtomicU64` loads of its pairs
@@ -278,13 +294,12 @@ fn keys_equal<const SIX: bool>(line: &Line, key: u32) -> u32 {
                 options(nostack, preserves_flags, readonly),
             );
         }
-        // SAFETY: SSE2 intrinsics on values (the `cfg` above), as in `lanes_equal`.
-        let low = unsafe {
-            let k = _mm_set1_epi32(key as i32);
-            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(lanes, k))) as u32
-        };
         if !SIX {
-            return low;
+            // SAFETY: SSE2 intrinsics on values (the `cfg` above), as in `lanes_equal`.
+            return unsafe {
+                let k = _mm_set1_epi32(key as i32);
+                _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(lanes, k))) as u32
+            };
         }
         let high: __m128i;
         // SAFETY: as above, bytes 32..48 (`pairs[2]` and `pairs[3]`), in bounds and 16-byte
@@ -297,12 +312,16 @@ fn keys_equal<const SIX: bool>(line: &Line, key: u32) -> u32 {
                 options(nostack, preserves_flags, readonly),
             );
         }
-        // SAFETY: as above.
-        let high = unsafe {
+        // SAFETY: SSE2 intrinsics on values, as above. The eight lanes' compares packed to
+        // bytes and their byte mask taken at once: bit `i` for lane `i` (0..8) and again bit
+        // `8 + i`, a 16-bit mask the caller ands with the header as it is (whose bits 6..16
+        // are clear) where the mask of `low | high << 4` (8 bits) needed one more `and`.
+        unsafe {
+            use std::arch::x86_64::{_mm_movemask_epi8, _mm_packs_epi16, _mm_packs_epi32};
             let k = _mm_set1_epi32(key as i32);
-            _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(high, k))) as u32
-        };
-        low | high << 4
+            let words = _mm_packs_epi32(_mm_cmpeq_epi32(lanes, k), _mm_cmpeq_epi32(high, k));
+            _mm_movemask_epi8(_mm_packs_epi16(words, words)) as u32
+        }
     }
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2", not(miri))))]
     {
@@ -325,7 +344,8 @@ fn keys_equal_by_pairs<const SIX: bool>(pairs: &[AtomicU64; LINE_PAIRS], key: u3
     }
     let lo = pairs[2].load(Ordering::Relaxed);
     let hi = pairs[3].load(Ordering::Relaxed);
-    low | lanes_equal(lo, hi, key) << 4
+    // The eight lanes' bits, twice (bits 0..8 and 8..16), as the SSE2 form's byte mask.
+    (low | lanes_equal(lo, hi, key) << 4) * 0x101
 }
 
 /// [`lanes_equal`] with four scalar compares (portable; the reference of the SIMD one).
@@ -345,33 +365,48 @@ pub(crate) fn lanes_equal_scalar(lo: u64, hi: u64, key: u32) -> u32 {
 pub(crate) struct Meta(pub(crate) u64);
 
 impl Meta {
-    /// Whether slot `i` holds a key (with its value inline, bit `i`, or a list, bit `8 + i`).
+    /// Whether slot `i` holds a key (with its value inline, bit `i`, or a list, bit
+    /// `LIST_BITS + i`).
     #[inline(always)]
     pub(crate) fn occupied(self, i: usize) -> bool {
-        self.0 & (0x101 << i) != 0
+        self.0 & (SLOT_BITS << i) != 0
     }
 
     /// Whether slot `i`'s value part is a `DupList` pointer.
     #[inline(always)]
     pub(crate) fn dups(self, i: usize) -> bool {
-        self.0 & (1 << (8 + i)) != 0
+        self.0 & (1 << (LIST_BITS as usize + i)) != 0
     }
 
     /// Whether some slot's value part is a `DupList` pointer.
     #[inline(always)]
     pub(crate) fn any_dups(self) -> bool {
-        self.0 & (OCCUPIED << 8) != 0
+        self.0 & (OCCUPIED << LIST_BITS) != 0
     }
 
     /// Occupied slots, as a mask (bit `i` for slot `i`).
     #[inline(always)]
     pub(crate) fn occupied_mask(self) -> u32 {
-        ((self.0 | self.0 >> 8) & OCCUPIED) as u32
+        ((self.0 | self.0 >> LIST_BITS) & OCCUPIED) as u32
+    }
+
+    /// Of the compares' mask `matches` (at most 16 bits: bit `i` for slot `i`, and maybe
+    /// bits of lanes that are not keys from bit 6 on), the slots that hold the key with its
+    /// value inline: one `and` with the header's low word, since bits 6..16 of a header are
+    /// always clear ([`CLEAR_BITS`]; `meta_gap_stays_clear` tests every constructor) and the
+    /// mask has no bit from 16 on. The result has no bit outside the line's slots (whose
+    /// inline bits are the only ones a writer sets below bit 16).
+    #[inline(always)]
+    pub(crate) fn inline_hits(self, matches: u32) -> u32 {
+        debug_assert!(self.0 & CLEAR_BITS == 0);
+        debug_assert!(matches <= 0xffff);
+        // (The header's bits 16..32 meet the mask's clear high half: no mask needed.)
+        self.0 as u32 & matches
     }
 
     /// Slots that hold a key and its value inline (not a list), as a mask: the header's low
-    /// bits as they are, what a reader's hit path tests.
-    #[inline(always)]
+    /// bits as they are (tests; the reader's hit path ands them in `inline_hits`).
+    #[cfg(test)]
     pub(crate) fn inline_mask(self) -> u32 {
         (self.0 & OCCUPIED) as u32
     }
@@ -400,23 +435,28 @@ impl Meta {
         (free != 0).then(|| free.trailing_zeros() as usize)
     }
 
-    /// Slot `i` set (holding a `DupList` pointer when `dups`: bit `8 + i` instead of bit `i`),
+    /// Slot `i` set (holding a `DupList` pointer when `dups`: bit `LIST_BITS + i` instead of bit
+    /// `i`),
     /// next generation.
     pub(crate) fn with(self, i: usize, dups: bool) -> Meta {
-        let cleared = self.0 & !(0x101 << i);
-        let bit = if dups { 1 << (8 + i) } else { 1 << i };
+        let cleared = self.0 & !(SLOT_BITS << i);
+        let bit = if dups {
+            1 << (LIST_BITS as usize + i)
+        } else {
+            1 << i
+        };
         Meta((cleared | bit).wrapping_add(GENERATION))
     }
 
     /// Slot `from` cleared and slot `to` set (holding a `DupList` pointer when `dups`) in one
     /// generation step.
     pub(crate) fn moved(self, from: usize, to: usize, dups: bool) -> Meta {
-        Meta(self.0 & !(0x101 << from)).with(to, dups)
+        Meta(self.0 & !(SLOT_BITS << from)).with(to, dups)
     }
 
     /// Slot `i` cleared, next generation.
     pub(crate) fn without(self, i: usize) -> Meta {
-        Meta((self.0 & !(0x101 << i)).wrapping_add(GENERATION))
+        Meta((self.0 & !(SLOT_BITS << i)).wrapping_add(GENERATION))
     }
 }
 
@@ -726,11 +766,14 @@ impl Line {
     #[inline(always)]
     fn find_once<K: Inline, V: Inline>(&self, q: &KeyWords) -> Option<Result<Found<V>, Meta>> {
         let m = Meta(self.meta.load(Ordering::Acquire));
-        // Slots holding their value inline (a slot with a list has its bit at `8 + i`), of
-        // slots that exist: tells the compiler `i` below is one.
-        let hits = self.matches::<K, V>(q) & m.inline_mask() & Geometry::<K, V>::ALL_SLOTS;
+        // Slots holding their value inline (a slot with a list has its bit at
+        // `LIST_BITS + i`): one `and` of the compares' mask with the header.
+        let hits = m.inline_hits(self.matches::<K, V>(q));
         if hits != 0 {
-            // SAFETY: `hits` is not zero and was masked with `ALL_SLOTS` above.
+            // SAFETY: `hits` is not zero, and within `ALL_SLOTS`: `inline_hits` keeps the
+            // header's bits below 16 that are set, which are inline bits of slots of this line
+            // (a writer sets no other: `meta_gap_stays_clear`), and `matches` has at most 16
+            // bits (`matches_fit_16_bits`).
             let i = unsafe { Geometry::<K, V>::first_slot_within(hits) };
             let mut w = [0; LINE_WORDS];
             if Geometry::<K, V>::PAYLOAD == 1 {
@@ -866,8 +909,10 @@ impl<V> DupList<V> {
 /// Everything a lookup reads of it (the lines' address, the mask, the three hash keys, the
 /// future table) sits in its first cache line.
 ///
-/// The hash is a keyed multiply-xorshift-multiply (the shape of SplitMix64's and Murmur3's
-/// finalizers, with the table's random keys as multipliers), and the product's top bits pick
+/// The hash of a one-word key (IPv4) on x86-64 with SSE4.2 (this workspace's x86-64-v2) is
+/// a CRC32C from `k0` times `k1` (`crc_multiply`: two instructions); of other keys, and in
+/// builds without SSE4.2, a keyed multiply-xorshift-multiply (the shape of SplitMix64's and
+/// Murmur3's finalizers, with the table's random keys as multipliers). The product's top bits pick
 /// the line (`(h * lines) >> 64`, Lemire's reduction: for a power of two, the top
 /// `log2(lines)` bits, as the kernel's `hash_64` keeps them). A key of one or two words is XORed
 /// with `k0`; longer keys first fold each 64-bit pair in with a full 64 × 64 → 128-bit multiply
@@ -881,8 +926,8 @@ impl<V> DupList<V> {
 /// `hash_rnd` it is fast and keyed but not a PRF; the chain-length guard
 /// ([`ELASTICITY`](crate::rhltable::ELASTICITY)) is what bounds an attacker who learns a seed.
 /// Tests: consecutive keys spread like random ones under 300 seeds, keys aimed at one bucket
-/// cost one reseed (`tests/adversarial.rs`). A `u32` key costs three multiplies (two by keys,
-/// one by the line count); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
+/// cost one reseed (`tests/adversarial.rs`). A `u32` key costs a `crc32` and two multiplies
+/// (three without SSE4.2); SipHash-1-3 would cost several times more for 4- and 16-byte keys.
 #[repr(C, align(64))]
 pub(crate) struct BucketTable<K, V> {
     // 64 bytes: the lines' address and count, the tags' address (and count), the three hash
@@ -900,6 +945,29 @@ pub(crate) struct BucketTable<K, V> {
     /// index), owned by the map, which outlives its tables.
     lists: ptr::NonNull<ListSlab<V>>,
     _holds: PhantomData<(K, V)>,
+}
+
+/// The hash of a one-word key `x` where the CPU has SSE4.2 (x86-64-v2, what this workspace
+/// builds for): the CRC32C of `x` from the initial value `k0`'s low half (one `crc32`), times
+/// the odd `k1` (one `imul`). For a 32-bit message the CRC is a bijection, `L(x) ^ a` with
+/// `L` linear over GF(2) and invertible and `a` from the key, so distinct keys give distinct
+/// words `c`, and the product's top bits (the bucket, by Lemire's reduction) are
+/// Dietzfelbinger's multiply-shift of `c` with a random odd multiplier: two keys share a
+/// bucket of `m` with probability at most about `2/m` whatever keys an attacker picks without
+/// the seed, and consecutive keys (which the CRC scatters) spread as random ones
+/// (`tests/adversarial.rs`). The product's low six bits, the tag bit, are a bijection of
+/// `c`'s low six bits. Two instructions where the multiply-xorshift-multiply took six
+/// (branch addrhit, benchmark notes). Only for one-word keys: a CRC of longer keys is not
+/// injective, and its collisions would not depend on the seed. (Miri runs the other hash, as
+/// it runs the portable compares: the instruction computes on values only.)
+#[cfg(all(target_arch = "x86_64", target_feature = "sse4.2", not(miri)))]
+#[inline(always)]
+fn crc_multiply(k0: u64, k1: u64, x: u32) -> u64 {
+    // SAFETY: the `crc32` instruction needs SSE4.2, which this build enables for every CPU it
+    // runs on (the `cfg` above); it computes on values, no memory. Tested against a bitwise
+    // CRC32C (`crc_multiply_is_crc32c_times_k1`).
+    let c = unsafe { std::arch::x86_64::_mm_crc32_u32(k0 as u32, x) };
+    u64::from(c).wrapping_mul(k1)
 }
 
 /// The 64 × 64 → 128-bit multiply with its halves XORed (foldhash's and wyhash's mixer).
@@ -953,6 +1021,10 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     #[inline(always)]
     pub(crate) fn hash_of(&self, q: &KeyWords) -> u64 {
         let [k0, k1, k2] = self.keys;
+        #[cfg(all(target_arch = "x86_64", target_feature = "sse4.2", not(miri)))]
+        if K::WORDS == 1 {
+            return crc_multiply(k0, k1, q[0]);
+        }
         let pair = |j: usize| {
             let hi = if j + 1 < K::WORDS { q[j + 1] } else { 0 };
             u64::from(q[j]) | (u64::from(hi) << 32)
@@ -1523,11 +1595,123 @@ mod tests {
         let m2 = m.without(2);
         assert!(!m2.occupied(2) && !m2.dups(2));
         assert_eq!(m2.first_free(4), Some(2));
-        assert_eq!(m2.0 >> 16, 5, "every change is a new generation");
+        assert_eq!(m2.0 >> 24, 5, "every change is a new generation");
         // The same bits after a slot is reused: the generation still differs.
         let m3 = m2.with(2, true);
-        assert_eq!(m3.0 & 0xffff, m.0 & 0xffff);
+        assert_eq!(m3.0 & 0xff_ffff, m.0 & 0xff_ffff);
         assert_ne!(m3, m);
+    }
+
+    #[test]
+    fn meta_gap_stays_clear() {
+        // Every way a writer makes a header keeps bits 6..16 clear, so that a reader's hit
+        // mask (`inline_hits`: the compares' 16-bit mask and the header's low word, one
+        // `and`) only ever names slots of the line that hold their value inline: what the
+        // reader's `first_slot_within` relies on. Random writes on 6-slot and 4-slot lines.
+        for slots in [6usize, 4] {
+            let mut m = Meta(0);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            // (Fewer under Miri, which runs this for its own sake: plain arithmetic.)
+            for _ in 0..if cfg!(miri) { 300 } else { 20_000 } {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (i, j, dups) = (
+                    (x % slots as u64) as usize,
+                    ((x >> 8) % slots as u64) as usize,
+                    x & 1 << 20 != 0,
+                );
+                m = match (x >> 16) % 6 {
+                    0 | 1 => m.with(i, dups),
+                    2 => m.moved(i, j, dups),
+                    3 => m.without(i),
+                    4 => m.flag(CHAIN, x & 1 << 21 != 0),
+                    _ => m.flag(MOVED, x & 1 << 22 != 0),
+                };
+                assert_eq!(m.0 & CLEAR_BITS, 0, "{m:?}");
+                assert_eq!(m.inline_mask() >> slots, 0, "{m:?}");
+                for matches in [0xffffu32, 0xff3f, (x >> 32) as u32 & 0xffff, 0x0101 << i] {
+                    let hits = m.inline_hits(matches);
+                    assert_eq!(hits & !m.inline_mask(), 0, "{m:?} {matches:x}");
+                    assert_eq!(hits, matches & m.inline_mask(), "{m:?} {matches:x}");
+                }
+            }
+        }
+        // The generation (bits 24..64) wraps into nothing else.
+        let m = Meta(!0 << 24 | 1).with(1, false);
+        assert_eq!(m.0 & 0xff_ffff, 0b11);
+    }
+
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse4.2", not(miri)))]
+    #[test]
+    fn crc_multiply_is_crc32c_times_k1() {
+        // The reference: CRC32C (Castagnoli, reflected 0x82f63b78) of the key's four bytes
+        // from the initial value `k0 as u32`, with no final XOR (the `crc32` instruction's
+        // definition), bit by bit.
+        fn crc32c(mut crc: u32, x: u32) -> u32 {
+            for byte in x.to_le_bytes() {
+                crc ^= u32::from(byte);
+                for _ in 0..8 {
+                    crc = if crc & 1 != 0 {
+                        crc >> 1 ^ 0x82f6_3b78
+                    } else {
+                        crc >> 1
+                    };
+                }
+            }
+            crc
+        }
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for i in 0..10_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (k0, k1, key) = (x, x.rotate_left(17) | 1, if i < 100 { i } else { x as u32 });
+            let want = u64::from(crc32c(k0 as u32, key)).wrapping_mul(k1);
+            assert_eq!(crc_multiply(k0, k1, key), want, "{k0:x} {key:x}");
+        }
+        // Distinct keys, distinct CRCs (a 32-bit CRC of 32 bits is a bijection): all of a
+        // stretch of consecutive keys and of keys that differ in their top bits only.
+        let mut seen = std::collections::HashSet::new();
+        for key in (0..1u32 << 16).chain((1..1u32 << 12).map(|k| k << 20)) {
+            assert!(seen.insert(crc32c(0x1234_5678, key)), "{key:x}");
+        }
+        // A one-word key's table hash is this one.
+        let lists = ListSlab::<u32>::new();
+        let t = BucketTable::<u32, u32>::alloc(64, 7, ptr::NonNull::from(&lists));
+        // SAFETY: from `alloc`, freed once at the end of the scope.
+        let table = unsafe { Box::from_raw(t) };
+        let [k0, k1, _] = table.keys;
+        assert_eq!(table.hash_of(&key_words(&9u32)), crc_multiply(k0, k1, 9));
+    }
+
+    #[test]
+    fn matches_fit_16_bits() {
+        // `inline_hits` ands the compares' mask with the header's whole low half: the mask
+        // must have no bit from 16 on (every geometry), whatever the line holds.
+        let line = Line::empty();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..if cfg!(miri) { 30 } else { 2_000u32 } {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = if round % 3 == 0 { 5 } else { x as u32 };
+            let words: Vec<u32> = (0..LINE_WORDS as u64)
+                .map(|w| {
+                    if (x >> w) & 3 == 0 {
+                        key
+                    } else {
+                        (x >> (w + 8)) as u32
+                    }
+                })
+                .collect();
+            line.store_words(0, &words);
+            let q = key_words(&key);
+            assert!(line.matches::<u32, u32>(&q) <= 0xffff);
+            assert!(line.matches::<u32, u64>(&q) <= 0xf);
+            assert!(line.matches::<u64, u64>(&key_words(&u64::from(key))) <= 0x7);
+            assert!(line.matches::<u128, u32>(&key_words(&u128::from(key))) <= 0x3);
+        }
     }
 
     #[test]
@@ -1644,7 +1828,8 @@ mod tests {
             }
             let pair = |j: usize| line.pairs[j].load(Ordering::Relaxed);
             let four = lanes_equal_scalar(pair(0), pair(1), key);
-            let eight = four | lanes_equal_scalar(pair(2), pair(3), key) << 4;
+            // The eight lanes' bits twice (bits 0..8 and 8..16).
+            let eight = (four | lanes_equal_scalar(pair(2), pair(3), key) << 4) * 0x101;
             assert_eq!(keys_equal::<false>(&line, key), four, "{key:x}");
             assert_eq!(
                 keys_equal_by_pairs::<false>(&line.pairs, key),

@@ -36,35 +36,58 @@ use crate::rhltable::{Params, RhlTable, check_guard};
 /// assert_eq!((l.ifindex(), l.answers()), (2, true));
 /// # Ok::<(), addr_table::AddrError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct LocalAddr {
-    /// At most `i32::MAX` (checked by the writer).
-    ifindex: u32,
-    /// Whether the address answers `dev_find` (IPv6: not tentative unless optimistic, not
-    /// failed DAD; IPv4: always), computed from its flags by the writer.
-    answers: bool,
+    /// The interface index (at most `i32::MAX`, checked by the writer) in bits 0..31, and
+    /// in bit 31 whether the address does **not** answer `dev_find` (IPv6: tentative and
+    /// not optimistic, or failed DAD; IPv4: never), computed from its flags by the writer.
+    /// Clear when it answers, so that the word of an address that answers is its ifindex,
+    /// with nothing to mask off on `dev_find`'s hit.
+    word: u32,
 }
 
 /// The largest interface index (the kernel's is a positive `int`).
 const IFINDEX_MAX: u32 = i32::MAX as u32;
 
+/// [`LocalAddr`]'s bit: the address does not answer.
+const SILENT: u32 = 1 << 31;
+
 impl LocalAddr {
     fn of<A: Family>(a: &IfAddr<A>) -> Self {
+        LocalAddr::new(a.ifindex, A::answers(a.flags))
+    }
+
+    fn new(ifindex: u32, answers: bool) -> Self {
         LocalAddr {
-            ifindex: a.ifindex,
-            answers: A::answers(a.flags),
+            word: (ifindex & IFINDEX_MAX) | if answers { 0 } else { SILENT },
         }
     }
 
     /// The interface holding the address.
     pub fn ifindex(&self) -> u32 {
-        self.ifindex
+        self.word & IFINDEX_MAX
     }
 
     /// Whether the address counts as local for [`AddrTable::dev_find`] and
     /// [`AddrTable::is_local`] (its flags as of the last add or update).
     pub fn answers(&self) -> bool {
-        self.answers
+        self.word & SILENT == 0
+    }
+
+    /// The ifindex of an address that answers: the word as it is (its `SILENT` bit is clear).
+    #[inline(always)]
+    fn answering_ifindex(&self) -> u32 {
+        debug_assert!(self.answers());
+        self.word
+    }
+}
+
+impl std::fmt::Debug for LocalAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalAddr")
+            .field("ifindex", &self.ifindex())
+            .field("answers", &self.answers())
+            .finish()
     }
 }
 
@@ -73,15 +96,12 @@ impl Inline for LocalAddr {
 
     #[inline(always)]
     fn store(self, words: &mut [u32]) {
-        words[0] = (self.ifindex & IFINDEX_MAX) | (u32::from(self.answers) << 31);
+        words[0] = self.word;
     }
 
     #[inline(always)]
     fn load(words: &[u32]) -> Self {
-        LocalAddr {
-            ifindex: words[0] & IFINDEX_MAX,
-            answers: words[0] >> 31 != 0,
-        }
+        LocalAddr { word: words[0] }
     }
 }
 
@@ -173,15 +193,17 @@ impl<A: Family> FamilyTable<A> {
     }
 
     fn hash_remove(&self, a: &IfAddr<A>) {
-        let removed = self.local.remove(&a.addr.key(), |l| l.ifindex == a.ifindex);
+        let removed = self
+            .local
+            .remove(&a.addr.key(), |l| l.ifindex() == a.ifindex);
         debug_assert!(removed, "hash and lists agree");
     }
 
     fn hash_set_flags(&self, a: &IfAddr<A>) {
         let changed = self.local.update(
             &a.addr.key(),
-            |l| l.ifindex == a.ifindex,
-            |l| l.answers = A::answers(a.flags),
+            |l| l.ifindex() == a.ifindex,
+            |l| *l = LocalAddr::new(l.ifindex(), A::answers(a.flags)),
         );
         debug_assert!(changed, "hash and lists agree");
     }
@@ -335,15 +357,16 @@ impl<A: Family> FamilyTable<A> {
 
     #[inline]
     fn dev_find(&self, addr: A, ifindex: Option<u32>, guard: &Guard) -> Option<u32> {
-        // IPv4 addresses always answer: no test of the stored flag (a constant per family).
-        let answers = |l: &LocalAddr| A::ALWAYS_ANSWERS || l.answers;
+        // IPv4 addresses always answer (their `SILENT` bit is never set): no test of the bit
+        // (a constant per family), and the word of an address that answers is its ifindex.
+        let answers = |l: &LocalAddr| A::ALWAYS_ANSWERS || l.answers();
         match ifindex {
             // The common case (`is_local`, `__ip_dev_find` without a device) on its own path.
-            None => self
-                .local
-                .find_map(&addr.key(), guard, |l| answers(l).then_some(l.ifindex)),
+            None => self.local.find_map(&addr.key(), guard, |l| {
+                answers(l).then(|| l.answering_ifindex())
+            }),
             Some(i) => self.local.find_map(&addr.key(), guard, |l| {
-                (answers(l) && l.ifindex == i).then_some(l.ifindex)
+                (answers(l) && l.answering_ifindex() == i).then_some(i)
             }),
         }
     }
@@ -597,5 +620,37 @@ impl AddrTable {
     /// Whether the namespace has no address of either family.
     pub fn is_empty(&self) -> bool {
         self.v4.local.is_empty() && self.v6.local.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_addr_word_of_an_answering_address_is_its_ifindex() {
+        for ifindex in [1, 2, 0x1234_5678, IFINDEX_MAX] {
+            for answers in [true, false] {
+                let l = LocalAddr::new(ifindex, answers);
+                assert_eq!((l.ifindex(), l.answers()), (ifindex, answers));
+                let mut w = [0];
+                l.store(&mut w);
+                assert_eq!(LocalAddr::load(&w), l);
+                // What `dev_find`'s hit returns without masking.
+                assert_eq!(w[0] == ifindex, answers, "{l:?}");
+                if answers {
+                    assert_eq!(l.answering_ifindex(), ifindex);
+                }
+            }
+        }
+        // IPv4 addresses always answer: their word is their ifindex, whatever the flags.
+        let a = IfAddr::new(Ipv4Addr::new(192, 0, 2, 1), 24, 7).with_flags(IfaFlags::TENTATIVE);
+        assert_eq!(LocalAddr::of(&a).word, 7);
+        let a = IfAddr::new(Ipv6Addr::LOCALHOST, 128, 7).with_flags(IfaFlags::TENTATIVE);
+        assert!(!LocalAddr::of(&a).answers());
+        assert_eq!(
+            format!("{:?}", LocalAddr::of(&a)),
+            "LocalAddr { ifindex: 7, answers: false }"
+        );
     }
 }
