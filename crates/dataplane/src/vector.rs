@@ -475,7 +475,7 @@ impl Queue {
                 if meta.ttl > 1
                     && !b.out_policies
                     && meta.ip_len <= hop.mtu
-                    && hop.dst_mac.is_some()
+                    && hop.is_resolved()
                     && !meta.src_is_v6_link_local()
                 {
                     lane.step = Step::Rewrite;
@@ -484,7 +484,7 @@ impl Queue {
             }
             lane.step = match &lane.route {
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
-                    Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
+                    Ok(false) if hop.is_resolved() => Step::Rewrite,
                     Ok(too_big) => {
                         rewrite_out_of_line(frame, meta, hop);
                         Step::Done(self.after_rewrite(b, frame, meta, hop, too_big, pool))
