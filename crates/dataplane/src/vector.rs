@@ -21,10 +21,8 @@
 //!    TTL check, is part of stage 7);
 //! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
-//!    the order the reference gives them; a plain transmit that passes every check inline is
-//!    rewritten here (step 8) while its lane is at hand;
-//! 8. the rewrite of every plain transmit (TTL, MACs: the hop's prepared twelve bytes of
-//!    addresses, [`Hop::eth_addrs`](crate::route::Hop::eth_addrs)), in one pass with
+//!    the order the reference gives them;
+//! 8. the rewrite of every plain transmit (TTL, MACs), in one pass with
 //! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
@@ -71,9 +69,6 @@ pub(crate) enum Step {
     Routed,
     /// Passed every check: a plain transmit by `route`'s hop, to be rewritten.
     Rewrite,
-    /// A plain transmit, rewritten by the decide stage with its verdict in the frame: only
-    /// counted by the last stage.
-    Sent,
 }
 
 /// What makes a lane's route-cache key ([`route::flow_key`]: destination, TOS without ECN,
@@ -475,9 +470,7 @@ impl Queue {
                 continue;
             }
             // The common case, decided inline: every check of `forward_checks` passes and the
-            // neighbour is known. Rewritten here, while the lane's meta and hop are at hand (a
-            // rewrite has no effect on the queue, so its place in the order does not matter),
-            // its verdict into the frame (its own assignment: only the step's tag is written).
+            // neighbour is known (its own assignment: only the step's tag is written).
             if let Route::Forward(hop) = &lane.route {
                 if meta.ttl > 1
                     && !b.out_policies
@@ -485,9 +478,7 @@ impl Queue {
                     && hop.is_resolved()
                     && !meta.src_is_v6_link_local()
                 {
-                    rewrite(frame, meta, hop);
-                    frame.verdict = Verdict::Transmit { ifindex: hop.oif };
-                    lane.step = Step::Sent;
+                    lane.step = Step::Rewrite;
                     continue;
                 }
             }
@@ -505,19 +496,14 @@ impl Queue {
         }
     }
 
-    /// Stages 8 and 9 in one pass: the rewrite of the plain transmits the decide stage left
-    /// (TTL / hop limit, MACs), then every frame's verdict and counters (the plain transmits
-    /// counted at once, per vector).
+    /// Stages 8 and 9 in one pass: the rewrite of every plain transmit (TTL / hop limit,
+    /// MACs), then every frame's verdict and counters (the plain transmits counted at once,
+    /// per vector).
     #[inline(never)]
     fn stage_rewrite(&mut self, frames: &mut [Frame<'_>], lanes: &[Lane]) {
         let mut transmits = 0;
         for (frame, lane) in frames.iter_mut().zip(lanes.iter()) {
             let verdict = match (lane.step, &lane.route) {
-                // Rewritten by the decide stage, its verdict in the frame.
-                (Step::Sent, _) => {
-                    transmits += 1;
-                    continue;
-                }
                 (Step::Rewrite, Route::Forward(hop)) => {
                     rewrite(frame, &lane.meta, hop);
                     frame.verdict = Verdict::Transmit { ifindex: hop.oif };
