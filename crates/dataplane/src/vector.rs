@@ -22,7 +22,8 @@
 //! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
-//! 8. the rewrite of every plain transmit (TTL, MACs), in one pass with
+//! 8. the rewrite of every plain transmit (TTL, MACs: the hop's prepared twelve bytes of
+//!    addresses, [`Hop::eth_addrs`](crate::route::Hop::eth_addrs)), in one pass with
 //! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
