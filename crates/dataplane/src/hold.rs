@@ -177,7 +177,7 @@ impl HoldBuffer {
         if frame.len() > self.slot_size {
             return Err(DropReason::HoldTooLarge);
         }
-        let (oif, next_hop, next_hop_family) = (hop.oif, hop.next_hop, hop.next_hop_family);
+        let (oif, next_hop, next_hop_family) = (hop.oif, hop.next_hop(), hop.next_hop_family);
         let budget = tables
             .devconf
             .queue_bytes(oif, next_hop_family.is_v6(), guard)

@@ -512,7 +512,7 @@ impl Queue {
         pool: &mut P,
     ) -> Verdict {
         let bytes = frame.bytes();
-        match hop.dst_mac {
+        match hop.dst_mac() {
             None => match self.hold.hold(
                 bytes,
                 hop,
@@ -693,25 +693,21 @@ impl Queue {
 pub(crate) fn rewrite(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop) {
     let ip_start = frame.offset + meta.l3();
     let l2_start = ip_start - L2_LEN;
-    // The addresses by reference: copied from the hop as they lie (a neighbour not yet
-    // known gets zeros until the hold buffer sends the frame).
-    let dst_mac = hop.dst_mac.as_ref().unwrap_or(&[0; 6]);
+    // The addresses as the hop prepared them (a neighbour not yet known gives zeros until
+    // the hold buffer sends the frame).
+    let addrs = hop.eth_addrs();
     let chunk = &mut frame.chunk[l2_start..];
     match meta.family {
-        Family::V6 => rewrite_head::<{ L2_LEN + ipv6::HEADER_LEN }>(
-            chunk,
-            &hop.src_mac,
-            dst_mac,
-            Family::V6,
-            |ip| Ipv6Packet::new_unchecked(ip).decrement_hop_limit(),
-        ),
-        Family::V4 => rewrite_head::<{ L2_LEN + ipv4::HEADER_LEN }>(
-            chunk,
-            &hop.src_mac,
-            dst_mac,
-            Family::V4,
-            |ip| Ipv4Packet::new_unchecked(ip).decrement_ttl(),
-        ),
+        Family::V6 => {
+            rewrite_head::<{ L2_LEN + ipv6::HEADER_LEN }>(chunk, addrs, Family::V6, |ip| {
+                Ipv6Packet::new_unchecked(ip).decrement_hop_limit()
+            })
+        }
+        Family::V4 => {
+            rewrite_head::<{ L2_LEN + ipv4::HEADER_LEN }>(chunk, addrs, Family::V4, |ip| {
+                Ipv4Packet::new_unchecked(ip).decrement_ttl()
+            })
+        }
     }
     frame.offset = l2_start;
     frame.len = L2_LEN + meta.ip_len();
@@ -726,22 +722,22 @@ pub(crate) fn rewrite_out_of_line(frame: &mut Frame<'_>, meta: &Meta, hop: &Hop)
 }
 
 /// The rewrite of one family's headers at the start of `chunk`: the new Ethernet header and
-/// the fixed IP header as one `N`-byte view (the writes need no bounds check of their own),
-/// then `hop` (the TTL / hop-limit decrement, through the family's view) on the IP part.
+/// the fixed IP header as one `N`-byte view (the writes need no bounds check of their own):
+/// the hop's prepared destination and source addresses (`addrs`, twelve bytes: two stores),
+/// the family's EtherType, then `hop` (the TTL / hop-limit decrement, through the family's
+/// view) on the IP part.
 #[inline(always)]
 fn rewrite_head<const N: usize>(
     chunk: &mut [u8],
-    src: &[u8; ethernet::ADDR_LEN],
-    dst: &[u8; ethernet::ADDR_LEN],
+    addrs: &[u8; 2 * ethernet::ADDR_LEN],
     family: Family,
     hop: impl FnOnce(&mut [u8]),
 ) {
     if let Some(head) = chunk.first_chunk_mut::<N>() {
         let (eth, ip) = head.split_at_mut(L2_LEN);
-        let mut eth = EthernetFrame::new_unchecked(eth);
-        eth.set_dst_addr(*dst);
-        eth.set_src_addr(*src);
-        eth.set_ethertype(family.ethertype());
+        let (macs, _) = eth.split_at_mut(2 * ethernet::ADDR_LEN);
+        macs.copy_from_slice(addrs);
+        EthernetFrame::new_unchecked(eth).set_ethertype(family.ethertype());
         hop(ip);
     }
 }

@@ -13,6 +13,7 @@ use crate::Tables;
 use crate::parse::Meta;
 use crate::verdict::{DropReason, IcmpError, PuntReason};
 use crate::wire::Family;
+use crate::wire::ethernet;
 use crate::wire::icmp::{self, v4_type, v6_type};
 use crate::wire::ipv4::{self, Ipv4Packet};
 use crate::wire::ipv6::{self, Ipv6Packet};
@@ -23,30 +24,118 @@ use crate::wire::l4::protocol;
 pub const DSCP_MASK: u8 = 0xfc;
 
 /// Where a forwarded packet goes next.
+///
+/// The two MAC addresses are kept as the Ethernet header's first twelve bytes
+/// ([`Hop::eth_addrs`]: the neighbour's, then the egress link's), prepared once per next hop
+/// when the decision is made (by the egress stage or its memo, for every packet of a route
+/// after it), so that the rewrite writes them with two stores; a neighbour's new MAC comes
+/// with a new route generation, under which the decision is made again. Four-byte aligned
+/// (the next hop's address as four words), so that a [`Route`] is 40 bytes and a remembered
+/// decision with its key fits one cache line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hop {
     /// The egress interface.
     pub oif: u32,
-    /// The next hop's address: the gateway, or the destination itself on a connected route
-    /// (an IPv4 address in the low 32 bits).
-    pub next_hop: u128,
-    /// The family of `next_hop`, which decides how the neighbour is resolved (IPv6: ND,
-    /// IPv4: ARP): always IPv6 for IPv6 packets, and for IPv4 packets on a route `via inet6`
-    /// (RFC 8950, BGP unnumbered).
-    pub next_hop_family: Family,
-    /// The egress interface's MAC address.
-    pub src_mac: [u8; 6],
-    /// The next hop's MAC address, when the neighbour is usable.
-    pub dst_mac: Option<[u8; 6]>,
     /// The path MTU: the egress link's, or the route's `mtu` metric when it is lower (the
     /// kernel forwards by the route's metric when one is set; a larger one than the link's
     /// cannot be sent here).
     pub mtu: u32,
+    /// The neighbour's MAC address (zeros when not usable), then the egress interface's.
+    eth: [u8; 2 * ethernet::ADDR_LEN],
+    /// The next hop's address ([`Hop::next_hop`]), most significant word first.
+    next_hop: [u32; 4],
+    /// The family of the next hop's address, which decides how the neighbour is resolved
+    /// (IPv6: ND, IPv4: ARP): always IPv6 for IPv6 packets, and for IPv4 packets on a route
+    /// `via inet6` (RFC 8950, BGP unnumbered).
+    pub next_hop_family: Family,
+    /// Whether the neighbour is usable (its MAC is in `eth`).
+    resolved: bool,
     /// The route had several next hops (the choice depends on the flow: never cached).
     pub multipath: bool,
     /// The source passed reverse-path filtering (`rp_filter` on the ingress device): the
     /// decision depends on the source, so it is never cached.
     pub source_checked: bool,
+}
+
+impl Hop {
+    /// A hop out of `oif` to `next_hop` (the gateway, or the destination itself on a
+    /// connected route; an IPv4 address in the low 32 bits) of `next_hop_family`, from the
+    /// egress interface's MAC `src_mac` to the neighbour's `dst_mac` (when usable), with the
+    /// path MTU `mtu`; `multipath` and `source_checked` as [`Hop::multipath`] and
+    /// [`Hop::source_checked`].
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the fields of one decision, kept as scalars"
+    )]
+    pub fn new(
+        oif: u32,
+        next_hop: u128,
+        next_hop_family: Family,
+        src_mac: [u8; 6],
+        dst_mac: Option<[u8; 6]>,
+        mtu: u32,
+        multipath: bool,
+        source_checked: bool,
+    ) -> Self {
+        let mut eth = [0; 2 * ethernet::ADDR_LEN];
+        let (dst, src) = eth.split_at_mut(ethernet::ADDR_LEN);
+        dst.copy_from_slice(&dst_mac.unwrap_or_default());
+        src.copy_from_slice(&src_mac);
+        let n = next_hop;
+        Hop {
+            oif,
+            mtu,
+            eth,
+            next_hop: [
+                (n >> 96) as u32,
+                (n >> 64) as u32,
+                (n >> 32) as u32,
+                n as u32,
+            ],
+            next_hop_family,
+            resolved: dst_mac.is_some(),
+            multipath,
+            source_checked,
+        }
+    }
+
+    /// The next hop's address: the gateway, or the destination itself on a connected route
+    /// (an IPv4 address in the low 32 bits).
+    #[inline]
+    pub fn next_hop(&self) -> u128 {
+        let [a, b, c, d] = self.next_hop.map(u128::from);
+        a << 96 | b << 64 | c << 32 | d
+    }
+
+    /// The egress interface's MAC address.
+    #[inline]
+    pub fn src_mac(&self) -> [u8; 6] {
+        let mut mac = [0; ethernet::ADDR_LEN];
+        mac.copy_from_slice(&self.eth[ethernet::ADDR_LEN..]);
+        mac
+    }
+
+    /// The next hop's MAC address, when the neighbour is usable.
+    #[inline]
+    pub fn dst_mac(&self) -> Option<[u8; 6]> {
+        let mut mac = [0; ethernet::ADDR_LEN];
+        mac.copy_from_slice(&self.eth[..ethernet::ADDR_LEN]);
+        self.resolved.then_some(mac)
+    }
+
+    /// Whether the neighbour is usable (`dst_mac` is known).
+    #[inline(always)]
+    pub fn is_resolved(&self) -> bool {
+        self.resolved
+    }
+
+    /// The Ethernet header's destination and source addresses as the rewrite writes them:
+    /// the neighbour's MAC (zeros when not usable: a held frame gets its own when the
+    /// neighbour answers), then the egress interface's.
+    #[inline(always)]
+    pub fn eth_addrs(&self) -> &[u8; 2 * ethernet::ADDR_LEN] {
+        &self.eth
+    }
 }
 
 /// Why a route refuses a packet.
@@ -92,7 +181,7 @@ impl Route {
 impl Cacheable for Route {
     fn is_cacheable(&self) -> bool {
         match self {
-            Route::Forward(hop) => hop.dst_mac.is_some() && !hop.multipath && !hop.source_checked,
+            Route::Forward(hop) => hop.is_resolved() && !hop.multipath && !hop.source_checked,
             // An unusable egress may be one path of a multipath route, chosen by this flow's
             // hash: another flow to the same destination may take a usable path. Reverse-path
             // drops depend on the source.
@@ -835,16 +924,16 @@ pub fn link_answer(
 /// the path MTU is the link's, or the route's `mtu` metric when lower.
 pub fn complete(e: &Egress, answer: Result<LinkAnswer, DropReason>) -> Route {
     match answer {
-        Ok(link) => Route::Forward(Hop {
-            oif: e.oif,
-            next_hop: e.next_hop,
-            next_hop_family: e.next_hop_family,
-            src_mac: link.src_mac,
-            dst_mac: link.dst_mac,
-            mtu: e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
-            multipath: e.multipath,
-            source_checked: e.source_checked,
-        }),
+        Ok(link) => Route::Forward(Hop::new(
+            e.oif,
+            e.next_hop,
+            e.next_hop_family,
+            link.src_mac,
+            link.dst_mac,
+            e.route_mtu.map_or(link.mtu, |m| m.min(link.mtu)),
+            e.multipath,
+            e.source_checked,
+        )),
         Err(reason) => Route::Drop(reason),
     }
 }

@@ -22,7 +22,8 @@
 //! 7. in frame order, everything with side effects on the queue (ICMP errors and their token
 //!    bucket, local delivery, the hold buffer, fragments into the pool), so that they happen in
 //!    the order the reference gives them;
-//! 8. the rewrite of every plain transmit (TTL, MACs), in one pass with
+//! 8. the rewrite of every plain transmit (TTL, MACs: the hop's prepared twelve bytes of
+//!    addresses, [`Hop::eth_addrs`](crate::route::Hop::eth_addrs)), in one pass with
 //! 9. verdicts and counters.
 //!
 //! What differs from [`Queue::process_batch_reference`] is only when things happen, never what:
@@ -475,7 +476,7 @@ impl Queue {
                 if meta.ttl > 1
                     && !b.out_policies
                     && meta.ip_len <= hop.mtu
-                    && hop.dst_mac.is_some()
+                    && hop.is_resolved()
                     && !meta.src_is_v6_link_local()
                 {
                     lane.step = Step::Rewrite;
@@ -484,7 +485,7 @@ impl Queue {
             }
             lane.step = match &lane.route {
                 Route::Forward(hop) => match self.forward_checks(b, frame, meta, hop, pool) {
-                    Ok(false) if hop.dst_mac.is_some() => Step::Rewrite,
+                    Ok(false) if hop.is_resolved() => Step::Rewrite,
                     Ok(too_big) => {
                         rewrite_out_of_line(frame, meta, hop);
                         Step::Done(self.after_rewrite(b, frame, meta, hop, too_big, pool))

@@ -33,6 +33,9 @@ const FLIP4: [u8; 4] = [10, 0, 2, 50];
 /// A source without a route back (fails reverse-path filtering, strict or loose).
 const NO_ROUTE_BACK4: [u8; 4] = [172, 16, 0, 9];
 
+/// The MAC address the gateway 10.0.2.254 moves to ([`Change::GatewayMac`]).
+const MOVED_GW_MAC: [u8; 6] = [2, 0, 0, 0, 0x5e, 0xfe];
+
 /// The first byte of a source MAC that makes the test's frame arrive on OUT instead of IN.
 const ARRIVES_ON_OUT: u8 = 0x06;
 
@@ -163,6 +166,10 @@ enum Change {
     OwnAddress,
     /// The neighbour 10.0.2.200 resolves, or goes back to incomplete.
     Neighbour,
+    /// The gateway 10.0.2.254 on OUT (of 8.0.0.0/8, whose decision the ingress memo keeps,
+    /// with the prepared Ethernet addresses) answers from another MAC address, or from its
+    /// own again; the neighbour stays reachable throughout.
+    GatewayMac,
     /// OUT goes down, or up.
     EgressLink,
     /// OUT's MTU goes to 1000, or back to 1500.
@@ -199,6 +206,7 @@ fn change() -> impl Strategy<Value = Option<Change>> {
         1 => prop_oneof![
             Just(Change::OwnAddress),
             Just(Change::Neighbour),
+            Just(Change::GatewayMac),
             Just(Change::EgressLink),
             Just(Change::EgressMtu),
             Just(Change::Multipath),
@@ -225,6 +233,8 @@ fn v4(a: [u8; 4]) -> u32 {
 struct Toggles {
     own: bool,
     neighbour: bool,
+    /// 10.0.2.254 answers from `MOVED_GW_MAC`.
+    gateway_moved: bool,
     down: bool,
     small_mtu: bool,
     multipath: bool,
@@ -329,6 +339,20 @@ fn apply(fx: &mut Fixture, toggles: &mut Toggles, change: Change) {
                 IpAddr::V4([10, 0, 2, 200].into()),
                 mac,
                 state,
+            ));
+        }
+        Change::GatewayMac => {
+            toggles.gateway_moved = !toggles.gateway_moved;
+            let mac = if toggles.gateway_moved {
+                MOVED_GW_MAC
+            } else {
+                GW_MAC
+            };
+            fx.writers().neigh.upsert(Neighbour::new(
+                OUT,
+                IpAddr::V4([10, 0, 2, 254].into()),
+                Some(mac),
+                NudState::REACHABLE,
             ));
         }
         Change::EgressLink | Change::EgressMtu => {

@@ -84,8 +84,8 @@ impl CachedRoute {
         match route {
             Route::Forward(hop) => {
                 entry.oif = Some(hop.oif);
-                entry.next_hop = Some(dataplane::route::ip_of(hop.next_hop_family, hop.next_hop));
-                entry.lladdr = hop.dst_mac.map(mac_text);
+                entry.next_hop = Some(dataplane::route::ip_of(hop.next_hop_family, hop.next_hop()));
+                entry.lladdr = hop.dst_mac().map(mac_text);
                 entry.mtu = Some(hop.mtu);
             }
             Route::Local => entry.decision = "local",

@@ -335,8 +335,8 @@ impl Queue {
         }
         let frame = &mut chunk[start..start + len];
         let mut eth = EthernetFrame::new_unchecked(&mut frame[..ETH_LEN]);
-        eth.set_src_addr(hop.src_mac);
-        match hop.dst_mac {
+        eth.set_src_addr(hop.src_mac());
+        match hop.dst_mac() {
             Some(mac) => {
                 eth.set_dst_addr(mac);
                 Ok(Verdict::Transmit { ifindex: hop.oif })
