@@ -602,24 +602,6 @@ fn per_packet(c: &mut Criterion) {
                     );
                 }
             }
-            if let Some(count) = &count_only
-                && let Some(rounds) = std::env::var("DATAPLANE_AB")
-                    .ok()
-                    .and_then(|r| r.parse().ok())
-            {
-                walk_ab(
-                    family,
-                    flows,
-                    rounds,
-                    count.passes,
-                    &mut queues,
-                    &tables,
-                    &mut umem,
-                    &mut pool,
-                    &stream,
-                );
-                continue;
-            }
             if let Some(count) = &count_only {
                 engine_done();
                 for (_, engine, queue) in &mut queues {
@@ -644,67 +626,6 @@ fn per_packet(c: &mut Criterion) {
         }
         g.finish();
     }
-}
-
-/// `DATAPLANE_AB=rounds` (count-only mode): the fast structure's plain walk (A) against its
-/// pipelined IPv6 walk (B, `fib_trie::PIPELINE`), alternating A, B in this process, each
-/// `passes` pushes of the stream through every selected engine, timed by the thread's CPU
-/// time; prints each round's ns per packet and the median ratio B / A.
-#[allow(clippy::too_many_arguments)]
-fn walk_ab(
-    family: &str,
-    flows: usize,
-    rounds: usize,
-    passes: usize,
-    queues: &mut [(&str, Engine, Queue)],
-    tables: &Tables,
-    umem: &mut Umem,
-    pool: &mut HeapPool,
-    stream: &[Vec<u8>],
-) {
-    let cpu_ns = || {
-        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
-        t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
-    };
-    let env = |k: &str, d: usize| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    fib_trie::PIPE_STAGES.store(
-        env("DATAPLANE_PIPE_ST", 5),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    fib_trie::PIPE_G.store(
-        env("DATAPLANE_PIPE_G", 2),
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    for (name, engine, queue) in queues.iter_mut() {
-        let mut time = |pipelined: bool| {
-            fib_trie::PIPELINE.store(pipelined, std::sync::atomic::Ordering::Relaxed);
-            let t = cpu_ns();
-            for _ in 0..passes {
-                black_box(forward(*engine, queue, tables, umem, pool, stream));
-            }
-            (cpu_ns() - t) as f64 / (passes * stream.len()) as f64
-        };
-        let mut ratios = Vec::new();
-        for _ in 0..rounds {
-            let (a, b) = (time(false), time(true));
-            println!(
-                "{family}/{flows}/{name}: A {a:.2} B {b:.2} ns per packet, B/A {:.3}",
-                b / a
-            );
-            ratios.push(b / a);
-        }
-        ratios.sort_by(f64::total_cmp);
-        println!(
-            "{family}/{flows}/{name}: median B/A {:.3} over {rounds} rounds",
-            ratios[rounds / 2]
-        );
-    }
-    fib_trie::PIPELINE.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 criterion_group!(benches, per_packet);

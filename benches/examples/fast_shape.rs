@@ -4,7 +4,8 @@
 //! the dependent loads per lookup and of the distinct cache lines they touch, and the
 //! structure's bytes.
 //!
-//! `cargo run --release -p xfwd-benches --example fast_shape`
+//! `cargo run --release -p xfwd-benches --example fast_shape` (`FAMILY=v4` or `FAMILY=v6` for
+//! one).
 use std::collections::{BTreeMap, HashSet};
 
 use crossbeam_epoch as epoch;
@@ -67,68 +68,6 @@ fn shape<K: TrieKey + Send + Sync>(
         all_lines.len(),
         all_lines.len() * 64 / 1024
     );
-    let rounds = env_usize("ROUNDS", 0);
-    fib_trie::PIPE_G.store(env_usize("G", 2), std::sync::atomic::Ordering::Relaxed);
-    fib_trie::PIPE_STAGES.store(env_usize("STAGES", 5), std::sync::atomic::Ordering::Relaxed);
-    if rounds == 0 {
-        return;
-    }
-    // A/B: the pipelined walk (B) against the plain one (A), alternating in this process;
-    // `lookup_batch` over 64-key batches of a 4,096-key stream drawn from the destinations.
-    let dests: Vec<K> = (0..FLOWS)
-        .map(|_| {
-            let e = loop {
-                let e = p[rng.random_range(0..p.len())];
-                if e.1 > 0 {
-                    break e;
-                }
-            };
-            e.0 | host(&mut rng, e.1)
-        })
-        .collect();
-    let stream: Vec<K> = (0..4096)
-        .map(|_| dests[rng.random_range(0..FLOWS)])
-        .collect();
-    let passes = env_usize("PASSES", 200);
-    let mut out = [None; 64];
-    let mut time = |pipelined: bool| {
-        fib_trie::PIPELINE.store(pipelined, std::sync::atomic::Ordering::Relaxed);
-        let t = cpu_ns();
-        let mut sum = 0u64;
-        for _ in 0..passes {
-            let guard = epoch::pin();
-            for chunk in stream.chunks(64) {
-                fast.lookup_batch(chunk, &mut out, &guard);
-                sum += out.iter().map(|o| u64::from(o.unwrap_or(0))).sum::<u64>();
-            }
-        }
-        std::hint::black_box(sum);
-        (cpu_ns() - t) as f64 / (passes * stream.len()) as f64
-    };
-    let mut ratios = Vec::new();
-    if let Ok(only) = std::env::var("ONLY_WALK") {
-        let ns = time(only == "b");
-        println!("{name}: walk {only} {ns:.2} ns");
-        return;
-    }
-    for _ in 0..rounds {
-        let a = time(false);
-        let b = time(true);
-        println!("{name}: A {a:.2} ns  B {b:.2} ns  B/A {:.3}", b / a);
-        ratios.push(b / a);
-    }
-    ratios.sort_by(f64::total_cmp);
-    println!(
-        "{name}: median B/A {:.3} over {rounds} rounds",
-        ratios[rounds / 2]
-    );
-}
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 fn main() {
@@ -138,10 +77,14 @@ fn main() {
         .iter()
         .map(|r| (u32::from(r.prefix.addr), r.prefix.len, r.origin_asn))
         .collect();
-    if std::env::var("ONLY6").is_err() {
+    let family = std::env::var("FAMILY").unwrap_or_default();
+    if family != "v6" {
         shape("bgp-full-v4", &v4, |rng, l| {
             rng.random::<u32>().checked_shr(u32::from(l)).unwrap_or(0)
         });
+    }
+    if family == "v4" {
+        return;
     }
     let v6: Vec<(u128, u8, u32)> = routes::BGP_FULL_V6
         .load()
@@ -152,10 +95,4 @@ fn main() {
     shape("bgp-full-v6", &v6, |rng, l| {
         rng.random::<u128>().checked_shr(u32::from(l)).unwrap_or(0)
     });
-}
-
-/// The thread's CPU time (time waiting for a CPU on a shared machine left out).
-fn cpu_ns() -> u64 {
-    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
-    t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64
 }

@@ -114,8 +114,6 @@ pub use crossbeam_epoch;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
 pub use fast::{FastLpm, FastLpmView, PrefixSource, WIDE_AT, wide_bits};
-#[doc(hidden)]
-pub use fast::{PIPE_G, PIPE_STAGES, PIPELINE};
 pub use fib::{Fib, FibRule, FlowBatch, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;

@@ -64,7 +64,7 @@ use build::{Item, assemble, build};
 use node::{
     DIRECT_TAG, Entry, NODE_TAG, Place, SKIP_TAG, Slot, TAG_BITS, child_slot, direct_slot,
     direct_step_raw, entries, prefetch_addr, raw_answer, raw_skip, retire, retire_shallow,
-    skip_next, skip_prefix, skip_step_raw, step_addr, step_raw,
+    skip_next, skip_prefix, skip_step_raw, step_raw,
 };
 
 /// The answer slots hold where no prefix covers a key.
@@ -206,10 +206,17 @@ impl<K: TrieKey> Root<K> {
 
     #[inline(always)]
     fn slot_index(&self, key: K) -> usize {
+        Self::slot_index_at(key, self.bits)
+    }
+
+    /// The first-level slot of `key` in a root of `bits` bits (a constant where the caller
+    /// knows the width: constant shifts).
+    #[inline(always)]
+    fn slot_index_at(key: K, bits: u8) -> usize {
         if K::BITS > 64 {
-            (key.top_u64() >> (64 - self.bits)) as usize
+            (key.top_u64() >> (64 - bits)) as usize
         } else {
-            key.shr_in_width(K::BITS - self.bits).low_usize()
+            key.shr_in_width(K::BITS - bits).low_usize()
         }
     }
 
@@ -237,9 +244,18 @@ impl<K: TrieKey> Root<K> {
     /// [`index_at`] takes a variable shift and a range test (several instructions on `u128`).
     #[inline(always)]
     fn descend(&self, key: K) -> Option<u32> {
-        // SAFETY: `slot_index` is the key's top `bits` bits, below the `1 << bits` slots,
+        self.descend_at(key, self.bits)
+    }
+
+    /// [`descend`](Self::descend) in a root whose width the caller passes: `bits` must be
+    /// `self.bits` (a constant where the caller has checked it, so that every shift by the
+    /// first level's width is a constant one).
+    #[inline(always)]
+    fn descend_at(&self, key: K, bits: u8) -> Option<u32> {
+        debug_assert_eq!(bits, self.bits);
+        // SAFETY: `slot_index_at` is the key's top `bits` bits, below the `1 << bits` slots,
         // which live as long as the root (see `slots`).
-        let slot = unsafe { self.slots.as_ptr().add(self.slot_index(key)) }.cast_const();
+        let slot = unsafe { self.slots.as_ptr().add(Self::slot_index_at(key, bits)) }.cast_const();
         // SAFETY: as above.
         let p = unsafe { (*slot).load(Ordering::Acquire) };
         if K::BITS == 128 {
@@ -270,21 +286,20 @@ impl<K: TrieKey> Root<K> {
             let (p, _, second) = unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
             // The key's bits from the node's depth on, at the top: past the first level,
             // then past each direct node taken (a constant shift, picked).
-            let rest = top << self.bits;
+            let rest = top << bits;
             let rest = std::hint::select_unpredictable(first, rest << FIRST_DIRECT_BITS, rest);
             let rest = std::hint::select_unpredictable(second, rest << SECOND_DIRECT_BITS, rest);
             let index = (rest >> (64 - STRIDE)) as u32;
             // The depth, for the lookups that go further (a child, a skip node) only.
             let used = move || {
-                self.bits
-                    + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
+                bits + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
                     + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0)
             };
             return self.node_or_answer(key, p, index, || key.shl_lt64(used()));
         }
         // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).
-        let rest = key.shl(self.bits);
+        let rest = key.shl(bits);
         let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
         self.node_or_answer(key, p, index, || rest)
     }
@@ -400,175 +415,31 @@ unsafe fn direct_select<const END: u8, const BITS: u8>(
 /// 4, 8 and 16 on bgp-full-v4 here).
 const AHEAD: usize = 8;
 
-/// Whether [`FastLpm::lookup_batch`] takes the IPv6 pipelined walk (an A/B switch for
-/// benchmarks in one process; on by default).
-#[doc(hidden)]
-pub static PIPELINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-#[doc(hidden)]
-pub static PIPE_G: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(2);
-#[doc(hidden)]
-pub static PIPE_STAGES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(5);
-/// The keys the IPv6 pipelined walk holds state for at once: a chunk of a batch.
-const PIPE_CHUNK: usize = 64;
-
 impl<K: TrieKey> Root<K> {
-    /// [`FastLpm::lookup_batch`]'s walk for a wide IPv6 root: a software pipeline over the
-    /// keys, [`PIPE_GAP`] keys between stages, each stage reading what the one before it
-    /// prefetched and prefetching the next dependent load of the same key:
-    ///
-    /// ```text
-    ///  stage 0  key i + 5g  prefetch its first-level slot
-    ///  stage 1  key i + 4g  read it; a direct node: prefetch the /32's slot in it (bits 18..31)
-    ///  stage 2  key i + 3g  read that; a direct node: prefetch the /44's slot (bits 32..43)
-    ///  stage 3  key i + 2g  read that; a node: prefetch its header
-    ///  stage 4  key i + g   read the header: prefetch the child slot or answer the step reads
-    ///  stage 5  key i       the lookup itself (`descend`), on lines now in the cache
-    /// ```
-    ///
-    /// So up to five dependent misses of one key overlap with those of the ten keys around
-    /// it, where the plain walk overlaps only what the core's window holds. Every stage is
-    /// free of branches on the data (the next address is picked by conditional moves; a
-    /// stage with nothing to do prefetches the line it just read again), and only the last
-    /// stage gives answers: the stages before it only prefetch, so a writer racing them can
-    /// only make a prefetch useless, never an answer wrong.
+    /// [`FastLpm::lookup_batch`]'s loop for a wide root (the width tested once per batch):
+    /// every shift by the first level's width a constant one (a variable shift of a `u32`
+    /// key takes a range test and several instructions more: callgrind, bgp-full-v4, 8k
+    /// destinations, 60 -> 49 instructions per lookup; IPv6 94 -> 93).
     #[inline(always)]
-    fn descend_pipelined(&self, keys: &[K], out: &mut [Option<u32>]) {
-        debug_assert!(K::BITS == 128 && self.bits == wide_bits::<K>());
-        let g_env = PIPE_G.load(Ordering::Relaxed);
-        let st = PIPE_STAGES.load(Ordering::Relaxed);
-        let gap = g_env;
-        let base = self.slots.as_ptr().cast_const();
-        for (keys, out) in keys.chunks(PIPE_CHUNK).zip(out.chunks_mut(PIPE_CHUNK)) {
-            let n = keys.len();
-            // Per key: the slot its next stage reads, and the node whose header stage 4
-            // reads (the static empty node when the entry is none).
-            let mut at = [base; PIPE_CHUNK];
-            let mut node = [node::empty_node(); PIPE_CHUNK];
-            let mut depth = [0u8; PIPE_CHUNK];
-            for i in 0..n + 5 * gap {
-                if let Some(&key) = keys.get(i) {
-                    self.prefetch_slot(key);
-                }
-                if st >= 2
-                    && let Some(j) = i.checked_sub(gap).filter(|&j| j < n)
-                {
-                    let slot = base.wrapping_add(self.slot_index(keys[j]));
-                    // SAFETY: `slot_index` is below the root's `1 << bits` slots, which live
-                    // as long as the root (see `slots`).
-                    let p = unsafe { (*slot).load(Ordering::Acquire) };
-                    let (next, taken) = direct_next::<32, FIRST_DIRECT_BITS, K>(p, slot, keys[j]);
-                    at[j & (PIPE_CHUNK - 1)] = next;
-                    depth[j & (PIPE_CHUNK - 1)] =
-                        self.bits + std::hint::select_unpredictable(taken, FIRST_DIRECT_BITS, 0);
-                    prefetch_addr(std::hint::select_unpredictable(
-                        p.addr() & TAG_BITS == NODE_TAG,
-                        p.cast_const().cast(),
-                        next.cast(),
-                    ));
-                }
-                if st >= 3
-                    && let Some(j) = i.checked_sub(2 * gap).filter(|&j| j < n)
-                {
-                    let slot = at[j & (PIPE_CHUNK - 1)];
-                    // SAFETY: `slot` is the first-level slot (see above) or a slot of the
-                    // direct node stage 1 read from it (its index below its `2^14` slots),
-                    // which the caller's guard keeps alive as it keeps the root.
-                    let p = unsafe { (*slot).load(Ordering::Acquire) };
-                    // A direct node here is one at depth 32 (`direct_bits`), in a slot of
-                    // the first; if a writer put a direct node of 2^14 slots in the
-                    // first-level slot since stage 1, a 12-bit index is still inside it.
-                    let (next, taken) = direct_next::<44, SECOND_DIRECT_BITS, K>(p, slot, keys[j]);
-                    at[j & (PIPE_CHUNK - 1)] = next;
-                    depth[j & (PIPE_CHUNK - 1)] +=
-                        std::hint::select_unpredictable(taken, SECOND_DIRECT_BITS, 0);
-                    prefetch_addr(std::hint::select_unpredictable(
-                        p.addr() & TAG_BITS == NODE_TAG,
-                        p.cast_const().cast(),
-                        next.cast(),
-                    ));
-                }
-                if st >= 4
-                    && let Some(j) = i.checked_sub(3 * gap).filter(|&j| j < n)
-                {
-                    let slot = at[j & (PIPE_CHUNK - 1)];
-                    // SAFETY: a live slot, as in stage 2 (or the slot of a direct node at
-                    // depth 32 that stage 2 read, its index below its `2^12` slots).
-                    let p = unsafe { (*slot).load(Ordering::Acquire) };
-                    let is_node = p.addr() & TAG_BITS == NODE_TAG;
-                    node[j & (PIPE_CHUNK - 1)] =
-                        std::hint::select_unpredictable(is_node, p, node::empty_node());
-                    // A skip node's line is worth a prefetch too; an answer's is not.
-                    let untagged = p.map_addr(|a| a & !TAG_BITS).cast_const().cast::<u8>();
-                    prefetch_addr(std::hint::select_unpredictable(
-                        p.addr() & 1 == 0,
-                        untagged,
-                        slot.cast(),
-                    ));
-                }
-                if st >= 5
-                    && let Some(j) = i.checked_sub(4 * gap).filter(|&j| j < n)
-                {
-                    let nd = node[j & (PIPE_CHUNK - 1)];
-                    let d = depth[j & (PIPE_CHUNK - 1)];
-                    // The key's six bits at the node's depth (18, 32 or 44: at most 50 bits).
-                    let index = ((keys[j].top_u64() << d) >> (64 - STRIDE)) as u32;
-                    // SAFETY: `nd` is a node read from a live slot (stage 3), kept alive by
-                    // the caller's guard, or the static empty node.
-                    prefetch_addr(unsafe { step_addr(nd, index) });
-                }
-                if let Some(j) = i.checked_sub(5 * gap).filter(|&j| j < n) {
-                    out[j] = self.descend(keys[j]);
-                }
-            }
+    fn descend_batch_wide(&self, keys: &[K], out: &mut [Option<u32>]) {
+        const { assert!(wide_bits::<u32>() == wide_bits::<u128>()) };
+        const W: u8 = wide_bits::<u128>();
+        debug_assert_eq!(self.bits, W);
+        let base = self.slots.as_ptr();
+        let split = keys.len().saturating_sub(AHEAD);
+        let (head, tail) = out.split_at_mut(split);
+        for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
+            prefetch_addr(
+                base.wrapping_add(Self::slot_index_at(ahead, W))
+                    .cast_const()
+                    .cast(),
+            );
+            *o = self.descend_at(key, W);
+        }
+        for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
+            *o = self.descend_at(key, W);
         }
     }
-}
-
-impl<K: TrieKey> Root<K> {
-    /// Lite: prefetch key i+2A's first-level slot, and key i+A's /32 direct slot (or node).
-    #[inline(always)]
-    fn descend_two_ahead<const A: usize>(&self, keys: &[K], out: &mut [Option<u32>]) {
-        let base = self.slots.as_ptr().cast_const();
-        let n = keys.len();
-        for i in 0..n {
-            if let Some(&key) = keys.get(i + 2 * A) {
-                self.prefetch_slot(key);
-            }
-            if let Some(&key) = keys.get(i + A) {
-                let slot = base.wrapping_add(self.slot_index(key));
-                // SAFETY: `slot_index` is below the root's `1 << bits` slots, which live
-                // as long as the root (see `slots`).
-                let p = unsafe { (*slot).load(Ordering::Relaxed) };
-                let (next, _) = direct_next::<32, FIRST_DIRECT_BITS, K>(p, slot, key);
-                prefetch_addr(std::hint::select_unpredictable(
-                    p.addr() & TAG_BITS == NODE_TAG,
-                    p.cast_const().cast(),
-                    next.cast(),
-                ));
-            }
-            out[i] = self.descend(keys[i]);
-        }
-    }
-}
-
-/// The slot a direct node of `BITS` bits ending at depth `END` picks for `key`, if the raw
-/// entry `p` (read from `at`) is one, and `true`; else `at` and `false`. Only the address is
-/// computed (picked by a conditional move); nothing is read.
-#[inline(always)]
-fn direct_next<const END: u8, const BITS: u8, K: TrieKey>(
-    p: *mut node::Node,
-    at: *const Slot,
-    key: K,
-) -> (*const Slot, bool) {
-    const { assert!(BITS > 0 && BITS <= END && END <= 64) };
-    let is_direct = p.addr() & TAG_BITS == DIRECT_TAG;
-    let index = ((key.top_u64() >> (64 - END)) & ((1 << BITS) - 1)) as usize;
-    let next = node::raw_direct(p).0.wrapping_add(index);
-    (
-        std::hint::select_unpredictable(is_direct, next, at),
-        is_direct,
-    )
 }
 
 // SAFETY: a root owns its slots (boxed, or in `arena`); shared access is reads of
@@ -762,7 +633,14 @@ impl<K: TrieKey> FastLpm<K> {
     ///
     /// (Descending a group of keys in lock step, prefetching each level's nodes for the
     /// whole group, measured slower here: its bookkeeping costs more than the overlap it
-    /// adds to what the core already overlaps on its own.)
+    /// adds to what the core already overlaps on its own. So did, for IPv6 with bgp-full-v6
+    /// and 8k destinations, a software pipeline that prefetched each key's first-level slot,
+    /// direct slots, node header and child in five stages two to ten keys apart: 2.8 times
+    /// the instructions, 1.4 to 1.6 times the time alone and 1.05 in the dataplane; and
+    /// prefetching only the /32's direct slot besides the first-level slot gained nothing
+    /// measurable. Such a walk's lines fit the 1 MiB L2 of the machine measured, so its
+    /// misses are short ones that the core already overlaps; the experiment is in the
+    /// history of branch v6walk.)
     ///
     /// ```
     /// use fib_trie::{FastLpmWriter, TrieWriter};
@@ -788,13 +666,8 @@ impl<K: TrieKey> FastLpm<K> {
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
         let out = &mut out[..keys.len()];
-        if K::BITS == 128 && root.bits == wide_bits::<K>() && PIPELINE.load(Ordering::Relaxed) {
-            match PIPE_STAGES.load(Ordering::Relaxed) {
-                0 => return root.descend_two_ahead::<4>(keys, out),
-                1 => return root.descend_two_ahead::<6>(keys, out),
-                2 => return root.descend_two_ahead::<8>(keys, out),
-                _ => return root.descend_pipelined(keys, out),
-            }
+        if root.bits == wide_bits::<K>() {
+            return root.descend_batch_wide(keys, out);
         }
         // Keys with a key `AHEAD` places further, then the last `AHEAD` (no bounds checks:
         // the iterators end together).

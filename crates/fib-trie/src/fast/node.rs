@@ -407,36 +407,6 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
     }
 }
 
-/// The address that [`step_raw`]`(p, index)` reads after the node's header (the child slot
-/// or the answer that `index` picks), from the header alone: for a prefetch of a step's
-/// second line before the step.
-///
-/// # Safety
-/// `p` must be a live node's (non-null) pointer, as for [`step_raw`], or [`empty_node`].
-#[inline(always)]
-pub(crate) unsafe fn step_addr(p: *mut Node, index: u32) -> *const u8 {
-    // SAFETY: the caller guarantees `p` is a live node, so its header is readable; the
-    // addresses are only computed (`wrapping_add`), never read here.
-    unsafe {
-        let node = NonNull::new_unchecked(p);
-        let head = p.read();
-        let bit = 1u64 << index;
-        let below = bit - 1;
-        let children = children_ptr(node);
-        let child = children.wrapping_add((head.vector & below).count_ones() as usize);
-        let k = (head.leafvec & (bit | below)).count_ones() as usize;
-        let leaf = children
-            .wrapping_add(head.vector.count_ones() as usize)
-            .cast::<u32>()
-            .wrapping_add(k.wrapping_sub(1));
-        std::hint::select_unpredictable(
-            head.vector & bit != 0,
-            child.cast_const().cast::<u8>(),
-            leaf.cast_const().cast::<u8>(),
-        )
-    }
-}
-
 /// The address of the answer a lookup reads at leaf position `index` (< 64) of `node` (a
 /// diagnostic, [`FastLpm::lookup_path`](super::FastLpm::lookup_path)).
 ///
