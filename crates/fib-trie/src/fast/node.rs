@@ -754,6 +754,13 @@ mod tests {
             }
             assert!(child_slot(node, 10).is_some());
             assert!(child_slot(node, 11).is_none());
+            // The diagnostic's answer addresses: the run each leaf position falls in.
+            let leaves = leaves_ptr(node, 1);
+            assert_eq!(leaf_addr(node, 0), leaves.addr());
+            assert_eq!(leaf_addr(node, 9), leaves.addr());
+            assert_eq!(leaf_addr(node, 11), leaves.add(1).addr());
+            assert_eq!(leaf_addr(node, 63), leaves.add(1).addr());
+            assert_eq!(leaf_addr(child, 63), leaves_ptr(child, 0).addr());
             // Two nodes, each padded to its cache line.
             let none = Arena::default();
             assert_eq!(heap_bytes(Entry::Node(node), &none), 2 * NODE_ALIGN);
