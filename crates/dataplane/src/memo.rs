@@ -91,11 +91,14 @@ impl LocalFilter {
         self.usable = count <= FILTER_MAX_ADDRESSES;
     }
 
-    /// The filter's two bit positions of an address.
+    /// The filter's two bit positions of an address: an IPv4 address (in the low 32 bits)
+    /// is hashed alone, an IPv6 one folded from 128 bits first.
     #[inline]
     fn bits(family: Family, addr: u128) -> (usize, usize) {
-        let folded =
-            (addr as u64) ^ ((addr >> 64) as u64).rotate_left(29) ^ u64::from(family.is_v6());
+        let folded = match family {
+            Family::V4 => addr as u64,
+            Family::V6 => (addr as u64) ^ ((addr >> 64) as u64).rotate_left(29) ^ 1,
+        };
         let h = folded.wrapping_mul(0x9e37_79b9_7f4a_7c15);
         let a = (h >> 52) as usize & (FILTER_BITS - 1);
         let b = (h >> 40) as usize & (FILTER_BITS - 1);

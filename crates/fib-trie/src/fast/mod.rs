@@ -206,10 +206,17 @@ impl<K: TrieKey> Root<K> {
 
     #[inline(always)]
     fn slot_index(&self, key: K) -> usize {
+        Self::slot_index_at(key, self.bits)
+    }
+
+    /// The first-level slot of `key` in a root of `bits` bits (a constant where the caller
+    /// knows the width: constant shifts).
+    #[inline(always)]
+    fn slot_index_at(key: K, bits: u8) -> usize {
         if K::BITS > 64 {
-            (key.top_u64() >> (64 - self.bits)) as usize
+            (key.top_u64() >> (64 - bits)) as usize
         } else {
-            key.shr_in_width(K::BITS - self.bits).low_usize()
+            key.shr_in_width(K::BITS - bits).low_usize()
         }
     }
 
@@ -237,9 +244,18 @@ impl<K: TrieKey> Root<K> {
     /// [`index_at`] takes a variable shift and a range test (several instructions on `u128`).
     #[inline(always)]
     fn descend(&self, key: K) -> Option<u32> {
-        // SAFETY: `slot_index` is the key's top `bits` bits, below the `1 << bits` slots,
+        self.descend_at(key, self.bits)
+    }
+
+    /// [`descend`](Self::descend) in a root whose width the caller passes: `bits` must be
+    /// `self.bits` (a constant where the caller has checked it, so that every shift by the
+    /// first level's width is a constant one).
+    #[inline(always)]
+    fn descend_at(&self, key: K, bits: u8) -> Option<u32> {
+        debug_assert_eq!(bits, self.bits);
+        // SAFETY: `slot_index_at` is the key's top `bits` bits, below the `1 << bits` slots,
         // which live as long as the root (see `slots`).
-        let slot = unsafe { self.slots.as_ptr().add(self.slot_index(key)) }.cast_const();
+        let slot = unsafe { self.slots.as_ptr().add(Self::slot_index_at(key, bits)) }.cast_const();
         // SAFETY: as above.
         let p = unsafe { (*slot).load(Ordering::Acquire) };
         if K::BITS == 128 {
@@ -270,21 +286,20 @@ impl<K: TrieKey> Root<K> {
             let (p, _, second) = unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
             // The key's bits from the node's depth on, at the top: past the first level,
             // then past each direct node taken (a constant shift, picked).
-            let rest = top << self.bits;
+            let rest = top << bits;
             let rest = std::hint::select_unpredictable(first, rest << FIRST_DIRECT_BITS, rest);
             let rest = std::hint::select_unpredictable(second, rest << SECOND_DIRECT_BITS, rest);
             let index = (rest >> (64 - STRIDE)) as u32;
             // The depth, for the lookups that go further (a child, a skip node) only.
             let used = move || {
-                self.bits
-                    + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
+                bits + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
                     + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0)
             };
             return self.node_or_answer(key, p, index, || key.shl_lt64(used()));
         }
         // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).
-        let rest = key.shl(self.bits);
+        let rest = key.shl(bits);
         let index = rest.shr_in_width(K::BITS - STRIDE).low_usize() as u32;
         self.node_or_answer(key, p, index, || rest)
     }
@@ -399,6 +414,33 @@ unsafe fn direct_select<const END: u8, const BITS: u8>(
 /// How many keys ahead [`FastLpm::lookup_batch`] prefetches first-level slots (best of 0,
 /// 4, 8 and 16 on bgp-full-v4 here).
 const AHEAD: usize = 8;
+
+impl<K: TrieKey> Root<K> {
+    /// [`FastLpm::lookup_batch`]'s loop for a wide root (the width tested once per batch):
+    /// every shift by the first level's width a constant one (a variable shift of a `u32`
+    /// key takes a range test and several instructions more: callgrind, bgp-full-v4, 8k
+    /// destinations, 60 -> 49 instructions per lookup; IPv6 94 -> 93).
+    #[inline(always)]
+    fn descend_batch_wide(&self, keys: &[K], out: &mut [Option<u32>]) {
+        const { assert!(wide_bits::<u32>() == wide_bits::<u128>()) };
+        const W: u8 = wide_bits::<u128>();
+        debug_assert_eq!(self.bits, W);
+        let base = self.slots.as_ptr();
+        let split = keys.len().saturating_sub(AHEAD);
+        let (head, tail) = out.split_at_mut(split);
+        for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
+            prefetch_addr(
+                base.wrapping_add(Self::slot_index_at(ahead, W))
+                    .cast_const()
+                    .cast(),
+            );
+            *o = self.descend_at(key, W);
+        }
+        for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
+            *o = self.descend_at(key, W);
+        }
+    }
+}
 
 // SAFETY: a root owns its slots (boxed, or in `arena`); shared access is reads of
 // atomic slots and of the immutable nodes they point to.
@@ -591,7 +633,14 @@ impl<K: TrieKey> FastLpm<K> {
     ///
     /// (Descending a group of keys in lock step, prefetching each level's nodes for the
     /// whole group, measured slower here: its bookkeeping costs more than the overlap it
-    /// adds to what the core already overlaps on its own.)
+    /// adds to what the core already overlaps on its own. So did, for IPv6 with bgp-full-v6
+    /// and 8k destinations, a software pipeline that prefetched each key's first-level slot,
+    /// direct slots, node header and child in five stages two to ten keys apart: 2.8 times
+    /// the instructions, 1.4 to 1.6 times the time alone and 1.05 in the dataplane; and
+    /// prefetching only the /32's direct slot besides the first-level slot gained nothing
+    /// measurable. Such a walk's lines fit the 1 MiB L2 of the machine measured, so its
+    /// misses are short ones that the core already overlaps; the experiment is in the
+    /// history of branch v6walk.)
     ///
     /// ```
     /// use fib_trie::{FastLpmWriter, TrieWriter};
@@ -617,6 +666,9 @@ impl<K: TrieKey> FastLpm<K> {
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
         let out = &mut out[..keys.len()];
+        if root.bits == wide_bits::<K>() {
+            return root.descend_batch_wide(keys, out);
+        }
         // Keys with a key `AHEAD` places further, then the last `AHEAD` (no bounds checks:
         // the iterators end together).
         let split = keys.len().saturating_sub(AHEAD);
@@ -627,6 +679,65 @@ impl<K: TrieKey> FastLpm<K> {
         }
         for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
             *o = root.descend(key);
+        }
+    }
+
+    /// A diagnostic: the addresses `lookup(key)` reads, in order (one per dependent load:
+    /// the first-level slot, each direct slot, each node's header and the child slot or
+    /// answer it picks, each skip node), for histograms of a table's depth and of the cache
+    /// lines a lookup touches (`benches/examples/fast_shape.rs`). Allocates; not for the
+    /// data path.
+    ///
+    /// # Panics
+    /// If `guard` is not from `crossbeam_epoch::pin()` (the default collector).
+    #[doc(hidden)]
+    pub fn lookup_path(&self, key: K, guard: &Guard) -> Vec<usize> {
+        check_guard(guard);
+        let root = self.root(guard);
+        let first = &root.slots()[root.slot_index(key)];
+        let mut path = vec![std::ptr::from_ref(first).addr()];
+        let mut entry = Entry::load(first);
+        let mut depth = root.bits;
+        loop {
+            match entry {
+                Entry::Leaf(_) => return path,
+                Entry::Node(n) => {
+                    path.push(n.as_ptr().addr());
+                    // SAFETY: `guard` keeps the published node live.
+                    match unsafe { child_slot(n, index_at(key, depth)) } {
+                        Some(child) => {
+                            path.push(std::ptr::from_ref(child).addr());
+                            entry = Entry::load(child);
+                            depth += STRIDE;
+                        }
+                        None => {
+                            // The answer's place: after the node's children, counted as
+                            // the lookup's step counts it.
+                            // SAFETY: as above.
+                            path.push(unsafe { node::leaf_addr(n, index_at(key, depth)) });
+                            return path;
+                        }
+                    }
+                }
+                Entry::Direct(d, bits) => {
+                    let index = key.shl(depth).shr_in_width(K::BITS - bits).low_usize();
+                    // SAFETY: as above; `index` is `bits` bits, below the node's `2^bits`.
+                    let slot = unsafe { direct_slot(d, index) };
+                    path.push(std::ptr::from_ref(slot).addr());
+                    entry = Entry::load(slot);
+                    depth += bits;
+                }
+                Entry::Skip(s) => {
+                    path.push(s.as_ptr().addr());
+                    // SAFETY: as above; skip nodes of a `FastLpm<K>` hold keys of type `K`.
+                    let ((len, next), prefix) = unsafe { (skip_next(s), skip_prefix::<K>(s)) };
+                    if (key ^ prefix) & K::prefix_mask(len) != K::ZERO {
+                        return path;
+                    }
+                    entry = Entry::load(next);
+                    depth = len;
+                }
+            }
         }
     }
 

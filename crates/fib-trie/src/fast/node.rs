@@ -407,6 +407,22 @@ pub(crate) unsafe fn step(node: NonNull<Node>, index: u32) -> Entry {
     }
 }
 
+/// The address of the answer a lookup reads at leaf position `index` (< 64) of `node` (a
+/// diagnostic, [`FastLpm::lookup_path`](super::FastLpm::lookup_path)).
+///
+/// # Safety
+/// `node` must be live.
+pub(crate) unsafe fn leaf_addr(node: NonNull<Node>, index: u32) -> usize {
+    // SAFETY: the caller guarantees `node` is live; only addresses are computed.
+    unsafe {
+        let head = node.as_ptr().read();
+        let k = (head.leafvec & ((2u64 << index).wrapping_sub(1))).count_ones() as usize;
+        leaves_ptr(node, head.vector.count_ones() as usize)
+            .wrapping_add(k.wrapping_sub(1))
+            .addr()
+    }
+}
+
 /// The low three bits of a slot's tagged pointer: [`NODE_TAG`], [`SKIP_TAG`], [`DIRECT_TAG`],
 /// or an answer (bit 0 set).
 pub(crate) const TAG_BITS: usize = 7;
@@ -738,6 +754,13 @@ mod tests {
             }
             assert!(child_slot(node, 10).is_some());
             assert!(child_slot(node, 11).is_none());
+            // The diagnostic's answer addresses: the run each leaf position falls in.
+            let leaves = leaves_ptr(node, 1);
+            assert_eq!(leaf_addr(node, 0), leaves.addr());
+            assert_eq!(leaf_addr(node, 9), leaves.addr());
+            assert_eq!(leaf_addr(node, 11), leaves.add(1).addr());
+            assert_eq!(leaf_addr(node, 63), leaves.add(1).addr());
+            assert_eq!(leaf_addr(child, 63), leaves_ptr(child, 0).addr());
             // Two nodes, each padded to its cache line.
             let none = Arena::default();
             assert_eq!(heap_bytes(Entry::Node(node), &none), 2 * NODE_ALIGN);

@@ -327,6 +327,17 @@ fn dense_ipv6_regions_go_direct_and_follow_changes() {
         ),
         "{on_path:?}"
     );
+    // The diagnostic's addresses: the first-level slot, the two direct slots, the node's
+    // header and the answer it picks; a key no prefix covers reads its slot only.
+    let guard = &epoch::pin();
+    let addrs = fast.lookup_path(deep, guard);
+    let Entry::Node(node) = on_path[2] else {
+        unreachable!()
+    };
+    assert_eq!(addrs.len(), 5, "{addrs:x?}");
+    assert_eq!(addrs[3], node.as_ptr().addr());
+    assert!(addrs[4] > addrs[3] && addrs[4] < addrs[3] + 16 + 64 * 8 + 64 * 4);
+    assert_eq!(fast.lookup_path(0x5000 << 112, guard).len(), 1);
     let extra: Vec<u128> = (0..3000)
         .map(|i| {
             let base = if i % 2 == 0 { region } else { dense32 };
