@@ -182,8 +182,25 @@ impl Queue {
         let mut routable = [0u8; VECTOR];
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
-        let (fills, answered) =
-            self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        // The cache admits the vector's lookups at once (custom rules, or the adaptive bypass,
+        // refuse some or all of them): a vector it refuses whole, as a bypassed cache does
+        // with all but one in thousands, costs no call of the probe stage.
+        let admitted = match &mut self.cache {
+            Some(cache) => cache.admit_many(b.snapshot, routables),
+            None => 0,
+        };
+        let (fills, answered) = if admitted != 0 {
+            self.stage_probe(
+                b,
+                frames,
+                lanes,
+                &routable[..routables],
+                admitted,
+                &mut fill,
+            )
+        } else {
+            (0, 0)
+        };
         // Nothing left for the tables when the cache answered every routable lane.
         let misses = if answered < routables { routables } else { 0 };
         let egresses = stage_fib(
@@ -285,10 +302,11 @@ impl Queue {
         }
     }
 
-    /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
-    /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
+    /// Stage 2: Route-cache probes of the lanes the cache admitted (`admitted`, a mask of
+    /// `routable`'s positions; called only when it admitted some); a run of frames with one
+    /// key costs one probe. While the bypass keeps the cache off, one lookup in many is
     /// probed and the rest go to the tables without a key being built, so a bypassed cache
-    /// costs one pass over the vector and a few steps per probe. Writes the lanes the fill
+    /// costs a few steps per vector and per probe. Writes the lanes the fill
     /// stage must visit (misses to insert, repeats of one) into `fill`, in order. Returns how
     /// many lanes it listed there and how many of the routable lanes it took from the tables
     /// (hits, and repeats of a miss: no FIB lookup of their own).
@@ -304,15 +322,15 @@ impl Queue {
         frames: &[Frame<'_>],
         lanes: &mut [Lane],
         routable: &[u8],
+        mut admitted: u64,
         fill: &mut [u8; VECTOR],
     ) -> (usize, usize) {
         // Every routable lane (`Step::Miss`, no token) goes to the tables unless the cache
-        // answers it below.
+        // answers it below; the lanes the cache refused (`admitted`, a mask of `routable`'s
+        // positions, from `admit_many`) stay misses without a key.
         let Some(cache) = &mut self.cache else {
             return (0, 0);
         };
-        // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
-        let mut admitted = cache.admit_many(b.snapshot, routable.len());
         let (mut fills, mut answered) = (0, 0);
         // The next admitted lane (`admitted` is a mask of `routable`'s positions).
         let next = |admitted: u64| {
