@@ -104,6 +104,39 @@ impl RunKey {
     }
 }
 
+/// The lane of the next admitted lookup (`admitted`, a mask of `routable`'s positions; not
+/// zero), or `usize::MAX` when `routable` has no such position.
+#[inline(always)]
+fn next_admitted(admitted: u64, routable: &[u8]) -> usize {
+    routable
+        .get(admitted.trailing_zeros() as usize)
+        .map_or(usize::MAX, |&i| usize::from(i))
+}
+
+/// The probe stage's run of one flow: takes the admitted lanes after a probed one, in order,
+/// out of `admitted` while their key is `run`'s, handing each (its index and lane) to `take`.
+#[inline(always)]
+fn take_run(
+    admitted: &mut u64,
+    routable: &[u8],
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    run: &RunKey,
+    mut take: impl FnMut(usize, &mut Lane),
+) {
+    while *admitted != 0 {
+        let j = next_admitted(*admitted, routable);
+        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
+            break;
+        };
+        if !run.is(&lane.meta, frame.ifindex) {
+            break;
+        }
+        *admitted &= *admitted - 1;
+        take(j, lane);
+    }
+}
+
 /// One frame's state in the vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lane {
@@ -332,14 +365,8 @@ impl Queue {
             return (0, 0);
         };
         let (mut fills, mut answered) = (0, 0);
-        // The next admitted lane (`admitted` is a mask of `routable`'s positions).
-        let next = |admitted: u64| {
-            routable
-                .get(admitted.trailing_zeros() as usize)
-                .map_or(usize::MAX, |&i| usize::from(i))
-        };
         while admitted != 0 {
-            let i = next(admitted);
+            let i = next_admitted(admitted, routable);
             admitted &= admitted - 1;
             let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
                 continue;
@@ -351,19 +378,11 @@ impl Queue {
                     lane.route = route;
                     lane.step = Step::Routed;
                     let mut repeats = 0u32;
-                    while admitted != 0 {
-                        let j = next(admitted);
-                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
-                            break;
-                        };
-                        if !run.is(&lane.meta, frame.ifindex) {
-                            break;
-                        }
-                        admitted &= admitted - 1;
+                    take_run(&mut admitted, routable, frames, lanes, &run, |_, lane| {
                         lane.route = route;
                         lane.step = Step::Routed;
                         repeats += 1;
-                    }
+                    });
                     answered += 1 + repeats as usize;
                     if repeats > 0 {
                         cache.repeat_hits(repeats);
@@ -376,22 +395,14 @@ impl Queue {
                         *slot = i as u8;
                         fills += 1;
                     }
-                    while admitted != 0 {
-                        let j = next(admitted);
-                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
-                            break;
-                        };
-                        if !run.is(&lane.meta, frame.ifindex) {
-                            break;
-                        }
-                        admitted &= admitted - 1;
+                    take_run(&mut admitted, routable, frames, lanes, &run, |j, lane| {
                         lane.step = Step::Same(i);
                         if let Some(slot) = fill.get_mut(fills) {
                             *slot = j as u8;
                             fills += 1;
                         }
                         answered += 1;
-                    }
+                    });
                 }
                 // `probe` never answers so.
                 Lookup::Bypass => {}
