@@ -29,7 +29,7 @@
 //! in memory instead of fixing it (see [`ab_report`]); written to
 //! `$CRITERION_HOME/dataplane-ab.md` (appended to the report) and stdout. `DATAPLANE_AB=0`
 //! skips it, `DATAPLANE_AB=only` runs only it (no callgrind, no criterion);
-//! `DATAPLANE_AB_ROUNDS` (default 16) and `DATAPLANE_AB_MS` (measured milliseconds per engine
+//! `DATAPLANE_AB_ROUNDS` (default 24) and `DATAPLANE_AB_MS` (measured milliseconds per engine
 //! and round, default 100) size it.
 
 use std::hint::black_box;
@@ -667,7 +667,7 @@ impl AbSettings {
                 .unwrap_or(default)
         };
         AbSettings {
-            rounds: var("DATAPLANE_AB_ROUNDS", 16).max(2) as usize,
+            rounds: var("DATAPLANE_AB_ROUNDS", 24).max(2) as usize,
             per_engine: std::time::Duration::from_millis(var("DATAPLANE_AB_MS", 100).max(1)),
         }
     }
