@@ -23,6 +23,14 @@
 //! after the checking pass, pushes the stream N more times through each selected engine; after
 //! the checking pass and after each engine it calls `engine_done`, so that callgrind's
 //! `--dump-after='*engine_done*'` writes one profile part per engine.
+//!
+//! The route cache's cost (issue 17, item 4), in the same run after criterion: an A/B of the
+//! vector pipeline with the route cache against without it that samples where each queue lands
+//! in memory instead of fixing it (see [`ab_report`]); written to
+//! `$CRITERION_HOME/dataplane-ab.md` (appended to the report) and stdout. `DATAPLANE_AB=0`
+//! skips it, `DATAPLANE_AB=only` runs only it (no callgrind, no criterion);
+//! `DATAPLANE_AB_ROUNDS` (default 24) and `DATAPLANE_AB_MS` (measured milliseconds per engine
+//! and round, default 100) size it.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -410,6 +418,7 @@ fn instruction_report() -> Option<String> {
         .env_remove("DATAPLANE_FAMILY")
         .env_remove("DATAPLANE_FLOWS")
         .env_remove("DATAPLANE_ENGINES")
+        .env_remove("DATAPLANE_AB")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -536,6 +545,13 @@ fn inclusive_costs(path: &std::path::Path) -> std::collections::HashMap<String, 
 
 fn per_packet(c: &mut Criterion) {
     let count_only = CountOnly::from_env();
+    let ab = std::env::var("DATAPLANE_AB").unwrap_or_default();
+    let in_bench = std::env::args().any(|a| a == "--bench");
+    if ab == "only" {
+        let (tables, p4, p6) = tables();
+        write_section("dataplane-ab.md", &ab_report(&tables, &p4, &p6));
+        return;
+    }
     // Only in a benchmark run (`cargo bench`, not the harness's test mode), unless turned off.
     let wants_count = std::env::args().any(|a| a == "--bench")
         && std::env::var("DATAPLANE_CALLGRIND").map_or(true, |v| v != "0");
@@ -545,13 +561,7 @@ fn per_packet(c: &mut Criterion) {
         .is_ok_and(|o| o.status.success());
     if count_only.is_none() && wants_count && has_valgrind {
         if let Some(report) = instruction_report() {
-            println!("{report}");
-            let dir = std::env::var_os("CRITERION_HOME")
-                .map(std::path::PathBuf::from)
-                .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
-            if std::fs::create_dir_all(&dir).is_ok() {
-                let _ = std::fs::write(dir.join("dataplane-instructions.md"), &report);
-            }
+            write_section("dataplane-instructions.md", &report);
         }
     }
     let (tables, p4, p6) = tables();
@@ -625,6 +635,236 @@ fn per_packet(c: &mut Criterion) {
             }
         }
         g.finish();
+    }
+    // The A/B after criterion, in a benchmark run only (not in the harness's test mode).
+    if count_only.is_none() && in_bench && ab != "0" {
+        write_section("dataplane-ab.md", &ab_report(&tables, &p4, &p6));
+    }
+}
+
+/// Flows of the A/B: the two that item 4 names, and 100 (where a cache hit competes with the
+/// FIB's ingress memo; informative).
+const AB_FLOWS: [usize; 3] = [100, 8192, 100_000];
+/// Stream passes per timed block of the A/B (about 0.3 ms of work: most blocks run between
+/// two preemptions even on a loaded machine).
+const AB_BLOCK: usize = 2;
+/// The quantile of a round's block times that stands for the engine in that round: a low one,
+/// the blocks no other process slowed down (on a quiet machine about the median).
+const AB_QUANTILE: f64 = 0.2;
+
+/// The A/B's settings from the environment (see the module documentation).
+struct AbSettings {
+    rounds: usize,
+    per_engine: std::time::Duration,
+}
+
+impl AbSettings {
+    fn from_env() -> Self {
+        let var = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        AbSettings {
+            rounds: var("DATAPLANE_AB_ROUNDS", 24).max(2) as usize,
+            per_engine: std::time::Duration::from_millis(var("DATAPLANE_AB_MS", 100).max(1)),
+        }
+    }
+}
+
+/// A fresh vector-pipeline queue, with or without the route cache, boxed behind a heap
+/// allocation of random size (0 to 64 KiB in cache lines) that is returned with it and must
+/// live as long: so that every round places the queue's state (lanes, memos, cache) at another
+/// offset, sampling the cache-set mapping instead of fixing one.
+fn fresh_queue(cache: bool, rng: &mut StdRng) -> (Vec<u8>, Box<Queue>) {
+    let pad = vec![0u8; 64 * rng.random_range(0..1024usize) + 1];
+    let config = Config {
+        dst_cache: cache.then(dst_cache::Config::default),
+        ..Config::default()
+    };
+    (pad, Box::new(Queue::new(config).expect("config")))
+}
+
+/// Nanoseconds per packet of `AB_BLOCK` passes of the stream through `queue`.
+fn ab_block(
+    queue: &mut Queue,
+    tables: &Tables,
+    umem: &mut Umem,
+    pool: &mut HeapPool,
+    stream: &[Vec<u8>],
+) -> f64 {
+    let start = std::time::Instant::now();
+    for _ in 0..AB_BLOCK {
+        black_box(forward(Engine::Vector, queue, tables, umem, pool, stream));
+    }
+    start.elapsed().as_nanos() as f64 / (AB_BLOCK * stream.len()) as f64
+}
+
+/// The median of `v` (sorted in place); 0 when empty.
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The `q`-quantile of sorted `v` (linear between ranks).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let pos = q * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+}
+
+/// One A/B case: per round, fresh queues with and without the route cache (built in
+/// alternating order, each behind a random pad), a warm-up of each, then timed blocks of each
+/// interleaved A B B A … until each has run `per_engine`; the round's ratio is the
+/// [`AB_QUANTILE`] of the block times with the cache over the same without. Returns the
+/// per-round ratios and the medians over the rounds of those block times (with, without).
+fn ab_case(
+    tables: &Tables,
+    umem: &mut Umem,
+    pool: &mut HeapPool,
+    stream: &[Vec<u8>],
+    settings: &AbSettings,
+    rng: &mut StdRng,
+) -> (Vec<f64>, f64, f64) {
+    let mut ratios = Vec::with_capacity(settings.rounds);
+    let (mut all_on, mut all_off) = (Vec::new(), Vec::new());
+    for round in 0..settings.rounds {
+        let on_first = round % 2 == 0;
+        let (pad_a, mut a) = fresh_queue(on_first, rng);
+        let (pad_b, mut b) = fresh_queue(!on_first, rng);
+        // Warm-up: the cache's bypass settles, the memos fill, the tables' paths are cached.
+        for _ in 0..16 {
+            ab_block(&mut a, tables, umem, pool, stream);
+            ab_block(&mut b, tables, umem, pool, stream);
+        }
+        let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
+        let (mut spent_a, mut spent_b) = (0.0f64, 0.0f64);
+        let budget = settings.per_engine.as_nanos() as f64;
+        let block_packets = (AB_BLOCK * stream.len()) as f64;
+        let mut k = 0usize;
+        while spent_a < budget || spent_b < budget {
+            // A B B A: a drift of the machine's speed within the round cancels out.
+            if (k % 4 == 0) || (k % 4 == 3) {
+                let t = ab_block(&mut a, tables, umem, pool, stream);
+                spent_a += t * block_packets;
+                times_a.push(t);
+            } else {
+                let t = ab_block(&mut b, tables, umem, pool, stream);
+                spent_b += t * block_packets;
+                times_b.push(t);
+            }
+            k += 1;
+        }
+        times_a.sort_by(f64::total_cmp);
+        times_b.sort_by(f64::total_cmp);
+        let (a, b) = (
+            quantile(&times_a, AB_QUANTILE),
+            quantile(&times_b, AB_QUANTILE),
+        );
+        let (on, off) = if on_first { (a, b) } else { (b, a) };
+        ratios.push(on / off);
+        all_on.push(on);
+        all_off.push(off);
+        drop((a, b, pad_a, pad_b));
+    }
+    (ratios, median(&mut all_on), median(&mut all_off))
+}
+
+/// The bootstrap 95% interval of the median of `ratios` (2,000 resamples, fixed seed).
+fn bootstrap_median(ratios: &[f64]) -> (f64, f64) {
+    let mut rng = StdRng::seed_from_u64(4);
+    let mut medians: Vec<f64> = (0..2000)
+        .map(|_| {
+            let mut sample: Vec<f64> = (0..ratios.len())
+                .map(|_| ratios[rng.random_range(0..ratios.len())])
+                .collect();
+            median(&mut sample)
+        })
+        .collect();
+    medians.sort_by(f64::total_cmp);
+    (quantile(&medians, 0.025), quantile(&medians, 0.975))
+}
+
+/// The route cache's cost against none (issue 17, item 4), as a Markdown section: for each
+/// family and number of flows in [`AB_FLOWS`], [`ab_case`]'s rounds, the median of the
+/// per-round ratios as a cost in percent with its bootstrap 95% interval and interquartile
+/// range, and the verdict against the 1% bound (met when the interval's upper end is at most
+/// +1%, not met when its lower end is above, else not resolved).
+fn ab_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> String {
+    let settings = AbSettings::from_env();
+    let mut umem = Umem {
+        chunks: vec![vec![0u8; CHUNK_SIZE]; CHUNKS],
+        next: 0,
+    };
+    let mut pool = HeapPool::new(CHUNK_SIZE, 64);
+    let mut report = format!(
+        "## The route cache's cost (A/B, issue 17 item 4)\n\nThe vector pipeline with the \
+         route cache (default: 512 entries, adaptive bypass) against the same without it, in \
+         {} rounds per case. Each round builds both queues afresh (in alternating order, each \
+         behind a heap pad of random size, so each round samples another placement of lanes, \
+         memos and cache in memory), warms them up, then times blocks of {} passes of the \
+         same stream through each, interleaved A B B A, until each has run {} ms; the round's \
+         ratio is the 20th percentile of the block times with the cache over the same without \
+         (the blocks no other process slowed down). Cost: the \
+         median of the rounds' ratios − 1, with its bootstrap 95% interval (2,000 resamples) \
+         and the interquartile range of the rounds. Item 4 (at most 1% at 8k and 100k flows) \
+         is *met* when the interval's upper end is at most +1%, *not met* when its lower end \
+         is above +1%, else *not resolved*. 100 flows is shown for information.\n\n\
+         | family | flows | with cache (ns) | without (ns) | cost (median) | 95% interval | \
+         IQR of rounds | item 4 |\n|---|---:|---:|---:|---:|---:|---:|---|\n",
+        settings.rounds,
+        AB_BLOCK,
+        settings.per_engine.as_millis()
+    );
+    let mut rng = StdRng::seed_from_u64(0xab);
+    for (family, v6) in [("ipv4", false), ("ipv6", true)] {
+        for flows in AB_FLOWS {
+            let stream = stream(flows, v6, p4, p6, &mut rng);
+            let (mut ratios, on, off) =
+                ab_case(tables, &mut umem, &mut pool, &stream, &settings, &mut rng);
+            let cost = (median(&mut ratios) - 1.0) * 100.0;
+            let (lo, hi) = bootstrap_median(&ratios);
+            let (lo, hi) = ((lo - 1.0) * 100.0, (hi - 1.0) * 100.0);
+            let (q1, q3) = (
+                (quantile(&ratios, 0.25) - 1.0) * 100.0,
+                (quantile(&ratios, 0.75) - 1.0) * 100.0,
+            );
+            let verdict = if flows < 8192 {
+                "(information)"
+            } else if hi <= 1.0 {
+                "**met**"
+            } else if lo > 1.0 {
+                "**not met**"
+            } else {
+                "not resolved"
+            };
+            let line = format!(
+                "| {family} | {flows} | {on:.2} | {off:.2} | {cost:+.2}% | {lo:+.2}% … {hi:+.2}% \
+                 | {q1:+.2}% … {q3:+.2}% | {verdict} |\n"
+            );
+            eprint!("dataplane A/B: {line}");
+            report.push_str(&line);
+        }
+    }
+    report
+}
+
+/// Writes a report section to `$CRITERION_HOME/NAME` (the report appends it) and stdout.
+fn write_section(name: &str, text: &str) {
+    println!("{text}");
+    let dir = std::env::var_os("CRITERION_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join(name), text);
     }
 }
 

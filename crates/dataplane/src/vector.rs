@@ -105,6 +105,39 @@ impl RunKey {
     }
 }
 
+/// The lane of the next admitted lookup (`admitted`, a mask of `routable`'s positions; not
+/// zero), or `usize::MAX` when `routable` has no such position.
+#[inline(always)]
+fn next_admitted(admitted: u64, routable: &[u8]) -> usize {
+    routable
+        .get(admitted.trailing_zeros() as usize)
+        .map_or(usize::MAX, |&i| usize::from(i))
+}
+
+/// The probe stage's run of one flow: takes the admitted lanes after a probed one, in order,
+/// out of `admitted` while their key is `run`'s, handing each (its index and lane) to `take`.
+#[inline(always)]
+fn take_run(
+    admitted: &mut u64,
+    routable: &[u8],
+    frames: &[Frame<'_>],
+    lanes: &mut [Lane],
+    run: &RunKey,
+    mut take: impl FnMut(usize, &mut Lane),
+) {
+    while *admitted != 0 {
+        let j = next_admitted(*admitted, routable);
+        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
+            break;
+        };
+        if !run.is(&lane.meta, frame.ifindex) {
+            break;
+        }
+        *admitted &= *admitted - 1;
+        take(j, lane);
+    }
+}
+
 /// One frame's state in the vector.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lane {
@@ -183,8 +216,25 @@ impl Queue {
         let mut routable = [0u8; VECTOR];
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
         let mut fill = [0u8; VECTOR];
-        let (fills, answered) =
-            self.stage_probe(b, frames, lanes, &routable[..routables], &mut fill);
+        // The cache admits the vector's lookups at once (custom rules, or the adaptive bypass,
+        // refuse some or all of them): a vector it refuses whole, as a bypassed cache does
+        // with all but one in thousands, costs no call of the probe stage.
+        let admitted = match &mut self.cache {
+            Some(cache) => cache.admit_many(b.snapshot, routables),
+            None => 0,
+        };
+        let (fills, answered) = if admitted != 0 {
+            self.stage_probe(
+                b,
+                frames,
+                lanes,
+                &routable[..routables],
+                admitted,
+                &mut fill,
+            )
+        } else {
+            (0, 0)
+        };
         // Nothing left for the tables when the cache answered every routable lane.
         let misses = if answered < routables { routables } else { 0 };
         let egresses = stage_fib(
@@ -286,10 +336,11 @@ impl Queue {
         }
     }
 
-    /// Stage 2: Route-cache probes; a run of frames with one key costs one probe. The cache
-    /// admits the vector's lookups at once: while its bypass keeps it off, one in many is
+    /// Stage 2: Route-cache probes of the lanes the cache admitted (`admitted`, a mask of
+    /// `routable`'s positions; called only when it admitted some); a run of frames with one
+    /// key costs one probe. While the bypass keeps the cache off, one lookup in many is
     /// probed and the rest go to the tables without a key being built, so a bypassed cache
-    /// costs one pass over the vector and a few steps per probe. Writes the lanes the fill
+    /// costs a few steps per vector and per probe. Writes the lanes the fill
     /// stage must visit (misses to insert, repeats of one) into `fill`, in order. Returns how
     /// many lanes it listed there and how many of the routable lanes it took from the tables
     /// (hits, and repeats of a miss: no FIB lookup of their own).
@@ -305,24 +356,18 @@ impl Queue {
         frames: &[Frame<'_>],
         lanes: &mut [Lane],
         routable: &[u8],
+        mut admitted: u64,
         fill: &mut [u8; VECTOR],
     ) -> (usize, usize) {
         // Every routable lane (`Step::Miss`, no token) goes to the tables unless the cache
-        // answers it below.
+        // answers it below; the lanes the cache refused (`admitted`, a mask of `routable`'s
+        // positions, from `admit_many`) stay misses without a key.
         let Some(cache) = &mut self.cache else {
             return (0, 0);
         };
-        // Custom rules, or the adaptive bypass: the refused lanes stay misses without a key.
-        let mut admitted = cache.admit_many(b.snapshot, routable.len());
         let (mut fills, mut answered) = (0, 0);
-        // The next admitted lane (`admitted` is a mask of `routable`'s positions).
-        let next = |admitted: u64| {
-            routable
-                .get(admitted.trailing_zeros() as usize)
-                .map_or(usize::MAX, |&i| usize::from(i))
-        };
         while admitted != 0 {
-            let i = next(admitted);
+            let i = next_admitted(admitted, routable);
             admitted &= admitted - 1;
             let (Some(lane), Some(frame)) = (lanes.get_mut(i), frames.get(i)) else {
                 continue;
@@ -334,19 +379,11 @@ impl Queue {
                     lane.route = route;
                     lane.step = Step::Routed;
                     let mut repeats = 0u32;
-                    while admitted != 0 {
-                        let j = next(admitted);
-                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
-                            break;
-                        };
-                        if !run.is(&lane.meta, frame.ifindex) {
-                            break;
-                        }
-                        admitted &= admitted - 1;
+                    take_run(&mut admitted, routable, frames, lanes, &run, |_, lane| {
                         lane.route = route;
                         lane.step = Step::Routed;
                         repeats += 1;
-                    }
+                    });
                     answered += 1 + repeats as usize;
                     if repeats > 0 {
                         cache.repeat_hits(repeats);
@@ -359,22 +396,14 @@ impl Queue {
                         *slot = i as u8;
                         fills += 1;
                     }
-                    while admitted != 0 {
-                        let j = next(admitted);
-                        let (Some(lane), Some(frame)) = (lanes.get_mut(j), frames.get(j)) else {
-                            break;
-                        };
-                        if !run.is(&lane.meta, frame.ifindex) {
-                            break;
-                        }
-                        admitted &= admitted - 1;
+                    take_run(&mut admitted, routable, frames, lanes, &run, |j, lane| {
                         lane.step = Step::Same(i);
                         if let Some(slot) = fill.get_mut(fills) {
                             *slot = j as u8;
                             fills += 1;
                         }
                         answered += 1;
-                    }
+                    });
                 }
                 // `probe` never answers so.
                 Lookup::Bypass => {}
