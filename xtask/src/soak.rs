@@ -203,7 +203,8 @@ pub struct Interval {
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
     /// Where xfwd's memory was at the end of the interval, bytes (its `stats`' `memory`:
-    /// `heap_allocated`, `heap_committed` (the allocator's, mimalloc), `fast_arenas`; results of before 2026-11-29 have glibc's `heap_in_use`, `heap_free`,
+    /// `heap_allocated`, `heap_active`, `heap_resident`, `heap_retained` (jemalloc's counts),
+    /// `fast_arenas`; results of before 2026-11-29 have glibc's `heap_in_use`, `heap_free`,
     /// `heap_mapped`); empty if not read.
     #[serde(default)]
     pub memory: Vec<(String, u64)>,

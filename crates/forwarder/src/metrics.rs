@@ -252,10 +252,11 @@ pub fn exposition(stats: &Stats) -> String {
     let memory = f.int_gauge(
         "xfwd_memory_bytes",
         "Where the process's memory is, in bytes, by part: heap_allocated (what xfwd holds \
-         from its allocator, mimalloc), heap_committed (memory the allocator has committed: \
-         pages in use and empty pages not yet returned), fast_arenas (the FIBs' fast lookup \
-         structures, mapped apart from the allocator). Resident memory is \
-         process_resident_memory_bytes.",
+         from its allocator, jemalloc), heap_active (the pages those allocations are in), \
+         heap_resident (at most this much of the allocator's memory is resident: active \
+         pages, freed pages not yet returned, metadata), heap_retained (address space kept \
+         for reuse, returned to the kernel), fast_arenas (the FIBs' fast lookup structures, \
+         mapped apart from the allocator). Resident memory is process_resident_memory_bytes.",
         &["part"],
     );
     for (part, bytes) in &stats.memory {
@@ -485,7 +486,8 @@ mod tests {
             diverted: vec!["tc: fwd0 root: qdisc htb".into()],
             memory: vec![
                 ("heap_allocated".into(), 7_340_032),
-                ("heap_committed".into(), 8_388_608),
+                ("heap_active".into(), 7_405_568),
+                ("heap_resident".into(), 8_388_608),
                 ("fast_arenas".into(), 4_194_304),
             ],
         }
@@ -637,7 +639,8 @@ mod tests {
         assert!(text.contains("# HELP xfwd_memory_bytes Where"), "{text}");
         for (part, bytes) in [
             ("heap_allocated", 7_340_032.0),
-            ("heap_committed", 8_388_608.0),
+            ("heap_active", 7_405_568.0),
+            ("heap_resident", 8_388_608.0),
             ("fast_arenas", 4_194_304.0),
         ] {
             let series = format!("xfwd_memory_bytes{{part=\"{part}\"}}");

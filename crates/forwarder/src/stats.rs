@@ -49,7 +49,7 @@ pub struct Stats {
     #[serde(default)]
     pub diverted: Vec<String>,
     /// Where the process's memory is, in bytes ([`crate::trim::memory`]): `heap_allocated`,
-    /// `heap_committed` (the allocator's, mimalloc), `fast_arenas`.
+    /// `heap_active`, `heap_resident`, `heap_retained` (jemalloc's counts), `fast_arenas`.
     #[serde(default)]
     pub memory: Vec<(String, u64)>,
 }

@@ -1,28 +1,23 @@
 //! Giving freed heap memory back to the kernel after the tables changed.
 //!
-//! The `xfwd` binary's global allocator is mimalloc ([`Allocator`]: mimalloc 3, counting the
-//! bytes xfwd holds), not glibc's malloc: under glibc a mass delete and re-add of the whole
+//! The `xfwd` binary's global allocator is jemalloc ([`Allocator`], with its statistics
+//! compiled in), not glibc's malloc: under glibc a mass delete and re-add of the whole
 //! bgp-full-v4 (a link flap: 1,072,528 routes) left about 34 MiB of free heap resident in
 //! pieces `malloc_trim` could not return, so the full-table soak grew by 23-26% where 5% is
-//! allowed. mimalloc allocates each size class from pages of its own (64 KiB) per thread,
-//! frees into the page an object came from whatever thread frees it, and returns a page's
-//! memory once it is empty: the same bgp-full-v4 cycle in one process
-//! (`netlink_mirror`'s `sync_tests::memory_redump_cycles`) grows resident memory by 1-2%
-//! under mimalloc, 12% under jemalloc and about 24% under glibc (`docs/forwarder.md`,
-//! "Memory after mass changes", with the measurements).
+//! allowed (`docs/forwarder.md`, "Memory after mass changes", with the measurements).
+//! jemalloc keeps small objects of one size class together in page-sized slabs and returns a
+//! slab's pages as soon as it empties: what a cycle frees goes back to the kernel.
 //!
-//! mimalloc returns empty pages to the kernel on its own, shortly (10 ms, `purge_delay`)
-//! after they empty, the next time their thread allocates or frees. [`Trimmer`] in addition
-//! collects ([`trim`], `mi_collect(true)`) once the tables have changed and have then been
-//! quiet for a moment (or every 10 s under steady churn, and a second after each bulk
-//! rebuild), from the link monitor's thread, never on a run loop. [`memory`] says where the
-//! memory is.
+//! jemalloc returns freed pages (its *dirty* pages) to the kernel on its own, by decay: a page
+//! freed now is returned within `dirty_decay_ms` (10 s by default), by a background thread
+//! ([`configure`] turns them on; without them only when the arena is used again). [`Trimmer`]
+//! in addition purges every arena ([`trim`], `arena.<all>.purge`) once the tables have
+//! changed and have then been quiet for a moment (or every 10 s under steady churn, and a
+//! second after each bulk rebuild), from the link monitor's thread, never on a run loop:
+//! after a mass change the freed pages go back at once rather than over the next seconds.
+//! [`memory`] says where the memory is, by jemalloc's own counts.
 
-use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-use mimalloc::MiMalloc;
 
 /// Decides when to trim: after the table generation changed, once it has stayed the same for
 /// [`Trimmer::QUIET`] (a burst of changes is over), or after [`Trimmer::MAX_WAIT`] under
@@ -60,10 +55,9 @@ impl Trimmer {
     /// After a bulk rebuild, a trim this long after it whatever [`Trimmer::PERIOD`] and
     /// [`Trimmer::MAX_WAIT`] say: the old tables (about 10 MiB at 100,000 routes) are freed
     /// once readers unpin, and under steady churn the next periodic trim came 5-9 s later, all
-    /// that time resident (soak of 2026-11-28, release build, glibc). Under glibc a trim of a
-    /// fragmented heap held the arenas' locks for tens of milliseconds (25-80 ms measured on
-    /// a 70 MiB heap with 42 MiB free in small pieces, load 18), so trims stay rare
-    /// otherwise; mimalloc's collection of that cost is not measured.
+    /// that time resident (soak of 2026-11-28, release build). A trim of a fragmented heap
+    /// holds the arenas' locks for tens of milliseconds (25-80 ms measured on a 70 MiB heap
+    /// with 42 MiB free in small pieces, load 18), so trims stay rare otherwise.
     pub const AFTER_REBUILD: Duration = Duration::from_secs(1);
 
     /// Starts at `now` with the tables at `generation` (nothing to trim yet).
@@ -131,113 +125,87 @@ impl Trimmer {
     }
 }
 
-/// The global allocator the `xfwd` binary (and this crate's tests) declares: mimalloc, with
-/// a count of the bytes allocated through it ([`memory`]'s `heap_allocated`; one relaxed
-/// atomic addition per allocation, and no allocation is made per packet).
+/// The global allocator the `xfwd` binary (and this crate's tests) declares: jemalloc.
 ///
 /// ```
 /// #[global_allocator]
-/// static ALLOCATOR: forwarder::trim::Allocator = forwarder::trim::Allocator;
+/// static ALLOCATOR: forwarder::trim::Allocator = forwarder::trim::Allocator {};
 /// let _boxed = Box::new(7u64);
 /// ```
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Allocator;
+pub type Allocator = tikv_jemallocator::Jemalloc;
 
-/// Bytes allocated through [`Allocator`] and not yet freed.
-static ALLOCATED: AtomicUsize = AtomicUsize::new(0);
+/// `arena.<i>.purge` for every arena (`MALLCTL_ARENAS_ALL`).
+const PURGE_ALL: &std::ffi::CStr = c"arena.4096.purge";
 
-// SAFETY: every method forwards to mimalloc's `GlobalAlloc` with the arguments it was given,
-// so mimalloc's guarantees are the caller's; the counter is arithmetic on the side and never
-// touches the memory.
-unsafe impl GlobalAlloc for Allocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        let ptr = unsafe { MiMalloc.alloc(layout) };
-        if !ptr.is_null() {
-            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        let ptr = unsafe { MiMalloc.alloc_zeroed(layout) };
-        if !ptr.is_null() {
-            ALLOCATED.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from this allocator, that is from mimalloc, with `layout`.
-        unsafe { MiMalloc.dealloc(ptr, layout) };
-        ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: as for `dealloc`, and the caller's contract for `realloc` unchanged.
-        let new = unsafe { MiMalloc.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            ALLOCATED.fetch_add(new_size, Ordering::Relaxed);
-            ALLOCATED.fetch_sub(layout.size(), Ordering::Relaxed);
-        }
-        new
-    }
-}
-
-/// Returns mimalloc's free memory to the kernel now (`mi_collect(true)`: the calling
-/// thread's heap, the pages other threads abandoned, and every empty page waiting for its
-/// purge); always true (kept for the callers' logs).
+/// Returns jemalloc's freed pages of every arena to the kernel now (`arena.<all>.purge`),
+/// rather than as they decay; whether jemalloc took the request (false if it is not the
+/// process's allocator with this interface).
 ///
 /// ```
-/// let _collected: bool = forwarder::trim::trim();
+/// let _purged: bool = forwarder::trim::trim();
 /// ```
 pub fn trim() -> bool {
-    // SAFETY: mi_collect takes a flag, touches only mimalloc's own structures under its own
-    // synchronisation, and may be called from any thread at any time.
-    unsafe { libmimalloc_sys::mi_collect(true) };
-    true
+    // SAFETY: the name is a NUL-terminated C string; the purge control reads and writes
+    // nothing (all four pointers null, the length 0), which is what jemalloc requires of it;
+    // it takes the arenas' own locks and may be called from any thread at any time.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            PURGE_ALL.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        ) == 0
+    }
 }
 
-/// Where the process's memory is, as the allocator and the tables count it, in bytes:
-/// `heap_allocated` (what xfwd holds from its allocator: [`Allocator`]'s count, 0 where it is
-/// not the global allocator), `heap_committed` (memory mimalloc has committed from the
-/// kernel: pages in use and empty pages not yet purged), `fast_arenas` (the FIBs' fast
-/// structures' arenas, mapped apart from the allocator).
+/// Where the process's memory is, as the allocator and the tables count it, in bytes
+/// (jemalloc's statistics, refreshed first): `heap_allocated` (`stats.allocated`: what the
+/// program holds), `heap_active` (`stats.active`: the pages those allocations are in; the
+/// difference is free room inside pages in use), `heap_resident` (`stats.resident`: at most
+/// this much of the allocator's memory is resident: active pages, freed pages not yet
+/// returned, its metadata), `heap_retained` (`stats.retained`: address space kept for reuse
+/// but returned to the kernel, not resident), `fast_arenas` (the FIBs' fast structures'
+/// arenas, mapped apart from the allocator). Only `fast_arenas` if jemalloc's statistics
+/// cannot be read.
 ///
 /// ```
 /// let memory = forwarder::trim::memory();
 /// assert!(memory.iter().any(|(name, _)| name == "fast_arenas"));
 /// ```
 pub fn memory() -> Vec<(String, u64)> {
-    let mut committed = 0usize;
-    let mut unused = [0usize; 7];
-    let [elapsed, user, system, rss, peak_rss, peak_commit, faults] = &mut unused;
-    // SAFETY: every pointer is to a live, writable usize of this frame, which is all
-    // mi_process_info writes to.
-    unsafe {
-        libmimalloc_sys::mi_process_info(
-            elapsed,
-            user,
-            system,
-            rss,
-            peak_rss,
-            &mut committed,
-            peak_commit,
-            faults,
-        )
-    };
-    vec![
-        (
-            "heap_allocated".to_owned(),
-            ALLOCATED.load(Ordering::Relaxed) as u64,
-        ),
-        ("heap_committed".to_owned(), committed as u64),
-        (
-            "fast_arenas".to_owned(),
-            (fib_trie::FastLpm::<u32>::arena_bytes_in_process()) as u64,
-        ),
-    ]
+    use tikv_jemalloc_ctl::{epoch, stats};
+    let mut out = Vec::new();
+    // The statistics are a snapshot taken at each epoch.
+    if epoch::advance().is_ok() {
+        for (name, read) in [
+            ("heap_allocated", stats::allocated::read as fn() -> _),
+            ("heap_active", stats::active::read),
+            ("heap_resident", stats::resident::read),
+            ("heap_retained", stats::retained::read),
+        ] {
+            if let Ok(bytes) = read() {
+                out.push((name.to_owned(), bytes as u64));
+            }
+        }
+    }
+    out.push((
+        "fast_arenas".to_owned(),
+        (fib_trie::FastLpm::<u32>::arena_bytes_in_process()) as u64,
+    ));
+    out
+}
+
+/// Sets jemalloc up for a long-running router; whether it took the settings. Called once by
+/// `xfwd run` before any thread starts: background threads return freed pages to the
+/// kernel as they decay (`background_thread`), so memory freed by one burst of changes does
+/// not wait for the next allocation in its arena.
+///
+/// ```
+/// let _configured: bool = forwarder::trim::configure();
+/// ```
+pub fn configure() -> bool {
+    tikv_jemalloc_ctl::background_thread::write(true).is_ok()
 }
 
 #[cfg(test)]
@@ -253,31 +221,39 @@ mod tests {
 
     #[test]
     fn memory_counts_what_is_allocated() {
-        // This crate's tests allocate as the binary does (lib.rs). Other tests of this binary
-        // run alongside: the bound leaves them 1 MiB.
-        let before = part(&memory(), "heap_allocated");
+        // This crate's tests allocate through jemalloc, as the binary does (lib.rs).
+        let before = memory();
         let blocks: Vec<Box<[u8; 1024]>> = (0..4096).map(|_| Box::new([1u8; 1024])).collect();
         let after = memory();
-        assert!(part(&after, "heap_allocated") >= before + (4 << 20) - (1 << 20));
-        assert!(part(&after, "heap_committed") >= 4 << 20);
+        let allocated = |m: &[(String, u64)]| part(m, "heap_allocated");
+        assert!(allocated(&after) >= allocated(&before) + (4 << 20) - (64 << 10));
+        assert!(part(&after, "heap_active") >= allocated(&after));
+        assert!(part(&after, "heap_resident") >= part(&after, "heap_active"));
         drop(blocks);
     }
 
     #[test]
     fn releases_what_was_freed() {
-        // 64 MiB in small blocks, then freed: collected, mimalloc's committed memory falls
-        // (other tests of this binary run alongside: the bound leaves them 16 MiB).
+        // 64 MiB in small blocks, then freed: jemalloc keeps the emptied pages as dirty (to
+        // return them as they decay, 10 s later) until purged. Other tests of this binary run
+        // alongside: the bound leaves them 16 MiB.
         let blocks: Vec<Box<[u8; 4096]>> = (0..16_384).map(|_| Box::new([1u8; 4096])).collect();
         let kept: Vec<Box<[u8; 64]>> = (0..64).map(|_| Box::new([2u8; 64])).collect();
-        let full = part(&memory(), "heap_committed");
         drop(blocks);
-        assert!(trim());
-        let collected = part(&memory(), "heap_committed");
+        let freed = part(&memory(), "heap_resident");
+        assert!(trim(), "the purge was refused");
+        let purged = part(&memory(), "heap_resident");
         assert!(
-            collected + (48 << 20) <= full,
-            "committed {full} bytes before the free, {collected} after the collection"
+            purged + (48 << 20) <= freed,
+            "resident {freed} bytes before the purge, {purged} after"
         );
         assert_eq!(kept.iter().map(|b| b[0] as usize).sum::<usize>(), 128);
+    }
+
+    #[test]
+    fn background_threads_can_be_turned_on() {
+        assert!(configure());
+        assert!(tikv_jemalloc_ctl::background_thread::read().unwrap());
     }
 
     #[test]

@@ -990,8 +990,8 @@ fn routing_two_queues_two_run_loops() {
     let memory: Vec<(String, u64)> = serde_json::from_value(stats["memory"].clone()).unwrap();
     assert_eq!(
         memory.len(),
-        3,
-        "heap_allocated, heap_committed, fast_arenas: {memory:?}"
+        5,
+        "heap_allocated, heap_active, heap_resident, heap_retained, fast_arenas: {memory:?}"
     );
     for (part, _) in &memory {
         let series = format!("xfwd_memory_bytes{{part=\"{part}\"}} ");

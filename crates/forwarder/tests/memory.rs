@@ -1,12 +1,12 @@
 //! Memory returned after a mass delete and re-add of routes, under the allocator the `xfwd`
-//! binary runs with (mimalloc, `forwarder::trim`): the soak's link flap without the lab.
+//! binary runs with (jemalloc, `forwarder::trim`): the soak's link flap without the lab.
 //!
 //! A table of 300,000 routes is loaded in bulk (as at start), deleted one route at a time (a
 //! link going down), rebuilt once empty, and refilled one route at a time (a routing daemon
 //! re-adding them), rebuilding what is worn whenever the writer is idle (every 10,000 routes
 //! here, as the mirror does each time it has caught up with the kernel). Resident memory
 //! must then be back within 5% (and 2 MiB) of the bulk-loaded table's, after the epoch's
-//! garbage is collected and mimalloc collected (`trim::trim`, as the link monitor does once the
+//! garbage is collected and jemalloc purged (`trim::trim`, as the link monitor does once the
 //! tables are quiet). No timing: only memory.
 
 use std::collections::HashSet;
@@ -15,7 +15,7 @@ use fib_trie::{FibWriter, InsertFlags, NextHop, Route, RouteSelector};
 use forwarder::trim;
 
 #[global_allocator]
-static ALLOCATOR: trim::Allocator = trim::Allocator;
+static ALLOCATOR: trim::Allocator = trim::Allocator {};
 
 /// Resident memory of this process, bytes.
 fn resident() -> u64 {
@@ -33,7 +33,7 @@ fn settle() {
     for _ in 0..4096 {
         crossbeam_epoch::pin().flush();
     }
-    assert!(trim::trim());
+    assert!(trim::trim(), "jemalloc refused the purge");
 }
 
 /// `n` distinct prefixes of lengths 16 to 24, as a full table has most of its routes.
