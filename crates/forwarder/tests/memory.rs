@@ -7,8 +7,10 @@
 //! here, as the mirror does each time it has caught up with the kernel), three times.
 //! Resident memory, after the epoch's garbage is collected and jemalloc purged
 //! (`trim::trim`, as the link monitor does once the tables are quiet), must not grow from
-//! one cycle to the next (2% and 1 MiB), and the first cycle must stay within 20% of the
-//! bulk-loaded table (the refilled table is not as compact). No timing: only memory.
+//! one cycle to the next (2% and 1 MiB), and the first cycle must stay within 10% of the
+//! bulk-loaded table (the refilled table is not as compact). No timing: only memory. A
+//! release-mode test (33 s in a release build on a loaded 2-core machine): `cargo test
+//! --release -p forwarder --test memory`; ignored in debug builds.
 
 use std::collections::HashSet;
 
@@ -58,6 +60,10 @@ fn prefixes(n: usize) -> Vec<(u32, u8)> {
 }
 
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "release-mode memory test: cargo test --release -p forwarder --test memory"
+)]
 fn a_mass_delete_and_readd_returns_its_memory() {
     const ROUTES: usize = 300_000;
     const IDLE_EVERY: usize = 10_000;
@@ -100,10 +106,10 @@ fn a_mass_delete_and_readd_returns_its_memory() {
     }
     let kib: Vec<u64> = after.iter().map(|b| b / 1024).collect();
     // The first cycle leaves the table refilled one route at a time after its last rebuild
-    // (measured +14% over the bulk load here, 300,000 random prefixes); later cycles must
-    // not add to it: the memory of a cycle returns.
+    // (measured +6% over the bulk load here, 300,000 random prefixes; +14% under mimalloc);
+    // later cycles must not add to it: the memory of a cycle returns.
     assert!(
-        after[0] <= loaded + loaded / 5,
+        after[0] <= loaded + loaded / 10,
         "resident {kib:?} KiB after each cycle, {} KiB bulk-loaded",
         loaded / 1024
     );
