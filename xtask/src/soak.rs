@@ -203,7 +203,9 @@ pub struct Interval {
     #[serde(default)]
     pub counters: Vec<(String, u64)>,
     /// Where xfwd's memory was at the end of the interval, bytes (its `stats`' `memory`:
-    /// `heap_in_use`, `heap_free`, `heap_mapped`, `fast_arenas`); empty if not read.
+    /// `heap_allocated`, `heap_active`, `heap_resident`, `heap_retained` (jemalloc's counts),
+    /// `fast_arenas`; results of before 2026-11-29 have glibc's `heap_in_use`, `heap_free`,
+    /// `heap_mapped`); empty if not read.
     #[serde(default)]
     pub memory: Vec<(String, u64)>,
     /// Its memory sample counts ([`settled`]: after the warm-up, no fault and the mirror idle
@@ -225,14 +227,20 @@ impl Interval {
             .map_or(0, |(_, b)| b / 1024)
     }
 
-    /// Live memory: heap in use, blocks mapped on their own and the fast structures' arenas
+    /// Live memory: what xfwd holds from its allocator and the fast structures' arenas
     /// (KiB); resident memory less this is the allocator's free memory still resident and
-    /// what is not allocated at all (code, stacks, the UMEM).
+    /// what is not allocated at all (code, stacks, the UMEM). Results of before 2026-11-29
+    /// (glibc): its heap in use and blocks mapped on their own in place of the allocated.
     pub fn live_kib(&self) -> u64 {
-        ["heap_in_use", "heap_mapped", "fast_arenas"]
-            .iter()
-            .map(|n| self.memory_kib(n))
-            .sum()
+        [
+            "heap_allocated",
+            "heap_in_use",
+            "heap_mapped",
+            "fast_arenas",
+        ]
+        .iter()
+        .map(|n| self.memory_kib(n))
+        .sum()
     }
 
     /// Whether the mirror did re-synchronisation work in this interval (a dump, a sweep, a

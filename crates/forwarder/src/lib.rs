@@ -72,6 +72,11 @@ pub mod tc;
 pub mod trim;
 pub mod xdp;
 
+// The tests allocate as the binary does (`trim`: jemalloc, whose counts they check).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: trim::Allocator = trim::Allocator {};
+
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

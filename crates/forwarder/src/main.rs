@@ -5,9 +5,13 @@ use std::process::ExitCode;
 use clap::Parser;
 use forwarder::cli::{Cli, Command, LogFormat, check_config, probe, route, run, show, stats};
 
+/// jemalloc: memory freed by a mass change of routes goes back to the kernel (see `trim`).
+#[global_allocator]
+static ALLOCATOR: forwarder::trim::Allocator = forwarder::trim::Allocator {};
+
 fn main() -> ExitCode {
-    // Before any thread: large temporary buffers mapped on their own (see `trim`).
-    forwarder::trim::fix_mmap_threshold();
+    // Before any thread: jemalloc's background threads return freed pages (see `trim`).
+    forwarder::trim::configure();
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| {

@@ -251,10 +251,12 @@ pub fn exposition(stats: &Stats) -> String {
     // `process_resident_memory_bytes`.
     let memory = f.int_gauge(
         "xfwd_memory_bytes",
-        "Where the process's memory is, in bytes, by part: heap_in_use (allocated blocks in \
-         glibc's heaps), heap_free (free blocks in its heaps), heap_mapped (blocks mapped on \
-         their own), fast_arenas (the FIBs' fast lookup structures, mapped apart from the \
-         allocator). Resident memory is process_resident_memory_bytes.",
+        "Where the process's memory is, in bytes, by part: heap_allocated (what xfwd holds \
+         from its allocator, jemalloc), heap_active (the pages those allocations are in), \
+         heap_resident (at most this much of the allocator's memory is resident: active \
+         pages, freed pages not yet returned, metadata), heap_retained (address space kept \
+         for reuse, returned to the kernel), fast_arenas (the FIBs' fast lookup structures, \
+         mapped apart from the allocator). Resident memory is process_resident_memory_bytes.",
         &["part"],
     );
     for (part, bytes) in &stats.memory {
@@ -483,9 +485,9 @@ mod tests {
             }],
             diverted: vec!["tc: fwd0 root: qdisc htb".into()],
             memory: vec![
-                ("heap_in_use".into(), 7_340_032),
-                ("heap_free".into(), 65_536),
-                ("heap_mapped".into(), 0),
+                ("heap_allocated".into(), 7_340_032),
+                ("heap_active".into(), 7_405_568),
+                ("heap_resident".into(), 8_388_608),
                 ("fast_arenas".into(), 4_194_304),
             ],
         }
@@ -636,9 +638,9 @@ mod tests {
         assert!(text.contains("# TYPE xfwd_memory_bytes gauge"), "{text}");
         assert!(text.contains("# HELP xfwd_memory_bytes Where"), "{text}");
         for (part, bytes) in [
-            ("heap_in_use", 7_340_032.0),
-            ("heap_free", 65_536.0),
-            ("heap_mapped", 0.0),
+            ("heap_allocated", 7_340_032.0),
+            ("heap_active", 7_405_568.0),
+            ("heap_resident", 8_388_608.0),
             ("fast_arenas", 4_194_304.0),
         ] {
             let series = format!("xfwd_memory_bytes{{part=\"{part}\"}}");

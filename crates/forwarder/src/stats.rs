@@ -48,8 +48,8 @@ pub struct Stats {
     /// bypass, found after start ([`crate::bypass_watch`]); empty while xfwd forwards.
     #[serde(default)]
     pub diverted: Vec<String>,
-    /// Where the process's memory is, in bytes ([`crate::trim::memory`]): `heap_in_use`,
-    /// `heap_free`, `heap_mapped`, `fast_arenas`.
+    /// Where the process's memory is, in bytes ([`crate::trim::memory`]): `heap_allocated`,
+    /// `heap_active`, `heap_resident`, `heap_retained` (jemalloc's counts), `fast_arenas`.
     #[serde(default)]
     pub memory: Vec<(String, u64)>,
 }

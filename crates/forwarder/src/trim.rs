@@ -1,25 +1,21 @@
 //! Giving freed heap memory back to the kernel after the tables changed.
 //!
-//! A mass delete and re-add of routes (a link going down takes every route through it; a
-//! routing daemon installs them again) builds new trie nodes while the old ones wait for the
-//! epoch to pass, then frees the old ones. glibc keeps freed memory in its arenas for reuse
-//! and returns to the kernel only what lies at the top of a heap, so resident memory stays at
-//! the high-water mark of such a cycle. [`Trimmer`] calls `malloc_trim(0)` (which also
-//! releases whole free pages inside the arenas with `MADV_DONTNEED`) from the link monitor's
-//! thread once the tables have changed and have then been quiet for a moment (or every
-//! 10 s under steady churn, and a second after each bulk rebuild), never on a run loop. What
-//! a trim cannot return (free pieces smaller than a page between live nodes) the mirror
-//! avoids: it collects its epoch garbage as it goes, and rebuilds worn tables in bulk on a
-//! thread of its own, in an arena of their own (`docs/forwarder.md`, "Memory after mass
-//! changes"). [`memory`] says where the memory is.
+//! The `xfwd` binary's global allocator is jemalloc ([`Allocator`], with its statistics
+//! compiled in), not glibc's malloc: under glibc a mass delete and re-add of the whole
+//! bgp-full-v4 (a link flap: 1,072,528 routes) left about 34 MiB of free heap resident in
+//! pieces `malloc_trim` could not return, so the full-table soak grew by 23-26% where 5% is
+//! allowed (`docs/forwarder.md`, "Memory after mass changes", with the measurements).
+//! jemalloc keeps small objects of one size class together in page-sized slabs and returns a
+//! slab's pages as soon as it empties: what a cycle frees goes back to the kernel.
 //!
-//! [`fix_mmap_threshold`] keeps large temporary buffers (a dump's record of routes, the events
-//! kept during a dump, a dump of a whole table) out of the heap: glibc's default threshold
-//! rises to the size of each large block freed (up to 32 MiB), after which such buffers are
-//! carved from the heap among long-lived trie nodes, and their holes stay resident. Fixed at
-//! 128 KiB, they are mapped and unmapped whole (measured with `netlink_mirror`'s ignored test
-//! `sync_tests::memory_redump_cycles`: 100,000 routes deleted and re-added during a re-dump,
-//! six times; resident memory settles at 59.8 MiB instead of 69.5 MiB).
+//! jemalloc returns freed pages (its *dirty* pages) to the kernel on its own, by decay: a page
+//! freed now is returned within `dirty_decay_ms` (10 s by default), by a background thread
+//! ([`configure`] turns them on; without them only when the arena is used again). [`Trimmer`]
+//! in addition purges every arena ([`trim`], `arena.<all>.purge`) once the tables have
+//! changed and have then been quiet for a moment (or every 10 s under steady churn, and a
+//! second after each bulk rebuild), from the link monitor's thread, never on a run loop:
+//! after a mass change the freed pages go back at once rather than over the next seconds.
+//! [`memory`] says where the memory is, by jemalloc's own counts.
 
 use std::time::{Duration, Instant};
 
@@ -129,46 +125,69 @@ impl Trimmer {
     }
 }
 
-/// Returns free heap memory to the kernel (`malloc_trim(0)`); whether any was released.
-/// Does nothing (false) where the C library is not glibc.
+/// The global allocator the `xfwd` binary (and this crate's tests) declares: jemalloc.
 ///
 /// ```
-/// let _released: bool = forwarder::trim::trim();
+/// #[global_allocator]
+/// static ALLOCATOR: forwarder::trim::Allocator = forwarder::trim::Allocator {};
+/// let _boxed = Box::new(7u64);
+/// ```
+pub type Allocator = tikv_jemallocator::Jemalloc;
+
+/// `arena.<i>.purge` for every arena (`MALLCTL_ARENAS_ALL`).
+const PURGE_ALL: &std::ffi::CStr = c"arena.4096.purge";
+
+/// Returns jemalloc's freed pages of every arena to the kernel now (`arena.<all>.purge`),
+/// rather than as they decay; whether jemalloc took the request (false if it is not the
+/// process's allocator with this interface).
+///
+/// ```
+/// let _purged: bool = forwarder::trim::trim();
 /// ```
 pub fn trim() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: malloc_trim takes no pointers and only walks glibc's own arenas under their
-        // locks; it is safe to call from any thread at any time.
-        unsafe { libc::malloc_trim(0) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
+    // SAFETY: the name is a NUL-terminated C string; the purge control reads and writes
+    // nothing (all four pointers null, the length 0), which is what jemalloc requires of it;
+    // it takes the arenas' own locks and may be called from any thread at any time.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(
+            PURGE_ALL.as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        ) == 0
     }
 }
 
-/// Where the process's memory is, as the allocator and the tables count it, in bytes:
-/// `heap_in_use` (glibc's `uordblks`: allocated blocks in its heaps), `heap_free` (`fordblks`:
-/// free blocks in its heaps, resident or returned by a trim), `heap_mapped` (`hblkhd`: blocks
-/// mapped on their own, at least the mmap threshold each), `fast_arenas` (the FIBs' fast
-/// structures' arenas, mapped apart from the allocator). Empty where the C library is not
-/// glibc (the arenas alone then).
+/// Where the process's memory is, as the allocator and the tables count it, in bytes
+/// (jemalloc's statistics, refreshed first): `heap_allocated` (`stats.allocated`: what the
+/// program holds), `heap_active` (`stats.active`: the pages those allocations are in; the
+/// difference is free room inside pages in use), `heap_resident` (`stats.resident`: at most
+/// this much of the allocator's memory is resident: active pages, freed pages not yet
+/// returned, its metadata), `heap_retained` (`stats.retained`: address space kept for reuse
+/// but returned to the kernel, not resident), `fast_arenas` (the FIBs' fast structures'
+/// arenas, mapped apart from the allocator). Only `fast_arenas` if jemalloc's statistics
+/// cannot be read.
 ///
 /// ```
 /// let memory = forwarder::trim::memory();
 /// assert!(memory.iter().any(|(name, _)| name == "fast_arenas"));
 /// ```
 pub fn memory() -> Vec<(String, u64)> {
+    use tikv_jemalloc_ctl::{epoch, stats};
     let mut out = Vec::new();
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallinfo2 takes nothing and returns a copy of glibc's counters, taken under
-        // its arenas' locks; it is safe to call from any thread at any time.
-        let m = unsafe { libc::mallinfo2() };
-        out.push(("heap_in_use".to_owned(), m.uordblks as u64));
-        out.push(("heap_free".to_owned(), m.fordblks as u64));
-        out.push(("heap_mapped".to_owned(), m.hblkhd as u64));
+    // The statistics are a snapshot taken at each epoch.
+    if epoch::advance().is_ok() {
+        for (name, read) in [
+            ("heap_allocated", stats::allocated::read as fn() -> _),
+            ("heap_active", stats::active::read),
+            ("heap_resident", stats::resident::read),
+            ("heap_retained", stats::retained::read),
+        ] {
+            if let Ok(bytes) = read() {
+                out.push((name.to_owned(), bytes as u64));
+            }
+        }
     }
     out.push((
         "fast_arenas".to_owned(),
@@ -177,70 +196,64 @@ pub fn memory() -> Vec<(String, u64)> {
     out
 }
 
-/// The mmap threshold [`fix_mmap_threshold`] sets: glibc's default starting value.
-pub const MMAP_THRESHOLD: usize = 128 << 10;
-
-/// Fixes glibc's mmap threshold at [`MMAP_THRESHOLD`] (which also stops its dynamic
-/// adjustment), so that every block at least that large is mapped on its own and returned to
-/// the kernel when freed; whether the setting was taken. Does nothing (false) where the C
-/// library is not glibc. Called once by `xfwd run` before any thread starts.
+/// Sets jemalloc up for a long-running router; whether it took the settings. Called once by
+/// `xfwd run` before any thread starts: background threads return freed pages to the
+/// kernel as they decay (`background_thread`), so memory freed by one burst of changes does
+/// not wait for the next allocation in its arena.
 ///
 /// ```
-/// let _fixed: bool = forwarder::trim::fix_mmap_threshold();
+/// let _configured: bool = forwarder::trim::configure();
 /// ```
-pub fn fix_mmap_threshold() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt takes two integers and sets a parameter of glibc's allocator under
-        // its lock; it is safe to call from any thread at any time.
-        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD as libc::c_int) == 1 }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
+pub fn configure() -> bool {
+    tikv_jemalloc_ctl::background_thread::write(true).is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn large_blocks_stay_mapped_after_one_is_freed() {
-        assert!(fix_mmap_threshold());
-        // Freed once, a 4 MiB block would raise glibc's dynamic threshold to 4 MiB and the
-        // next one would be carved from the heap; with the threshold fixed each is mapped on
-        // its own: its chunk starts a page, 16 bytes (the chunk header) before the block.
-        for round in 0..3 {
-            let big = vec![1u8; 4 << 20];
-            assert_eq!(
-                big.as_ptr() as usize % 4096,
-                16,
-                "round {round}: not a mapping"
-            );
-            drop(big);
-        }
+    fn part(m: &[(String, u64)], name: &str) -> u64 {
+        m.iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no {name} in {m:?}"))
+            .1
     }
 
     #[test]
     fn memory_counts_what_is_allocated() {
+        // This crate's tests allocate through jemalloc, as the binary does (lib.rs).
         let before = memory();
-        let heap = |m: &[(String, u64)]| m.iter().find(|(n, _)| n == "heap_in_use").unwrap().1;
         let blocks: Vec<Box<[u8; 1024]>> = (0..4096).map(|_| Box::new([1u8; 1024])).collect();
         let after = memory();
-        assert!(heap(&after) >= heap(&before) + (4 << 20) - (64 << 10));
+        let allocated = |m: &[(String, u64)]| part(m, "heap_allocated");
+        assert!(allocated(&after) >= allocated(&before) + (4 << 20) - (64 << 10));
+        assert!(part(&after, "heap_active") >= allocated(&after));
+        assert!(part(&after, "heap_resident") >= part(&after, "heap_active"));
         drop(blocks);
     }
 
     #[test]
     fn releases_what_was_freed() {
-        // 64 MiB in blocks below the mmap threshold (so they live in the heap), then freed:
-        // glibc keeps most of it until trimmed.
+        // 64 MiB in small blocks, then freed: jemalloc keeps the emptied pages as dirty (to
+        // return them as they decay, 10 s later) until purged. Other tests of this binary run
+        // alongside: the bound leaves them 16 MiB.
         let blocks: Vec<Box<[u8; 4096]>> = (0..16_384).map(|_| Box::new([1u8; 4096])).collect();
         let kept: Vec<Box<[u8; 64]>> = (0..64).map(|_| Box::new([2u8; 64])).collect();
         drop(blocks);
-        assert!(trim(), "64 MiB freed and nothing released");
+        let freed = part(&memory(), "heap_resident");
+        assert!(trim(), "the purge was refused");
+        let purged = part(&memory(), "heap_resident");
+        assert!(
+            purged + (48 << 20) <= freed,
+            "resident {freed} bytes before the purge, {purged} after"
+        );
         assert_eq!(kept.iter().map(|b| b[0] as usize).sum::<usize>(), 128);
+    }
+
+    #[test]
+    fn background_threads_can_be_turned_on() {
+        assert!(configure());
+        assert!(tikv_jemalloc_ctl::background_thread::read().unwrap());
     }
 
     #[test]

@@ -990,15 +990,15 @@ fn routing_two_queues_two_run_loops() {
     let memory: Vec<(String, u64)> = serde_json::from_value(stats["memory"].clone()).unwrap();
     assert_eq!(
         memory.len(),
-        4,
-        "heap_in_use, heap_free, heap_mapped, fast_arenas: {memory:?}"
+        5,
+        "heap_allocated, heap_active, heap_resident, heap_retained, fast_arenas: {memory:?}"
     );
     for (part, _) in &memory {
         let series = format!("xfwd_memory_bytes{{part=\"{part}\"}} ");
         assert!(text.contains(&series), "{series}: {text}");
     }
     assert!(
-        metric(&text, "xfwd_memory_bytes{part=\"heap_in_use\"}") > 0,
+        metric(&text, "xfwd_memory_bytes{part=\"heap_allocated\"}") > 0,
         "{text}"
     );
     for q in 0..2 {

@@ -15,7 +15,11 @@
 //! live tables.
 //!
 //! Where the C library gives threads no arenas of their own (or they are all taken), the
-//! rebuild is the same, only the placement is lost.
+//! rebuild is the same, only the placement is lost. jemalloc (the `xfwd` binary's allocator)
+//! gives a new thread the arena with the fewest threads, so the same holds there; but single
+//! changes after a rebuild then free nodes in the parked thread's arena and allocate in the
+//! control thread's, and the parked arena's holes are not reused (measured and open:
+//! `docs/forwarder.md`, "Memory after mass changes").
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;

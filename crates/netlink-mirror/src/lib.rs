@@ -81,6 +81,13 @@ pub mod stats;
 mod sync_tests;
 pub mod tables;
 
+#[cfg(all(test, feature = "diag-jemalloc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+#[cfg(all(test, feature = "diag-mimalloc"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The epoch-based reclamation this crate's readers run under, re-exported: its
 /// [`Guard`](crossbeam_epoch::Guard) is in this crate's API, and an embedder that pins through
 /// this path always holds the version the crate was built with.

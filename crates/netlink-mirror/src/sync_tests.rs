@@ -328,7 +328,10 @@ fn datagram(msg: RouteNetlinkMessage, flags: u16) -> Vec<u8> {
 /// --nocapture`): resident memory over cycles of the soak's worst
 /// case: 100,000 routes deleted by events, then re-added while a route re-dump runs, so that
 /// the re-add's events queue up during the dump (as the control thread's `pending`) between
-/// the allocations of the dump's own routes.
+/// the allocations of the dump's own routes. With `XFWD_READD` the routes are re-added by
+/// events before the re-dump instead (a link flap), and the dump finds them all. Under the
+/// xfwd binary's allocator: `--release --features diag-jemalloc` (or `diag-mimalloc`); the
+/// figures of 2026-11-29 are in `docs/forwarder.md` ("Memory after mass changes").
 #[test]
 #[ignore = "diagnosis, prints resident memory; not a check"]
 #[allow(unsafe_code)]
@@ -340,8 +343,23 @@ fn memory_redump_cycles() {
         let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
         // SAFETY: mallinfo2 takes nothing and reads glibc's counters.
         let m = unsafe { libc::mallinfo2() };
+        #[cfg(feature = "diag-jemalloc")]
+        let je = {
+            tikv_jemalloc_ctl::epoch::advance().unwrap();
+            use tikv_jemalloc_ctl::stats;
+            format!(
+                " je: allocated {} KiB active {} KiB resident {} KiB mapped {} KiB retained {} KiB;",
+                stats::allocated::read().unwrap() / 1024,
+                stats::active::read().unwrap() / 1024,
+                stats::resident::read().unwrap() / 1024,
+                stats::mapped::read().unwrap() / 1024,
+                stats::retained::read().unwrap() / 1024
+            )
+        };
+        #[cfg(not(feature = "diag-jemalloc"))]
+        let je = String::new();
         format!(
-            "rss {} KiB (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
+            "rss {} KiB{je} (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
             pages * 4,
             m.arena / 1024,
             m.uordblks / 1024,
@@ -353,6 +371,24 @@ fn memory_redump_cycles() {
     let trim = || {
         // SAFETY: malloc_trim takes no pointers.
         unsafe { libc::malloc_trim(0) };
+        #[cfg(feature = "diag-jemalloc")]
+        if std::env::var("XFWD_NO_PURGE").is_err() {
+            // SAFETY: a void mallctl.
+            unsafe {
+                tikv_jemalloc_sys::mallctl(
+                    c"arena.4096.purge".as_ptr(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                )
+            };
+        }
+        #[cfg(feature = "diag-mimalloc")]
+        // SAFETY: takes a bool.
+        unsafe {
+            libmimalloc_sys::mi_collect(true)
+        };
     };
     if std::env::var("XFWD_MMAP_FIXED").is_ok() {
         // SAFETY: mallopt takes two integers.
@@ -464,8 +500,11 @@ fn memory_redump_cycles() {
         }
         let mut seen = Seen::default();
         applier.begin_dump(Kind::Route4);
-        for (r, add) in rs.iter().zip(&adds) {
+        for (i, r) in rs.iter().enumerate() {
             applier.apply_dumped(dumped(r), &mut seen);
+            // Re-added by events already (XFWD_READD): the dump finds them all, no event
+            // queues during it.
+            let Some(add) = adds.get(i) else { continue };
             if none {
                 continue;
             } else if decoded {
@@ -484,6 +523,8 @@ fn memory_redump_cycles() {
         }
         applier.end_dump(Kind::Route4);
         applier.sweep(Kind::Route4, &seen);
+        // What the dump saw (a key per route) is not the tables' memory.
+        drop(seen);
         let queued = if decoded { kept.len() } else { pending.len() };
         for (flags, msg) in kept.drain(..) {
             crate::control::apply_route_event(&mut applier, &msg, flags);

@@ -233,7 +233,7 @@ fn memory_table(out: &mut String, results: &Results) {
         .unwrap_or(first);
     let _ = writeln!(
         out,
-        "Where the memory was (MiB; the allocator's own counts, `xfwd stats`' `memory`):\n\n| sample | t (s) | resident | heap in use | heap free | mapped blocks | fast arenas | resident less live |\n|---|---|---|---|---|---|---|---|"
+        "Where the memory was (MiB; the allocator's own counts, `xfwd stats`' `memory`):\n\n| sample | t (s) | resident | heap allocated | heap active | heap resident | fast arenas | resident less live |\n|---|---|---|---|---|---|---|---|"
     );
     let mib = |kib: u64| kib as f64 / 1024.0;
     for (name, i) in [
@@ -247,9 +247,9 @@ fn memory_table(out: &mut String, results: &Results) {
             "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             i.t,
             mib(i.rss_kib),
-            mib(i.memory_kib("heap_in_use")),
-            mib(i.memory_kib("heap_free")),
-            mib(i.memory_kib("heap_mapped")),
+            mib(i.memory_kib("heap_allocated")),
+            mib(i.memory_kib("heap_active")),
+            mib(i.memory_kib("heap_resident")),
             mib(i.memory_kib("fast_arenas")),
             mib(i.rss_kib.saturating_sub(i.live_kib())),
         );
