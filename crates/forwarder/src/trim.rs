@@ -5,8 +5,9 @@
 //! bgp-full-v4 (a link flap: 1,072,528 routes) left about 34 MiB of free heap resident in
 //! pieces `malloc_trim` could not return, so the full-table soak grew by 23-26% where 5% is
 //! allowed (`docs/forwarder.md`, "Memory after mass changes", with the measurements).
-//! jemalloc keeps small objects of one size class together in page-sized slabs and returns a
-//! slab's pages as soon as it empties: what a cycle frees goes back to the kernel.
+//! jemalloc keeps small objects of one size class together in page-sized slabs, and a slab
+//! that empties becomes free pages that go back to the kernel (below): what a cycle frees is
+//! returned, except the room left inside slabs that still hold live objects.
 //!
 //! jemalloc returns freed pages (its *dirty* pages) to the kernel on its own, by decay: a page
 //! freed now is returned within `dirty_decay_ms` (10 s by default), by a background thread
