@@ -220,19 +220,6 @@ impl<K: TrieKey> Root<K> {
         }
     }
 
-    /// Hints the CPU to load `key`'s first-level slot.
-    #[inline(always)]
-    fn prefetch_slot(&self, key: K) {
-        // A prefetch never faults: no bounds check needed (and the index is in bounds).
-        prefetch_addr(
-            self.slots
-                .as_ptr()
-                .wrapping_add(self.slot_index(key))
-                .cast_const()
-                .cast(),
-        );
-    }
-
     /// The answer for `key`: its first-level slot, then (IPv6) up to two direct slots, then
     /// one node per six bits until a leaf. The root must be live (read under a pinned guard,
     /// or owned).
@@ -416,29 +403,38 @@ unsafe fn direct_select<const END: u8, const BITS: u8>(
 const AHEAD: usize = 8;
 
 impl<K: TrieKey> Root<K> {
-    /// [`FastLpm::lookup_batch`]'s loop for a wide root (the width tested once per batch):
-    /// every shift by the first level's width a constant one (a variable shift of a `u32`
-    /// key takes a range test and several instructions more: callgrind, bgp-full-v4, 8k
-    /// destinations, 60 -> 49 instructions per lookup; IPv6 94 -> 93).
+    /// [`FastLpm::lookup_batch`]'s loop, for a root `bits` wide (`self.bits`): each key with
+    /// the first-level slot of the key `AHEAD` places further prefetched, then the last
+    /// `AHEAD` (no bounds checks: the iterators end together). Inlined, so that a caller
+    /// passing a constant width (a wide root, tested once per batch) gets every shift by the
+    /// first level's width as a constant one (a variable shift of a `u32` key takes a range
+    /// test and several instructions more: callgrind, bgp-full-v4, 8k destinations, 60 -> 49
+    /// instructions per lookup; IPv6 94 -> 93).
     #[inline(always)]
-    fn descend_batch_wide(&self, keys: &[K], out: &mut [Option<u32>]) {
-        const { assert!(wide_bits::<u32>() == wide_bits::<u128>()) };
-        const W: u8 = wide_bits::<u128>();
-        debug_assert_eq!(self.bits, W);
+    fn descend_batch(&self, keys: &[K], out: &mut [Option<u32>], bits: u8) {
+        debug_assert_eq!(self.bits, bits);
         let base = self.slots.as_ptr();
         let split = keys.len().saturating_sub(AHEAD);
         let (head, tail) = out.split_at_mut(split);
         for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
+            // A prefetch never faults: no bounds check needed (and the index is in bounds).
             prefetch_addr(
-                base.wrapping_add(Self::slot_index_at(ahead, W))
+                base.wrapping_add(Self::slot_index_at(ahead, bits))
                     .cast_const()
                     .cast(),
             );
-            *o = self.descend_at(key, W);
+            *o = self.descend_at(key, bits);
         }
         for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
-            *o = self.descend_at(key, W);
+            *o = self.descend_at(key, bits);
         }
+    }
+
+    /// [`descend_batch`](Self::descend_batch) for a root narrower than [`wide_bits`] (a small
+    /// table), out of line so that the wide loop keeps the caller to itself.
+    #[inline(never)]
+    fn descend_batch_narrow(&self, keys: &[K], out: &mut [Option<u32>]) {
+        self.descend_batch(keys, out, self.bits);
     }
 }
 
@@ -666,19 +662,12 @@ impl<K: TrieKey> FastLpm<K> {
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
         let out = &mut out[..keys.len()];
-        if root.bits == wide_bits::<K>() {
-            return root.descend_batch_wide(keys, out);
-        }
-        // Keys with a key `AHEAD` places further, then the last `AHEAD` (no bounds checks:
-        // the iterators end together).
-        let split = keys.len().saturating_sub(AHEAD);
-        let (head, tail) = out.split_at_mut(split);
-        for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
-            root.prefetch_slot(ahead);
-            *o = root.descend(key);
-        }
-        for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
-            *o = root.descend(key);
+        const { assert!(wide_bits::<u32>() == wide_bits::<u128>()) };
+        const WIDE: u8 = wide_bits::<u128>();
+        if root.bits == WIDE {
+            root.descend_batch(keys, out, WIDE);
+        } else {
+            root.descend_batch_narrow(keys, out);
         }
     }
 
