@@ -312,7 +312,10 @@ fn dense_ipv6_regions_go_direct_and_follow_changes() {
     }
     add(&mut prefixes, dense32, 32, 99);
     let fast = FastLpm::<u128>::new();
+    // Without final direct nodes (this thread's builds), a /48 takes a node at /44.
+    set_final_direct(false);
     fast.rebuild(&mut &trie);
+    set_final_direct(true);
     let deep = prefixes.iter().rev().find(|p| p.1 == 48).unwrap().0 | 5;
     let on_path = path(&fast, deep);
     assert!(
@@ -338,6 +341,21 @@ fn dense_ipv6_regions_go_direct_and_follow_changes() {
     assert_eq!(addrs[3], node.as_ptr().addr());
     assert!(addrs[4] > addrs[3] && addrs[4] < addrs[3] + 16 + 64 * 8 + 64 * 4);
     assert_eq!(fast.lookup_path(0x5000 << 112, guard).len(), 1);
+    // With them (the default), the /44's slot holds a final direct node.
+    fast.rebuild(&mut &trie);
+    assert!(
+        matches!(
+            path(&fast, deep)[..],
+            [
+                Entry::Direct(_, 14),
+                Entry::Direct(_, 12),
+                Entry::Direct(_, FINAL_BITS),
+                Entry::Leaf(_)
+            ]
+        ),
+        "{:?}",
+        path(&fast, deep)
+    );
     let extra: Vec<u128> = (0..3000)
         .map(|i| {
             let base = if i % 2 == 0 { region } else { dense32 };
@@ -394,4 +412,222 @@ fn ipv4_never_goes_direct() {
     }
     assert_eq!(direct_bits::<u128>(18, DIRECT_AT - 1), None);
     assert_eq!(direct_bits::<u128>(18, DIRECT_AT), Some(14));
+}
+
+/// The trie, the structure and the prefixes of [`final_fixture`].
+type FinalFixture = (LcTrie<u128, u32>, FastLpm<u128>, Vec<(u128, u8)>);
+
+/// A wide IPv6 structure with a dense /18 (2a00::/18) holding a dense /32 (2a00:123::/32)
+/// full of /44s, /46s, /47s and /48s, so that the /32's direct node has slots at /44 holding
+/// final direct nodes: the trie it was built from and its prefixes.
+fn final_fixture(seed: u64) -> FinalFixture {
+    use rand::{RngExt, SeedableRng, rngs::StdRng};
+    let mut rng = StdRng::seed_from_u64(seed);
+    let trie = LcTrie::<u128, u32>::new();
+    let mut prefixes = Vec::new();
+    // Enough prefixes elsewhere for the wide first level.
+    for i in 0..WIDE_AT as u128 {
+        trie.insert((0x3000 << 112) | (i << 96), 32, 1).unwrap();
+    }
+    for i in 0..300u32 {
+        let plen = [32, 40, 44, 48][i as usize % 4];
+        let key =
+            (FINAL_REGION | (u128::from(rng.random::<u64>()) << 48)) & u128::prefix_mask(plen);
+        trie.insert(key, plen, i % 7).unwrap();
+        prefixes.push((key, plen));
+    }
+    for i in 0..400u32 {
+        let plen = [44, 48, 48, 48, 46, 47, 45, 48][i as usize % 8];
+        // A few dozen /44s, so that many hold several prefixes.
+        let key = FINAL_32
+            | (u128::from(rng.random_range(0..48u32)) << 84)
+            | (u128::from(rng.random::<u16>() & 0xf) << 80);
+        let key = key & u128::prefix_mask(plen);
+        trie.insert(key, plen, 100 + i % 9).unwrap();
+        prefixes.push((key, plen));
+    }
+    let fast = FastLpm::<u128>::new();
+    fast.rebuild(&mut &trie);
+    (trie, fast, prefixes)
+}
+
+const FINAL_REGION: u128 = 0x2a00 << 112;
+const FINAL_32: u128 = FINAL_REGION | (0x0123 << 96);
+
+/// A /48 under a dense /32 is answered by a final direct node's slot (the first-level slot,
+/// the two direct slots and that slot: four loads, no node); lookups and updates of every
+/// kind through them (a prefix inside one, one longer than /48 below a slot, one covering
+/// the node, removals that empty it, a default route, /0 to /128 around it, keys outside
+/// 2000::/3) agree with the trie, before and after a rebuild; with final direct nodes off
+/// the same table takes a node there.
+#[test]
+fn ipv6_slash48s_are_final_direct_slots_and_follow_changes() {
+    use rand::{RngExt, SeedableRng, rngs::StdRng};
+    let (trie, fast, mut prefixes) = final_fixture(44);
+    let deep = prefixes.iter().rev().find(|p| p.1 == 48).unwrap().0 | 5;
+    let on_path = path(&fast, deep);
+    assert!(
+        matches!(
+            on_path[..],
+            [
+                Entry::Direct(_, 14),
+                Entry::Direct(_, 12),
+                Entry::Direct(_, FINAL_BITS),
+                Entry::Leaf(_)
+            ]
+        ),
+        "{on_path:?}"
+    );
+    let guard = &epoch::pin();
+    assert_eq!(fast.lookup_path(deep, guard).len(), 4);
+    let mut rng = StdRng::seed_from_u64(45);
+    let extra: Vec<u128> = (0..3000)
+        .map(|i| match i % 3 {
+            0 => FINAL_32 | (rng.random::<u128>() & !u128::prefix_mask(32)),
+            1 => {
+                FINAL_32
+                    | (u128::from(rng.random_range(0..48u32)) << 84)
+                    | (rng.random::<u128>() & !u128::prefix_mask(44))
+            }
+            _ => rng.random::<u128>(),
+        })
+        .collect();
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    // Off (for this thread's builds), the same /48 takes a node at /44.
+    set_final_direct(false);
+    fast.rebuild(&mut &trie);
+    set_final_direct(true);
+    assert!(
+        matches!(
+            path(&fast, deep)[..],
+            [.., Entry::Direct(_, 12), Entry::Node(_), Entry::Leaf(_)]
+        ),
+        "{:?}",
+        path(&fast, deep)
+    );
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    fast.rebuild(&mut &trie);
+    let in44 = FINAL_32 | (7 << 84);
+    let changes: Vec<(u128, u8, Option<u32>)> = vec![
+        (in44 | (0x3 << 80), 48, Some(500)), // one slot of a final node
+        (in44 | (0x4 << 80), 46, Some(501)), // four
+        (in44 | (0x3_0000_0000_0001 << 32), 96, Some(502)), // below a slot: a node there
+        (in44 | (0x3_0000_0000_0001 << 32), 128, Some(503)),
+        (in44, 44, Some(504)),              // the node's own /44
+        (in44 & !(1 << 84), 43, Some(505)), // two slots of the /32's node
+        (0, 0, Some(506)),                  // a default route
+        (0x5000 << 112, 4, Some(507)),      // outside 2000::/3
+        (in44 | (0x3 << 80), 48, None),
+        (in44 | (0x3_0000_0000_0001 << 32), 96, None),
+        (in44 | (0x3_0000_0000_0001 << 32), 128, None),
+        (in44 | (0x4 << 80), 46, None),
+        (in44, 44, None),
+        (0, 0, None),
+    ];
+    let apply = |prefixes: &mut Vec<(u128, u8)>, key: u128, plen: u8, answer: Option<u32>| {
+        match answer {
+            Some(a) => {
+                trie.insert(key, plen, a).unwrap();
+                prefixes.push((key, plen));
+            }
+            None => {
+                let _ = trie.remove(key, plen);
+            }
+        }
+        fast.update(key, plen, &mut &trie);
+    };
+    for (key, plen, answer) in changes {
+        apply(&mut prefixes, key, plen, answer);
+        agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    }
+    // Removals that empty final nodes: every prefix of the /32's first sixteen /44s.
+    for &(k, l) in prefixes.clone().iter() {
+        if l > 32 && (k ^ FINAL_32) >> 88 == 0 {
+            apply(&mut prefixes, k, l, None);
+        }
+    }
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+    assert!(matches!(path(&fast, in44 | 5)[..], [.., Entry::Leaf(_)]));
+    fast.rebuild(&mut &trie);
+    agree(&fast, &trie, &probes(&prefixes, &extra)).unwrap();
+}
+
+/// A final direct node below a six-bit node (a /44 under a sparse /32: nodes at /32 and
+/// /38), which the lookup reaches through its general walk.
+#[test]
+fn final_direct_nodes_below_nodes() {
+    let trie = LcTrie::<u128, u32>::new();
+    for i in 0..WIDE_AT as u128 {
+        trie.insert((0x3000 << 112) | (i << 96), 32, 1).unwrap();
+    }
+    let sparse = 0x2b00_u128 << 112 | (0x77 << 96);
+    let mut prefixes = vec![(sparse, 32)];
+    trie.insert(sparse, 32, 3).unwrap();
+    for (i, l) in [
+        (0x10u128, 48u8),
+        (0x11, 48),
+        (0x15, 47),
+        (0x4000, 48),
+        (0x4100, 44),
+    ] {
+        let key = (sparse | (i << 80)) & u128::prefix_mask(l);
+        trie.insert(key, l, 10 + i as u32).unwrap();
+        prefixes.push((key, l));
+    }
+    let fast = FastLpm::<u128>::new();
+    fast.rebuild(&mut &trie);
+    let on_path = path(&fast, sparse | (0x11 << 80) | 9);
+    assert!(
+        matches!(
+            on_path[..],
+            [
+                ..,
+                Entry::Node(_),
+                Entry::Direct(_, FINAL_BITS),
+                Entry::Leaf(_)
+            ]
+        ),
+        "{on_path:?}"
+    );
+    agree(&fast, &trie, &probes(&prefixes, &[])).unwrap();
+    for (key, plen) in prefixes.clone() {
+        trie.remove(key, plen).unwrap();
+        fast.update(key, plen, &mut &trie);
+        agree(&fast, &trie, &probes(&prefixes, &[])).unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Random changes around final direct nodes (mostly /40 to /56 in the dense /32, any
+    /// length from /0 to /128 elsewhere) agree with the trie after each, and after a rebuild.
+    #[test]
+    fn final_direct_nodes_follow_random_changes(
+        ops in prop::collection::vec(
+            (0u128..64, any::<u64>(), prop_oneof![4 => 40u8..=56, 1 => 0u8..=128], 0u32..6, any::<bool>(), any::<bool>()),
+            1..60,
+        ),
+    ) {
+        let (trie, fast, mut prefixes) = final_fixture(7);
+        for (slot, noise, plen, answer, insert, far) in ops {
+            let key = if far && plen < 40 {
+                u128::from(noise) << 64 | u128::from(noise)
+            } else {
+                FINAL_32 | (slot << 84) | (u128::from(noise) << 20)
+            } & u128::prefix_mask(plen);
+            if insert {
+                trie.insert(key, plen, 200 + answer).unwrap();
+                prefixes.push((key, plen));
+            } else {
+                let _ = trie.remove(key, plen);
+            }
+            fast.update(key, plen, &mut &trie);
+            let keys = probes(&prefixes[prefixes.len().saturating_sub(40)..], &[key | 1, key ^ (1 << 83)]);
+            agree(&fast, &trie, &keys)?;
+        }
+        let keys = probes(&prefixes, &[]);
+        agree(&fast, &trie, &keys)?;
+        fast.rebuild(&mut &trie);
+        agree(&fast, &trie, &keys)?;
+    }
 }
