@@ -8,11 +8,11 @@
 //! `valgrind --tool=callgrind --toggle-collect='*FastLpm*lookup_batch*' --cache-sim=yes
 //! target/release/examples/fast_batch` (instructions and misses over 8,192 x `PASSES` keys).
 //!
-//! `AB=<rounds>`: an A/B in one process of the structure built without (A) and with (B) the
-//! final direct nodes at /44 (`fib_trie::set_final_direct`; the same lookup code), `AB`
-//! rounds of eight alternating blocks of `PASSES` passes each, the fastest block of each per
-//! round, then the median ratio B / A of the rounds (a ratio, not absolute times, is what a
-//! loaded machine still tells).
+//! `TIME=<rounds>`: times the lookups instead: per round, the fastest of eight blocks of
+//! `PASSES` passes (a block the scheduler cut into is dropped), in ns per lookup, then the
+//! median of the rounds. On a shared machine compare two builds by ratio, alternating
+//! their runs (an A/B of two structures in one process needs a switch in the build, as
+//! branch v6chain's history has).
 //!
 //! `cargo build --release -p xfwd-benches --example fast_batch`
 use std::time::Instant;
@@ -79,9 +79,9 @@ fn run<K: TrieKey + Send + Sync>(
         })
         .collect();
     let n = env_usize("PASSES", 20);
-    let rounds = env_usize("AB", 0);
+    let fast = build(&trie);
+    let rounds = env_usize("TIME", 0);
     if rounds == 0 {
-        let fast = build(&trie);
         println!(
             "{name}: {} bytes, checksum {}",
             fast.bytes(),
@@ -89,63 +89,24 @@ fn run<K: TrieKey + Send + Sync>(
         );
         return;
     }
-    ab(name, &trie, &keys, n, rounds);
-}
-
-fn ab<K: TrieKey + Send + Sync>(
-    name: &str,
-    trie: &TrieWriter<K, u32>,
-    keys: &[K],
-    n: usize,
-    rounds: usize,
-) {
-    // `AB_ORDER=ba` builds B first (where each lands in memory is part of what differs).
-    let (a, b) = if std::env::var("AB_ORDER").as_deref() == Ok("ba") {
-        let b = build(trie);
-        fib_trie::set_final_direct(false);
-        let a = build(trie);
-        fib_trie::set_final_direct(true);
-        (a, b)
-    } else {
-        fib_trie::set_final_direct(false);
-        let a = build(trie);
-        fib_trie::set_final_direct(true);
-        (a, build(trie))
-    };
-    assert_eq!(passes(&a, keys, 1), passes(&b, keys, 1), "A and B disagree");
-    println!("{name}: A {} bytes, B {} bytes", a.bytes(), b.bytes());
-    let time = |f: &FastLpmWriter<K>| {
+    let time = || {
         let t = Instant::now();
-        std::hint::black_box(passes(f, keys, n));
+        std::hint::black_box(passes(&fast, &keys, n));
         t.elapsed().as_secs_f64() * 1e9 / (n * keys.len()) as f64
     };
-    let mut ratios = Vec::new();
-    for r in 0..rounds {
-        // Each round: eight blocks of each, alternating (which goes first alternates by
-        // round), and the fastest block of each: a block the scheduler cut into is dropped.
-        let (mut ta, mut tb) = (f64::MAX, f64::MAX);
-        for _ in 0..8 {
-            if r % 2 == 0 {
-                ta = ta.min(time(&a));
-                tb = tb.min(time(&b));
-            } else {
-                tb = tb.min(time(&b));
-                ta = ta.min(time(&a));
-            }
-        }
-        println!(
-            "{name}: round {r}: A {ta:.2} ns, B {tb:.2} ns, B/A {:.3}",
-            tb / ta
-        );
-        ratios.push(tb / ta);
-    }
-    ratios.sort_by(f64::total_cmp);
+    let mut rounds: Vec<f64> = (0..rounds)
+        .map(|_| (0..8).map(|_| time()).fold(f64::MAX, f64::min))
+        .collect();
+    rounds.sort_by(f64::total_cmp);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "{name}: median B/A {:.3} (min {:.3}, max {:.3}) over {rounds} rounds; loadavg {}",
-        ratios[rounds / 2],
-        ratios[0],
-        ratios[rounds - 1],
+        "{name}: {} bytes, median {:.2} ns per lookup (min {:.2}, max {:.2}) over {} rounds; \
+         loadavg {}",
+        fast.bytes(),
+        rounds[rounds.len() / 2],
+        rounds[0],
+        rounds[rounds.len() - 1],
+        rounds.len(),
         load.trim()
     );
 }

@@ -113,7 +113,7 @@ pub use answers::RouteTag;
 pub use crossbeam_epoch;
 
 pub use direct::{DIRECT_BITS, DIRECT_MIN_LEAVES};
-pub use fast::{FastLpm, FastLpmView, PrefixSource, WIDE_AT, set_final_direct, wide_bits};
+pub use fast::{FastLpm, FastLpmView, PrefixSource, WIDE_AT, wide_bits};
 pub use fib::{Fib, FibRule, FlowBatch, RuleAction, RuleError};
 pub use key::TrieKey;
 pub use metrics::Metrics;

@@ -1,7 +1,7 @@
 //! Building a subtree of the fast structure from the prefixes under it, leaf-pushed.
 
 use super::node::{Entry, Place, new_direct, new_node, new_skip};
-use super::{FINAL_BITS, STRIDE, direct_bits, final_direct, index_at};
+use super::{STRIDE, direct_bits, index_at};
 use crate::key::TrieKey;
 
 /// A prefix and its answer.
@@ -23,9 +23,6 @@ pub(crate) fn build<K: TrieKey>(
         return Entry::Leaf(default);
     }
     debug_assert!(depth < K::BITS);
-    if final_direct::<K>(depth, items) {
-        return direct(place, key, depth, FINAL_BITS, default, items);
-    }
     if let Some(skip) = skip(place, key, depth, default, items) {
         return skip;
     }

@@ -116,45 +116,6 @@ pub(crate) fn direct_bits<K: TrieKey>(depth: u8, count: usize) -> Option<u8> {
         _ => None,
     }
 }
-/// The depth of the IPv6 regions that take a final direct node: a /32 direct node's slots.
-pub(crate) const FINAL_DEPTH: u8 = 32 + SECOND_DIRECT_BITS;
-/// The width of a final direct node (down to /48).
-pub(crate) const FINAL_BITS: u8 = 4;
-
-thread_local! {
-    /// Whether this thread's bulk builds and updates make final direct nodes (see
-    /// [`final_direct`]); on unless [`set_final_direct`] turned it off.
-    static FINAL_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
-}
-
-/// Turns the final direct nodes of IPv6 /44s (see the module documentation) on or off for the
-/// structures this thread builds or updates from now on: an A/B switch for benchmarks
-/// (`benches/examples/fast_batch.rs`) and tests, not for production use. Answers are the same
-/// either way.
-#[doc(hidden)]
-pub fn set_final_direct(on: bool) {
-    FINAL_DIRECT.set(on);
-}
-
-/// Whether the region at `depth` holding `items` (its longer prefixes, none empty) takes a
-/// final direct node: an IPv6 /44 (a slot of a /32's direct node, or a node's child at that
-/// depth) whose prefixes all end by /48, BGP's longest usual length. The node is 2^4 slots
-/// (128 bytes), each holding its /48's answer, so that a lookup reads its answer in the slot
-/// it picks (one load, no population count), where a six-bit node took its header and then
-/// the leaf it counted to (two dependent loads). A later update may put a longer prefix
-/// below one of its slots (a node there): the lookup then goes on as below any direct node.
-pub(crate) fn final_direct<K: TrieKey>(depth: u8, items: &[(K, u8, u32)]) -> bool {
-    K::BITS == 128
-        && depth == FINAL_DEPTH
-        && !items.is_empty()
-        && items.iter().all(|i| i.1 <= FINAL_DEPTH + FINAL_BITS)
-        && FINAL_DIRECT.get()
-}
-
-const _: () = assert!(
-    FINAL_BITS <= STRIDE && FINAL_BITS % 2 == 0 && FINAL_BITS >= 2,
-    "a final direct node's index is the top bits of a node's six"
-);
 const _: () = assert!(
     wide_bits::<u128>() == 18
         && NARROW_BITS != 18
@@ -309,14 +270,7 @@ impl<K: TrieKey> Root<K> {
             let (p, slot, first) = unsafe { direct_select::<32, FIRST_DIRECT_BITS>(p, slot, top) };
             // SAFETY: as above, one level down: `slot` is at depth 32 if it is a first
             // direct node's slot, else it is the first-level slot again (no direct node).
-            let (p, slot, second) =
-                unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
-            // A final direct node (the only kind of direct node `p` can be now, at depth 44,
-            // see `node_or_final`): its slot for bits 44 to 47, read beside the node step.
-            // SAFETY: as above, one level further: `slot` is at depth 44 if `p` is a final
-            // direct node (`FINAL_DEPTH`, `FINAL_BITS` wide), and `p` was read from it.
-            let (e, _, last) =
-                unsafe { direct_select::<{ FINAL_DEPTH + FINAL_BITS }, FINAL_BITS>(p, slot, top) };
+            let (p, _, second) = unsafe { direct_select::<44, SECOND_DIRECT_BITS>(p, slot, top) };
             // The key's bits from the node's depth on, at the top: past the first level,
             // then past each direct node taken (a constant shift, picked).
             let rest = top << bits;
@@ -328,7 +282,7 @@ impl<K: TrieKey> Root<K> {
                 bits + std::hint::select_unpredictable(first, FIRST_DIRECT_BITS, 0)
                     + std::hint::select_unpredictable(second, SECOND_DIRECT_BITS, 0)
             };
-            return self.node_or_final(key, p, (e, last), index, || key.shl_lt64(used()));
+            return self.node_or_answer(key, p, index, || key.shl_lt64(used()));
         }
         // The key's bits from the next entry's depth on, at the top (zeros shifted in past
         // the key's end: `index_at`'s padding).
@@ -366,53 +320,6 @@ impl<K: TrieKey> Root<K> {
                 (answer != NONE).then_some(answer)
             }
             Err(_) => self.walk(key, p, rest()),
-        }
-    }
-
-    /// [`node_or_answer`](Self::node_or_answer) for IPv6 after the direct steps, where `p`
-    /// may also be a final direct node (see [`final_direct`]), and `(e, is_final)` is
-    /// [`direct_select`]'s step from it: the final node's slot for the key's bits 44 to 47
-    /// and `true`, or `p` read again and `false`. That load runs beside the node step (on the
-    /// static empty node unless `p` is a node), and the answer is picked without a branch:
-    /// a key inside a /48 under a dense /32 then finds its answer one load after the /44's
-    /// slot, where a six-bit node took two dependent ones (its header, then the leaf it
-    /// counts to).
-    ///
-    /// `p` can only be a final direct node here, of all direct nodes: it was read from a
-    /// first-level slot (depth 18, whose direct nodes the first direct step took), a first
-    /// direct node's slot (depth 32, likewise) or a second one's (depth 44, [`FINAL_DEPTH`]).
-    #[inline(always)]
-    fn node_or_final(
-        &self,
-        key: K,
-        p: *mut node::Node,
-        (e, is_final): (*mut node::Node, bool),
-        index: u32,
-        rest: impl FnOnce() -> K,
-    ) -> Option<u32> {
-        let is_node = p.addr() & TAG_BITS == NODE_TAG;
-        let node = std::hint::select_unpredictable(is_node, p, node::empty_node());
-        // SAFETY: `node` is a node pointer read from a slot of this root, which is live (the
-        // caller's guard keeps published nodes from being freed), or the static empty node.
-        match unsafe { step_raw(node, index) } {
-            Ok(next) => self.walk(key, next, rest().shl(STRIDE)),
-            Err(answer) => {
-                // The node's answer, tagged, or `e`: one branch on the pick (whether the key
-                // has its answer now is predictable; which of the two gives it is not, and
-                // `is_node || ...` compiles to a branch on each).
-                let tagged = std::ptr::without_provenance_mut(((answer as usize) << 1) | 1);
-                let e = std::hint::select_unpredictable(is_node, tagged, e);
-                if e.addr() & 1 != 0 {
-                    let answer = raw_answer(e);
-                    return (answer != NONE).then_some(answer);
-                }
-                // A skip or direct node, or what an update put below a final slot.
-                if is_final {
-                    self.walk(key, e, rest().shl(FINAL_BITS))
-                } else {
-                    self.walk(key, p, rest())
-                }
-            }
         }
     }
 
