@@ -33,6 +33,7 @@ fn shape<K: TrieKey + Send + Sync>(
     let guard = epoch::pin();
     let (mut loads, mut lines) = (BTreeMap::new(), BTreeMap::new());
     let mut all_lines = HashSet::new();
+    let mut by_len = BTreeMap::new();
     for _ in 0..FLOWS {
         let (k, l) = loop {
             let e = p[rng.random_range(0..p.len())];
@@ -43,6 +44,12 @@ fn shape<K: TrieKey + Send + Sync>(
         let key = k | host(&mut rng, l);
         let path = fast.lookup_path(key, &guard);
         *loads.entry(path.len()).or_insert(0usize) += 1;
+        let answer_len = fast.lookup(key, &guard).map_or(0, |a| a & 255);
+        *by_len
+            .entry(answer_len)
+            .or_insert_with(BTreeMap::new)
+            .entry(path.len())
+            .or_insert(0usize) += 1;
         let distinct: HashSet<usize> = path.iter().map(|a| a / 64).collect();
         *lines.entry(distinct.len()).or_insert(0usize) += 1;
         all_lines.extend(distinct);
@@ -63,6 +70,9 @@ fn shape<K: TrieKey + Send + Sync>(
         "{name}: distinct lines per lookup {lines:?} (mean {:.2})",
         mean(&lines)
     );
+    for (len, h) in &by_len {
+        println!("{name}: answer /{len}: dependent loads {h:?}");
+    }
     println!(
         "{name}: distinct lines over all {FLOWS} lookups: {} ({} KiB)",
         all_lines.len(),
