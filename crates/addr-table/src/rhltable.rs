@@ -347,8 +347,8 @@ where
     }
 
     /// The reader's walk of the key with words `q`, old table first, then the newer one:
-    /// `None` when a line's read did not decide (only with `ONCE`, see
-    /// [`BucketTable::find`]). The caller pinned `guard` and checked its collector.
+    /// `None` when a line's read did not decide or the bucket is migrating (only with
+    /// `ONCE`, see [`BucketTable::find`]). The caller pinned `guard` and checked its collector.
     #[inline(always)]
     fn walk<const ONCE: bool>(&self, q: &KeyWords, guard: &Guard) -> Option<Option<Found<V>>> {
         let _ = guard;
