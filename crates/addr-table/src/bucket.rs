@@ -808,6 +808,10 @@ pub(crate) enum Probe<V> {
     /// Not decided by one attempt, or the bucket is migrating ([`BucketTable::find`] with
     /// `ONCE`): look up again with the retrying read.
     Retry,
+    /// Not in the first line of the bucket, this line, whose validated header had `CHAIN`
+    /// set and `MOVED` clear ([`BucketTable::find`] with `ONCE`): walk on with
+    /// [`BucketTable::find_overflow`], out of line.
+    Chain(*const Line),
 }
 
 /// A reader's validated copy of a slot's value part.
@@ -1170,11 +1174,12 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     ///
-    /// With `ONCE`, each line is read by one attempt ([`Line::find_once`]), the first inline
-    /// and the overflow lines out of line ([`find_overflow`](Self::find_overflow)), and the
-    /// walk ends in [`Probe::Retry`] when one did not decide or the chain is migrating (never
-    /// in `Moved`); without, lines are read until a copy validates ([`Line::find`]) and the
-    /// walk never ends in `Retry`.
+    /// With `ONCE`, only the first line is read, by one attempt ([`Line::find_once`]): the
+    /// walk ends in [`Probe::Chain`] when the key may be in an overflow line (the caller walks
+    /// on with [`find_overflow`](Self::find_overflow), out of line), in [`Probe::Retry`] when
+    /// the read did not decide or the chain is migrating, never in `Moved`; without, every
+    /// line is read until a copy validates ([`Line::find`]) and the walk never ends in
+    /// `Retry` or `Chain`.
     #[inline(always)]
     pub(crate) unsafe fn find<const ONCE: bool>(&self, q: &KeyWords) -> Probe<V> {
         let h = self.hash_of(q);
@@ -1198,16 +1203,7 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             return match line.find_once::<K, V>(q) {
                 Some(Ok(found)) => Probe::Hit(found),
                 Some(Err(m)) if !m.continues() => Probe::Absent,
-                // (The key by value, rebuilt from its words: a reference to `q` would have the
-                // hot path store the words on the stack for this call.)
-                Some(Err(m)) if m.0 & MOVED == 0 => {
-                    // SAFETY: `line` is this table's, under the caller's guard or lock.
-                    match unsafe { Self::find_overflow(line, K::load(&q[..K::WORDS])) } {
-                        Some(Some(found)) => Probe::Hit(found),
-                        Some(None) => Probe::Absent,
-                        None => Probe::Retry,
-                    }
-                }
+                Some(Err(m)) if m.0 & MOVED == 0 => Probe::Chain(ptr::from_ref(line)),
                 _ => Probe::Retry,
             };
         }
@@ -1238,15 +1234,16 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     }
 
     /// [`find`](Self::find) with `ONCE` past a chain's first line, `line`, whose validated
-    /// header had `CHAIN` set and `MOVED` clear: `key`'s slot in the overflow lines (`Some` of
-    /// it, or `Some(None)` when it has none), one attempt each, or `None` when an attempt did
-    /// not decide or the chain turned out to be migrating (the caller then retries). Out of
-    /// line: a call on the rare lookup that gets here, no loop in the inlined hot path.
+    /// header had `CHAIN` set and `MOVED` clear ([`Probe::Chain`]): `key`'s slot in the
+    /// overflow lines (`Some` of it, or `Some(None)` when it has none), one attempt each, or
+    /// `None` when an attempt did not decide or the chain turned out to be migrating (the
+    /// caller then retries). Called from the reader's out-of-line path, so that the inlined
+    /// hot path has no loop and no call of its own.
     ///
     /// # Safety
     /// As for [`find`](Self::find), and `line` is a line of this table.
-    #[inline(never)]
-    unsafe fn find_overflow(mut line: &Line, key: K) -> Option<Option<Found<V>>> {
+    #[inline]
+    pub(crate) unsafe fn find_overflow(mut line: &Line, key: K) -> Option<Option<Found<V>>> {
         let q = key_words(&key);
         loop {
             let next = line.overflow.load(Ordering::Acquire);
