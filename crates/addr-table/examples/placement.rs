@@ -1,18 +1,23 @@
 //! Code placement sensitivity of the hit path: the benchmark's timed loop (`lookup_loop!` in
 //! `benches/benches/addr-table.rs`: 1024 lookups a batch, a position carried across batches,
-//! `black_box` of each answer) compiled eight times, each copy's loop shifted by a different
-//! number of bytes (`K` bytes of `nop` at the function's start), so that the same machine code
-//! runs at eight offsets within the 64-byte lines. Build with functions aligned to 64 bytes so
-//! that `K` is the shift:
+//! `black_box` of each answer) compiled 16 times for `addr-table` (`dev_find`) and 16 times
+//! for hashbrown, each copy shifted by `K` = 0, 4, ..., 60 bytes of `nop` at the function's
+//! start, so that the same loop lands at 16 places (offsets within the 64-byte lines and
+//! within the page). Build with functions aligned to 64 bytes, so that `K` is the shift (a
+//! flag for this example's build only, never for the benchmark):
 //!
 //! ```sh
 //! RUSTFLAGS='-C target-cpu=x86-64-v2 -C llvm-args=-align-all-functions=6' \
 //!     cargo build --release -p addr-table --example placement --target-dir target/placement
-//! taskset -c 1 target/placement/release/examples/placement addr-table 10000 5
+//! taskset -c 1 target/placement/release/examples/placement both 10000 40 [miss]
 //! ```
 //!
-//! It prints, per shift, the fastest batch-loop time of `R` rounds (interleaved: every shift
-//! once per round) in ns per lookup, for `addr-table` (`dev_find`) or `hashbrown`.
+//! Each of `ROUNDS` rounds times every copy of both engines once (1,024,000 lookups, about
+//! 3 ms each); the fastest round of each copy is kept, which stays steady on a loaded machine
+//! where means do not. It prints those times in ns per lookup, `addr-table`'s over the median
+//! of hashbrown's copies, and the largest of those ratios over the smallest (1.0: the loop's
+//! speed does not depend on where it lands). Branch addrplace's notes in
+//! `benches/benches/addr-table.md` give its findings.
 
 use std::hint::black_box;
 use std::net::Ipv4Addr;
