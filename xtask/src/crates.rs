@@ -7,7 +7,7 @@ use anyhow::Context as _;
 
 /// Examples that are profiling aids (they want arguments, data files or minutes under
 /// `valgrind`), not embedding examples: built by `cargo test`, not run.
-pub const PROFILING_AIDS: &[&str] = &["build_prof", "update_prof", "lookup_cost"];
+pub const PROFILING_AIDS: &[&str] = &["build_prof", "update_prof", "lookup_cost", "placement"];
 
 /// A publishable crate of the workspace and its examples.
 #[derive(Debug, Clone, PartialEq, Eq)]

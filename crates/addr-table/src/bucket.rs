@@ -805,9 +805,13 @@ pub(crate) enum Probe<V> {
     Absent,
     /// Not in this table; the bucket is migrating, so look in the `future` table.
     Moved,
-    /// Not decided by one attempt ([`BucketTable::find`] with `ONCE`): look up again with
-    /// the retrying read.
+    /// Not decided by one attempt, or the bucket is migrating ([`BucketTable::find`] with
+    /// `ONCE`): look up again with the retrying read.
     Retry,
+    /// Not in the first line of the bucket, this line, whose validated header had `CHAIN`
+    /// set and `MOVED` clear ([`BucketTable::find`] with `ONCE`): walk on with
+    /// [`BucketTable::find_overflow`], out of line.
+    Chain(*const Line),
 }
 
 /// A reader's validated copy of a slot's value part.
@@ -1170,9 +1174,12 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
     /// The caller holds the writer lock or a guard of the default collector pinned before it
     /// loaded the pointer to this table, so the table and its overflow lines stay allocated.
     ///
-    /// With `ONCE`, each line is read by one attempt ([`Line::find_once`]) and the walk ends
-    /// in [`Probe::Retry`] when one did not decide; without, lines are read until a copy
-    /// validates ([`Line::find`]) and the walk never ends in `Retry`.
+    /// With `ONCE`, only the first line is read, by one attempt ([`Line::find_once`]): the
+    /// walk ends in [`Probe::Chain`] when the key may be in an overflow line (the caller walks
+    /// on with [`find_overflow`](Self::find_overflow), out of line), in [`Probe::Retry`] when
+    /// the read did not decide or the chain is migrating, never in `Moved`; without, every
+    /// line is read until a copy validates ([`Line::find`]) and the walk never ends in
+    /// `Retry` or `Chain`.
     #[inline(always)]
     pub(crate) unsafe fn find<const ONCE: bool>(&self, q: &KeyWords) -> Probe<V> {
         let h = self.hash_of(q);
@@ -1187,15 +1194,21 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         }
         // SAFETY: as above, `index` is below `lines`, the length of `buckets`.
         let mut line = unsafe { self.buckets.get_unchecked(index) };
-        loop {
-            let read = if ONCE {
-                match line.find_once::<K, V>(q) {
-                    Some(read) => read,
-                    None => return Probe::Retry,
-                }
-            } else {
-                line.find::<K, V>(q, self.lists())
+        if ONCE {
+            // The bucket's first line inline, and no loop: the hit and the common miss are
+            // straight-line code with no taken branch of their own, whose speed does not
+            // depend on where the caller's loop lands in memory (branch addrplace, benchmark
+            // notes). Overflow lines are walked out of line; a migrating bucket, a list or a
+            // torn read go to the caller's retrying walk.
+            return match line.find_once::<K, V>(q) {
+                Some(Ok(found)) => Probe::Hit(found),
+                Some(Err(m)) if !m.continues() => Probe::Absent,
+                Some(Err(m)) if m.0 & MOVED == 0 => Probe::Chain(ptr::from_ref(line)),
+                _ => Probe::Retry,
             };
+        }
+        loop {
+            let read = line.find::<K, V>(q, self.lists());
             let m = match read {
                 Ok(found) => return Probe::Hit(found),
                 // The common miss: neither an overflow line nor a rehash, one test.
@@ -1217,6 +1230,36 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
             } else {
                 Probe::Absent
             };
+        }
+    }
+
+    /// [`find`](Self::find) with `ONCE` past a chain's first line, `line`, whose validated
+    /// header had `CHAIN` set and `MOVED` clear ([`Probe::Chain`]): `key`'s slot in the
+    /// overflow lines (`Some` of it, or `Some(None)` when it has none), one attempt each, or
+    /// `None` when an attempt did not decide or the chain turned out to be migrating (the
+    /// caller then retries). Called from the reader's out-of-line path, so that the inlined
+    /// hot path has no loop and no call of its own.
+    ///
+    /// # Safety
+    /// As for [`find`](Self::find), and `line` is a line of this table.
+    #[inline]
+    pub(crate) unsafe fn find_overflow(mut line: &Line, key: K) -> Option<Option<Found<V>>> {
+        let q = key_words(&key);
+        loop {
+            let next = line.overflow.load(Ordering::Acquire);
+            if next.is_null() {
+                // The end of a chain that is not migrating (`MOVED` was clear).
+                return Some(None);
+            }
+            // SAFETY: an overflow line linked from this chain; retired only after being
+            // unlinked, through the collector the caller's guard pins.
+            line = unsafe { &*next };
+            match line.find_once::<K, V>(&q)? {
+                Ok(found) => return Some(Some(found)),
+                Err(m) if !m.continues() => return Some(None),
+                Err(m) if m.0 & MOVED == 0 => {}
+                Err(_) => return None,
+            }
         }
     }
 

@@ -8,7 +8,8 @@ use std::sync::{Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Guard, Shared};
 
 use crate::bucket::{
-    BucketTable, DupList, DupNode, Dups, Found, Geometry, KeyWords, Meta, Payload, Probe, key_words,
+    BucketTable, DupList, DupNode, Dups, Found, Geometry, KeyWords, Line, Meta, Payload, Probe,
+    key_words,
 };
 use crate::error::{InsertError, ParamsError};
 use crate::inline::Inline;
@@ -330,27 +331,43 @@ where
         // The key's words, hashed and compared in every table searched.
         let q = key_words(key);
         match self.walk::<true>(&q, guard) {
-            Some(found) => found,
-            // A line changed while it was read, or the key's line holds a duplicate list:
-            // look up again, out of line, with the read that retries until it validates.
-            None => self.lookup_slow(*key, guard),
+            Ok(found) => found,
+            // An overflow line to read, a line changed while it was read, or the key's line
+            // holds a duplicate list: on out of line (see `lookup_slow`).
+            Err(from) => self.lookup_slow(*key, guard, from),
         }
     }
 
-    /// [`lookup`](Self::lookup) after its first walk did not decide (cold): a new lookup
-    /// from the current table, each line read until a copy validates.
+    /// [`lookup`](Self::lookup) after its first walk did not decide (cold): the overflow
+    /// lines after `from` when it is not null (a first line whose header had `CHAIN` set, see
+    /// [`Probe::Chain`]), else, or when they do not decide, a new lookup from the current
+    /// table, each line read until a copy validates. One call, whatever the cause, so that
+    /// the inlined path has a single call site (whose registers the caller's loop keeps).
     #[cold]
     #[inline(never)]
-    fn lookup_slow(&self, key: K, guard: &Guard) -> Option<Found<V>> {
+    fn lookup_slow(&self, key: K, guard: &Guard, from: *const Line) -> Option<Found<V>> {
+        if !from.is_null() {
+            // SAFETY: `from` is a line of a table that `walk` loaded after `guard` was
+            // pinned (the first line of the key's bucket); `guard` is still pinned.
+            if let Some(found) = unsafe { BucketTable::<K, V>::find_overflow(&*from, key) } {
+                return found;
+            }
+        }
         let q = key_words(&key);
         self.walk::<false>(&q, guard).unwrap_or(None)
     }
 
     /// The reader's walk of the key with words `q`, old table first, then the newer one:
-    /// `None` when a line's read did not decide (only with `ONCE`, see
-    /// [`BucketTable::find`]). The caller pinned `guard` and checked its collector.
+    /// `Err` when it did not decide (only with `ONCE`, see [`BucketTable::find`]): with the
+    /// first line of the key's bucket when the rest of its chain is to be read
+    /// ([`Probe::Chain`]), else null (a line's read did not decide, or the bucket is
+    /// migrating). The caller pinned `guard` and checked its collector.
     #[inline(always)]
-    fn walk<const ONCE: bool>(&self, q: &KeyWords, guard: &Guard) -> Option<Option<Found<V>>> {
+    fn walk<const ONCE: bool>(
+        &self,
+        q: &KeyWords,
+        guard: &Guard,
+    ) -> Result<Option<Found<V>>, *const Line> {
         let _ = guard;
         let mut t = self.tbl.load(Ordering::Acquire);
         loop {
@@ -360,14 +377,15 @@ where
             let table = unsafe { &*t };
             // SAFETY: as above, the guard keeps this table and its lines alive.
             match unsafe { table.find::<ONCE>(q) } {
-                Probe::Hit(found) => return Some(Some(found)),
-                Probe::Absent => return Some(None),
+                Probe::Hit(found) => return Ok(Some(found)),
+                Probe::Absent => return Ok(None),
                 // `MOVED` is set after `future` (release), so this load sees it.
                 Probe::Moved => t = table.future.load(Ordering::Acquire),
-                Probe::Retry => return None,
+                Probe::Retry => return Err(std::ptr::null()),
+                Probe::Chain(line) => return Err(line),
             }
             if t.is_null() {
-                return Some(None);
+                return Ok(None);
             }
         }
     }
@@ -417,14 +435,16 @@ where
     ) -> Option<R> {
         self.check_reader(guard);
         let q = key_words(key);
-        match self.walk::<true>(&q, guard) {
+        let from = match self.walk::<true>(&q, guard) {
             // One read decided: the key's only value (a line with a list does not decide),
             // or no key. No `Found` is built on this path.
-            Some(Some(found)) if found.list.is_null() => f(&found.value),
-            Some(None) => None,
-            // As in `lookup`: again, out of line, the projection included.
-            _ => self.find_map_slow(*key, guard, f),
-        }
+            Ok(Some(found)) if found.list.is_null() => return f(&found.value),
+            Ok(None) => return None,
+            Ok(Some(_)) => std::ptr::null(),
+            Err(from) => from,
+        };
+        // As in `lookup`: on, out of line, the projection included (one call site).
+        self.find_map_slow(*key, guard, f, from)
     }
 
     /// [`find_map`](Self::find_map) after its first walk did not decide (cold), as
@@ -436,8 +456,9 @@ where
         key: K,
         guard: &Guard,
         mut f: impl FnMut(&V) -> Option<R>,
+        from: *const Line,
     ) -> Option<R> {
-        let found = self.lookup_slow(key, guard)?;
+        let found = self.lookup_slow(key, guard, from)?;
         if found.list.is_null() {
             return f(&found.value);
         }
