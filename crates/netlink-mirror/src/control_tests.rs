@@ -269,6 +269,7 @@ fn control(kernel: &Rc<RefCell<Kernel>>) -> (Control<FakeSocket>, MirroredTables
         spdinfo_polled: Instant::now(),
         sysctls_polled: Instant::now(),
         compactor: crate::compact::Compactor::default(),
+        grown_checked: std::time::Instant::now(),
     };
     (control, tables, counters)
 }
