@@ -499,12 +499,12 @@ impl Results {
                 continue;
             };
             let largest = settled.iter().max_by_key(|i| i.rss_kib).unwrap_or(first);
+            // An instance's intervals are one stretch of time: the faults that began
+            // between its baseline and its last settled sample are its own.
             let mass_changes = self
-                .intervals
+                .faults
                 .iter()
-                .filter(|i| i.instance == instance && i.t > first.t && i.t <= end.t)
-                .flat_map(|i| &i.faults)
-                .filter(|f| f.is_mass_change())
+                .filter(|f| f.fault.is_mass_change() && f.t > first.t && f.t < end.t)
                 .count();
             out.push(InstanceMemory {
                 instance,
@@ -1346,6 +1346,23 @@ mod tests {
         }
     }
 
+    /// `r` with the faults of its intervals as fault events, begun half an interval before.
+    fn with_fault_events(mut r: Results) -> Results {
+        r.faults = r
+            .intervals
+            .iter()
+            .flat_map(|i| {
+                i.faults.iter().map(|&fault| FaultEvent {
+                    fault,
+                    t: i.t - 0.5,
+                    secs: 0.1,
+                    note: String::new(),
+                })
+            })
+            .collect();
+        r
+    }
+
     /// A settled memory sample of `instance` at `t`.
     fn sample(instance: u32, t: f64, rss_kib: u64) -> Interval {
         let mut i = interval(t, 100, 100, false);
@@ -1363,11 +1380,11 @@ mod tests {
 
     #[test]
     fn criteria() {
-        let ok = results(vec![
+        let ok = with_fault_events(results(vec![
             sample(0, 1.0, 1000),
             fault(0, 2.0, Fault::LinkFlap),
             sample(0, 3.0, 1040),
-        ]);
+        ]));
         assert!(ok.failures().is_empty(), "{:?}", ok.failures());
         let mut lossy = ok.clone();
         lossy.intervals[2].received = 99;
@@ -1405,6 +1422,9 @@ mod tests {
             fault(1, 22.0, Fault::LinkFlap),
             sample(1, 26.0, 1111),
         ]);
+        let m = r.instance_memory();
+        assert!(m.iter().all(|m| m.mass_changes == 0), "no fault events");
+        let r = with_fault_events(r);
         let m = r.instance_memory();
         assert_eq!(m.len(), 2);
         assert_eq!(
