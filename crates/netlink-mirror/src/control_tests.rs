@@ -419,3 +419,39 @@ fn a_dump_without_an_answer_is_retried_on_a_fresh_socket() {
     assert_eq!(counters.snapshot().dump_restarts, 1);
     assert_eq!(control.route.cmd.port, 1008, "not reopened");
 }
+
+#[test]
+fn a_table_grown_by_events_after_its_bulk_load_is_rebuilt_at_the_growth_check() {
+    // 24,000 routes loaded by the first dump (in bulk), then 6,000 added by events (a
+    // routing daemon's re-add): not worn (6,000 changes on 30,000 routes), but grown by a
+    // fifth, so the growth check rebuilds it; the routes stay the kernel's.
+    let kernel = Kernel::new(&routes(24_000));
+    let (mut control, tables, counters) = control(&kernel);
+    run(&mut control, false);
+    {
+        let mut k = kernel.borrow_mut();
+        for r in (24_000..30_000).map(|i| (0x0b00_0000 | (i << 8), 24, 0x0a00_0001)) {
+            k.change(r, true);
+        }
+    }
+    while !kernel.borrow().events.is_empty() {
+        step(&mut control);
+    }
+    step(&mut control);
+    assert_mirrors(&tables, &kernel);
+    assert_eq!(
+        counters.snapshot().compactions,
+        0,
+        "not worn, growth not checked yet"
+    );
+    control.grown_checked = Instant::now() - crate::control::GROWN_CHECK;
+    step(&mut control);
+    assert_eq!(
+        counters.snapshot().compactions,
+        1,
+        "rebuilt at the growth check"
+    );
+    assert_mirrors(&tables, &kernel);
+    step(&mut control);
+    assert_eq!(counters.snapshot().compactions, 1, "once");
+}
