@@ -147,8 +147,9 @@ impl Options {
     /// epoch garbage and rebuilds worn tables in bulk on a thread of their own), and this soak
     /// measured +4.5% (42.2 → 44.1 MiB, debug build, load 16-23; +10.3% on 2026-11-25 before
     /// those changes), so 10% leaves room for run-to-run spread and catches a return of the
-    /// steps. The 8-minute soak on 100,000 routes still exceeds 5% on its largest "settled"
-    /// sample (the mirror mid-recovery or before a trim; `docs/benchmarks/soak.md`).
+    /// steps. Counted per instance from its own warm-up (each window holding a link flap and
+    /// a veth re-creation), it measured +0.5% and +0.7% (2026-11-29, debug build, load
+    /// 11-13; 2 min 10 s for the whole command, builds made).
     pub fn ci() -> Self {
         Options {
             minutes: CI_MINUTES,
