@@ -26,7 +26,7 @@
 //! inserted one by one. Measured (`sync_tests::memory_redump_cycles`, the whole bgp-full-v4,
 //! jemalloc; `docs/forwarder.md`, "Memory after mass changes"): a delete/re-add cycle left
 //! +12.1-12.4% over the bulk-loaded table before, +3.8-4.2% with the growth rebuild; rebuilt
-//! on the control thread instead (one arena) +8.1-8.4% without it and +8.9% with it, so the
+//! on the control thread instead (one arena) +8.1-8.4% without it and +8.6-8.8% with it, so the
 //! rebuild keeps its thread.
 
 use std::sync::{Arc, Mutex, mpsc};
