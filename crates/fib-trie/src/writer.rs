@@ -80,6 +80,14 @@ impl Wear {
     pub(crate) fn is_worn(self) -> bool {
         self.changes >= COMPACT_MIN_CHANGES.max(self.routes.min(2 * self.built))
     }
+
+    /// Grown by single changes since it was built by at least `1/divisor` of the routes it
+    /// holds (and at least [`COMPACT_MIN_CHANGES`] changes): the routes added after the last
+    /// rebuild of a refill ([`FibWriter::compact_grown`]).
+    pub(crate) fn is_grown(self, divisor: usize) -> bool {
+        self.changes >= COMPACT_MIN_CHANGES
+            && self.routes.saturating_sub(self.built) * divisor.max(1) >= self.routes
+    }
 }
 
 /// The one writer of a [`Fib`]: routes, rules and the multipath policy change only through
@@ -215,6 +223,41 @@ impl<K: TrieKey> FibWriter<K> {
     /// ```
     pub fn compact(&mut self) -> usize {
         self.fib.compact(Wear::is_worn)
+    }
+
+    /// [`compact`](Self::compact), and rebuilds in bulk as well each table that grew by
+    /// single changes since it was last built by at least `1/divisor` of the routes it holds
+    /// now (at least [`COMPACT_MIN_CHANGES`] changes). For a caller that sees the growth is
+    /// over (a routing daemon's re-add done): [`compact`](Self::compact) alone rebuilds a
+    /// growing table each time it has tripled, so up to two thirds of a refilled table may
+    /// have been inserted one route at a time after its last rebuild, and the nodes those
+    /// inserts replaced leave free room inside the allocator's pages. Steady churn, which
+    /// deletes and re-adds as much, does not grow a table. Returns how many tables were
+    /// rebuilt.
+    ///
+    /// ```
+    /// use fib_trie::{FibWriter, InsertFlags, NextHop, Route};
+    ///
+    /// let mut fib = FibWriter::<u32>::new();
+    /// let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
+    /// let route = |i: u32| Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone());
+    /// fib.insert_many(&(0..12_000).map(route).collect::<Vec<_>>())?;
+    /// for i in 12_000..16_000 {
+    ///     fib.insert(&route(i), InsertFlags::ADD)?;
+    /// }
+    /// assert_eq!(fib.compact(), 0, "4,000 changes: not worn");
+    /// assert_eq!(fib.compact_grown(8), 0, "fewer changes than the least");
+    /// for i in 16_000..17_000 {
+    ///     fib.insert(&route(i), InsertFlags::ADD)?;
+    /// }
+    /// assert_eq!(fib.compact(), 0, "5,000 changes on 17,000 routes: not worn");
+    /// assert_eq!(fib.compact_grown(8), 1, "grown by more than an eighth");
+    /// assert_eq!(fib.compact_grown(8), 0);
+    /// # Ok::<(), fib_trie::RouteError>(())
+    /// ```
+    pub fn compact_grown(&mut self, divisor: usize) -> usize {
+        self.fib
+            .compact(|wear| wear.is_worn() || wear.is_grown(divisor))
     }
 
     /// Deletes the first route `selector` selects (`fib_table_delete`) and returns it.

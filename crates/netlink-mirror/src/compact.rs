@@ -18,29 +18,100 @@
 //! rebuild is the same, only the placement is lost. jemalloc (the `xfwd` binary's allocator)
 //! gives a new thread the arena with the fewest threads, so the same holds there; but single
 //! changes after a rebuild then free nodes in the parked thread's arena and allocate in the
-//! control thread's, and the parked arena's holes are not reused (measured and open:
-//! `docs/forwarder.md`, "Memory after mass changes").
+//! control thread's, and the parked arena's holes are not reused. So a table that grew by
+//! single changes after its last rebuild by an eighth of its routes or more is rebuilt once
+//! more ([`Compactor::compact_grown`], which the control thread calls every
+//! [`crate::control::GROWN_CHECK`] once caught up): after a routing daemon's re-add of the
+//! whole table the refilled table is rebuilt in bulk, not left with its last two thirds
+//! inserted one by one. Measured (`sync_tests::memory_redump_cycles`, the whole bgp-full-v4,
+//! jemalloc; `docs/forwarder.md`, "Memory after mass changes"): a delete/re-add cycle left
+//! +12.1-12.4% over the bulk-loaded table before, +3.8-4.2% with the growth rebuild; rebuilt
+//! on the control thread instead (one arena) +8.1-8.4% without it and +8.6-8.8% with it, so the
+//! rebuild keeps its thread.
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
 use fib_trie::FibWriter;
 
-/// Rebuilds worn tables on a thread of their own; keeps the last such thread parked.
+/// A table grown by single changes since its last rebuild by at least this fraction (one
+/// over it) of its routes is rebuilt by [`Compactor::compact_grown`]: a refill's last eighth
+/// inserted one route at a time leaves little free room (measured, `docs/forwarder.md`).
+pub(crate) const GROWN_DIVISOR: usize = 8;
+
+/// Which tables a rebuild takes.
+#[derive(Debug, Clone, Copy)]
+enum Rule {
+    /// [`FibWriter::compact`]'s worn tables.
+    Worn,
+    /// [`FibWriter::compact_grown`]'s, with [`GROWN_DIVISOR`].
+    Grown,
+}
+
+impl Rule {
+    fn apply(self, fib4: &mut FibWriter<u32>, fib6: &mut FibWriter<u128>) -> usize {
+        match self {
+            Rule::Worn => fib4.compact() + fib6.compact(),
+            Rule::Grown => fib4.compact_grown(GROWN_DIVISOR) + fib6.compact_grown(GROWN_DIVISOR),
+        }
+    }
+}
+
+/// Rebuilds worn tables on a thread of their own (keeping the last such thread parked), or
+/// on the calling thread ([`Compactor::on_calling_thread`]).
 #[derive(Debug, Default)]
 pub(crate) struct Compactor {
     parked: Option<(JoinHandle<()>, mpsc::Sender<()>)>,
+    /// Rebuild on the calling thread (the control thread): no thread, one arena.
+    here: bool,
 }
 
 impl Compactor {
+    /// A compactor that rebuilds on the thread that calls [`Compactor::compact`]: the
+    /// memory diagnosis's comparison (`XFWD_COMPACT_HERE`; under jemalloc it left more free
+    /// room than a thread of their own, `docs/forwarder.md`).
+    #[cfg(test)]
+    pub(crate) fn on_calling_thread() -> Self {
+        Compactor {
+            parked: None,
+            here: true,
+        }
+    }
+
     /// [`FibWriter::compact`] of both families' FIBs, run on a new thread (the writers are
-    /// moved there and back); returns how many tables were rebuilt. Runs on the calling
-    /// thread if no thread can be started.
+    /// moved there and back), or here if so configured; returns how many tables were
+    /// rebuilt. Runs on the calling thread if no thread can be started.
     pub(crate) fn compact(
         &mut self,
         fib4: &mut FibWriter<u32>,
         fib6: &mut FibWriter<u128>,
     ) -> usize {
+        self.rebuild(fib4, fib6, Rule::Worn)
+    }
+
+    /// [`Compactor::compact`], and also each table grown by single changes since its last
+    /// rebuild by at least [`GROWN_DIVISOR`]th of its routes ([`FibWriter::compact_grown`]):
+    /// for a caller that sees the growth is over.
+    pub(crate) fn compact_grown(
+        &mut self,
+        fib4: &mut FibWriter<u32>,
+        fib6: &mut FibWriter<u128>,
+    ) -> usize {
+        self.rebuild(fib4, fib6, Rule::Grown)
+    }
+
+    fn rebuild(
+        &mut self,
+        fib4: &mut FibWriter<u32>,
+        fib6: &mut FibWriter<u128>,
+        rule: Rule,
+    ) -> usize {
+        if self.here {
+            let rebuilt = rule.apply(fib4, fib6);
+            // What the rebuild retired waits in this thread's bag: to the global queue.
+            crossbeam_epoch::pin().flush();
+            return rebuilt;
+        }
         type Writers = (FibWriter<u32>, FibWriter<u128>);
         // The writers travel through a slot, so that they come back even if no thread starts.
         let slot: Arc<Mutex<Option<Writers>>> = Arc::new(Mutex::new(Some((
@@ -54,9 +125,7 @@ impl Compactor {
             .name("xfwd-compact".into())
             .spawn(move || {
                 let mut writers = theirs.lock().unwrap_or_else(|p| p.into_inner());
-                let rebuilt = writers
-                    .as_mut()
-                    .map_or(0, |(w4, w6)| w4.compact() + w6.compact());
+                let rebuilt = writers.as_mut().map_or(0, |(w4, w6)| rule.apply(w4, w6));
                 drop(writers);
                 // What the rebuild retired waits in this thread's bag: to the global queue.
                 crossbeam_epoch::pin().flush();
@@ -85,7 +154,7 @@ impl Compactor {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .expect("the writers are put back in the slot");
-        let rebuilt = rebuilt.unwrap_or_else(|| w4.compact() + w6.compact());
+        let rebuilt = rebuilt.unwrap_or_else(|| rule.apply(&mut w4, &mut w6));
         *fib4 = w4;
         *fib6 = w6;
         rebuilt

@@ -116,7 +116,16 @@ pub(crate) struct Control<S = NlSocket> {
     pub sysctls_polled: Instant,
     /// Rebuilds worn FIB tables on a thread of their own.
     pub compactor: crate::compact::Compactor,
+    /// When the tables were last checked for growth since their last rebuild
+    /// ([`GROWN_CHECK`]).
+    pub grown_checked: Instant,
 }
+
+/// How often, once caught up, the FIB tables are also checked for growth by single changes
+/// since their last rebuild ([`crate::compact::Compactor::compact_grown`]): a routing
+/// daemon's re-add is over within this long of its last route, and the table it refilled is
+/// rebuilt then, not only each time it has tripled.
+pub(crate) const GROWN_CHECK: Duration = Duration::from_secs(10);
 
 /// How often the multipath hash sysctls are read (the kernel announces no sysctl change).
 pub(crate) const SYSCTL_POLL: Duration = Duration::from_secs(1);
@@ -748,7 +757,12 @@ impl<S: NlIo> Control<S> {
     /// structures.
     fn compact_worn(&mut self) {
         let w = &mut self.applier.writers;
-        let rebuilt = self.compactor.compact(&mut w.fib4, &mut w.fib6);
+        let rebuilt = if self.grown_checked.elapsed() >= GROWN_CHECK {
+            self.grown_checked = Instant::now();
+            self.compactor.compact_grown(&mut w.fib4, &mut w.fib6)
+        } else {
+            self.compactor.compact(&mut w.fib4, &mut w.fib6)
+        };
         if rebuilt > 0 {
             self.applier
                 .counters

@@ -159,6 +159,7 @@ impl Mirror {
                         spdinfo_polled: Instant::now(),
                         sysctls_polled: Instant::now(),
                         compactor: crate::compact::Compactor::default(),
+                        grown_checked: Instant::now(),
                     };
                     control.run();
                 })

@@ -461,7 +461,12 @@ fn memory_redump_cycles() {
         }
     );
     let mut pending = PendingEvents::default();
-    let mut compactor = crate::compact::Compactor::default();
+    // XFWD_COMPACT_HERE: rebuilt on this thread (`MirrorOptions::compact_on_control_thread`).
+    let mut compactor = if std::env::var("XFWD_COMPACT_HERE").is_ok() {
+        crate::compact::Compactor::on_calling_thread()
+    } else {
+        crate::compact::Compactor::default()
+    };
     let mut kept: Vec<(u16, RtnlMessage)> = Vec::new();
     let cycles: usize = std::env::var("XFWD_CYCLES").map_or(6, |c| c.parse().unwrap());
     for cycle in 0..cycles {
@@ -486,11 +491,20 @@ fn memory_redump_cycles() {
             // Re-added by events alone, as after a link flap (no dump in between).
             // XFWD_COMPACT_EVERY=N: the mirror caught up every N events (it then compacts
             // what is worn), as during a routing daemon's re-add.
+            // XFWD_GROWN_EVERY=N: every N events the growth check as well
+            // (`Compactor::compact_grown`, as the mirror every `GROWN_CHECK`).
             let every: usize =
                 std::env::var("XFWD_COMPACT_EVERY").map_or(0, |c| c.parse().unwrap());
+            let grown_every: usize =
+                std::env::var("XFWD_GROWN_EVERY").map_or(0, |c| c.parse().unwrap());
             for (i, r) in rs[1..].iter().enumerate() {
                 applier.apply(new_route(r));
-                if every > 0 && (i + 1) % every == 0 {
+                if grown_every > 0 && (i + 1) % grown_every == 0 {
+                    let w = &mut applier.writers;
+                    if compactor.compact_grown(&mut w.fib4, &mut w.fib6) > 0 {
+                        eprintln!("compacted grown at {}", i + 2);
+                    }
+                } else if every > 0 && (i + 1) % every == 0 {
                     let w = &mut applier.writers;
                     if compactor.compact(&mut w.fib4, &mut w.fib6) > 0 {
                         eprintln!("compacted at {}", i + 2);
@@ -535,6 +549,14 @@ fn memory_redump_cycles() {
         });
         match std::env::var("XFWD_COMPACT").as_deref() {
             Ok("here") => eprintln!("compacted {}", applier.writers.fib4.compact()),
+            // As the mirror does once the growth is over (`Control::compact_worn`).
+            Ok("grown") => {
+                let w = &mut applier.writers;
+                eprintln!(
+                    "compacted grown {}",
+                    compactor.compact_grown(&mut w.fib4, &mut w.fib6)
+                );
+            }
             Ok(_) => {
                 let w = &mut applier.writers;
                 eprintln!("compacted {}", compactor.compact(&mut w.fib4, &mut w.fib6));

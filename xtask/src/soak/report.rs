@@ -85,11 +85,26 @@ pub fn render(results: &Results, machine: &Machine) -> String {
     );
     let _ = writeln!(
         out,
-        "| resident memory growth after warm-up ≤ {:.0}% (the issue's goal) | {:.1}% ({:.1} → {:.1} MiB, the instance after the restart, settled samples: no fault and the mirror idle for the interval and the 3 before) | {}{} |",
+        "| resident memory growth after warm-up ≤ {:.0}% (the issue's goal) | {:.1}% ({:.1} → {:.1} MiB, the worst instance; each counted from its own bulk load, settled samples: no fault and the mirror idle for the interval and the 3 before){} | {}{} |",
         RSS_GROWTH_GOAL * 100.0,
         results.rss_growth() * 100.0,
         results.rss_baseline_kib as f64 / 1024.0,
         results.rss_max_kib as f64 / 1024.0,
+        results
+            .instance_memory()
+            .iter()
+            .map(|m| format!(
+                "; instance {}: {:+.1}% ({:.1} MiB at {:.0} s → {:.1} MiB at {:.0} s, {} mass change{} in between)",
+                m.instance,
+                m.growth() * 100.0,
+                m.baseline_kib as f64 / 1024.0,
+                m.baseline_t,
+                m.max_kib as f64 / 1024.0,
+                m.max_t,
+                m.mass_changes,
+                if m.mass_changes == 1 { "" } else { "s" }
+            ))
+            .collect::<String>(),
         verdict(results.rss_growth() <= RSS_GROWTH_GOAL),
         if results.max_rss_growth > RSS_GROWTH_GOAL {
             format!(
@@ -204,15 +219,21 @@ pub fn render(results: &Results, machine: &Machine) -> String {
     out
 }
 
-/// Where xfwd's memory was in the settled samples of the last instance after its warm-up:
-/// the first (the baseline) and the largest, and at the end (when xfwd reported it).
+/// Where xfwd's memory was in the settled samples of the worst instance after its warm-up
+/// (the last if none settled): the first (the baseline) and the largest, and at the
+/// instance's end (when xfwd reported it).
 fn memory_table(out: &mut String, results: &Results) {
-    let last = results
-        .intervals
-        .iter()
-        .map(|i| i.instance)
-        .max()
-        .unwrap_or(0);
+    let last = results.worst_instance().map_or_else(
+        || {
+            results
+                .intervals
+                .iter()
+                .map(|i| i.instance)
+                .max()
+                .unwrap_or(0)
+        },
+        |w| w.instance,
+    );
     let mine: Vec<&super::Interval> = results
         .intervals
         .iter()
