@@ -608,7 +608,41 @@ fn stage_fib(
     routable: &[u8],
 ) -> usize {
     // Per family, the lanes to look up (their flows are built from the lanes when the FIB
-    // asks: no array of flows is written and read back per vector).
+    // asks: no array of flows is written and read back per vector). The common vector has
+    // no lane whose destination may be local: its loop makes no call (its counters stay in
+    // registers); a vector with one is gathered again by the general loop, in order.
+    let mut v4 = Gather::new();
+    let mut v6 = Gather::new();
+    for &i in routable {
+        let Some(lane) = lanes.get(usize::from(i)) else {
+            continue;
+        };
+        if let Step::Miss = lane.step {
+            let m = &lane.meta;
+            if locals.may_be_local(m.family, m.dst) {
+                (v4, v6) = gather_locals(b, locals, lanes, routable);
+                break;
+            }
+            match m.family {
+                Family::V6 => v6.push(i),
+                Family::V4 => v4.push(i),
+            }
+        }
+    }
+    fib_lookups::<u32>(b, ingress, frames, lanes, v4.lanes())
+        + fib_lookups::<u128>(b, ingress, frames, lanes, v6.lanes())
+}
+
+/// [`stage_fib`]'s gathering for a vector with a lane whose destination may be local (the
+/// filter says so): the address table decides each such lane (a local one is answered here),
+/// the others are gathered per family, in order. Out of line: few vectors get here.
+#[inline(never)]
+fn gather_locals(
+    b: &Batch<'_>,
+    locals: &LocalFilter,
+    lanes: &mut [Lane],
+    routable: &[u8],
+) -> (Gather, Gather) {
     let mut v4 = Gather::new();
     let mut v6 = Gather::new();
     for &i in routable {
@@ -630,8 +664,7 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups::<u32>(b, ingress, frames, lanes, v4.lanes())
-        + fib_lookups::<u128>(b, ingress, frames, lanes, v6.lanes())
+    (v4, v6)
 }
 
 /// The lanes of one family that go to the FIB, in order.
