@@ -32,33 +32,32 @@ const EGRESS_WAYS: usize = 2;
 
 /// A Bloom filter of this namespace's local addresses (both families), rebuilt from the
 /// address table when the route generation changes: "not local" answers come from two bit
-/// tests, and only addresses that may be local are looked up (`dev_find`). It answers the
-/// own-source check (`fib_validate_source`) and the local-destination check of a route-cache
-/// miss, which would otherwise hash into the address table for every packet.
+/// tests in one word, and only addresses that may be local are looked up (`dev_find`). It
+/// answers the own-source check (`fib_validate_source`) and the local-destination check of a
+/// route-cache miss, which would otherwise hash into the address table for every packet.
 ///
-/// The filter is a superset of the table's addresses under the generation it was built for (a
-/// false positive only costs the lookup); with more than [`FILTER_MAX_ADDRESSES`] addresses it
-/// is not used and every check asks the table.
+/// Blocked: both bits of an address lie in one 64-bit word (one load per test, no branch);
+/// with more than [`FILTER_MAX_ADDRESSES`] addresses every bit is set, so that every check
+/// asks the table. The filter is a superset of the table's addresses under the generation it
+/// was built for (a false positive only costs the lookup).
 #[derive(Clone, Debug)]
 pub(crate) struct LocalFilter {
-    words: Box<[u64; FILTER_BITS / 64]>,
+    words: Box<[u64; FILTER_WORDS]>,
     /// The route generation the filter was built under, plus one (0: never built).
     generation: u64,
-    /// Whether the filter holds every address (not too many to be useful).
-    usable: bool,
 }
 
-/// Bits of the local-address filter (a power of two).
-const FILTER_BITS: usize = 4096;
+/// Words of the local-address filter (4,096 bits).
+const FILTER_WORDS: usize = 64;
 /// Beyond this many local addresses the filter is not used.
 pub(crate) const FILTER_MAX_ADDRESSES: usize = 256;
 
 impl LocalFilter {
+    /// A filter that lets every address through until its first [`refresh`](Self::refresh).
     pub(crate) fn new() -> Self {
         LocalFilter {
-            words: Box::new([0; FILTER_BITS / 64]),
+            words: Box::new([u64::MAX; FILTER_WORDS]),
             generation: 0,
-            usable: false,
         }
     }
 
@@ -88,38 +87,40 @@ impl LocalFilter {
                 count += 1;
             }
         }
-        self.usable = count <= FILTER_MAX_ADDRESSES;
+        if count > FILTER_MAX_ADDRESSES {
+            // Too many to be useful: every address may be local.
+            self.words.fill(u64::MAX);
+        }
     }
 
-    /// The filter's two bit positions of an address: an IPv4 address (in the low 32 bits)
-    /// is hashed alone, an IPv6 one folded from 128 bits first.
-    #[inline]
-    fn bits(family: Family, addr: u128) -> (usize, usize) {
+    /// The filter's word and two bit positions in it of an address: an IPv4 address (in the
+    /// low 32 bits) is hashed alone, an IPv6 one folded from 128 bits first.
+    #[inline(always)]
+    fn bits(family: Family, addr: u128) -> (usize, u32, u32) {
         let folded = match family {
             Family::V4 => addr as u64,
             Family::V6 => (addr as u64) ^ ((addr >> 64) as u64).rotate_left(29) ^ 1,
         };
         let h = folded.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let a = (h >> 52) as usize & (FILTER_BITS - 1);
-        let b = (h >> 40) as usize & (FILTER_BITS - 1);
-        (a, b)
+        // The top six bits choose the word (below `FILTER_WORDS`: no bounds check).
+        let word = (h >> 58) as usize;
+        let a = (h >> 52) as u32 & 63;
+        let b = (h >> 46) as u32 & 63;
+        (word, a, b)
     }
 
     fn insert(&mut self, family: Family, addr: u128) {
-        let (a, b) = Self::bits(family, addr);
-        self.words[a / 64] |= 1 << (a % 64);
-        self.words[b / 64] |= 1 << (b % 64);
+        let (word, a, b) = Self::bits(family, addr);
+        self.words[word] |= 1 << a | 1 << b;
     }
 
     /// Whether `addr` may be a local address (false: it certainly is not one, under the
     /// generation of the last [`refresh`](Self::refresh)).
     #[inline]
     pub(crate) fn may_be_local(&self, family: Family, addr: u128) -> bool {
-        if !self.usable {
-            return true;
-        }
-        let (a, b) = Self::bits(family, addr);
-        (self.words[a / 64] >> (a % 64)) & (self.words[b / 64] >> (b % 64)) & 1 != 0
+        let (word, a, b) = Self::bits(family, addr);
+        let w = self.words[word];
+        (w >> a) & (w >> b) & 1 != 0
     }
 }
 

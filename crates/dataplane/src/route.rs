@@ -877,8 +877,12 @@ pub fn unserved(tables: &Tables, oif: u32) -> Option<Route> {
         .served
         .as_ref()
         .is_some_and(|s| !s.contains(oif))
-        .then_some(Route::Punt(PuntReason::UnservedEgress))
+        .then_some(UNSERVED)
 }
+
+/// The decision for a route out of an interface the pipeline does not serve
+/// ([`unserved`]).
+pub(crate) const UNSERVED: Route = Route::Punt(PuntReason::UnservedEgress);
 
 /// What the link and neighbour tables say about a usable next hop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

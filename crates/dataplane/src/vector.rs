@@ -608,7 +608,41 @@ fn stage_fib(
     routable: &[u8],
 ) -> usize {
     // Per family, the lanes to look up (their flows are built from the lanes when the FIB
-    // asks: no array of flows is written and read back per vector).
+    // asks: no array of flows is written and read back per vector). The common vector has
+    // no lane whose destination may be local: its loop makes no call (its counters stay in
+    // registers); a vector with one is gathered again by the general loop, in order.
+    let mut v4 = Gather::new();
+    let mut v6 = Gather::new();
+    for &i in routable {
+        let Some(lane) = lanes.get(usize::from(i)) else {
+            continue;
+        };
+        if let Step::Miss = lane.step {
+            let m = &lane.meta;
+            if locals.may_be_local(m.family, m.dst) {
+                (v4, v6) = gather_locals(b, locals, lanes, routable);
+                break;
+            }
+            match m.family {
+                Family::V6 => v6.push(i),
+                Family::V4 => v4.push(i),
+            }
+        }
+    }
+    fib_lookups::<u32>(b, ingress, frames, lanes, v4.lanes())
+        + fib_lookups::<u128>(b, ingress, frames, lanes, v6.lanes())
+}
+
+/// [`stage_fib`]'s gathering for a vector with a lane whose destination may be local (the
+/// filter says so): the address table decides each such lane (a local one is answered here),
+/// the others are gathered per family, in order. Out of line: few vectors get here.
+#[inline(never)]
+fn gather_locals(
+    b: &Batch<'_>,
+    locals: &LocalFilter,
+    lanes: &mut [Lane],
+    routable: &[u8],
+) -> (Gather, Gather) {
     let mut v4 = Gather::new();
     let mut v6 = Gather::new();
     for &i in routable {
@@ -630,8 +664,7 @@ fn stage_fib(
             }
         }
     }
-    fib_lookups::<u32>(b, ingress, frames, lanes, v4.lanes())
-        + fib_lookups::<u128>(b, ingress, frames, lanes, v6.lanes())
+    (v4, v6)
 }
 
 /// The lanes of one family that go to the FIB, in order.
@@ -679,8 +712,8 @@ fn fib_lookups<K: FamilyKey>(
     }
     let fib = K::fib(b.tables);
     let mut batch = FibBatch {
-        tables: b.tables,
         switches: ingress.switches(b.tables, b.guard),
+        served: b.tables.served.as_deref(),
         // Read once per batch (the mirror changes it at most once a second).
         policy: fib.multipath_policy(),
         frames,
@@ -697,8 +730,9 @@ fn fib_lookups<K: FamilyKey>(
 /// One family's FIB lookups of a vector ([`fib_lookups`]): the flows built from the lanes
 /// `gather` lists, the answers taken into them.
 struct FibBatch<'a, 'f, K> {
-    tables: &'a crate::Tables,
     switches: MemoSwitches<'a>,
+    /// The interfaces the pipeline serves ([`route::unserved`]), read once per batch.
+    served: Option<&'a crate::Served>,
     policy: fib_trie::multipath::MultipathPolicy,
     frames: &'a [Frame<'f>],
     lanes: &'a mut [Lane],
@@ -764,10 +798,12 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
         };
         // The flow's ingress interface (`fib_flow`'s `iif`), without building the flow.
         if let Some((oif, route)) = self.switches.answer(tag, frame.ifindex) {
-            lane.route = match route::unserved(self.tables, oif) {
-                Some(punt) => punt,
-                None => *route,
-            };
+            // Copied straight from the memo's slot into the lane (a `match` giving the route
+            // as a value copied it through the stack: nine more instructions per packet).
+            lane.route = *route;
+            if self.served.is_some_and(|s| !s.contains(oif)) {
+                lane.route = route::UNSERVED;
+            }
             lane.step = lane.resolved();
             return true;
         }
