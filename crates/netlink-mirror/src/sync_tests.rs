@@ -348,9 +348,10 @@ fn memory_redump_cycles() {
             tikv_jemalloc_ctl::epoch::advance().unwrap();
             use tikv_jemalloc_ctl::stats;
             format!(
-                " je: allocated {} KiB active {} KiB resident {} KiB mapped {} KiB retained {} KiB;",
+                " je: allocated {} KiB active {} KiB metadata {} KiB resident {} KiB mapped {} KiB retained {} KiB;",
                 stats::allocated::read().unwrap() / 1024,
                 stats::active::read().unwrap() / 1024,
+                stats::metadata::read().unwrap() / 1024,
                 stats::resident::read().unwrap() / 1024,
                 stats::mapped::read().unwrap() / 1024,
                 stats::retained::read().unwrap() / 1024
@@ -461,7 +462,8 @@ fn memory_redump_cycles() {
         }
     );
     let mut pending = PendingEvents::default();
-    // XFWD_COMPACT_HERE: rebuilt on this thread (`MirrorOptions::compact_on_control_thread`).
+    // XFWD_COMPACT_HERE: rebuilt on this thread (`Compactor::on_calling_thread`, measured and
+    // not used by the mirror: docs/forwarder.md).
     let mut compactor = if std::env::var("XFWD_COMPACT_HERE").is_ok() {
         crate::compact::Compactor::on_calling_thread()
     } else {
