@@ -59,6 +59,7 @@
 mod bypass;
 mod cache;
 mod config;
+pub mod cost;
 mod decision;
 mod generation;
 mod hint;
@@ -66,6 +67,7 @@ mod key;
 
 pub use cache::{Counters, DstCache, Lookup, MissToken};
 pub use config::{BypassConfig, Config, ConfigError, MAX_ENTRIES};
+pub use cost::CostArm;
 pub use decision::{Cacheable, Decision, DecisionFlags, RouteKind};
 pub use generation::{Generation, Snapshot};
 pub use hint::RouteHint;
