@@ -5,9 +5,12 @@
 //! than a probe does).
 //!
 //! The rule, per cache (so per queue): one vector (a batch of lookups handed to
-//! [`admit_many`](crate::DstCache::admit_many)) in [`SAMPLE_EVERY`] is a *sample*, taking in
-//! turn the cache's path (its lookups admitted as the hit-rate rule says) or the tables' path
-//! (refused whole); the caller times the routing of the sampled vector and reports the time
+//! [`admit_many`](crate::DstCache::admit_many)) in [`PERIOD`] starts a burst of [`BURST`]
+//! vectors through one path, in turn the cache's (its lookups admitted as the hit-rate rule
+//! says) or the tables' (refused whole); the last [`TIMED`] of a burst are *samples* (the
+//! first warm the path's lines up, which the other path evicted meanwhile: sampled cold, the
+//! rarer path would always look dearer and the gate would never move). The caller times the
+//! routing of a sampled vector and reports the time
 //! and the number of lookups ([`DstCache::record_cost`](crate::DstCache::record_cost)). After
 //! [`WINDOW`] samples of each path, the medians of their cost per lookup are compared: an open
 //! gate **closes** when the cache's is not below the tables' (`cache >= tables`), a closed
@@ -18,14 +21,22 @@
 //! and keep measuring, so a change of traffic that makes the cache pay again opens it within
 //! two windows. Samples are taken only while the hit-rate rule keeps the cache on (a cache
 //! bypassed for its hit rate has nothing to weigh), so a miss-only stream pays nothing for
-//! the gate. Costs per sample: a counter step per vector, two clock reads per sampled vector.
+//! the gate. Costs: a counter step per vector, two clock reads per sampled vector, and the
+//! losing path's bursts (4 vectors in 256).
 //!
 //! The gate decides only whether the cache is used, never what it answers: a sample through
 //! the cache probes it as any lookup does (generation and expiry checked), so verdicts are
 //! those of the tables whichever way the gate stands.
 
-/// One vector in this many is a cost sample (alternately of each path).
-pub const SAMPLE_EVERY: u32 = 32;
+/// A burst of vectors through one path starts every this many vectors (alternately of each
+/// path, so each path's bursts come every `2 * PERIOD` vectors).
+pub const PERIOD: u32 = 128;
+/// Vectors per burst: the first `BURST - TIMED` warm the path's lines up (the path that runs
+/// one vector in hundreds finds its table lines or cache buckets evicted by the other), the
+/// last `TIMED` are the samples.
+pub const BURST: u32 = 4;
+/// Timed vectors per burst.
+pub const TIMED: u32 = 2;
 /// Samples of each path per decision.
 pub const WINDOW: usize = 8;
 /// A closed gate opens when the cache is cheaper by at least 1/`MARGIN` (about 3%).
@@ -45,8 +56,10 @@ pub enum CostArm {
 pub(crate) struct CostGate {
     /// Whether the cache is in use (open) or refused for its cost (closed).
     open: bool,
-    /// Vectors until the next sample.
+    /// Vectors until the next burst starts.
     countdown: u32,
+    /// Vectors left in the current burst.
+    burst: u32,
     /// The path of the next sample.
     next: CostArm,
     /// The sample the current vector is (set by `sample`, taken by `admit`).
@@ -62,7 +75,8 @@ impl CostGate {
     pub(crate) fn new() -> Self {
         CostGate {
             open: true,
-            countdown: SAMPLE_EVERY,
+            countdown: PERIOD,
+            burst: 0,
             next: CostArm::Cache,
             pending: None,
             cache: [0; WINDOW],
@@ -78,22 +92,26 @@ impl CostGate {
     }
 
     /// Called once per vector (while the hit-rate rule keeps the cache on): whether this
-    /// vector is a sample, and of which path.
+    /// vector is a timed sample, and of which path (a vector of a burst's warm-up takes the
+    /// burst's path untimed).
     #[inline]
     pub(crate) fn sample(&mut self) -> Option<CostArm> {
-        self.countdown -= 1;
-        if self.countdown != 0 {
-            self.pending = None;
-            return None;
+        if self.burst == 0 {
+            self.countdown -= 1;
+            if self.countdown != 0 {
+                self.pending = None;
+                return None;
+            }
+            self.countdown = PERIOD;
+            self.burst = BURST;
+            self.next = match self.next {
+                CostArm::Cache => CostArm::Tables,
+                CostArm::Tables => CostArm::Cache,
+            };
         }
-        self.countdown = SAMPLE_EVERY;
-        let arm = self.next;
-        self.next = match arm {
-            CostArm::Cache => CostArm::Tables,
-            CostArm::Tables => CostArm::Cache,
-        };
-        self.pending = Some(arm);
-        Some(arm)
+        self.burst -= 1;
+        self.pending = Some(self.next);
+        (self.burst < TIMED).then_some(self.next)
     }
 
     /// Whether the current vector may use the cache: an open gate and not a sample of the
@@ -155,7 +173,7 @@ mod tests {
     /// how many vectors the cache admitted.
     fn run(gate: &mut CostGate, windows: usize, cache: u64, tables: u64) -> usize {
         let mut admitted = 0;
-        for _ in 0..windows * 2 * WINDOW * SAMPLE_EVERY as usize {
+        for _ in 0..windows * 2 * (WINDOW / TIMED as usize) * PERIOD as usize {
             let arm = gate.sample();
             admitted += usize::from(gate.admits());
             if let Some(arm) = arm {
@@ -169,6 +187,7 @@ mod tests {
         admitted
     }
 
+    /// Two windows per step: the first may mix the samples of the step before.
     #[test]
     fn closes_when_the_cache_is_not_cheaper_and_opens_with_hysteresis() {
         let mut gate = CostGate::new();
@@ -177,22 +196,57 @@ mod tests {
         run(&mut gate, 2, 90, 100);
         assert!(gate.is_open());
         // Equal: not cheaper, closes.
-        run(&mut gate, 1, 100, 100);
+        run(&mut gate, 2, 100, 100);
         assert!(!gate.is_open());
-        // Closed: only the cache's samples are admitted.
-        let vectors = 2 * WINDOW * SAMPLE_EVERY as usize;
-        assert_eq!(run(&mut gate, 1, 100, 100), WINDOW);
+        // Closed: only the cache's bursts are admitted (a burst may straddle the runs' ends).
+        let vectors = 2 * (WINDOW / TIMED as usize) * PERIOD as usize;
+        let bursts = (WINDOW / TIMED as usize) * BURST as usize;
+        let near = |n: usize, m: usize| n.abs_diff(m) < BURST as usize;
+        let admitted = run(&mut gate, 1, 100, 100);
+        assert!(near(admitted, bursts), "{admitted}");
         assert!(!gate.is_open());
         // 2% cheaper: within the margin, stays closed.
         run(&mut gate, 2, 98, 100);
         assert!(!gate.is_open());
-        // 4% cheaper: opens; then all vectors but the tables' samples are admitted.
-        run(&mut gate, 1, 96, 100);
+        // 4% cheaper: opens; then all vectors but the tables' bursts are admitted.
+        run(&mut gate, 2, 96, 100);
         assert!(gate.is_open());
-        assert_eq!(run(&mut gate, 1, 96, 100), vectors - WINDOW);
+        let admitted = run(&mut gate, 1, 96, 100);
+        assert!(near(admitted, vectors - bursts), "{admitted}");
         // Dearer: closes again.
-        run(&mut gate, 1, 120, 100);
+        run(&mut gate, 2, 120, 100);
         assert!(!gate.is_open());
+    }
+
+    /// A burst is `BURST` vectors of one path, the last `TIMED` of them samples; the paths
+    /// alternate from burst to burst.
+    #[test]
+    fn bursts_warm_up_then_sample() {
+        let mut gate = CostGate::new();
+        let mut seen = Vec::new();
+        for _ in 0..3 * PERIOD {
+            let sample = gate.sample();
+            let admits = gate.admits();
+            if sample.is_some() || !admits {
+                seen.push((sample, admits));
+            }
+        }
+        let t = CostArm::Tables;
+        let c = CostArm::Cache;
+        let tables = [
+            (None, false),
+            (None, false),
+            (Some(t), false),
+            (Some(t), false),
+        ];
+        let cache = [(None, true), (None, true), (Some(c), true), (Some(c), true)];
+        let expected: Vec<_> = [tables, cache].concat();
+        // The cache's warm-up vectors while open look like any other: only its samples show.
+        let expected: Vec<_> = expected
+            .into_iter()
+            .filter(|&(s, a)| s.is_some() || !a)
+            .collect();
+        assert_eq!(seen, expected);
     }
 
     /// A few samples slowed by something else (preemption) do not move the decision.
@@ -200,7 +254,7 @@ mod tests {
     fn outliers_do_not_decide() {
         let mut gate = CostGate::new();
         let mut k = 0;
-        for _ in 0..4 * WINDOW * SAMPLE_EVERY as usize {
+        for _ in 0..4 * (WINDOW / TIMED as usize) * PERIOD as usize {
             if let Some(arm) = gate.sample() {
                 k += 1;
                 let cost = match arm {
