@@ -225,7 +225,7 @@ impl Queue {
         // One vector in many is a sample of the bypass's cost rule
         // ([`DstCache::cost_sample`](dst_cache::DstCache::cost_sample)): its routing (from here
         // to the fills) is timed, so that the cache steps aside while its hits are not cheaper
-        // than the tables' memoised path. Two clock reads per sample (4 vectors in 256), none otherwise.
+        // than the tables' memoised path. Two clock reads per sample (4 vectors in 512), none otherwise.
         let (admitted, sample) = match &mut self.cache {
             Some(cache) => {
                 let sample = cache

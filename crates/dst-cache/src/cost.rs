@@ -19,10 +19,10 @@
 //! the same cost do not switch the gate to and fro. While closed, every vector but the
 //! cache's samples is refused whole (counted `bypassed`); the samples keep the cache filled
 //! and keep measuring, so a change of traffic that makes the cache pay again opens it within
-//! two windows. Samples are taken only while the hit-rate rule keeps the cache on (a cache
+//! two windows (a window: 4 bursts of each path, 2,048 vectors). Samples are taken only while the hit-rate rule keeps the cache on (a cache
 //! bypassed for its hit rate has nothing to weigh), so a miss-only stream pays nothing for
 //! the gate. Costs: a counter step per vector, two clock reads per sampled vector, and the
-//! losing path's bursts (4 vectors in 256).
+//! losing path's bursts (4 vectors in 512).
 //!
 //! The gate decides only whether the cache is used, never what it answers: a sample through
 //! the cache probes it as any lookup does (generation and expiry checked), so verdicts are
@@ -30,7 +30,7 @@
 
 /// A burst of vectors through one path starts every this many vectors (alternately of each
 /// path, so each path's bursts come every `2 * PERIOD` vectors).
-pub const PERIOD: u32 = 128;
+pub const PERIOD: u32 = 256;
 /// Vectors per burst: the first `BURST - TIMED` warm the path's lines up (the path that runs
 /// one vector in hundreds finds its table lines or cache buckets evicted by the other), the
 /// last `TIMED` are the samples.
