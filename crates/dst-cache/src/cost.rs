@@ -1,5 +1,5 @@
 //! The cost gate: the second rule of the adaptive bypass. The hit-rate rule
-//! ([`Bypass`](crate::bypass::Bypass)) steps aside when hits are rare; this one steps aside
+//! ([`BypassConfig`](crate::BypassConfig)) steps aside when hits are rare; this one steps aside
 //! when hits are frequent but not cheaper than what the caller does without the cache (in
 //! xfwd, the FIB's memoised path, which at a few hundred flows answers in fewer instructions
 //! than a probe does).
