@@ -7,7 +7,8 @@
 //!    (IPv4) behind a filter of the local addresses rebuilt per route generation;
 //! 2. route-cache probes: the adaptive bypass answers for the whole vector at once
 //!    ([`DstCache::admit_many`](dst_cache::DstCache::admit_many)), so a cache that steps aside
-//!    costs a few steps per vector;
+//!    costs a few steps per vector; its two rules: hits too rare, or hits not cheaper than the
+//!    tables' memoised path (sampled vectors timed, [`dst_cache::cost`]);
 //! 3. for the misses: local destinations (the same filter, then the address table), then the
 //!    FIB lookups, gathered per family; an answer through one gateway whose decision the
 //!    ingress memo remembers for this ingress device (the kernel's `nhc_rth_input`) is
@@ -31,6 +32,8 @@
 //! new destination in one vector both miss, where the reference's second frame hits), so the
 //! cache's own hit/miss counters may differ; every verdict, byte and pipeline counter is the
 //! same (the differential property test in `tests/vector.rs` checks it).
+
+use std::time::Instant;
 
 use dst_cache::{Cacheable, Lookup, MissToken};
 use fib_trie::RouteTag;
@@ -219,9 +222,18 @@ impl Queue {
         // The cache admits the vector's lookups at once (custom rules, or the adaptive bypass,
         // refuse some or all of them): a vector it refuses whole, as a bypassed cache does
         // with all but one in thousands, costs no call of the probe stage.
-        let admitted = match &mut self.cache {
-            Some(cache) => cache.admit_many(b.snapshot, routables),
-            None => 0,
+        // One vector in many is a sample of the bypass's cost rule
+        // ([`DstCache::cost_sample`](dst_cache::DstCache::cost_sample)): its routing (from here
+        // to the fills) is timed, so that the cache steps aside while its hits are not cheaper
+        // than the tables' memoised path. Two clock reads per sample (4 vectors in 512), none otherwise.
+        let (admitted, sample) = match &mut self.cache {
+            Some(cache) => {
+                let sample = cache
+                    .cost_sample(b.snapshot)
+                    .map(|arm| (arm, Instant::now()));
+                (cache.admit_many(b.snapshot, routables), sample)
+            }
+            None => (0, None),
         };
         let (fills, answered) = if admitted != 0 {
             self.stage_probe(
@@ -250,6 +262,10 @@ impl Queue {
         }
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
+        }
+        if let (Some((arm, start)), Some(cache)) = (sample, &mut self.cache) {
+            let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            cache.record_cost(arm, routables, nanos);
         }
         // As the kernel (`policy_count[dir]`): no fwd policy, no lookup.
         if b.fwd_policies {

@@ -204,3 +204,86 @@ proptest! {
         prop_assert_eq!(off.counters().dst_cache.hits, 0);
     }
 }
+
+/// The adaptive bypass's cost rule (`dst_cache::cost`) sends a burst of vectors through the
+/// tables alone every 512 vectors and may step the cache aside for its cost (on this machine's
+/// timing of the samples): whichever way it stands, every answer equals the one without a
+/// cache, across route and neighbour changes between vectors.
+#[test]
+fn the_cost_rule_never_changes_an_answer() {
+    let mut fx = fixture();
+    for i in 0..GWS.len() {
+        apply(
+            &mut fx,
+            &Change::Neigh {
+                hop: i,
+                mac: Some(i as u8),
+            },
+        );
+    }
+    for k in 0..4u8 {
+        let hops = if k < 3 { vec![k as usize] } else { vec![3, 0] };
+        apply(&mut fx, &Change::Route { k, hops });
+    }
+    let changes = [
+        Change::Route {
+            k: 0,
+            hops: vec![1],
+        },
+        Change::Neigh {
+            hop: 1,
+            mac: Some(9),
+        },
+        Change::Specific { k: 1, hop: 2 },
+        Change::Route {
+            k: 0,
+            hops: vec![0],
+        },
+        Change::Delete {
+            k: 1,
+            specific: true,
+        },
+    ];
+    let mut on = Queue::new(Config::default()).unwrap();
+    let mut off = Queue::new(Config {
+        dst_cache: None,
+        ..Config::default()
+    })
+    .unwrap();
+    let fx_off = twin(&fx);
+    // One vector of 64 frames per batch, of 16 flows (runs and repeats among them).
+    let frames: Vec<Vec<u8>> = (0..64u16)
+        .map(|i| {
+            frame(
+                (i % 3) as u8,
+                (i % 4) as u8,
+                (i % 16) as u8,
+                1000 + i % 5,
+                10,
+            )
+        })
+        .collect();
+    for n in 0..2_000u64 {
+        if n % 150 == 149 {
+            apply(&mut fx, &changes[(n / 150) as usize % changes.len()]);
+        }
+        let now = n * 1_000;
+        assert_eq!(
+            run(&mut on, &fx, &frames, now),
+            run(&mut off, &fx_off, &frames, now),
+            "batch {n}"
+        );
+    }
+    let cache = on.route_cache().unwrap();
+    assert!(
+        !cache.is_bypassing(),
+        "hits are frequent: the hit-rate rule keeps the cache on"
+    );
+    assert!(cache.counters().hits > 0);
+    // The tables' bursts at least (4 vectors of 64 lookups in 512), more if the rule closed.
+    assert!(
+        cache.counters().bypassed >= 4 * 64 * 3,
+        "{:?}",
+        cache.counters()
+    );
+}

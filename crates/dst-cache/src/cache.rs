@@ -7,6 +7,7 @@ use foldhash::quality::SeedableRandomState;
 
 use crate::bypass::Bypass;
 use crate::config::{Config, ConfigError};
+use crate::cost::{CostArm, CostGate};
 use crate::decision::Cacheable;
 use crate::generation::Snapshot;
 use crate::key::FlowKey;
@@ -121,6 +122,8 @@ pub struct DstCache<V> {
     hasher: SeedableRandomState,
     clock: u64,
     bypass: Option<Bypass>,
+    /// The adaptive bypass's cost rule ([`crate::cost`]), with the hit-rate rule.
+    cost: Option<CostGate>,
     counters: Counters,
     config: Config,
 }
@@ -143,6 +146,7 @@ impl<V: Cacheable> DstCache<V> {
             hasher,
             clock: 0,
             bypass: config.bypass.map(Bypass::new),
+            cost: config.bypass.map(|_| CostGate::new()),
             counters: Counters::default(),
             config,
         })
@@ -227,9 +231,18 @@ impl<V: Cacheable> DstCache<V> {
             self.counters.disabled += u64::from(n);
             return 0;
         }
-        let mask = match &mut self.bypass {
-            Some(bypass) => bypass.admit_many(n),
-            None => u64::MAX.checked_shr(64 - n).unwrap_or(0),
+        let mask = match (&mut self.bypass, &mut self.cost) {
+            // The cost rule, while the hit-rate rule keeps the cache on: a closed gate (or a
+            // sample of the tables' path) refuses the vector whole.
+            (Some(bypass), Some(cost)) => {
+                if !bypass.is_off() && !cost.admits() {
+                    0
+                } else {
+                    bypass.admit_many(n)
+                }
+            }
+            (Some(bypass), None) => bypass.admit_many(n),
+            (None, _) => u64::MAX.checked_shr(64 - n).unwrap_or(0),
         };
         self.counters.bypassed += u64::from(n - mask.count_ones());
         mask
@@ -399,9 +412,64 @@ impl<V> DstCache<V> {
         }
     }
 
-    /// Whether the adaptive bypass currently keeps the cache out of use.
+    /// Whether the adaptive bypass currently keeps the cache out of use (its hit-rate rule;
+    /// see [`is_cost_gated`](Self::is_cost_gated) for its cost rule).
     pub fn is_bypassing(&self) -> bool {
         self.bypass.as_ref().is_some_and(Bypass::is_off)
+    }
+
+    /// Whether the adaptive bypass's cost rule ([`cost_sample`](Self::cost_sample)) keeps the
+    /// cache out of use: its hits were not cheaper than the caller's path without it.
+    pub fn is_cost_gated(&self) -> bool {
+        !self.is_bypassing() && self.cost.as_ref().is_some_and(|c| !c.is_open())
+    }
+
+    /// The cost rule of the adaptive bypass, for a caller that hands lookups over in vectors
+    /// ([`admit_many`](Self::admit_many)): called once before each vector's `admit_many`,
+    /// it answers whether that vector is a cost sample and of which path. For a sample, the
+    /// caller times the vector's routing (from `admit_many` to the last insert: probes,
+    /// table lookups, fills) and reports it with [`record_cost`](Self::record_cost). The cache
+    /// then steps aside while its hits are not cheaper than the tables' path, and comes back
+    /// when they are cheaper by a margin (the rule and its constants: module `cost`, in the
+    /// crate's README). `None` for every vector while the hit-rate rule keeps the cache off,
+    /// while the snapshot disables caching, and without a bypass configured. A caller that
+    /// never calls it leaves the rule out.
+    ///
+    /// ```
+    /// use dst_cache::{Config, CostArm, DstCache, Generation};
+    ///
+    /// let mut cache = DstCache::<dst_cache::Decision>::new(Config::default())?;
+    /// let snapshot = Generation::new().snapshot();
+    /// for _ in 0..10_000 {
+    ///     if let Some(arm) = cache.cost_sample(snapshot) {
+    ///         let mask = cache.admit_many(snapshot, 64);
+    ///         assert_eq!(mask != 0, arm == CostArm::Cache);
+    ///         // Say the cache's path costs as much as the tables' (time for 64 lookups).
+    ///         cache.record_cost(arm, 64, 6_400);
+    ///     } else {
+    ///         cache.admit_many(snapshot, 64);
+    ///     }
+    /// }
+    /// assert!(cache.is_cost_gated());
+    /// # Ok::<(), dst_cache::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn cost_sample(&mut self, snapshot: Snapshot) -> Option<CostArm> {
+        let cost = self.cost.as_mut()?;
+        if !snapshot.enabled || self.bypass.as_ref().is_some_and(Bypass::is_off) {
+            cost.admits();
+            return None;
+        }
+        cost.sample()
+    }
+
+    /// Reports a cost sample ([`cost_sample`](Self::cost_sample)): `cost` (any unit of time,
+    /// the same for every report) for the `lookups` lookups of a vector routed by `arm`'s
+    /// path. A sample of no lookups is ignored.
+    pub fn record_cost(&mut self, arm: CostArm, lookups: usize, cost: u64) {
+        if let Some(gate) = &mut self.cost {
+            gate.record(arm, u32::try_from(lookups).unwrap_or(u32::MAX), cost);
+        }
     }
 
     /// The number of occupied slots (valid or not yet found stale).

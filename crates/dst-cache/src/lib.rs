@@ -16,7 +16,10 @@
 //!   ([`BypassConfig`]) turns the cache off when its hit rate falls below a threshold, probing
 //!   one lookup in `probe_every` (and fewer, down to one in `probe_every_max`, while the probes
 //!   keep missing) to notice when it would pay again, so that a miss-only stream costs little
-//!   more than no cache at all.
+//!   more than no cache at all; its **cost rule** ([`cost`], for callers that hand lookups
+//!   over in vectors: [`DstCache::cost_sample`]) turns it off also when its hits, timed on
+//!   sampled vectors, are not cheaper than the caller's path without it, and on again when
+//!   they are cheaper by 1/32.
 //!
 //! The kernel's merged mechanism, the per-batch [`RouteHint`], is here as the baseline.
 //!
@@ -59,6 +62,7 @@
 mod bypass;
 mod cache;
 mod config;
+pub mod cost;
 mod decision;
 mod generation;
 mod hint;
@@ -66,6 +70,7 @@ mod key;
 
 pub use cache::{Counters, DstCache, Lookup, MissToken};
 pub use config::{BypassConfig, Config, ConfigError, MAX_ENTRIES};
+pub use cost::CostArm;
 pub use decision::{Cacheable, Decision, DecisionFlags, RouteKind};
 pub use generation::{Generation, Snapshot};
 pub use hint::RouteHint;
