@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use crate::answers::RouteTag;
+use crate::answers::{Answer, RouteTag};
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -631,6 +631,7 @@ impl<K: TrieKey> Fib<K> {
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];
+        let mut fast: [Option<&'g Answer<K>>; GROUP] = [None; GROUP];
         let total = batch.count();
         let mut base = 0;
         while base < total {
@@ -659,26 +660,32 @@ impl<K: TrieKey> Fib<K> {
             };
             if let Some(merged) = merged {
                 merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
+                // Each fast answer's record, read for the whole group before the loop below
+                // uses any: independent loads that overlap, where the loop would wait on each
+                // flow's chain (id, its record's address, the record's tag, the batch's memo
+                // under that tag) one flow at a time.
+                for (slot, id) in fast[..n].iter_mut().zip(&ids[..n]) {
+                    *slot = id.and_then(|id| merged.fast_answer(id, guard));
+                }
             }
             let mut k = 0;
             for j in 0..len {
                 // The flow's fast answer, if it went to the fast structure.
-                let id = if all {
-                    Some(ids[j & (GROUP - 1)])
+                let (id, answer) = if all {
+                    (Some(ids[j & (GROUP - 1)]), fast[j & (GROUP - 1)])
                 } else if k < n && usize::from(at[k & (GROUP - 1)]) == j {
                     k += 1;
-                    Some(ids[(k - 1) & (GROUP - 1)])
+                    (
+                        Some(ids[(k - 1) & (GROUP - 1)]),
+                        fast[(k - 1) & (GROUP - 1)],
+                    )
                 } else {
-                    None
+                    (None, None)
                 };
                 // A usable route without a nexthop object, the common answer, as
                 // `finish_merged` would give it; every answer goes out through this one call of
                 // `answer`, which the compiler may then inline, leaving out what it does not
                 // read (such as the prefix). A unicast one the batch may know by its tag.
-                let answer = match (id, merged) {
-                    (Some(Some(id)), Some(merged)) => merged.fast_answer(id, guard),
-                    _ => None,
-                };
                 if let Some(tag) = answer.and_then(|a| a.tag) {
                     if batch.known(base + j, tag) {
                         continue;
