@@ -18,12 +18,12 @@
 use std::time::Instant;
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpmWriter, TrieKey, TrieWriter};
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
-use xfwd_benches::data::routes;
+use fib_trie::{FastLpmWriter, TrieKey};
 
-const FLOWS: usize = 8192;
+#[path = "shared/fast_table.rs"]
+mod fast_table;
+use fast_table::Table;
+
 const BATCH: usize = 64;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -31,12 +31,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn build<K: TrieKey + Send + Sync>(trie: &TrieWriter<K, u32>) -> FastLpmWriter<K> {
-    let mut fast = FastLpmWriter::new();
-    fast.rebuild(&mut &**trie);
-    fast
 }
 
 fn passes<K: TrieKey + Send + Sync>(fast: &FastLpmWriter<K>, keys: &[K], n: usize) -> u64 {
@@ -55,31 +49,11 @@ fn passes<K: TrieKey + Send + Sync>(fast: &FastLpmWriter<K>, keys: &[K], n: usiz
     sum
 }
 
-fn run<K: TrieKey + Send + Sync>(
-    name: &str,
-    p: &[(K, u8, u32)],
-    host: impl Fn(&mut StdRng, u8) -> K,
-) {
-    let mut trie = TrieWriter::new();
-    trie.insert_many(
-        p.iter()
-            .map(|&(k, l, v)| (k, l, (v % 64) * 256 + u32::from(l))),
-    )
-    .unwrap();
-    let mut rng = StdRng::seed_from_u64(17);
-    let keys: Vec<K> = (0..FLOWS)
-        .map(|_| {
-            let (k, l) = loop {
-                let e = p[rng.random_range(0..p.len())];
-                if e.1 > 0 {
-                    break (e.0, e.1);
-                }
-            };
-            k | host(&mut rng, l)
-        })
-        .collect();
+fn run<K: TrieKey + Send + Sync>(name: &str, table: &Table<K>) {
+    let trie = table.trie();
+    let keys = table.destinations();
     let n = env_usize("PASSES", 20);
-    let fast = build(&trie);
+    let fast = Table::fast(&trie);
     let rounds = env_usize("TIME", 0);
     if rounds == 0 {
         println!(
@@ -113,23 +87,9 @@ fn run<K: TrieKey + Send + Sync>(
 
 fn main() {
     if std::env::var("FAMILY").as_deref() == Ok("v4") {
-        let v4: Vec<(u32, u8, u32)> = routes::BGP_FULL_V4
-            .load()
-            .unwrap()
-            .iter()
-            .map(|r| (u32::from(r.prefix.addr), r.prefix.len, r.origin_asn))
-            .collect();
-        return run("bgp-full-v4", &v4, |rng, l| {
-            rng.random::<u32>().checked_shr(u32::from(l)).unwrap_or(0)
-        });
+        let (name, table) = fast_table::v4();
+        return run(name, &table);
     }
-    let v6: Vec<(u128, u8, u32)> = routes::BGP_FULL_V6
-        .load()
-        .unwrap()
-        .iter()
-        .map(|r| (u128::from(r.prefix.addr), r.prefix.len, r.origin_asn))
-        .collect();
-    run("bgp-full-v6", &v6, |rng, l| {
-        rng.random::<u128>().checked_shr(u32::from(l)).unwrap_or(0)
-    });
+    let (name, table) = fast_table::v6();
+    run(name, &table);
 }

@@ -9,39 +9,19 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crossbeam_epoch as epoch;
-use fib_trie::{FastLpmWriter, TrieKey, TrieWriter};
-use rand::rngs::StdRng;
-use rand::{RngExt, SeedableRng};
-use xfwd_benches::data::routes;
+use fib_trie::TrieKey;
 
-const FLOWS: usize = 8192;
+#[path = "shared/fast_table.rs"]
+mod fast_table;
+use fast_table::{FLOWS, Table};
 
-fn shape<K: TrieKey + Send + Sync>(
-    name: &str,
-    p: &[(K, u8, u32)],
-    host: impl Fn(&mut StdRng, u8) -> K,
-) {
-    let mut trie = TrieWriter::new();
-    trie.insert_many(
-        p.iter()
-            .map(|&(k, l, v)| (k, l, (v % 64) * 256 + u32::from(l))),
-    )
-    .unwrap();
-    let mut fast = FastLpmWriter::new();
-    fast.rebuild(&mut &*trie);
-    let mut rng = StdRng::seed_from_u64(17);
+fn shape<K: TrieKey + Send + Sync>(name: &str, table: &Table<K>) {
+    let fast = Table::fast(&table.trie());
     let guard = epoch::pin();
     let (mut loads, mut lines) = (BTreeMap::new(), BTreeMap::new());
     let mut all_lines = HashSet::new();
     let mut by_len = BTreeMap::new();
-    for _ in 0..FLOWS {
-        let (k, l) = loop {
-            let e = p[rng.random_range(0..p.len())];
-            if e.1 > 0 {
-                break (e.0, e.1);
-            }
-        };
-        let key = k | host(&mut rng, l);
+    for key in table.destinations() {
         let path = fast.lookup_path(key, &guard);
         *loads.entry(path.len()).or_insert(0usize) += 1;
         let answer_len = fast.lookup(key, &guard).map_or(0, |a| a & 255);
@@ -81,28 +61,13 @@ fn shape<K: TrieKey + Send + Sync>(
 }
 
 fn main() {
-    let v4: Vec<(u32, u8, u32)> = routes::BGP_FULL_V4
-        .load()
-        .unwrap()
-        .iter()
-        .map(|r| (u32::from(r.prefix.addr), r.prefix.len, r.origin_asn))
-        .collect();
     let family = std::env::var("FAMILY").unwrap_or_default();
     if family != "v6" {
-        shape("bgp-full-v4", &v4, |rng, l| {
-            rng.random::<u32>().checked_shr(u32::from(l)).unwrap_or(0)
-        });
+        let (name, table) = fast_table::v4();
+        shape(name, &table);
     }
-    if family == "v4" {
-        return;
+    if family != "v4" {
+        let (name, table) = fast_table::v6();
+        shape(name, &table);
     }
-    let v6: Vec<(u128, u8, u32)> = routes::BGP_FULL_V6
-        .load()
-        .unwrap()
-        .iter()
-        .map(|r| (u128::from(r.prefix.addr), r.prefix.len, r.origin_asn))
-        .collect();
-    shape("bgp-full-v6", &v6, |rng, l| {
-        rng.random::<u128>().checked_shr(u32::from(l)).unwrap_or(0)
-    });
 }

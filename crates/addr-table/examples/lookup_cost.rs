@@ -31,18 +31,9 @@ use std::net::Ipv4Addr;
 
 use addr_table::{AddrTable, AddrWriter, IfAddr, NetnsId, RhlTable, RhlWriter};
 
-/// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark.
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order
-}
+#[path = "shared/shuffled.rs"]
+mod shuffled;
+use shuffled::shuffled;
 
 #[inline(never)]
 fn lookups_addr_table(table: &AddrTable, queries: &[Ipv4Addr]) -> u64 {

@@ -27,18 +27,9 @@ use addr_table::{AddrTable, AddrWriter, IfAddr, NetnsId};
 const BATCH: usize = 1024;
 const SHIFTS: usize = 16;
 
-/// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark.
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order
-}
+#[path = "shared/shuffled.rs"]
+mod shuffled;
+use shuffled::shuffled;
 
 /// Criterion's `Bencher::iter` in short: the routine inlined into a loop of `iters` calls.
 macro_rules! timed {
