@@ -87,6 +87,10 @@ fn decide(fib: &Fib<u32>, dst: u32, guard: &epoch::Guard) -> Decision {
 }
 
 /// One way of making decisions, with its per-queue state.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one engine per queue, built once; a box would add a load to every decision"
+)]
 enum Engine {
     NoCache,
     Hint(RouteHint<Decision>),
