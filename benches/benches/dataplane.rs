@@ -31,6 +31,13 @@
 //! skips it, `DATAPLANE_AB=only` runs only it (no callgrind, no criterion);
 //! `DATAPLANE_AB_ROUNDS` (default 24) and `DATAPLANE_AB_MS` (measured milliseconds per engine
 //! and round, default 100) size it.
+//!
+//! Time per stage (diagnostics, not part of the report): built with the feature `stage-clock`
+//! (`cargo bench -p xfwd-benches --bench dataplane --features stage-clock`),
+//! `DATAPLANE_STAGES=only` times every stage of the vector pipeline with the route cache
+//! (`dataplane::stage_clock`) at 1, 8k and 100k flows, both families interleaved round by
+//! round (`DATAPLANE_AB_ROUNDS` rounds, default 24), and prints nanoseconds per packet per
+//! stage, each lap's clock read subtracted; see [`stage_report`].
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -547,6 +554,11 @@ fn per_packet(c: &mut Criterion) {
     let count_only = CountOnly::from_env();
     let ab = std::env::var("DATAPLANE_AB").unwrap_or_default();
     let in_bench = std::env::args().any(|a| a == "--bench");
+    if std::env::var("DATAPLANE_STAGES").is_ok_and(|v| v == "only") {
+        let (tables, p4, p6) = tables();
+        println!("{}", stage_report(&tables, &p4, &p6));
+        return;
+    }
     if ab == "only" {
         let (tables, p4, p6) = tables();
         write_section("dataplane-ab.md", &ab_report(&tables, &p4, &p6));
@@ -855,6 +867,100 @@ fn ab_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> String {
         }
     }
     report
+}
+
+/// Nanoseconds per packet in each stage of the vector pipeline with the route cache
+/// (`dataplane::stage_clock`, which needs the feature `stage-clock`), at 1, 8k and 100k flows,
+/// IPv4 and IPv6. Each round builds a queue per case, warms it up, then times 8 passes of
+/// each case's stream in turn, so that both families see the same load; a stage's figure is
+/// the median over the rounds, with the cost of one clock read (measured in each round)
+/// subtracted once per vector and stage.
+#[cfg(feature = "stage-clock")]
+fn stage_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> String {
+    use dataplane::stage_clock::{STAGES, read_cost, take};
+    const PASSES: usize = 8;
+    let rounds = AbSettings::from_env().rounds;
+    let mut rng = StdRng::seed_from_u64(17);
+    let mut umem = Umem {
+        chunks: vec![vec![0u8; CHUNK_SIZE]; CHUNKS],
+        next: 0,
+    };
+    let mut pool = HeapPool::new(CHUNK_SIZE, 64);
+    let cases: Vec<(&str, usize, Vec<Vec<u8>>)> = [("ipv4", false), ("ipv6", true)]
+        .into_iter()
+        .flat_map(|(family, v6)| [1, 8192, 100_000].map(|flows| (family, v6, flows)))
+        .map(|(family, v6, flows)| (family, flows, stream(flows, v6, p4, p6, &mut rng)))
+        .collect();
+    // Per case, per round: ns per packet per stage, then the whole pass.
+    let mut samples = vec![vec![Vec::new(); STAGES.len() + 1]; cases.len()];
+    for _ in 0..rounds {
+        for (c, (_, _, stream)) in cases.iter().enumerate() {
+            let (_pad, mut queue) = fresh_queue(true, &mut rng);
+            for _ in 0..2 {
+                black_box(forward(
+                    Engine::Vector,
+                    &mut queue,
+                    tables,
+                    &mut umem,
+                    &mut pool,
+                    stream,
+                ));
+            }
+            let read = read_cost(10_000);
+            let _ = take();
+            let start = std::time::Instant::now();
+            for _ in 0..PASSES {
+                black_box(forward(
+                    Engine::Vector,
+                    &mut queue,
+                    tables,
+                    &mut umem,
+                    &mut pool,
+                    stream,
+                ));
+            }
+            let whole = start.elapsed().as_nanos() as f64;
+            let (sums, vectors) = take();
+            let packets = (PASSES * stream.len()) as f64;
+            for (s, sum) in sums.iter().enumerate() {
+                let ns = (*sum as f64 - read * vectors as f64).max(0.0) / packets;
+                samples[c][s].push(ns);
+            }
+            samples[c][STAGES.len()].push(whole / packets);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let mut out = format!(
+        "## Time per stage (ns per packet, median of {rounds} rounds; clock reads subtracted)\n\n\
+         | family | flows | whole (clock on) |"
+    );
+    for stage in STAGES {
+        out.push_str(&format!(" {stage} |"));
+    }
+    out.push_str(&format!(
+        "\n|---|---:|---:|{}\n",
+        "---:|".repeat(STAGES.len())
+    ));
+    for ((family, flows, _), mut per_stage) in cases.iter().zip(samples) {
+        let whole = median(&mut per_stage[STAGES.len()]);
+        out.push_str(&format!("| {family} | {flows} | {whole:.2} |"));
+        for stage in per_stage.iter_mut().take(STAGES.len()) {
+            out.push_str(&format!(" {:.2} |", median(stage)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Without the feature `stage-clock` there is nothing to time.
+#[cfg(not(feature = "stage-clock"))]
+fn stage_report(_: &Tables, _: &[(u32, u8)], _: &[(u128, u8)]) -> String {
+    "DATAPLANE_STAGES needs the feature `stage-clock`: \
+     cargo bench -p xfwd-benches --bench dataplane --features stage-clock"
+        .to_owned()
 }
 
 /// Writes a report section to `$CRITERION_HOME/NAME` (the report appends it) and stdout.

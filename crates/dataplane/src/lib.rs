@@ -102,6 +102,7 @@ mod queue;
 mod ratelimit;
 mod reconfigure;
 pub mod route;
+pub mod stage_clock;
 mod tables;
 mod vector;
 mod verdict;

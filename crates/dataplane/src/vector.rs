@@ -44,6 +44,7 @@ use crate::parse::{self, Meta};
 use crate::pool::FramePool;
 use crate::queue::{Batch, Frame, Queue, rewrite, rewrite_out_of_line};
 use crate::route::{self, Egress, FamilyKey, Route};
+use crate::stage_clock::{Clock, Stage};
 use crate::verdict::{PuntReason, Verdict};
 use crate::wire::Family;
 
@@ -217,7 +218,10 @@ impl Queue {
     ) {
         // The lanes each stage hands on, in frame order (VPP's next-node frames).
         let mut routable = [0u8; VECTOR];
+        // Empty unless built with the feature `stage-clock` (diagnostics).
+        let mut clock = Clock::start();
         let routables = self.stage_parse(b, frames, lanes, &mut routable);
+        clock.lap(Stage::Parse);
         let mut fill = [0u8; VECTOR];
         // The cache admits the vector's lookups at once (custom rules, or the adaptive bypass,
         // refuse some or all of them): a vector it refuses whole, as a bypassed cache does
@@ -247,6 +251,7 @@ impl Queue {
         } else {
             (0, 0)
         };
+        clock.lap(Stage::Probe);
         // Nothing left for the tables when the cache answered every routable lane.
         let misses = if answered < routables { routables } else { 0 };
         let egresses = stage_fib(
@@ -257,12 +262,15 @@ impl Queue {
             lanes,
             &routable[..misses],
         );
+        clock.lap(Stage::Fib);
         if egresses > 0 {
             self.stage_egress(b, frames, lanes);
         }
+        clock.lap(Stage::Egress);
         if fills > 0 {
             self.stage_fill(b, frames, lanes, &fill[..fills]);
         }
+        clock.lap(Stage::Fill);
         if let (Some((arm, start)), Some(cache)) = (sample, &mut self.cache) {
             let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
             cache.record_cost(arm, routables, nanos);
@@ -271,8 +279,12 @@ impl Queue {
         if b.fwd_policies {
             self.stage_policy(b, frames, lanes);
         }
+        clock.lap(Stage::Policy);
         self.stage_decide(b, frames, lanes, pool);
+        clock.lap(Stage::Decide);
         self.stage_rewrite(frames, lanes);
+        clock.lap(Stage::Rewrite);
+        clock.finish();
     }
 
     /// Stage 1: Parse and validate, link-layer checks; then `fib_validate_source`: one of our
