@@ -38,6 +38,11 @@
 //! (`dataplane::stage_clock`) at 1, 8k and 100k flows, both families interleaved round by
 //! round (`DATAPLANE_AB_ROUNDS` rounds, default 24), and prints nanoseconds per packet per
 //! stage, each lap's clock read subtracted; see [`stage_report`].
+//!
+//! Two variants of the pipeline in one binary (diagnostics): built with the feature
+//! `ab-variant`, `DATAPLANE_AB=variant` times the variant under test
+//! (`dataplane::stage_clock::VARIANT` set) against the other, interleaved block by block on
+//! one queue, at 1, 8k and 100k flows, both families; see [`variant_report`].
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -559,6 +564,11 @@ fn per_packet(c: &mut Criterion) {
         println!("{}", stage_report(&tables, &p4, &p6));
         return;
     }
+    if ab == "variant" {
+        let (tables, p4, p6) = tables();
+        println!("{}", variant_report(&tables, &p4, &p6));
+        return;
+    }
     if ab == "only" {
         let (tables, p4, p6) = tables();
         write_section("dataplane-ab.md", &ab_report(&tables, &p4, &p6));
@@ -960,6 +970,91 @@ fn stage_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> String 
 fn stage_report(_: &Tables, _: &[(u32, u8)], _: &[(u128, u8)]) -> String {
     "DATAPLANE_STAGES needs the feature `stage-clock`: \
      cargo bench -p xfwd-benches --bench dataplane --features stage-clock"
+        .to_owned()
+}
+
+/// The variant under test (`dataplane::stage_clock::VARIANT`, feature `ab-variant`) against
+/// the other, in one binary: per case and round, a fresh queue with the route cache (behind a
+/// random pad), warmed up, then blocks of [`AB_BLOCK`] passes with the switch on and off,
+/// interleaved A B B A, until each has run `DATAPLANE_AB_MS`; the round's ratio is the
+/// [`AB_QUANTILE`] of the block times with the variant over the same without. Prints the
+/// median ratio − 1 with its bootstrap 95% interval.
+#[cfg(feature = "ab-variant")]
+fn variant_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> String {
+    use std::sync::atomic::Ordering;
+    let settings = AbSettings::from_env();
+    let switch = &dataplane::stage_clock::VARIANT;
+    let mut umem = Umem {
+        chunks: vec![vec![0u8; CHUNK_SIZE]; CHUNKS],
+        next: 0,
+    };
+    let mut pool = HeapPool::new(CHUNK_SIZE, 64);
+    let mut rng = StdRng::seed_from_u64(0xab);
+    let mut out = format!(
+        "## Variant A/B ({} rounds, {} ms per variant and round)\n\n\
+         | family | flows | variant (ns) | other (ns) | change (median) | 95% interval |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+        settings.rounds,
+        settings.per_engine.as_millis()
+    );
+    for (family, v6) in [("ipv4", false), ("ipv6", true)] {
+        for flows in [1, 8192, 100_000] {
+            let stream = stream(flows, v6, p4, p6, &mut rng);
+            let (mut ratios, mut all_a, mut all_b) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..settings.rounds {
+                let (_pad, mut queue) = fresh_queue(true, &mut rng);
+                for k in 0..32 {
+                    switch.store(k % 2 == 0, Ordering::Relaxed);
+                    ab_block(&mut queue, tables, &mut umem, &mut pool, &stream);
+                }
+                let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
+                let (mut spent_a, mut spent_b) = (0.0f64, 0.0f64);
+                let budget = settings.per_engine.as_nanos() as f64;
+                let block_packets = (AB_BLOCK * stream.len()) as f64;
+                let mut k = 0usize;
+                while spent_a < budget || spent_b < budget {
+                    let on = k % 4 == 0 || k % 4 == 3;
+                    switch.store(on, Ordering::Relaxed);
+                    let t = ab_block(&mut queue, tables, &mut umem, &mut pool, &stream);
+                    if on {
+                        spent_a += t * block_packets;
+                        times_a.push(t);
+                    } else {
+                        spent_b += t * block_packets;
+                        times_b.push(t);
+                    }
+                    k += 1;
+                }
+                times_a.sort_by(f64::total_cmp);
+                times_b.sort_by(f64::total_cmp);
+                let (a, b) = (
+                    quantile(&times_a, AB_QUANTILE),
+                    quantile(&times_b, AB_QUANTILE),
+                );
+                ratios.push(a / b);
+                all_a.push(a);
+                all_b.push(b);
+            }
+            switch.store(true, Ordering::Relaxed);
+            let change = (median(&mut ratios) - 1.0) * 100.0;
+            let (lo, hi) = bootstrap_median(&ratios);
+            out.push_str(&format!(
+                "| {family} | {flows} | {:.2} | {:.2} | {change:+.2}% | {:+.2}% … {:+.2}% |\n",
+                median(&mut all_a),
+                median(&mut all_b),
+                (lo - 1.0) * 100.0,
+                (hi - 1.0) * 100.0
+            ));
+        }
+    }
+    out
+}
+
+/// Without the feature `ab-variant` there is no switch.
+#[cfg(not(feature = "ab-variant"))]
+fn variant_report(_: &Tables, _: &[(u32, u8)], _: &[(u128, u8)]) -> String {
+    "DATAPLANE_AB=variant needs the feature `ab-variant`: \
+     cargo bench -p xfwd-benches --bench dataplane --features ab-variant"
         .to_owned()
 }
 

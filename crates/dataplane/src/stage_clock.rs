@@ -116,3 +116,21 @@ impl Clock {
     #[inline(always)]
     pub(crate) fn finish(self) {}
 }
+
+/// An experiment's switch for in-process A/B runs of two variants in one binary (feature
+/// `ab-variant`; diagnostics): while it is `true`, the pipeline takes the variant under test.
+#[cfg(feature = "ab-variant")]
+pub static VARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether the variant under test runs: [`VARIANT`] with the feature `ab-variant`, else always.
+#[inline(always)]
+pub(crate) fn variant() -> bool {
+    #[cfg(feature = "ab-variant")]
+    {
+        VARIANT.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    #[cfg(not(feature = "ab-variant"))]
+    {
+        true
+    }
+}

@@ -74,6 +74,8 @@ pub(crate) enum Step {
     Routed,
     /// Passed every check: a plain transmit by `route`'s hop, to be rewritten.
     Rewrite,
+    /// Rewritten by the decide stage, its verdict set and counted: nothing left to do.
+    Sent,
 }
 
 /// What makes a lane's route-cache key ([`route::flow_key`]: destination, TOS without ECN,
@@ -280,9 +282,12 @@ impl Queue {
             self.stage_policy(b, frames, lanes);
         }
         clock.lap(Stage::Policy);
-        self.stage_decide(b, frames, lanes, pool);
+        let sent = self.stage_decide(b, frames, lanes, pool, crate::stage_clock::variant());
         clock.lap(Stage::Decide);
-        self.stage_rewrite(frames, lanes);
+        // A vector whose every frame the decide stage sent needs no pass of its own.
+        if sent < frames.len() {
+            self.stage_rewrite(frames, lanes);
+        }
         clock.lap(Stage::Rewrite);
         clock.finish();
     }
@@ -516,7 +521,9 @@ impl Queue {
         frames: &mut [Frame<'_>],
         lanes: &mut [Lane],
         pool: &mut P,
-    ) {
+        fused: bool,
+    ) -> usize {
+        let mut sent = 0;
         for (frame, lane) in frames.iter_mut().zip(lanes.iter_mut()) {
             let Step::Routed = lane.step else {
                 continue;
@@ -536,7 +543,14 @@ impl Queue {
                     && hop.is_resolved()
                     && !meta.src_is_v6_link_local()
                 {
-                    lane.step = Step::Rewrite;
+                    if fused {
+                        rewrite(frame, meta, hop);
+                        frame.verdict = Verdict::Transmit { ifindex: hop.oif };
+                        lane.step = Step::Sent;
+                        sent += 1;
+                    } else {
+                        lane.step = Step::Rewrite;
+                    }
                     continue;
                 }
             }
@@ -552,6 +566,8 @@ impl Queue {
                 route => Step::Done(self.dispatch(b, frame, meta, *route, pool)),
             };
         }
+        self.counters.count_transmits(sent as u64);
+        sent
     }
 
     /// Stages 8 and 9 in one pass: the rewrite of every plain transmit (TTL / hop limit,
@@ -569,6 +585,8 @@ impl Queue {
                     continue;
                 }
                 (Step::Done(verdict), _) => verdict,
+                // Rewritten, its verdict set and counted by the decide stage.
+                (Step::Sent, _) => continue,
                 // Every stage above moves each lane on; none is left behind.
                 _ => Verdict::Pending,
             };
