@@ -118,19 +118,8 @@ impl Clock {
 }
 
 /// An experiment's switch for in-process A/B runs of two variants in one binary (feature
-/// `ab-variant`; diagnostics): while it is `true`, the pipeline takes the variant under test.
+/// `ab-variant`; diagnostics; the dataplane bench's `DATAPLANE_AB=variant`): while it is
+/// `true`, the pipeline takes the variant under test. No stage reads it now: an experiment
+/// reads it (`VARIANT.load(Relaxed)`, once per vector) where its variants differ.
 #[cfg(feature = "ab-variant")]
 pub static VARIANT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-/// Whether the variant under test runs: [`VARIANT`] with the feature `ab-variant`, else always.
-#[inline(always)]
-pub(crate) fn variant() -> bool {
-    #[cfg(feature = "ab-variant")]
-    {
-        VARIANT.load(std::sync::atomic::Ordering::Relaxed)
-    }
-    #[cfg(not(feature = "ab-variant"))]
-    {
-        true
-    }
-}
