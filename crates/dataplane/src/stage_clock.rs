@@ -1,12 +1,12 @@
 //! Time per stage of the vector pipeline, for diagnostics: with the cargo feature
 //! `stage-clock`, every vector reads the clock before its first stage and after each stage,
-//! and adds the laps to this thread's totals ([`take`]); without it, [`Clock`] is empty and
+//! and adds the laps to this thread's totals (`take`); without it, `Clock` is empty and
 //! every call on it compiles to nothing.
 //!
 //! The laps include one clock read each (tens of nanoseconds on a VM's vDSO clock, measured
-//! by [`read_cost`]): subtract it, per vector, before comparing stages.
+//! by `read_cost`): subtract it, per vector, before comparing stages.
 
-/// The stages the clock tells apart, in the order they run ([`take`]'s indices).
+/// The stages the clock tells apart, in the order they run (`take`'s indices).
 pub const STAGES: [&str; 8] = [
     "parse", "probe", "fib", "egress", "fill", "policy", "decide", "rewrite",
 ];
