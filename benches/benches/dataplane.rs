@@ -394,8 +394,9 @@ impl CountOnly {
 /// Passes per engine in the instruction count (after the checking pass).
 const COUNT_PASSES: usize = 2;
 
-/// The stages of the vector pipeline, in order, as callgrind names them (`stage_rewrite`
-/// gives the verdicts and counts too).
+/// The stages of the vector pipeline, in order, as callgrind names them (`stage_decide`
+/// rewrites the plain transmits it passes; `stage_rewrite`, only for a vector with another
+/// frame, rewrites the rest and gives the other frames' verdicts and counts).
 const STAGES: [&str; 7] = [
     "stage_parse",
     "stage_probe",
@@ -456,8 +457,10 @@ fn instruction_report() -> Option<String> {
         "## Instructions per packet (callgrind)\n\nCounted by the bench itself under \
          `valgrind --tool=callgrind` (load-independent), after a checking pass, over two \
          passes of the stream per engine; the stage columns split the vector pipeline's \
-         (`dataplane` with the route cache, `off` without). `ceiling / vector` is the share of \
-         the vector pipeline's instructions that the ceiling engine needs.\n\n",
+         (`dataplane` with the route cache, `off` without); `decide` includes the rewrite of \
+         the plain transmits it passes, `rewrite` is the pass for a vector with another \
+         frame. `ceiling / vector` is the share of the vector pipeline's instructions that \
+         the ceiling engine needs.\n\n",
     );
     let mut header = String::from(
         "| family | flows | dataplane | dst-cache-off | scalar | ceiling | ceiling / vector |",
