@@ -858,6 +858,13 @@ impl<'g, K: FamilyKey + 'g> fib_trie::FlowBatch<'g, K> for FibBatch<'_, '_, K> {
         self.tag = Some(tag);
         false
     }
+
+    /// The route `known` did not know was retired meanwhile: the answer that follows is not
+    /// to be remembered under its tag.
+    #[inline(always)]
+    fn unknown(&mut self, _: usize) {
+        self.tag = None;
+    }
 }
 
 /// The decision of the FIB's `result` for `lane` (its frame's packet bytes in `packet`), when

@@ -3,9 +3,13 @@
 //! prefix with the same result, so a table of a million routes through a few next hops has a
 //! few dozen answers and their table stays in cache.
 //!
-//! Readers map an answer to its result through a two-level array of epoch-protected pointers;
-//! the writer interns results, counts the prefixes using each, and retires an answer (its
-//! index is reused) once no prefix uses it and every reader pinned before has unpinned.
+//! Readers map an answer to its result through a two-level array of epoch-protected pointers,
+//! each beside its answer's [`RouteTag`] (so that a reader that remembers decisions by tag, as
+//! the dataplane's ingress memo does, reads the tag without the answer's own line: in-process
+//! A/B of the dataplane under load, IPv6 8k flows −5.9%, IPv4 −4.5%, against reading each
+//! answer for its tag); the writer interns results, counts the prefixes using each, and
+//! retires an answer (its index is reused) once no prefix uses it and every reader pinned
+//! before has unpinned.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,7 +96,16 @@ impl AnswerKey {
     }
 }
 
-struct Chunk<K>([Atomic<Answer<K>>; CHUNK]);
+/// One answer's place: the answer and, beside it, its tag ([`Answer::tag`] as
+/// [`RouteTag::get`], 0 for none), so that a reader that only needs the tag (a batch that
+/// remembers decisions by tag, [`FlowBatch::known`](crate::FlowBatch::known)) reads it from
+/// the same line as the answer's address, without the answer's own line.
+struct Place<K> {
+    answer: Atomic<Answer<K>>,
+    tag: AtomicU64,
+}
+
+struct Chunk<K>([Place<K>; CHUNK]);
 
 /// The answers of one store.
 pub(crate) struct Answers<K> {
@@ -133,9 +146,26 @@ impl<K: TrieKey> Answers<K> {
         unsafe {
             let chunk = chunk.load(Ordering::Acquire, guard).as_ref()?;
             chunk.0[id as usize & (CHUNK - 1)]
+                .answer
                 .load(Ordering::Acquire, guard)
                 .as_ref()
         }
+    }
+
+    /// The tag of answer `id` ([`Answer::tag`]), if it has one and is live: what
+    /// [`get`](Self::get)`(id)?.tag` gives, read beside the answer's address (one load less).
+    /// Under the same guard, an answer read afterwards with `get` is the same one (an index
+    /// is reused only once the readers that could hold it are gone) or, if it was retired
+    /// meanwhile, none.
+    #[inline(always)]
+    pub(crate) fn tag(&self, id: u32, guard: &Guard) -> Option<RouteTag> {
+        let chunk = self.chunks.get((id >> CHUNK_BITS) as usize)?;
+        // SAFETY: as in `get`: chunks live as long as `self`.
+        let chunk = unsafe { chunk.load(Ordering::Acquire, guard).as_ref()? };
+        let tag = chunk.0[id as usize & (CHUNK - 1)]
+            .tag
+            .load(Ordering::Acquire);
+        std::num::NonZeroU64::new(tag).map(RouteTag)
     }
 
     /// The answer of a live result.
@@ -176,7 +206,10 @@ impl<K: TrieKey> Answers<K> {
         let chunk = &self.chunks[(id >> CHUNK_BITS) as usize];
         let mut loaded = chunk.load(Ordering::Acquire, guard);
         if loaded.is_null() {
-            let fresh = Owned::new(Chunk(std::array::from_fn(|_| Atomic::null())));
+            let fresh = Owned::new(Chunk(std::array::from_fn(|_| Place {
+                answer: Atomic::null(),
+                tag: AtomicU64::new(0),
+            })));
             loaded = fresh.into_shared(guard);
             chunk.store(loaded, Ordering::Release);
         }
@@ -196,7 +229,11 @@ impl<K: TrieKey> Answers<K> {
         });
         // SAFETY: the chunk was just loaded or published, and chunks live as long as `self`.
         let slot = unsafe { &loaded.deref().0[id as usize & (CHUNK - 1)] };
-        slot.store(answer, Ordering::Release);
+        // The tag first: a reader that finds the answer finds its tag (and one that reads the
+        // tag got the index from a structure published after both).
+        let tag = if tagged { tag.get() } else { 0 };
+        slot.tag.store(tag, Ordering::Release);
+        slot.answer.store(answer, Ordering::Release);
         w.ids.insert(key, id);
         w.refs.insert(id, (key, 1));
         Some(id)
@@ -228,7 +265,8 @@ impl<K: TrieKey> Answers<K> {
         let chunk = self.chunks[(id >> CHUNK_BITS) as usize].load(Ordering::Acquire, guard);
         // SAFETY: a live answer's chunk exists and lives as long as `self`.
         let slot = unsafe { &chunk.deref().0[id as usize & (CHUNK - 1)] };
-        let old = slot.swap(Shared::null(), Ordering::AcqRel, guard);
+        slot.tag.store(0, Ordering::Release);
+        let old = slot.answer.swap(Shared::null(), Ordering::AcqRel, guard);
         // SAFETY: the answer was just unlinked and is retired once; readers that loaded it are
         // pinned, so it is freed after they unpin.
         unsafe { guard.defer_destroy(old) };
@@ -275,7 +313,7 @@ impl<K> Drop for Answers<K> {
                     continue;
                 }
                 for a in c.deref().0.iter().take(next - i * CHUNK) {
-                    let a = a.load(Ordering::Relaxed, guard);
+                    let a = a.answer.load(Ordering::Relaxed, guard);
                     if !a.is_null() {
                         drop(a.into_owned());
                     }
@@ -312,6 +350,75 @@ mod tests {
         assert_eq!(Arc::strong_count(&alias.info), n + 1);
         drop(answers);
         assert_eq!(Arc::strong_count(&alias.info), 1);
+    }
+
+    /// The tag read beside an answer's address is the answer's own tag while it is live (none
+    /// for a route that has no tag), none once it is retired, and the new answer's when the
+    /// index is reused.
+    #[test]
+    fn the_tag_beside_the_answer_is_the_answers() {
+        let alias_of = |r: Route<u32>| FibAlias {
+            table: 254,
+            tos: 0,
+            route_type: r.route_type,
+            info: r.info.into(),
+        };
+        let a = alias_of(Route::unicast(
+            0x0a00_0000,
+            8,
+            254,
+            vec![NextHop::new(Some(1), 2)],
+        ));
+        let b = alias_of(Route::unicast(
+            0x0b00_0000,
+            8,
+            254,
+            vec![NextHop::new(Some(3), 2)],
+        ));
+        let mut c = alias_of(Route::unicast(
+            0x0c00_0000,
+            8,
+            254,
+            vec![NextHop::new(Some(1), 2)],
+        ));
+        c.route_type = RouteType::Blackhole;
+        let answers = Answers::<u32>::new();
+        let guard = crossbeam_epoch::pin();
+        let ia = answers.acquire(&a, 8, 0, &guard).unwrap();
+        let ia16 = answers.acquire(&a, 16, 0, &guard).unwrap();
+        let ic = answers.acquire(&c, 8, 0, &guard).unwrap();
+        for id in [ia, ia16, ic] {
+            assert_eq!(
+                answers.tag(id, &guard),
+                answers.get(id, &guard).unwrap().tag
+            );
+        }
+        assert!(answers.tag(ia, &guard).is_some());
+        assert_eq!(answers.tag(ia, &guard), answers.tag(ia16, &guard));
+        assert_eq!(answers.tag(ic, &guard), None);
+        assert_eq!(answers.tag(u32::MAX, &guard), None, "no chunk");
+        answers.release(&a, 16, 0, &guard);
+        assert_eq!(answers.tag(ia16, &guard), None);
+        assert!(answers.get(ia16, &guard).is_none());
+        drop(guard);
+        // The index comes back (once the epoch moves on) with the new answer's tag.
+        let mut reused = None;
+        for _ in 0..64 {
+            let guard = crossbeam_epoch::pin();
+            guard.flush();
+            if answers.free.lock().unwrap().contains(&ia16) {
+                let id = answers.acquire(&b, 8, 0, &guard).unwrap();
+                assert_eq!(id, ia16);
+                reused = Some(id);
+                break;
+            }
+        }
+        let guard = crossbeam_epoch::pin();
+        if let Some(id) = reused {
+            let tag = answers.tag(id, &guard);
+            assert!(tag.is_some() && tag != answers.tag(ia, &guard));
+            assert_eq!(tag, answers.get(id, &guard).unwrap().tag);
+        }
     }
 }
 

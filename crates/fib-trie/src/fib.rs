@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use crate::answers::{Answer, RouteTag};
+use crate::answers::RouteTag;
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -631,7 +631,7 @@ impl<K: TrieKey> Fib<K> {
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
         let mut ids = [None; GROUP];
-        let mut fast: [Option<&'g Answer<K>>; GROUP] = [None; GROUP];
+        let mut tags: [Option<RouteTag>; GROUP] = [None; GROUP];
         let total = batch.count();
         let mut base = 0;
         while base < total {
@@ -660,36 +660,48 @@ impl<K: TrieKey> Fib<K> {
             };
             if let Some(merged) = merged {
                 merged.fast_batch(&dsts[..n], &mut ids[..n], guard);
-                // Each fast answer's record, read for the whole group before the loop below
-                // uses any: independent loads that overlap, where the loop would wait on each
-                // flow's chain (id, its record's address, the record's tag, the batch's memo
-                // under that tag) one flow at a time.
-                for (slot, id) in fast[..n].iter_mut().zip(&ids[..n]) {
-                    *slot = id.and_then(|id| merged.fast_answer(id, guard));
+                // Each fast answer's tag, read for the whole group before the loop below uses
+                // any: independent loads that overlap, where the loop would wait on each
+                // flow's chain (id, its tag, the batch's memo under that tag) one flow at a
+                // time. The tag sits beside the answer's address (`Answers::tag`), so a
+                // lookup the batch knows by its tag never reads the answer itself.
+                for (tag, id) in tags[..n].iter_mut().zip(&ids[..n]) {
+                    *tag = id.and_then(|id| merged.fast_tag(id, guard));
                 }
             }
             let mut k = 0;
             for j in 0..len {
-                // The flow's fast answer, if it went to the fast structure.
-                let (id, answer) = if all {
-                    (Some(ids[j & (GROUP - 1)]), fast[j & (GROUP - 1)])
+                // The flow's fast answer and its tag, if it went to the fast structure.
+                let (id, tag) = if all {
+                    (Some(ids[j & (GROUP - 1)]), tags[j & (GROUP - 1)])
                 } else if k < n && usize::from(at[k & (GROUP - 1)]) == j {
                     k += 1;
                     (
                         Some(ids[(k - 1) & (GROUP - 1)]),
-                        fast[(k - 1) & (GROUP - 1)],
+                        tags[(k - 1) & (GROUP - 1)],
                     )
                 } else {
                     (None, None)
                 };
-                // A usable route without a nexthop object, the common answer, as
-                // `finish_merged` would give it; every answer goes out through this one call of
-                // `answer`, which the compiler may then inline, leaving out what it does not
-                // read (such as the prefix). A unicast one the batch may know by its tag.
-                if let Some(tag) = answer.and_then(|a| a.tag) {
+                // A unicast route without a nexthop object (the only answers with a tag) the
+                // batch may know by its tag.
+                if let Some(tag) = tag {
                     if batch.known(base + j, tag) {
                         continue;
                     }
+                }
+                // A usable route without a nexthop object, the common answer, as
+                // `finish_merged` would give it; every answer goes out through this one call of
+                // `answer`, which the compiler may then inline, leaving out what it does not
+                // read (such as the prefix).
+                let answer = match (merged, id) {
+                    (Some(merged), Some(Some(id))) => merged.fast_answer(id, guard),
+                    _ => None,
+                };
+                if tag.is_some() && answer.and_then(|a| a.tag) != tag {
+                    // Retired since its tag was read (a concurrent change): the result below
+                    // is another route's.
+                    batch.unknown(base + j);
                 }
                 // Built again (from the caller's own data, still in the cache), not kept.
                 let flow = batch.flow(base + j);
@@ -820,12 +832,23 @@ pub trait FlowBatch<'g, K> {
     /// if so (`true`), the FIB builds no result and does not call [`answer`](Self::answer)
     /// for `k`. Called at most once per lookup, only for such results, and when it returns
     /// `false`, `answer(k, ..)` with that route's result follows before any other call, so
-    /// the batch may keep `tag` until then (to remember the decision under it). The default
-    /// knows nothing.
+    /// the batch may keep `tag` until then (to remember the decision under it), unless
+    /// [`unknown`](Self::unknown)`(k)` comes first (the route was retired meanwhile). The
+    /// default knows nothing.
     #[inline(always)]
     fn known(&mut self, k: usize, tag: RouteTag) -> bool {
         let _ = (k, tag);
         false
+    }
+
+    /// Lookup `k`'s route, about which [`known`](Self::known) was asked and answered
+    /// `false`, was retired by a concurrent change before its result was built: the result
+    /// [`answer`](Self::answer) hands over next for `k` is another route's (or none), and
+    /// must not be remembered under the tag `known` was given. Called (rarely) between the
+    /// two; the default does nothing (a batch that keeps no tags).
+    #[inline(always)]
+    fn unknown(&mut self, k: usize) {
+        let _ = k;
     }
 }
 

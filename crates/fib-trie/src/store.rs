@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
-use crate::answers::{Answer, AnswerKey, Answers};
+use crate::answers::{Answer, AnswerKey, Answers, RouteTag};
 use crate::fast::{FastLpm, PrefixSource};
 use crate::key::TrieKey;
 use crate::node::Alias;
@@ -232,6 +232,13 @@ impl<K: TrieKey> Store<K> {
     #[inline(always)]
     pub(crate) fn fast_answer<'g>(&'g self, id: u32, guard: &'g Guard) -> Option<&'g Answer<K>> {
         self.answers.get(id, guard)
+    }
+
+    /// The tag of fast-structure answer `id` (its [`Answer::tag`]) without reading the
+    /// answer itself (see [`Answers::tag`]).
+    #[inline(always)]
+    pub(crate) fn fast_tag(&self, id: u32, guard: &Guard) -> Option<RouteTag> {
+        self.answers.tag(id, guard)
     }
 
     /// The result of a fast-structure answer `a` for an eligible `flow` when its route has
