@@ -91,6 +91,12 @@ impl<T: Zeroable> ZeroedArray<T> {
         unsafe { &*self.ptr.as_ptr().add(i) }
     }
 
+    /// The addresses of the array's bytes (diagnostics: where its memory sits).
+    pub(crate) fn address_range(&self) -> std::ops::Range<usize> {
+        let start = self.ptr.as_ptr() as usize;
+        start..start + self.len * size_of::<T>()
+    }
+
     /// The elements.
     #[inline(always)]
     pub(crate) fn as_slice(&self) -> &[T] {
@@ -154,6 +160,9 @@ mod tests {
             let huge = len * 4 >= HUGE_PAGE && !cfg!(miri);
             let align = if huge { HUGE_PAGE } else { 4 };
             assert_eq!(a.as_slice().as_ptr() as usize % align, 0, "{len}");
+            let range = a.address_range();
+            assert_eq!(range.start, a.as_slice().as_ptr() as usize);
+            assert_eq!(range.len(), len * 4);
             // The bucket tags' element: 8 bytes.
             let a = ZeroedArray::<AtomicU64>::new(len);
             assert!(a.as_slice().iter().all(|x| x.load(Ordering::Relaxed) == 0));
