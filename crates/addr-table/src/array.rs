@@ -139,9 +139,9 @@ impl<T: Zeroable> Drop for ZeroedArray<T> {
 ///
 /// The allocator would hand back memory it recycles (a bucket table freed after a rehash, a
 /// hashbrown table that grew), already backed by 4 KiB pages, which `MADV_HUGEPAGE` does not
-/// replace (only `khugepaged`, minutes later, may): measured 2026-11-29 (branch addrhuge), a
-/// process that built four 1M tables in a row got its 2 MiB tag arrays on huge pages in two
-/// of them and on 4 KiB pages in the other two. Fresh anonymous memory, advised before its
+/// replace (only `khugepaged`, minutes later, may): measured 2026-11-29 (branch addrhuge,
+/// example `addr_huge copies=4`), processes that built four 1M tables in a row left the 2 MiB
+/// tag array on 4 KiB pages in 3 of 8 tables. Fresh anonymous memory, advised before its
 /// first write, takes huge pages at its first faults whenever the kernel has them: fib-trie's
 /// arena (`crates/fib-trie/src/fast/arena.rs`) maps its chunks the same way.
 #[inline(always)]
