@@ -158,9 +158,9 @@ fn map_huge(layout: Layout) -> *mut u8 {
     let span = size + HUGE_PAGE;
     // SAFETY: an anonymous private mapping of `span` bytes, owned by us; the parts before
     // and after the `size` bytes at the first `HUGE_PAGE` boundary are unmapped again and
-    // never used (both page-aligned, `size` being a multiple of `HUGE_PAGE`); the advice only changes
-    // how the kernel backs the memory, never its contents or validity, and its result is
-    // ignored (a hint).
+    // never used (both page-aligned, `size` being a multiple of `HUGE_PAGE`); the advice
+    // only changes how the kernel backs the memory, never its contents or validity, and its
+    // result is ignored (a hint).
     unsafe {
         let raw = libc::mmap(
             std::ptr::null_mut(),
