@@ -244,6 +244,8 @@ fn lookup(c: &mut Criterion) {
         })
         .collect();
 
+    placement_report(&built);
+
     let mut group = c.benchmark_group("addr-table/lookup");
     configure(&mut group);
     for (n, e, hits, _) in &built {
@@ -257,6 +259,62 @@ fn lookup(c: &mut Criterion) {
         lookup_engines(&mut group, e, *n, misses);
     }
     group.finish();
+}
+
+/// Sizes from which the placement of the tables' memory is reported: the ones whose tables
+/// outgrow the L2 and the TLB's reach.
+const PLACEMENT_MIN: usize = 100_000;
+
+/// Where the largest tables' memory sits, before any is timed: the share of `addr-table`'s
+/// bucket lines and tags and of hashbrown's slots on transparent huge pages, the 2 MiB
+/// physical frames holding them, and their mappings' `AnonHugePages`
+/// (`xfwd_benches::thp`; pages and frames need root). Printed and written beside criterion's
+/// data as `addr-table-placement.md`, which `cargo xtask bench` appends to the report, so that
+/// a run's outlier at these sizes can be checked against where its tables were.
+fn placement_report(built: &[(usize, Engines, Vec<Ipv4Addr>, Vec<Ipv4Addr>)]) {
+    let mut report = String::from(
+        "\n## Placement of the largest tables (this run)\n\n\
+         Read from `/proc/self` after the tables were built, before any was timed \
+         (`xfwd_benches::thp`): each array's share on transparent huge pages (4 KiB pages \
+         counted by their frames' `KPF_THP`; `?` without root), the distinct 2 MiB physical \
+         frames holding it, and the `AnonHugePages` of the mapping that holds its start. \
+         hashbrown's slots are the span of its keys' addresses (its control bytes excluded).\n\n\
+         | addresses | array | MiB | on huge pages | 2 MiB frames | mapping MiB (AnonHugePages) |\n\
+         |---:|---|---:|---:|---:|---|\n",
+    );
+    for (n, e, _, _) in built.iter().filter(|b| b.0 >= PLACEMENT_MIN) {
+        let [lines, tags] = e.addr_table.family::<Ipv4Addr>().hash().bucket_arrays();
+        let (lo, hi) = e.hashbrown.keys().fold((usize::MAX, 0), |(lo, hi), k| {
+            let a = std::ptr::from_ref(k) as usize;
+            (lo.min(a), hi.max(a + size_of::<(u32, u32)>()))
+        });
+        for (name, range) in [
+            ("addr-table lines", lines),
+            ("addr-table tags", tags),
+            ("hashbrown slots", lo..hi),
+        ] {
+            let p = xfwd_benches::thp::placement(range);
+            let mib = |b: usize| b as f64 / f64::from(1 << 20);
+            report.push_str(&format!(
+                "| {n} | {name} | {:.1} | {} | {} | {} |\n",
+                mib(p.bytes),
+                p.huge_share()
+                    .map_or_else(|| "?".into(), |s| format!("{:.0}%", 100.0 * s)),
+                p.frames_2m.map_or_else(|| "?".into(), |f| f.to_string()),
+                p.mapping.map_or_else(
+                    || "?".into(),
+                    |(size, huge)| format!("{:.1} ({:.1})", mib(size), mib(huge))
+                ),
+            ));
+        }
+    }
+    println!("addr-table/placement:{report}");
+    let dir = std::env::var_os("CRITERION_HOME")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("target/criterion"));
+    if std::fs::create_dir_all(&dir).is_ok() {
+        let _ = std::fs::write(dir.join("addr-table-placement.md"), &report);
+    }
 }
 
 /// A reader's batch of lookups, returning the sum of the answers.
@@ -450,6 +508,17 @@ fn footprint<T>(make: impl Fn() -> T) -> usize {
         .expect("older garbage was freed inside every one of three measurements")
 }
 
+/// Bytes of `t`'s bucket arrays that addr-table maps straight from the kernel rather than
+/// taking from the global allocator (arrays of 2 MiB and more, on Linux: `ZeroedArray` in
+/// `crates/addr-table/src/array.rs`), which the counting allocator does not see.
+fn mapped_arrays(t: &addr_table::RhlTable<u32, u32>) -> usize {
+    t.bucket_arrays()
+        .iter()
+        .map(|r| r.len())
+        .filter(|&bytes| cfg!(target_os = "linux") && bytes >= 2 << 20)
+        .sum()
+}
+
 /// Lets the epoch collector free what this thread retired so far.
 fn flush_epoch() {
     for _ in 0..16 {
@@ -483,17 +552,18 @@ fn empty_netns(c: &mut Criterion) {
     }
     // Populated: 100,000 keys (u32 -> u32), the size where lookups leave the caches.
     let n = 100_000u32;
+    let rhl = || {
+        let mut t = RhlWriter::<u32, u32>::new();
+        (0..n).for_each(|k| t.insert(k, k).expect("fresh key"));
+        t.finish_rehash();
+        // Let the epoch free the tables the growth retired.
+        flush_epoch();
+        t
+    };
     let rows = [
         (
             "addr-table (RhlTable)",
-            footprint(|| {
-                let mut t = RhlWriter::<u32, u32>::new();
-                (0..n).for_each(|k| t.insert(k, k).expect("fresh key"));
-                t.finish_rehash();
-                // Let the epoch free the tables the growth retired.
-                flush_epoch();
-                t
-            }),
+            footprint(rhl) + mapped_arrays(rhl().reader()),
         ),
         (
             "fixed-256",

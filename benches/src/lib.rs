@@ -19,3 +19,5 @@ pub mod data;
 #[cfg(feature = "dpdk")]
 #[allow(unsafe_code, reason = "FFI to DPDK's rte_fib and rte_fib6")]
 pub mod dpdk;
+#[cfg(unix)]
+pub mod thp;

@@ -1146,6 +1146,11 @@ impl<K: Inline + Hash + Eq, V: Inline> BucketTable<K, V> {
         }
     }
 
+    /// The address ranges of the lines' and the tags' arrays (diagnostics).
+    pub(crate) fn array_ranges(&self) -> [std::ops::Range<usize>; 2] {
+        [self.buckets.address_range(), self.tags.address_range()]
+    }
+
     /// Bucket `index`'s tag (tests).
     #[cfg(test)]
     pub(crate) fn tag(&self, index: usize) -> Tag {

@@ -542,6 +542,17 @@ where
         (newest.hash(key), newest.lines())
     }
 
+    /// The address ranges of the newest bucket table's two arrays, its 64-byte bucket lines
+    /// and its bucket tags (`[lines, tags]`), under the writer lock. For diagnostics: where the
+    /// memory a lookup reads sits, for example whether it is on huge pages (the benchmark
+    /// reports it from `/proc/self/smaps`). Overflow lines and duplicate lists are not in them.
+    /// The ranges change with every rehash, and their memory is freed after it.
+    pub fn bucket_arrays(&self) -> [std::ops::Range<usize>; 2] {
+        let _w = self.lock();
+        let tables = self.live_tables();
+        tables[tables.len() - 1].array_ranges()
+    }
+
     /// The current table and, during a rehash, its future table. Caller holds the writer lock.
     fn live_tables(&self) -> Vec<&BucketTable<K, V>> {
         // SAFETY: the caller holds the writer lock, and only a writer retires tables.
@@ -1026,6 +1037,35 @@ mod tests {
                 }
             });
         }
+    }
+
+    #[test]
+    fn bucket_arrays_are_the_newest_tables_lines_and_tags() {
+        let t: RhlTable<u32, u32> = RhlTable::with_params(Params {
+            min_size: 32,
+            seed: SeedMode::Deterministic(3),
+            ..Params::default()
+        })
+        .unwrap();
+        let check = |t: &RhlTable<u32, u32>| {
+            let [lines, tags] = t.bucket_arrays();
+            let buckets = t.stats().buckets;
+            assert_eq!(lines.len(), buckets * 64);
+            assert_eq!(tags.len(), buckets * 8);
+            assert_eq!(lines.start % 64, 0);
+            assert!(
+                lines.end <= tags.start || tags.end <= lines.start,
+                "{lines:?} {tags:?}"
+            );
+            (lines, buckets)
+        };
+        let (before, buckets) = check(&t);
+        for k in 0..200 {
+            t.insert(k, k).unwrap();
+        }
+        t.finish_rehash();
+        let (after, grown) = check(&t);
+        assert!(grown > buckets && after != before);
     }
 
     #[test]
