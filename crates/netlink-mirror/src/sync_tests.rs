@@ -361,8 +361,16 @@ fn memory_redump_cycles() {
         let je = format!("{je}{}", arenas_in_use());
         #[cfg(not(feature = "diag-jemalloc"))]
         let je = String::new();
+        // The peak since the last sample (VmHWM, reset after reading).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let peak = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .map_or("?", str::trim)
+            .to_owned();
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
         format!(
-            "rss {} KiB{je} (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
+            "peak {peak}, rss {} KiB{je} (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
             pages * 4,
             m.arena / 1024,
             m.uordblks / 1024,
@@ -556,7 +564,7 @@ fn memory_redump_cycles() {
                 if grown_every > 0 && (i + 1) % grown_every == 0 {
                     let w = &mut applier.writers;
                     if compactor.compact_grown(&mut w.fib4, &mut w.fib6) > 0 {
-                        eprintln!("compacted grown at {}", i + 2);
+                        eprintln!("compacted grown at {}: {}", i + 2, rss_kib());
                     }
                 } else if every > 0 && (i + 1) % every == 0 {
                     let w = &mut applier.writers;
