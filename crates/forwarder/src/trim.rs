@@ -13,8 +13,8 @@
 //! freed now is returned within `dirty_decay_ms` (10 s by default), by a background thread
 //! ([`configure`] turns them on; without them only when the arena is used again). [`Trimmer`]
 //! in addition purges every arena ([`trim`], `arena.<all>.purge`) once the tables have
-//! changed and have then been quiet for a moment (or every 10 s under steady churn, and a
-//! second after each bulk rebuild), from the link monitor's thread, never on a run loop:
+//! changed and have then been quiet for a moment (or every 10 s under steady churn, and one
+//! and four seconds after each bulk rebuild), from the link monitor's thread, never on a run loop:
 //! after a mass change the freed pages go back at once rather than over the next seconds.
 //! [`memory`] says where the memory is, by jemalloc's own counts.
 
@@ -88,7 +88,8 @@ impl Trimmer {
     }
 
     /// [`Trimmer::due`], with `rebuilds` the bulk rebuilds of the tables so far: a change of it
-    /// makes a trim due [`Trimmer::AFTER_REBUILD`] later.
+    /// makes a trim due [`Trimmer::AFTER_REBUILD`] later, and another
+    /// [`Trimmer::AFTER_REBUILD_AGAIN`] after the rebuild.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
