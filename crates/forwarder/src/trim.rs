@@ -13,8 +13,8 @@
 //! freed now is returned within `dirty_decay_ms` (10 s by default), by a background thread
 //! ([`configure`] turns them on; without them only when the arena is used again). [`Trimmer`]
 //! in addition purges every arena ([`trim`], `arena.<all>.purge`) once the tables have
-//! changed and have then been quiet for a moment (or every 10 s under steady churn, and a
-//! second after each bulk rebuild), from the link monitor's thread, never on a run loop:
+//! changed and have then been quiet for a moment (or every 10 s under steady churn, and one
+//! and four seconds after each bulk rebuild), from the link monitor's thread, never on a run loop:
 //! after a mass change the freed pages go back at once rather than over the next seconds.
 //! [`memory`] says where the memory is, by jemalloc's own counts.
 
@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 /// Decides when to trim: after the table generation changed, once it has stayed the same for
 /// [`Trimmer::QUIET`] (a burst of changes is over), or after [`Trimmer::MAX_WAIT`] under
 /// changes that never pause; at most once per [`Trimmer::PERIOD`]; and
-/// [`Trimmer::AFTER_REBUILD`] after each bulk rebuild of the tables ([`Trimmer::due_with`]).
+/// [`Trimmer::AFTER_REBUILD`] and [`Trimmer::AFTER_REBUILD_AGAIN`] after each bulk rebuild of
+/// the tables ([`Trimmer::due_with`]).
 ///
 /// ```
 /// use std::time::{Duration, Instant};
@@ -43,7 +44,8 @@ pub struct Trimmer {
     seen: u64,
     seen_at: Instant,
     rebuilds: u64,
-    rebuilt_at: Option<Instant>,
+    /// The last bulk rebuild, and how many of its trims are done.
+    rebuilt_at: Option<(Instant, usize)>,
 }
 
 impl Trimmer {
@@ -60,6 +62,12 @@ impl Trimmer {
     /// holds the arenas' locks for tens of milliseconds (25-80 ms measured on a 70 MiB heap
     /// with 42 MiB free in small pieces, load 18), so trims stay rare otherwise.
     pub const AFTER_REBUILD: Duration = Duration::from_secs(1);
+    /// And once more this long after a bulk rebuild: a refill's last changes and the old
+    /// tables' nodes freed after the first trim stayed resident as jemalloc's dirty pages
+    /// until the next periodic trim or their decay, up to 10 s later, into the samples the
+    /// soak counts (13 MiB at 304-311 s in the full-table soak of 2026-11-29 06:09, the
+    /// live heap flat; `docs/forwarder.md`, "Memory after mass changes").
+    pub const AFTER_REBUILD_AGAIN: Duration = Duration::from_secs(4);
 
     /// Starts at `now` with the tables at `generation` (nothing to trim yet).
     pub fn new(now: Instant, generation: u64) -> Self {
@@ -80,7 +88,8 @@ impl Trimmer {
     }
 
     /// [`Trimmer::due`], with `rebuilds` the bulk rebuilds of the tables so far: a change of it
-    /// makes a trim due [`Trimmer::AFTER_REBUILD`] later.
+    /// makes a trim due [`Trimmer::AFTER_REBUILD`] later, and another
+    /// [`Trimmer::AFTER_REBUILD_AGAIN`] after the rebuild.
     ///
     /// ```
     /// use std::time::{Duration, Instant};
@@ -94,17 +103,20 @@ impl Trimmer {
     /// assert!(!trimmer.due_with(at(200), 9, 1), "rebuilt just now");
     /// assert!(!trimmer.due_with(at(900), 10, 1));
     /// assert!(trimmer.due_with(at(1300), 11, 1), "a second after the rebuild");
-    /// assert!(!trimmer.due_with(at(2400), 12, 1), "once");
+    /// assert!(!trimmer.due_with(at(2400), 12, 1), "not again yet");
+    /// assert!(trimmer.due_with(at(4300), 13, 1), "and once more");
+    /// assert!(!trimmer.due_with(at(9000), 14, 1), "no more: the periodic trims after");
     /// ```
     pub fn due_with(&mut self, now: Instant, generation: u64, rebuilds: u64) -> bool {
         if rebuilds != self.rebuilds {
             self.rebuilds = rebuilds;
-            self.rebuilt_at = Some(now);
+            self.rebuilt_at = Some((now, 0));
         }
-        if let Some(at) = self.rebuilt_at
-            && now.duration_since(at) >= Self::AFTER_REBUILD
+        if let Some((at, done)) = self.rebuilt_at
+            && let Some(&after) = [Self::AFTER_REBUILD, Self::AFTER_REBUILD_AGAIN].get(done)
+            && now.duration_since(at) >= after
         {
-            self.rebuilt_at = None;
+            self.rebuilt_at = (done == 0).then_some((at, 1));
             self.trimmed_at = now;
             self.trimmed_generation = generation;
             return true;

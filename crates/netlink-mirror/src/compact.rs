@@ -28,6 +28,18 @@
 //! +12.1-12.4% over the bulk-loaded table before, +3.8-4.2% with the growth rebuild; rebuilt
 //! on the control thread instead (one arena) +8.1-8.4% without it and +8.6-8.8% with it, so the
 //! rebuild keeps its thread.
+//!
+//! Which arena a new thread gets is not which arena the live tables are in, though: the
+//! control thread calls [`Compactor::compact`] at each round it has caught up, and each call
+//! starts a thread (which rebuilds only if a table is worn), so the parked arena and the one
+//! after it take turns with every round, whether anything was rebuilt or not; and once the
+//! embedder's threads hold all of the allocator's automatic arenas, a new thread shares one
+//! with them. So a rebuild could land in the arena that held the tables it replaced, among
+//! their nodes and the holes they leave when freed. With the feature `jemalloc-arenas` (the
+//! `xfwd` binary's) the rebuild's thread allocates in one of two arenas of jemalloc's made
+//! for the purpose (`arenas.create`; automatic selection gives them to no other thread), and
+//! a rebuild goes to the one that does not hold the live tables: the slot is switched only
+//! after a rebuild, so the old tables' arena empties entirely once readers unpin.
 
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -59,11 +71,24 @@ impl Rule {
 
 /// Rebuilds worn tables on a thread of their own (keeping the last such thread parked), or
 /// on the calling thread ([`Compactor::on_calling_thread`]).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Compactor {
     parked: Option<(JoinHandle<()>, mpsc::Sender<()>)>,
     /// Rebuild on the calling thread (the control thread): no thread, one arena.
     here: bool,
+    /// Which of the two rebuild arenas (module `arenas`) the next rebuild allocates in: the
+    /// one that does not hold the tables of the last rebuild. `None`: the thread's own arena.
+    slot: Option<usize>,
+}
+
+impl Default for Compactor {
+    fn default() -> Self {
+        Compactor {
+            parked: None,
+            here: false,
+            slot: arenas::available().then_some(0),
+        }
+    }
 }
 
 impl Compactor {
@@ -75,6 +100,19 @@ impl Compactor {
         Compactor {
             parked: None,
             here: true,
+            slot: None,
+        }
+    }
+
+    /// A compactor whose rebuilds allocate in whichever arena the allocator gives their
+    /// thread, as without the feature `jemalloc-arenas` (`XFWD_AUTO_ARENAS`: the memory
+    /// diagnosis's comparison).
+    #[cfg(test)]
+    pub(crate) fn with_automatic_arenas() -> Self {
+        Compactor {
+            parked: None,
+            here: false,
+            slot: None,
         }
     }
 
@@ -121,9 +159,13 @@ impl Compactor {
         let (done_tx, done_rx) = mpsc::channel::<usize>();
         let (exit_tx, exit_rx) = mpsc::channel::<()>();
         let theirs = Arc::clone(&slot);
+        let arena = self.slot;
         let spawned = std::thread::Builder::new()
             .name("xfwd-compact".into())
             .spawn(move || {
+                if let Some(arena) = arena {
+                    arenas::bind(arena);
+                }
                 let mut writers = theirs.lock().unwrap_or_else(|p| p.into_inner());
                 let rebuilt = writers.as_mut().map_or(0, |(w4, w6)| rule.apply(w4, w6));
                 drop(writers);
@@ -154,11 +196,120 @@ impl Compactor {
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .expect("the writers are put back in the slot");
-        let rebuilt = rebuilt.unwrap_or_else(|| rule.apply(&mut w4, &mut w6));
+        let rebuilt = match rebuilt {
+            Some(rebuilt) => {
+                // The new tables are in this slot's arena now: the next rebuild goes to the
+                // other one, which empties as the old tables are freed.
+                if rebuilt > 0
+                    && let Some(slot) = &mut self.slot
+                {
+                    *slot ^= 1;
+                }
+                rebuilt
+            }
+            None => rule.apply(&mut w4, &mut w6),
+        };
         *fib4 = w4;
         *fib6 = w6;
         rebuilt
     }
+}
+
+/// The two jemalloc arenas that bulk rebuilds allocate in, taken in turn (feature
+/// `jemalloc-arenas`; see the module documentation).
+#[cfg(feature = "jemalloc-arenas")]
+mod arenas {
+    use std::sync::OnceLock;
+
+    /// The two arenas' indices, created at the first use; `None` if jemalloc refused.
+    static ARENAS: OnceLock<Option<[u32; 2]>> = OnceLock::new();
+
+    fn get() -> Option<[u32; 2]> {
+        *ARENAS.get_or_init(|| Some([create()?, create()?]))
+    }
+
+    /// A new arena of jemalloc's (`arenas.create`): automatic arena selection never gives
+    /// it to a thread, so only a thread bound to it ([`bind`]) allocates there.
+    #[allow(unsafe_code)]
+    fn create() -> Option<u32> {
+        let mut index: u32 = 0;
+        let mut len = std::mem::size_of::<u32>();
+        // SAFETY: `arenas.create` writes an `unsigned` (u32) to `oldp`, of the size `oldlenp`
+        // gives; no new value is passed. Tested by `tests::rebuilds_alternate_between_their_arenas`.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"arenas.create".as_ptr(),
+                (&raw mut index).cast(),
+                &raw mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        (rc == 0).then_some(index)
+    }
+
+    /// Whether the rebuild arenas exist (created now if not yet).
+    pub(super) fn available() -> bool {
+        get().is_some()
+    }
+
+    /// Binds the calling thread to rebuild arena `slot` (0 or 1): what it allocates from now
+    /// on comes from there. Does nothing if the arenas could not be created.
+    #[allow(unsafe_code)]
+    pub(super) fn bind(slot: usize) {
+        let Some(arenas) = get() else { return };
+        let mut index = arenas[slot & 1];
+        // SAFETY: `thread.arena` reads an `unsigned` (u32) from `newp`, of `newlen` bytes; no
+        // old value is asked for. Tested by `tests::rebuilds_alternate_between_their_arenas`.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"thread.arena".as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                (&raw mut index).cast(),
+                std::mem::size_of::<u32>(),
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(rc, "the rebuild thread kept its own arena");
+        }
+    }
+
+    /// The arena the calling thread allocates in (`thread.arena`).
+    #[cfg(test)]
+    #[allow(unsafe_code)]
+    pub(super) fn current() -> u32 {
+        let mut index: u32 = u32::MAX;
+        let mut len = std::mem::size_of::<u32>();
+        // SAFETY: as in `create`: an `unsigned` written to `oldp`.
+        let rc = unsafe {
+            tikv_jemalloc_sys::mallctl(
+                c"thread.arena".as_ptr(),
+                (&raw mut index).cast(),
+                &raw mut len,
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        assert_eq!(rc, 0);
+        index
+    }
+
+    /// The two arenas' indices.
+    #[cfg(test)]
+    pub(super) fn indices() -> Option<[u32; 2]> {
+        get()
+    }
+}
+
+/// Without the feature `jemalloc-arenas`: the thread keeps the arena it was given.
+#[cfg(not(feature = "jemalloc-arenas"))]
+mod arenas {
+    pub(super) fn available() -> bool {
+        false
+    }
+
+    pub(super) fn bind(_slot: usize) {}
 }
 
 impl Drop for Compactor {
@@ -167,5 +318,60 @@ impl Drop for Compactor {
             drop(exit);
             let _ = thread.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fib_trie::{InsertFlags, NextHop, Route};
+
+    /// A table of `n` routes inserted one by one: worn ([`FibWriter::compact`] rebuilds it).
+    fn worn(n: u32) -> FibWriter<u32> {
+        let mut fib = FibWriter::<u32>::new();
+        let hop = vec![NextHop::new(Some(0x0a00_0001), 2)];
+        for i in 0..n {
+            let route = Route::unicast(0x0b00_0000 | i << 8, 24, 254, hop.clone());
+            fib.insert(&route, InsertFlags::ADD).unwrap();
+        }
+        fib
+    }
+
+    #[test]
+    fn the_slot_moves_on_only_after_a_rebuild() {
+        let mut compactor = Compactor::default();
+        let first = compactor.slot;
+        assert_eq!(first.is_some(), cfg!(feature = "jemalloc-arenas"));
+        let (mut fib4, mut fib6) = (worn(5_000), FibWriter::<u128>::new());
+        assert_eq!(compactor.compact(&mut fib4, &mut fib6), 1);
+        let after = compactor.slot;
+        assert_eq!(
+            after,
+            first.map(|s| s ^ 1),
+            "the next rebuild goes to the other arena"
+        );
+        assert_eq!(compactor.compact(&mut fib4, &mut fib6), 0);
+        assert_eq!(compactor.slot, after, "nothing rebuilt: the slot stays");
+    }
+
+    #[cfg(feature = "jemalloc-arenas")]
+    #[test]
+    fn rebuilds_alternate_between_their_arenas() {
+        let [a, b] = arenas::indices().expect("jemalloc made the rebuild arenas");
+        assert_ne!(a, b);
+        let bound = |slot| {
+            std::thread::spawn(move || {
+                let before = arenas::current();
+                arenas::bind(slot);
+                (before, arenas::current())
+            })
+            .join()
+            .unwrap()
+        };
+        let (own, first) = bound(0);
+        assert_eq!(first, a);
+        assert_ne!(own, a, "no thread is given a rebuild arena unasked");
+        assert_eq!(bound(1).1, b);
+        assert_eq!(bound(2).1, a);
     }
 }

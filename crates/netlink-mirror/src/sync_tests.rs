@@ -357,10 +357,20 @@ fn memory_redump_cycles() {
                 stats::retained::read().unwrap() / 1024
             )
         };
+        #[cfg(feature = "diag-jemalloc")]
+        let je = format!("{je}{}", arenas_in_use());
         #[cfg(not(feature = "diag-jemalloc"))]
         let je = String::new();
+        // The peak since the last sample (VmHWM, reset after reading).
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let peak = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .map_or("?", str::trim)
+            .to_owned();
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
         format!(
-            "rss {} KiB{je} (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
+            "peak {peak}, rss {} KiB{je} (heap {} KiB: in use {} KiB, free {} KiB; mmapped {} KiB; fast arenas {} KiB)",
             pages * 4,
             m.arena / 1024,
             m.uordblks / 1024,
@@ -368,6 +378,39 @@ fn memory_redump_cycles() {
             m.hblkhd / 1024,
             fib_trie::FastLpm::<u32>::arena_bytes_in_process() / 1024
         )
+    }
+    /// Each arena's threads, active and allocated MiB (those with pages in use).
+    #[cfg(feature = "diag-jemalloc")]
+    fn arenas_in_use() -> String {
+        use tikv_jemalloc_ctl::raw;
+        let narenas: u32 = tikv_jemalloc_ctl::arenas::narenas::read().unwrap();
+        let mut out = String::from(" arenas");
+        for i in 0..narenas + 2 {
+            // SAFETY: each name's value is the type read (size_t or unsigned, jemalloc's
+            // manual); a name of an arena that does not exist is an error, not a read.
+            let read = |what: &str| unsafe {
+                raw::read::<usize>(format!("stats.arenas.{i}.{what}\0").as_bytes())
+            };
+            let (Ok(pactive), Ok(small), Ok(large)) = (
+                read("pactive"),
+                read("small.allocated"),
+                read("large.allocated"),
+            ) else {
+                continue;
+            };
+            // SAFETY: as above, an unsigned.
+            let threads =
+                unsafe { raw::read::<u32>(format!("stats.arenas.{i}.nthreads\0").as_bytes()) }
+                    .unwrap_or(0);
+            if pactive > 0 {
+                out += &format!(
+                    " a{i}:{threads}t act {:.1} alloc {:.1};",
+                    (pactive * 4096) as f64 / 1048576.0,
+                    (small + large) as f64 / 1048576.0
+                );
+            }
+        }
+        out
     }
     let trim = || {
         // SAFETY: malloc_trim takes no pointers.
@@ -413,6 +456,20 @@ fn memory_redump_cycles() {
             crossbeam_epoch::pin().flush();
         }
     }
+    // XFWD_THREADS=K: K other threads hold arenas as xfwd's do (the run loops, the control
+    // socket, metrics, the link monitor), each having allocated once, until the end.
+    let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+    let hold_rx = std::sync::Arc::new(std::sync::Mutex::new(hold_rx));
+    let holders: Vec<_> = (0..std::env::var("XFWD_THREADS").map_or(0, |k| k.parse().unwrap()))
+        .map(|_| {
+            let rx = std::sync::Arc::clone(&hold_rx);
+            std::thread::spawn(move || {
+                let kept = std::hint::black_box(vec![0u8; 64]);
+                let _ = rx.lock().unwrap().recv();
+                drop(kept);
+            })
+        })
+        .collect();
     let (mut applier, tables, _) = applier();
     let n: usize = std::env::var("XFWD_ROUTES").map_or(100_000, |c| c.parse().unwrap());
     let rs = match std::env::var("XFWD_ROUTES_FILE") {
@@ -466,6 +523,9 @@ fn memory_redump_cycles() {
     // not used by the mirror: docs/forwarder.md).
     let mut compactor = if std::env::var("XFWD_COMPACT_HERE").is_ok() {
         crate::compact::Compactor::on_calling_thread()
+    } else if std::env::var("XFWD_AUTO_ARENAS").is_ok() {
+        // As before the feature `jemalloc-arenas`: the thread's own arena.
+        crate::compact::Compactor::with_automatic_arenas()
     } else {
         crate::compact::Compactor::default()
     };
@@ -504,7 +564,7 @@ fn memory_redump_cycles() {
                 if grown_every > 0 && (i + 1) % grown_every == 0 {
                     let w = &mut applier.writers;
                     if compactor.compact_grown(&mut w.fib4, &mut w.fib6) > 0 {
-                        eprintln!("compacted grown at {}", i + 2);
+                        eprintln!("compacted grown at {}: {}", i + 2, rss_kib());
                     }
                 } else if every > 0 && (i + 1) % every == 0 {
                     let w = &mut applier.writers;
@@ -565,6 +625,38 @@ fn memory_redump_cycles() {
             }
             Err(_) => {}
         }
+        // XFWD_CHURN=N: steady churn after the refill, N changes (a route deleted, re-added
+        // 500 changes later), the mirror caught up (a `compact` call, which starts a rebuild
+        // thread whether anything is worn or not) every XFWD_CHURN_ROUND changes (default
+        // 100: 1,000 changes a second, a round every 100 ms).
+        let churn: usize = std::env::var("XFWD_CHURN").map_or(0, |c| c.parse().unwrap());
+        let round: usize = std::env::var("XFWD_CHURN_ROUND").map_or(100, |c| c.parse().unwrap());
+        let mut spawns = 0usize;
+        for i in 0..churn / 2 {
+            let r = &rs[(cycle * 7919 + i * 104_729) % rs.len()];
+            applier.apply(del_route(r));
+            applier.apply(new_route(r));
+            if (2 * i + 2) % round.max(1) < 2 {
+                let w = &mut applier.writers;
+                compactor.compact(&mut w.fib4, &mut w.fib6);
+                spawns += 1;
+            }
+        }
+        // XFWD_SPAWNS=j (or "cycle": the cycle's number): j more rounds that rebuild nothing,
+        // so that the next rebuild's thread gets the other automatic arena.
+        let extra = match std::env::var("XFWD_SPAWNS").as_deref() {
+            Ok("cycle") => cycle,
+            Ok(j) => j.parse().unwrap(),
+            Err(_) => 0,
+        };
+        for _ in 0..extra {
+            let w = &mut applier.writers;
+            compactor.compact(&mut w.fib4, &mut w.fib6);
+            spawns += 1;
+        }
+        if churn > 0 || extra > 0 {
+            eprintln!("churned {churn}, {spawns} rounds");
+        }
         settle();
         trim();
         eprintln!(
@@ -575,6 +667,10 @@ fn memory_redump_cycles() {
         );
     }
     drop((pending, applier, tables, compactor));
+    drop(hold_tx);
+    for h in holders {
+        h.join().unwrap();
+    }
     settle();
     trim();
     eprintln!("dropped: {}", rss_kib());
