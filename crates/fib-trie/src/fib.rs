@@ -677,13 +677,14 @@ impl<K: TrieKey> Fib<K> {
             }
             let mut k = 0;
             for j in 0..len {
-                // The flow's fast answer and its tag, if it went to the fast structure.
+                // The flow's fast answer (raw: `NONE` for none) and its tag, if it went to the
+                // fast structure.
                 let (id, tag) = if all {
-                    (Some(answer_of(ids[j & (GROUP - 1)])), tags[j & (GROUP - 1)])
+                    (Some(ids[j & (GROUP - 1)]), tags[j & (GROUP - 1)])
                 } else if k < n && usize::from(at[k & (GROUP - 1)]) == j {
                     k += 1;
                     (
-                        Some(answer_of(ids[(k - 1) & (GROUP - 1)])),
+                        Some(ids[(k - 1) & (GROUP - 1)]),
                         tags[(k - 1) & (GROUP - 1)],
                     )
                 } else {
@@ -701,7 +702,7 @@ impl<K: TrieKey> Fib<K> {
                 // `answer`, which the compiler may then inline, leaving out what it does not
                 // read (such as the prefix).
                 let answer = match (merged, id) {
-                    (Some(merged), Some(Some(id))) => merged.fast_answer(id, guard),
+                    (Some(merged), Some(id)) if id != NONE => merged.fast_answer(id, guard),
                     _ => None,
                 };
                 if tag.is_some() && answer.and_then(|a| a.tag) != tag {
@@ -714,7 +715,7 @@ impl<K: TrieKey> Fib<K> {
                 let plain = answer.and_then(|a| Store::plain_result(a, &flow));
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
-                    _ => self.lookup_slow(snap, id, &flow, guard),
+                    _ => self.lookup_slow(snap, id.map(answer_of), &flow, guard),
                 };
                 batch.answer(base + j, &flow, result);
             }
