@@ -1,4 +1,4 @@
-//! `FastLpm::lookup_batch` alone, as the dataplane's FIB stage calls it: bgp-full-v4 or
+//! `FastLpm::lookup_batch_raw` alone, as the dataplane's FIB stage calls it: bgp-full-v4 or
 //! bgp-full-v6 (`FAMILY=v4|v6`, default v6) with FIB-like answers (next hop and prefix
 //! length, as `fast_shape` builds it), 8,192 destinations drawn as the dataplane bench draws
 //! them (a random announced prefix other than the default, random host bits), looked up in
@@ -35,14 +35,14 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 fn passes<K: TrieKey + Send + Sync>(fast: &FastLpmWriter<K>, keys: &[K], n: usize) -> u64 {
     let guard = epoch::pin();
-    let mut out = [None; BATCH];
+    let mut out = [u32::MAX; BATCH];
     let mut sum = 0u64;
     for _ in 0..n {
         for chunk in keys.chunks(BATCH) {
-            fast.lookup_batch(chunk, &mut out, &guard);
+            fast.lookup_batch_raw(chunk, &mut out, &guard);
             sum += out[..chunk.len()]
                 .iter()
-                .map(|a| u64::from(a.unwrap_or(0)))
+                .map(|&a| if a == u32::MAX { 0 } else { u64::from(a) })
                 .sum::<u64>();
         }
     }

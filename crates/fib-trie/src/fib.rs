@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crossbeam_epoch::{self as epoch, Atomic, Guard, Owned};
 
 use crate::answers::RouteTag;
+use crate::fast::NONE;
 use crate::guard::check_guard;
 use crate::key::TrieKey;
 use crate::multipath::MultipathPolicy;
@@ -630,7 +631,8 @@ impl<K: TrieKey> Fib<K> {
         let gate = merged.map_or(FastGate::CLOSED, Store::fast_gate);
         let mut dsts = [K::ZERO; GROUP];
         let mut at = [0u8; GROUP];
-        let mut ids = [None; GROUP];
+        // The fast answers, raw (`NONE` for none: four bytes each, no tag to write).
+        let mut ids = [NONE; GROUP];
         let mut tags: [Option<RouteTag>; GROUP] = [None; GROUP];
         let total = batch.count();
         let mut base = 0;
@@ -665,13 +667,18 @@ impl<K: TrieKey> Fib<K> {
                 // flow's chain (id, its tag, the batch's memo under that tag) one flow at a
                 // time. The tag sits beside the answer's address (`Answers::tag`), so a
                 // lookup the batch knows by its tag never reads the answer itself.
-                for (tag, id) in tags[..n].iter_mut().zip(&ids[..n]) {
-                    *tag = id.and_then(|id| merged.fast_tag(id, guard));
+                for (tag, &id) in tags[..n].iter_mut().zip(&ids[..n]) {
+                    *tag = if id == NONE {
+                        None
+                    } else {
+                        merged.fast_tag(id, guard)
+                    };
                 }
             }
             let mut k = 0;
             for j in 0..len {
-                // The flow's fast answer and its tag, if it went to the fast structure.
+                // The flow's fast answer (raw: `NONE` for none) and its tag, if it went to the
+                // fast structure.
                 let (id, tag) = if all {
                     (Some(ids[j & (GROUP - 1)]), tags[j & (GROUP - 1)])
                 } else if k < n && usize::from(at[k & (GROUP - 1)]) == j {
@@ -695,7 +702,7 @@ impl<K: TrieKey> Fib<K> {
                 // `answer`, which the compiler may then inline, leaving out what it does not
                 // read (such as the prefix).
                 let answer = match (merged, id) {
-                    (Some(merged), Some(Some(id))) => merged.fast_answer(id, guard),
+                    (Some(merged), Some(id)) if id != NONE => merged.fast_answer(id, guard),
                     _ => None,
                 };
                 if tag.is_some() && answer.and_then(|a| a.tag) != tag {
@@ -708,7 +715,7 @@ impl<K: TrieKey> Fib<K> {
                 let plain = answer.and_then(|a| Store::plain_result(a, &flow));
                 let result = match plain {
                     Some(r) if usable(r.route_type()) => Ok(r),
-                    _ => self.lookup_slow(snap, id, &flow, guard),
+                    _ => self.lookup_slow(snap, id.map(answer_of), &flow, guard),
                 };
                 batch.answer(base + j, &flow, result);
             }
@@ -890,6 +897,13 @@ fn finish_merged<'g, K: TrieKey>(
         TableLookup::Continue => default().unwrap_or(TableLookup::Continue),
         answer => answer,
     })
+}
+
+/// A raw fast answer ([`FastLpm::lookup_batch_raw`](crate::FastLpm::lookup_batch_raw):
+/// `NONE` for none) as an `Option`.
+#[inline(always)]
+fn answer_of(id: u32) -> Option<u32> {
+    (id != NONE).then_some(id)
 }
 
 /// Whether a route of this type is a lookup's answer as it is (`classify`'s `Found`): not a

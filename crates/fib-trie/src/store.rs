@@ -275,10 +275,11 @@ impl<K: TrieKey> Store<K> {
         }
     }
 
-    /// The fast structure's answers for `dsts` into `ids` (see [`FastLpm::lookup_batch`]).
+    /// The fast structure's answers for `dsts` into `ids`, raw: `u32::MAX` for none (see
+    /// [`FastLpm::lookup_batch_raw`]).
     #[inline]
-    pub(crate) fn fast_batch(&self, dsts: &[K], ids: &mut [Option<u32>], guard: &Guard) {
-        self.fast.lookup_batch(dsts, ids, guard);
+    pub(crate) fn fast_batch(&self, dsts: &[K], ids: &mut [u32], guard: &Guard) {
+        self.fast.lookup_batch_raw(dsts, ids, guard);
     }
 
     /// The result of a fast-structure answer `id` for an eligible `flow`: `Some(found)`, or

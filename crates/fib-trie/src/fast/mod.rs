@@ -223,26 +223,108 @@ impl<K: TrieKey> Root<K> {
     /// The answer for `key`: its first-level slot, then (IPv6) up to two direct slots, then
     /// one node per six bits until a leaf. The root must be live (read under a pinned guard,
     /// or owned).
+    #[inline(always)]
+    fn descend(&self, key: K) -> Option<u32> {
+        Option::from_raw(self.descend_raw(self.slots.as_ptr(), key, self.bits))
+    }
+}
+
+/// One branch-free step into a direct node of the fixed width `BITS` whose bits end at depth
+/// `END`: if the raw entry `p`, read from `at`, is a direct node, its slot for the key's bits
+/// `END - BITS` to `END - 1` (taken from `top`, the key's top 64 bits), and `true`; else `at`
+/// read again (a hit in L1) and `false`. Either way one load, whose address a conditional
+/// move picks: no branch on `p`'s kind, which is mispredicted for about one key in two when
+/// regions of both kinds are looked up (and a mispredicted branch that waits on a load
+/// discards the work of the keys after it).
+///
+/// # Safety
+/// `at` must be a live slot (of a live root, read under a pinned guard, or owned), and `p`
+/// the entry read from it; if `p` is a direct node, it must be one of `2^BITS` slots (a
+/// direct node at depth `END - BITS`: `direct_bits` fixes the width by the depth).
+#[inline(always)]
+unsafe fn direct_select<const END: u8, const BITS: u8>(
+    p: *mut node::Node,
+    at: *const Slot,
+    top: u64,
+) -> (*mut node::Node, *const Slot, bool) {
+    const { assert!(BITS > 0 && BITS <= END && END <= 64) };
+    let is_direct = p.addr() & TAG_BITS == DIRECT_TAG;
+    debug_assert!(!is_direct || node::raw_direct(p).1 == BITS);
+    let slots = node::raw_direct(p).0;
+    // Meaningless (and never read through) unless `p` is a direct node.
+    let index = ((top >> (64 - END)) & ((1 << BITS) - 1)) as usize;
+    let at = std::hint::select_unpredictable(is_direct, slots.wrapping_add(index), at);
+    // SAFETY: `at` is the caller's live slot, or the slot of the live direct node `p` points
+    // to that `index` picks (`BITS` bits of the key, below its `2^BITS` slots: the caller
+    // guarantees the width).
+    let next = unsafe { (*at).load(Ordering::Acquire) };
+    (next, at, is_direct)
+}
+
+/// How many keys ahead [`FastLpm::lookup_batch`] prefetches first-level slots (best of 0,
+/// 4, 8 and 16 on bgp-full-v4 here).
+const AHEAD: usize = 8;
+
+/// Bit `i` is set where a tagged pointer whose low six bits are `i` is a skip or a direct
+/// node (low three bits [`SKIP_TAG`] or [`DIRECT_TAG`]; the bits above them are a direct
+/// node's width or an answer's bits, and an answer has bit 0 set): the lookup tells such an
+/// entry from a node or an answer with one bit test instead of two tests and an `or`.
+const SKIP_OR_DIRECT: u64 = {
+    let mut mask = 0u64;
+    let mut i = 0;
+    while i < 64 {
+        if i & TAG_BITS == SKIP_TAG || i & TAG_BITS == DIRECT_TAG {
+            mask |= 1 << i;
+        }
+        i += 1;
+    }
+    mask
+};
+const _: () = assert!(SKIP_OR_DIRECT == 0x1414_1414_1414_1414);
+
+/// What a batch lookup writes for an answer: the raw `u32` ([`NONE`] where no prefix
+/// covers the key; four bytes, no tag) or an `Option<u32>`.
+trait Out: Copy {
+    /// The output for the raw answer `answer`.
+    fn from_raw(answer: u32) -> Self;
+}
+
+impl Out for u32 {
+    #[inline(always)]
+    fn from_raw(answer: u32) -> Self {
+        answer
+    }
+}
+
+impl Out for Option<u32> {
+    #[inline(always)]
+    fn from_raw(answer: u32) -> Self {
+        (answer != NONE).then_some(answer)
+    }
+}
+
+impl<K: TrieKey> Root<K> {
+    /// The answer for `key` ([`NONE`] where no prefix covers it) in a root whose width the
+    /// caller passes and whose slots start at `base`: `bits` must be `self.bits` (a constant
+    /// where the caller has checked it, so that every shift by the first level's width is a
+    /// constant one), `base` `self.slots` (passed so that a batch loop keeps it in a
+    /// register: after each slot's acquire load the compiler would read `self.slots` again,
+    /// one more load on every key's chain). The root must be live (read under a pinned
+    /// guard, or owned).
     ///
     /// The hot loop works on the slots' raw tagged pointers (a node is told by its two low
     /// bits being clear, an answer by bit 0, with no decoding into an [`Entry`] and no null
     /// test), reads the first-level slot without a bounds check, and keeps the key shifted
     /// so that the next node's six bits are its top bits: one constant shift per step, where
     /// [`index_at`] takes a variable shift and a range test (several instructions on `u128`).
+    /// The answer is returned raw, so that a batch writes four bytes per key and no tag.
     #[inline(always)]
-    fn descend(&self, key: K) -> Option<u32> {
-        self.descend_at(key, self.bits)
-    }
-
-    /// [`descend`](Self::descend) in a root whose width the caller passes: `bits` must be
-    /// `self.bits` (a constant where the caller has checked it, so that every shift by the
-    /// first level's width is a constant one).
-    #[inline(always)]
-    fn descend_at(&self, key: K, bits: u8) -> Option<u32> {
+    fn descend_raw(&self, base: *const Slot, key: K, bits: u8) -> u32 {
         debug_assert_eq!(bits, self.bits);
+        debug_assert_eq!(base, self.slots.as_ptr().cast_const());
         // SAFETY: `slot_index_at` is the key's top `bits` bits, below the `1 << bits` slots,
-        // which live as long as the root (see `slots`).
-        let slot = unsafe { self.slots.as_ptr().add(Self::slot_index_at(key, bits)) }.cast_const();
+        // which start at `base` and live as long as the root (see `slots`).
+        let slot = unsafe { base.add(Self::slot_index_at(key, bits)) };
         // SAFETY: as above.
         let p = unsafe { (*slot).load(Ordering::Acquire) };
         if K::BITS == 128 {
@@ -257,8 +339,7 @@ impl<K: TrieKey> Root<K> {
             // (keys to announced prefixes almost never land on one, uniform keys almost
             // always), so it is predicted well, and it spares those keys two loads.
             if p.addr() & 1 != 0 {
-                let answer = raw_answer(p);
-                return (answer != NONE).then_some(answer);
+                return raw_answer(p);
             }
             // Direct nodes have fixed widths by depth (`direct_bits`): one in a first-level
             // slot is at depth 18 (only a wide root has them) and takes bits 18 to 31, one in
@@ -307,26 +388,26 @@ impl<K: TrieKey> Root<K> {
         p: *mut node::Node,
         index: u32,
         rest: impl FnOnce() -> K,
-    ) -> Option<u32> {
+    ) -> u32 {
         let is_node = p.addr() & TAG_BITS == NODE_TAG;
         let node = std::hint::select_unpredictable(is_node, p, node::empty_node());
         // SAFETY: `node` is a node pointer read from a slot of this root, which is live (the
         // caller's guard keeps published nodes from being freed), or the static empty node.
         match unsafe { step_raw(node, index) } {
             Ok(next) => self.walk(key, next, rest().shl(STRIDE)),
-            // A node's or an answer slot's answer; a skip or direct node goes on below.
-            Err(answer) if is_node || p.addr() & 1 != 0 => {
-                let answer = std::hint::select_unpredictable(is_node, answer, raw_answer(p));
-                (answer != NONE).then_some(answer)
+            // A node's or an answer slot's answer; a skip or direct node goes on below
+            // (told by one bit test: see `SKIP_OR_DIRECT`).
+            Err(answer) if (SKIP_OR_DIRECT >> (p.addr() & 63)) & 1 == 0 => {
+                std::hint::select_unpredictable(is_node, answer, raw_answer(p))
             }
             Err(_) => self.walk(key, p, rest()),
         }
     }
 
     /// The rest of a lookup from the raw entry `p`, with `rest` the key's bits from `p`'s
-    /// depth on (at the top).
+    /// depth on (at the top): the raw answer.
     #[inline(always)]
-    fn walk(&self, key: K, mut p: *mut node::Node, mut rest: K) -> Option<u32> {
+    fn walk(&self, key: K, mut p: *mut node::Node, mut rest: K) -> u32 {
         loop {
             match p.addr() & TAG_BITS {
                 NODE_TAG => {
@@ -339,7 +420,7 @@ impl<K: TrieKey> Root<K> {
                             p = next;
                             rest = rest.shl(STRIDE);
                         }
-                        Err(answer) => return (answer != NONE).then_some(answer),
+                        Err(answer) => return answer,
                     }
                 }
                 DIRECT_TAG => {
@@ -355,54 +436,13 @@ impl<K: TrieKey> Root<K> {
                         p = next;
                         rest = key.shl(len);
                     }
-                    Err(miss) => return (miss != NONE).then_some(miss),
+                    Err(miss) => return miss,
                 },
-                _ => {
-                    let answer = raw_answer(p);
-                    return (answer != NONE).then_some(answer);
-                }
+                _ => return raw_answer(p),
             }
         }
     }
-}
 
-/// One branch-free step into a direct node of the fixed width `BITS` whose bits end at depth
-/// `END`: if the raw entry `p`, read from `at`, is a direct node, its slot for the key's bits
-/// `END - BITS` to `END - 1` (taken from `top`, the key's top 64 bits), and `true`; else `at`
-/// read again (a hit in L1) and `false`. Either way one load, whose address a conditional
-/// move picks: no branch on `p`'s kind, which is mispredicted for about one key in two when
-/// regions of both kinds are looked up (and a mispredicted branch that waits on a load
-/// discards the work of the keys after it).
-///
-/// # Safety
-/// `at` must be a live slot (of a live root, read under a pinned guard, or owned), and `p`
-/// the entry read from it; if `p` is a direct node, it must be one of `2^BITS` slots (a
-/// direct node at depth `END - BITS`: `direct_bits` fixes the width by the depth).
-#[inline(always)]
-unsafe fn direct_select<const END: u8, const BITS: u8>(
-    p: *mut node::Node,
-    at: *const Slot,
-    top: u64,
-) -> (*mut node::Node, *const Slot, bool) {
-    const { assert!(BITS > 0 && BITS <= END && END <= 64) };
-    let is_direct = p.addr() & TAG_BITS == DIRECT_TAG;
-    debug_assert!(!is_direct || node::raw_direct(p).1 == BITS);
-    let slots = node::raw_direct(p).0;
-    // Meaningless (and never read through) unless `p` is a direct node.
-    let index = ((top >> (64 - END)) & ((1 << BITS) - 1)) as usize;
-    let at = std::hint::select_unpredictable(is_direct, slots.wrapping_add(index), at);
-    // SAFETY: `at` is the caller's live slot, or the slot of the live direct node `p` points
-    // to that `index` picks (`BITS` bits of the key, below its `2^BITS` slots: the caller
-    // guarantees the width).
-    let next = unsafe { (*at).load(Ordering::Acquire) };
-    (next, at, is_direct)
-}
-
-/// How many keys ahead [`FastLpm::lookup_batch`] prefetches first-level slots (best of 0,
-/// 4, 8 and 16 on bgp-full-v4 here).
-const AHEAD: usize = 8;
-
-impl<K: TrieKey> Root<K> {
     /// [`FastLpm::lookup_batch`]'s loop, for a root `bits` wide (`self.bits`): each key with
     /// the first-level slot of the key `AHEAD` places further prefetched, then the last
     /// `AHEAD` (no bounds checks: the iterators end together). Inlined, so that a caller
@@ -411,29 +451,25 @@ impl<K: TrieKey> Root<K> {
     /// test and several instructions more: callgrind, bgp-full-v4, 8k destinations, 60 -> 49
     /// instructions per lookup; IPv6 94 -> 93).
     #[inline(always)]
-    fn descend_batch(&self, keys: &[K], out: &mut [Option<u32>], bits: u8) {
+    fn descend_batch<O: Out>(&self, keys: &[K], out: &mut [O], bits: u8) {
         debug_assert_eq!(self.bits, bits);
-        let base = self.slots.as_ptr();
+        let base = self.slots.as_ptr().cast_const();
         let split = keys.len().saturating_sub(AHEAD);
         let (head, tail) = out.split_at_mut(split);
         for ((o, &key), &ahead) in head.iter_mut().zip(keys).zip(&keys[keys.len() - split..]) {
             // A prefetch never faults: no bounds check needed (and the index is in bounds).
-            prefetch_addr(
-                base.wrapping_add(Self::slot_index_at(ahead, bits))
-                    .cast_const()
-                    .cast(),
-            );
-            *o = self.descend_at(key, bits);
+            prefetch_addr(base.wrapping_add(Self::slot_index_at(ahead, bits)).cast());
+            *o = O::from_raw(self.descend_raw(base, key, bits));
         }
         for (o, &key) in tail.iter_mut().zip(&keys[split..]) {
-            *o = self.descend_at(key, bits);
+            *o = O::from_raw(self.descend_raw(base, key, bits));
         }
     }
 
     /// [`descend_batch`](Self::descend_batch) for a root narrower than [`wide_bits`] (a small
     /// table), out of line so that the wide loop keeps the caller to itself.
     #[inline(never)]
-    fn descend_batch_narrow(&self, keys: &[K], out: &mut [Option<u32>]) {
+    fn descend_batch_narrow<O: Out>(&self, keys: &[K], out: &mut [O]) {
         self.descend_batch(keys, out, self.bits);
     }
 }
@@ -658,6 +694,34 @@ impl<K: TrieKey> FastLpm<K> {
     /// If `out` is shorter than `keys`, or `guard` is not from `crossbeam_epoch::pin()` (the
     /// default collector; checked once for the batch).
     pub fn lookup_batch(&self, keys: &[K], out: &mut [Option<u32>], guard: &Guard) {
+        self.lookup_batch_into(keys, out, guard);
+    }
+
+    /// [`lookup_batch`](Self::lookup_batch) with each answer raw: [`u32::MAX`] where no
+    /// prefix covers the key (answers are never `u32::MAX`, see [`PrefixSource`]); a
+    /// four-byte output with no tag to write.
+    ///
+    /// ```
+    /// use fib_trie::{FastLpmWriter, TrieWriter};
+    ///
+    /// let mut trie = TrieWriter::<u32, u32>::new();
+    /// trie.insert(0x0a00_0000, 8, 1)?;
+    /// let mut fast = FastLpmWriter::<u32>::new();
+    /// fast.rebuild(&mut &*trie);
+    /// let mut out = [0; 2];
+    /// fast.lookup_batch_raw(&[0x0a01_0203, 0x0b00_0000], &mut out, &crossbeam_epoch::pin());
+    /// assert_eq!(out, [1, u32::MAX]);
+    /// # Ok::<(), fib_trie::PrefixError>(())
+    /// ```
+    ///
+    /// # Panics
+    /// As [`lookup_batch`](Self::lookup_batch).
+    pub fn lookup_batch_raw(&self, keys: &[K], out: &mut [u32], guard: &Guard) {
+        self.lookup_batch_into(keys, out, guard);
+    }
+
+    /// [`lookup_batch`](Self::lookup_batch) into either output (the raw or the `Option`).
+    fn lookup_batch_into<O: Out>(&self, keys: &[K], out: &mut [O], guard: &Guard) {
         check_guard(guard);
         assert!(out.len() >= keys.len(), "output shorter than input");
         let root = self.root(guard);
