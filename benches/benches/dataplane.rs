@@ -746,6 +746,40 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
 }
 
+/// One round's timed blocks of two contenders, interleaved A B B A (a drift of the machine's
+/// speed within the round cancels out) until each has run `settings.per_engine`: `block(true)`
+/// times a block of A, `block(false)` one of B, each in ns per packet of a stream of
+/// `stream_len` frames. Returns the [`AB_QUANTILE`] of A's block times and of B's.
+fn abba_round(
+    settings: &AbSettings,
+    stream_len: usize,
+    mut block: impl FnMut(bool) -> f64,
+) -> (f64, f64) {
+    let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
+    let (mut spent_a, mut spent_b) = (0.0f64, 0.0f64);
+    let budget = settings.per_engine.as_nanos() as f64;
+    let block_packets = (AB_BLOCK * stream_len) as f64;
+    let mut k = 0usize;
+    while spent_a < budget || spent_b < budget {
+        let a = k % 4 == 0 || k % 4 == 3;
+        let t = block(a);
+        let (spent, times) = if a {
+            (&mut spent_a, &mut times_a)
+        } else {
+            (&mut spent_b, &mut times_b)
+        };
+        *spent += t * block_packets;
+        times.push(t);
+        k += 1;
+    }
+    times_a.sort_by(f64::total_cmp);
+    times_b.sort_by(f64::total_cmp);
+    (
+        quantile(&times_a, AB_QUANTILE),
+        quantile(&times_b, AB_QUANTILE),
+    )
+}
+
 /// One A/B case: per round, fresh queues with and without the route cache (built in
 /// alternating order, each behind a random pad), a warm-up of each, then timed blocks of each
 /// interleaved A B B A … until each has run `per_engine`; the round's ratio is the
@@ -770,31 +804,15 @@ fn ab_case(
             ab_block(&mut a, tables, umem, pool, stream);
             ab_block(&mut b, tables, umem, pool, stream);
         }
-        let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
-        let (mut spent_a, mut spent_b) = (0.0f64, 0.0f64);
-        let budget = settings.per_engine.as_nanos() as f64;
-        let block_packets = (AB_BLOCK * stream.len()) as f64;
-        let mut k = 0usize;
-        while spent_a < budget || spent_b < budget {
-            // A B B A: a drift of the machine's speed within the round cancels out.
-            if (k % 4 == 0) || (k % 4 == 3) {
-                let t = ab_block(&mut a, tables, umem, pool, stream);
-                spent_a += t * block_packets;
-                times_a.push(t);
-            } else {
-                let t = ab_block(&mut b, tables, umem, pool, stream);
-                spent_b += t * block_packets;
-                times_b.push(t);
-            }
-            k += 1;
-        }
-        times_a.sort_by(f64::total_cmp);
-        times_b.sort_by(f64::total_cmp);
-        let (a, b) = (
-            quantile(&times_a, AB_QUANTILE),
-            quantile(&times_b, AB_QUANTILE),
-        );
-        let (on, off) = if on_first { (a, b) } else { (b, a) };
+        let (time_a, time_b) = abba_round(settings, stream.len(), |first| {
+            let queue = if first { &mut a } else { &mut b };
+            ab_block(queue, tables, umem, pool, stream)
+        });
+        let (on, off) = if on_first {
+            (time_a, time_b)
+        } else {
+            (time_b, time_a)
+        };
         ratios.push(on / off);
         all_on.push(on);
         all_off.push(off);
@@ -1010,30 +1028,10 @@ fn variant_report(tables: &Tables, p4: &[(u32, u8)], p6: &[(u128, u8)]) -> Strin
                     switch.store(k % 2 == 0, Ordering::Relaxed);
                     ab_block(&mut queue, tables, &mut umem, &mut pool, &stream);
                 }
-                let (mut times_a, mut times_b) = (Vec::new(), Vec::new());
-                let (mut spent_a, mut spent_b) = (0.0f64, 0.0f64);
-                let budget = settings.per_engine.as_nanos() as f64;
-                let block_packets = (AB_BLOCK * stream.len()) as f64;
-                let mut k = 0usize;
-                while spent_a < budget || spent_b < budget {
-                    let on = k % 4 == 0 || k % 4 == 3;
+                let (a, b) = abba_round(&settings, stream.len(), |on| {
                     switch.store(on, Ordering::Relaxed);
-                    let t = ab_block(&mut queue, tables, &mut umem, &mut pool, &stream);
-                    if on {
-                        spent_a += t * block_packets;
-                        times_a.push(t);
-                    } else {
-                        spent_b += t * block_packets;
-                        times_b.push(t);
-                    }
-                    k += 1;
-                }
-                times_a.sort_by(f64::total_cmp);
-                times_b.sort_by(f64::total_cmp);
-                let (a, b) = (
-                    quantile(&times_a, AB_QUANTILE),
-                    quantile(&times_b, AB_QUANTILE),
-                );
+                    ab_block(&mut queue, tables, &mut umem, &mut pool, &stream)
+                });
                 ratios.push(a / b);
                 all_a.push(a);
                 all_b.push(b);
