@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use addr_table::{AddrTable, AddrWriter, FixedTable, FixedWriter, IfAddr, NetnsId, RhlWriter};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use xfwd_benches::order::shuffled;
 
 /// Counts live heap bytes, for the empty-table memory report (lookups never allocate, so the
 /// counting does not touch the timed loops).
@@ -76,20 +77,6 @@ fn absent_addresses(n: usize) -> Vec<Ipv4Addr> {
     (0..n)
         .map(|i| Ipv4Addr::from_bits(0x0a00_0000 + i as u32))
         .collect()
-}
-
-/// A fixed pseudo-random permutation of `0..n` (xorshift; no dependency), so every lookup
-/// pass visits every address once in an order the prefetcher cannot follow.
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order
 }
 
 /// The engines, each answering "which interface holds this local address".

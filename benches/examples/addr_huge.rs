@@ -32,24 +32,12 @@ use std::net::Ipv4Addr;
 use std::time::Instant;
 
 use addr_table::{AddrTable, AddrWriter, IfAddr, NetnsId};
+use xfwd_benches::order::shuffled;
 use xfwd_benches::thp;
 
 const BATCH: usize = 1024;
 /// Batches per timed pass: 1,024,000 lookups.
 const ITERS: usize = 1000;
-
-/// The benchmark's query order (`shuffled` in `benches/benches/addr-table.rs`).
-fn shuffled(n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for i in (1..n).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order
-}
 
 /// The benchmark's timed routine, `ITERS` times, continuing at `pos`.
 macro_rules! pass {

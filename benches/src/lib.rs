@@ -19,5 +19,6 @@ pub mod data;
 #[cfg(feature = "dpdk")]
 #[allow(unsafe_code, reason = "FFI to DPDK's rte_fib and rte_fib6")]
 pub mod dpdk;
+pub mod order;
 #[cfg(unix)]
 pub mod thp;

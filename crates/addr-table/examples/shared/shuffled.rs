@@ -2,7 +2,7 @@
 //! (included with `#[path]`, so it is not an example of its own).
 
 /// A fixed pseudo-random permutation of `0..n` (xorshift), as in the benchmark
-/// (`benches/benches/addr-table.rs`): every pass visits every address once, in an order the
+/// (`xfwd_benches::order::shuffled`, which this crate does not depend on): every pass visits every address once, in an order the
 /// prefetcher cannot follow.
 pub fn shuffled(n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
